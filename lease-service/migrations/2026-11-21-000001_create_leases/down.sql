@@ -1,0 +1,2 @@
+DROP TABLE leases;
+DROP SEQUENCE leases_fence_seq;

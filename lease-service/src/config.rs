@@ -1,0 +1,113 @@
+//! Configuration: command-line flags, each also read from an environment variable.
+
+use std::net::SocketAddr;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Leasehold's lease service: time-bound, exclusive, renewable, fenced leases kept in PostgreSQL.
+#[derive(Debug, Parser)]
+#[command(name = "lease-service", version, args_conflicts_with_subcommands = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub serve: ServeConfig,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the HTTP API (the default).
+    Serve(ServeConfig),
+    /// Apply pending database migrations and exit.
+    Migrate(MigrateConfig),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct MigrateConfig {
+    /// PostgreSQL URL of the leases database.
+    #[arg(long, env = "DATABASE_URL")]
+    pub database_url: String,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeConfig {
+    /// PostgreSQL URL of the leases database.
+    #[arg(long, env = "DATABASE_URL")]
+    pub database_url: String,
+
+    /// Address to listen on.
+    #[arg(long, env = "LISTEN_ADDR", default_value = "0.0.0.0:8080")]
+    pub listen_addr: SocketAddr,
+
+    /// Do not apply pending migrations at start (run `lease-service migrate` instead).
+    #[arg(long, env = "SKIP_MIGRATIONS", default_value_t = false)]
+    pub skip_migrations: bool,
+
+    /// Database connections in the pool.
+    #[arg(long, env = "DATABASE_POOL_SIZE", default_value_t = 16)]
+    pub database_pool_size: usize,
+
+    /// HTTP worker threads (0: one per CPU core).
+    #[arg(long, env = "HTTP_WORKERS", default_value_t = 0)]
+    pub http_workers: usize,
+
+    /// Lease length when a request names none.
+    #[arg(long, env = "LEASE_DEFAULT_TTL_SECONDS", default_value_t = 30)]
+    pub default_ttl_seconds: i64,
+
+    /// Shortest `ttl_seconds` a request may ask for.
+    #[arg(long, env = "LEASE_MIN_TTL_SECONDS", default_value_t = 1)]
+    pub min_ttl_seconds: i64,
+
+    /// Longest `ttl_seconds` a request may ask for.
+    #[arg(long, env = "LEASE_MAX_TTL_SECONDS", default_value_t = 3600)]
+    pub max_ttl_seconds: i64,
+
+    /// Expired or released leases older than this are deleted by the retention sweeper.
+    #[arg(long, env = "LEASE_RETENTION_SECONDS", default_value_t = 86_400)]
+    pub retention_seconds: i64,
+
+    /// How often the retention sweeper runs (on whichever replica holds its lease).
+    #[arg(long, env = "LEASE_SWEEP_INTERVAL_SECONDS", default_value_t = 60)]
+    pub sweep_interval_seconds: u64,
+
+    /// Name of this replica, used as the holder of the sweeper's lease (default: host name,
+    /// process id and a random suffix).
+    #[arg(long, env = "INSTANCE_ID")]
+    pub instance_id: Option<String>,
+
+    /// Seconds to let in-flight requests finish after SIGTERM or SIGINT.
+    #[arg(long, env = "SHUTDOWN_GRACE_SECONDS", default_value_t = 10)]
+    pub shutdown_grace_seconds: u64,
+}
+
+impl ServeConfig {
+    /// Refuses a configuration that cannot work, with a sentence saying why.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.min_ttl_seconds < 1 || self.min_ttl_seconds > self.max_ttl_seconds {
+            return Err(format!(
+                "LEASE_MIN_TTL_SECONDS ({}) must be at least 1 and at most LEASE_MAX_TTL_SECONDS ({})",
+                self.min_ttl_seconds, self.max_ttl_seconds
+            ));
+        }
+        if self.max_ttl_seconds > i64::from(i32::MAX) {
+            return Err("LEASE_MAX_TTL_SECONDS is too large".to_owned());
+        }
+        if !(self.min_ttl_seconds..=self.max_ttl_seconds).contains(&self.default_ttl_seconds) {
+            return Err(format!(
+                "LEASE_DEFAULT_TTL_SECONDS ({}) must lie within {}..={}",
+                self.default_ttl_seconds, self.min_ttl_seconds, self.max_ttl_seconds
+            ));
+        }
+        if self.retention_seconds < 0 {
+            return Err("LEASE_RETENTION_SECONDS must not be negative".to_owned());
+        }
+        if self.sweep_interval_seconds == 0 {
+            return Err("LEASE_SWEEP_INTERVAL_SECONDS must be at least 1".to_owned());
+        }
+        if self.database_pool_size == 0 {
+            return Err("DATABASE_POOL_SIZE must be at least 1".to_owned());
+        }
+        Ok(())
+    }
+}

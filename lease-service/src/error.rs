@@ -1,0 +1,130 @@
+//! The one place where failures become HTTP answers.
+//!
+//! Every non-2xx answer is JSON [`shared::ErrorBody`]: `error` for people, `code` for programs.
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, ResponseError};
+use chrono::{DateTime, Utc};
+use shared::ErrorBody;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The request is malformed or a field is out of bounds.
+    #[error("{message}")]
+    Invalid {
+        code: &'static str,
+        field: Option<&'static str>,
+        message: String,
+    },
+    /// Another holder has the lease.
+    #[error("lease on {resource:?} is held by {holder:?}")]
+    Held {
+        resource: String,
+        holder: String,
+        expires_at: DateTime<Utc>,
+        expires_in_ms: i64,
+    },
+    /// The request contradicts the lease's state (not the holder, stale fence, expired, ...).
+    #[error("{message}")]
+    Conflict { code: &'static str, message: String },
+    #[error("{message}")]
+    NotFound { code: &'static str, message: String },
+    #[error("method not allowed")]
+    MethodNotAllowed,
+    #[error("request body too large (limit {limit} bytes)")]
+    PayloadTooLarge { limit: usize },
+    #[error("expected a JSON body (Content-Type: application/json)")]
+    UnsupportedMediaType,
+    /// The database (or another dependency) cannot be reached; retrying later may work.
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("internal error")]
+    Internal(String),
+}
+
+impl ApiError {
+    pub fn invalid(code: &'static str, field: &'static str, message: impl Into<String>) -> Self {
+        Self::Invalid {
+            code,
+            field: Some(field),
+            message: message.into(),
+        }
+    }
+
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Invalid { code, .. } | Self::Conflict { code, .. } | Self::NotFound { code, .. } => {
+                code
+            }
+            Self::Held { .. } => "lease_held",
+            Self::MethodNotAllowed => "method_not_allowed",
+            Self::PayloadTooLarge { .. } => "payload_too_large",
+            Self::UnsupportedMediaType => "unsupported_media_type",
+            Self::Unavailable(_) => "unavailable",
+            Self::Internal(_) => "internal",
+        }
+    }
+}
+
+impl From<diesel::result::Error> for ApiError {
+    fn from(err: diesel::result::Error) -> Self {
+        use diesel::result::{DatabaseErrorKind, Error};
+        match err {
+            // Connection-level trouble: the database restarted or is going away.
+            Error::DatabaseError(DatabaseErrorKind::ClosedConnection, info) => {
+                Self::Unavailable(format!("database connection lost: {}", info.message()))
+            }
+            Error::DatabaseError(DatabaseErrorKind::UnableToSendCommand, info) => {
+                Self::Unavailable(format!("database unreachable: {}", info.message()))
+            }
+            Error::DatabaseError(DatabaseErrorKind::SerializationFailure, info) => {
+                Self::Unavailable(format!("database contention: {}", info.message()))
+            }
+            other => {
+                let message = other.to_string();
+                // tokio-postgres reports a dead connection as an unknown error with this text.
+                if message.contains("connection closed") || message.contains("shutting down") {
+                    Self::Unavailable(format!("database unavailable: {message}"))
+                } else {
+                    Self::Internal(message)
+                }
+            }
+        }
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            Self::Invalid { .. } => StatusCode::BAD_REQUEST,
+            Self::Held { .. } | Self::Conflict { .. } => StatusCode::CONFLICT,
+            Self::NotFound { .. } => StatusCode::NOT_FOUND,
+            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let mut body = ErrorBody::new(self.code(), self.to_string());
+        match self {
+            Self::Held {
+                holder,
+                expires_at,
+                expires_in_ms,
+                ..
+            } => {
+                body.holder = Some(holder.clone());
+                body.expires_at = Some(*expires_at);
+                body.expires_in_ms = Some(*expires_in_ms);
+            }
+            Self::Invalid { field, .. } => body.field = field.map(str::to_owned),
+            Self::Internal(detail) => tracing::error!(%detail, "internal error"),
+            Self::Unavailable(detail) => tracing::warn!(%detail, "dependency unavailable"),
+            _ => {}
+        }
+        HttpResponse::build(self.status_code()).json(body)
+    }
+}

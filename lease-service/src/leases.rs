@@ -1,0 +1,273 @@
+//! The lease rules: validation, and what each outcome of a statement means for the caller.
+//! Plain functions over the repository, so the HTTP layer stays a thin translation.
+
+use diesel_async::AsyncPgConnection;
+use shared::api::{AcquireLease, Lease, LeaseStatus, MAX_NAME_BYTES, ReleaseLease, RenewLease};
+
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+use crate::repo::{self, Acquired, LeaseRow};
+
+/// The TTLs a request may ask for, and the one it gets when it names none.
+#[derive(Debug, Clone, Copy)]
+pub struct TtlPolicy {
+    pub default_seconds: i64,
+    pub min_seconds: i64,
+    pub max_seconds: i64,
+}
+
+impl TtlPolicy {
+    fn resolve(self, requested: Option<i64>) -> Result<i32, ApiError> {
+        let seconds = requested.unwrap_or(self.default_seconds);
+        if !(self.min_seconds..=self.max_seconds).contains(&seconds) {
+            return Err(ApiError::invalid(
+                "invalid_ttl",
+                "ttl_seconds",
+                format!(
+                    "ttl_seconds must be between {} and {}, got {seconds}",
+                    self.min_seconds, self.max_seconds
+                ),
+            ));
+        }
+        i32::try_from(seconds).map_err(|_| {
+            ApiError::invalid("invalid_ttl", "ttl_seconds", "ttl_seconds is too large")
+        })
+    }
+}
+
+/// A new acquisition answers 201, a reentrant one 200.
+#[derive(Debug)]
+pub enum AcquireOutcome {
+    Acquired(Lease),
+    Extended(Lease),
+}
+
+pub async fn acquire(
+    conn: &mut AsyncPgConnection,
+    ttl: TtlPolicy,
+    metrics: &Metrics,
+    request: &AcquireLease,
+) -> Result<AcquireOutcome, ApiError> {
+    validate_name("resource", &request.resource)?;
+    validate_name("holder", &request.holder)?;
+    let ttl_seconds = ttl.resolve(request.ttl_seconds)?;
+    match repo::acquire(conn, &request.resource, &request.holder, ttl_seconds).await? {
+        Acquired::New(row) => {
+            metrics.acquisitions.with_label_values(&["new"]).inc();
+            Ok(AcquireOutcome::Acquired(to_api(row)))
+        }
+        Acquired::Reentrant(row) => {
+            metrics.acquisitions.with_label_values(&["reentrant"]).inc();
+            Ok(AcquireOutcome::Extended(to_api(row)))
+        }
+        Acquired::Held(current) => {
+            metrics
+                .conflicts
+                .with_label_values(&["acquire", "lease_held"])
+                .inc();
+            Err(held(current))
+        }
+        Acquired::Contended => Err(ApiError::Unavailable(format!(
+            "lease on {:?} is changing hands; try again",
+            request.resource
+        ))),
+    }
+}
+
+pub async fn renew(
+    conn: &mut AsyncPgConnection,
+    ttl: TtlPolicy,
+    metrics: &Metrics,
+    request: &RenewLease,
+) -> Result<Lease, ApiError> {
+    validate_name("resource", &request.resource)?;
+    validate_name("holder", &request.holder)?;
+    let ttl_seconds = request
+        .ttl_seconds
+        .map(|seconds| ttl.resolve(Some(seconds)))
+        .transpose()?;
+    let renewed = repo::renew(
+        conn,
+        &request.resource,
+        &request.holder,
+        request.fence,
+        ttl_seconds,
+    )
+    .await?;
+    if let Some(row) = renewed {
+        metrics.renewals.inc();
+        return Ok(to_api(row));
+    }
+    let current = repo::find_by_resource(conn, &request.resource).await?;
+    let refusal = refusal("renew", current, &request.holder, request.fence);
+    metrics
+        .conflicts
+        .with_label_values(&["renew", refusal.code()])
+        .inc();
+    Err(refusal)
+}
+
+/// Releases the holder's lease (by resource, and by id when `id` is given).
+///
+/// A release repeated by the same holder, with the same fence if it gave one, after the lease
+/// was already released answers as the first did: its first answer may have been lost. It reads,
+/// and writes nothing, so it can never touch a newer lease.
+pub async fn release(
+    conn: &mut AsyncPgConnection,
+    metrics: &Metrics,
+    request: &ReleaseLease,
+    id: Option<i64>,
+) -> Result<Lease, ApiError> {
+    validate_name("resource", &request.resource)?;
+    validate_name("holder", &request.holder)?;
+    let released = repo::release(
+        conn,
+        &request.resource,
+        &request.holder,
+        request.fence,
+        id,
+    )
+    .await?;
+    if let Some(row) = released {
+        metrics.releases.inc();
+        return Ok(to_api(row));
+    }
+    let current = repo::find_by_resource(conn, &request.resource).await?;
+    if let (Some(id), Some(row)) = (id, &current)
+        && row.id != id
+    {
+        return Err(ApiError::NotFound {
+            code: "lease_not_found",
+            message: format!("lease {id} is not the lease on {:?}", request.resource),
+        });
+    }
+    if let Some(row) = &current
+        && row.holder == request.holder
+        && row.is_released()
+        && request.fence.is_none_or(|fence| fence == row.fence)
+    {
+        return Ok(to_api(row.clone()));
+    }
+    let refusal = refusal("release", current, &request.holder, request.fence);
+    metrics
+        .conflicts
+        .with_label_values(&["release", refusal.code()])
+        .inc();
+    Err(refusal)
+}
+
+pub async fn get(conn: &mut AsyncPgConnection, id: i64) -> Result<Lease, ApiError> {
+    repo::find_by_id(conn, id)
+        .await?
+        .map(to_api)
+        .ok_or_else(|| ApiError::NotFound {
+            code: "lease_not_found",
+            message: format!("no lease with id {id}"),
+        })
+}
+
+/// Why a renew or release by `holder` (with `fence`) changed nothing, given the lease as it is.
+fn refusal(
+    operation: &str,
+    current: Option<LeaseRow>,
+    holder: &str,
+    fence: Option<i64>,
+) -> ApiError {
+    let Some(row) = current else {
+        return ApiError::NotFound {
+            code: "lease_not_found",
+            message: "no lease exists for that resource".to_owned(),
+        };
+    };
+    let (code, message) = if row.holder != holder {
+        (
+            "not_holder",
+            format!("cannot {operation}: the lease is held by {:?}", row.holder),
+        )
+    } else if fence.is_some_and(|fence| fence != row.fence) {
+        (
+            "stale_fence",
+            format!(
+                "cannot {operation}: fence {} is not the current fence {}",
+                fence.unwrap_or_default(),
+                row.fence
+            ),
+        )
+    } else if row.is_released() {
+        (
+            "lease_released",
+            format!("cannot {operation}: the lease was released"),
+        )
+    } else {
+        (
+            "lease_expired",
+            format!("cannot {operation}: the lease expired"),
+        )
+    };
+    ApiError::Conflict { code, message }
+}
+
+fn held(current: LeaseRow) -> ApiError {
+    let expires_in_ms = (current.expires_at - current.db_now)
+        .num_milliseconds()
+        .max(0);
+    ApiError::Held {
+        resource: current.resource,
+        holder: current.holder,
+        expires_at: current.expires_at,
+        expires_in_ms,
+    }
+}
+
+/// Resource and holder names: 1 to 512 bytes, no control characters (PostgreSQL text cannot
+/// even hold NUL, and names with line breaks only confuse logs and dashboards).
+pub fn validate_name(field: &'static str, value: &str) -> Result<(), ApiError> {
+    let problem = if value.is_empty() {
+        Some("must not be empty".to_owned())
+    } else if value.len() > MAX_NAME_BYTES {
+        Some(format!(
+            "must be at most {MAX_NAME_BYTES} bytes, got {}",
+            value.len()
+        ))
+    } else if value.chars().any(char::is_control) {
+        Some("must not contain control characters".to_owned())
+    } else {
+        None
+    };
+    match problem {
+        Some(problem) => Err(ApiError::invalid(
+            "invalid_field",
+            field,
+            format!("{field} {problem}"),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The API's view of a row, with status and time left judged by the database's clock.
+pub fn to_api(row: LeaseRow) -> Lease {
+    let status = if row.is_released() {
+        LeaseStatus::Released
+    } else if row.is_expired() {
+        LeaseStatus::Expired
+    } else {
+        LeaseStatus::Active
+    };
+    let expires_in_ms = match status {
+        LeaseStatus::Active => (row.expires_at - row.db_now).num_milliseconds().max(0),
+        LeaseStatus::Expired | LeaseStatus::Released => 0,
+    };
+    Lease {
+        id: row.id,
+        resource: row.resource,
+        holder: row.holder,
+        fence: row.fence,
+        ttl_seconds: row.ttl_seconds,
+        status,
+        created_at: row.created_at,
+        renewed_at: row.renewed_at,
+        released_at: row.released_at,
+        expires_at: row.expires_at,
+        expires_in_ms,
+    }
+}

@@ -1,0 +1,128 @@
+//! lease-service: the only writer of the `leases` table.
+//!
+//! A lease is time-bound, exclusive ownership of a named resource. Acquire, renew and release
+//! are each one SQL statement judged by the database's clock, every acquisition gets a fencing
+//! token greater than any earlier one for its resource, and only the current holder can renew or
+//! release. See `SPEC.md` for the invariants and the README for the HTTP API.
+//!
+//! `main.rs` only parses configuration; [`serve`] wires the pieces: [`db`] (pool, migrations),
+//! [`repo`] (all SQL), [`leases`] (the rules), [`http`] (routes), [`sweeper`] (retention) and
+//! [`metrics`].
+
+pub mod config;
+pub mod db;
+pub mod error;
+pub mod http;
+pub mod leases;
+pub mod metrics;
+pub mod repo;
+pub mod sweeper;
+
+use std::net::TcpListener;
+use std::time::Duration;
+
+use actix_web::middleware::{NormalizePath, TrailingSlash, from_fn};
+use actix_web::{App, HttpServer, web};
+use anyhow::Context;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::ServeConfig;
+use crate::http::AppState;
+use crate::leases::TtlPolicy;
+use crate::metrics::Metrics;
+use crate::sweeper::SweeperConfig;
+
+/// Runs lease-service until SIGTERM or SIGINT: migrates (unless told not to), listens, sweeps.
+pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
+    config.validate().map_err(anyhow::Error::msg)?;
+    if !config.skip_migrations {
+        db::migrate(&config.database_url).await?;
+    }
+    let listener = TcpListener::bind(config.listen_addr)
+        .with_context(|| format!("binding {}", config.listen_addr))?;
+    let stop = CancellationToken::new();
+    let signal_stop = stop.clone();
+    actix_web::rt::spawn(async move {
+        shared::shutdown::signal().await;
+        signal_stop.cancel();
+    });
+    run(config, listener, stop).await
+}
+
+/// Serves on `listener` until `stop` is cancelled, then finishes in-flight requests (up to the
+/// grace period), stops the sweeper and releases its lease.
+pub async fn run(
+    config: ServeConfig,
+    listener: TcpListener,
+    stop: CancellationToken,
+) -> anyhow::Result<()> {
+    let pool = db::pool(&config.database_url, config.database_pool_size)?;
+    let metrics = Metrics::new().context("registering metrics")?;
+    let state = web::Data::new(AppState {
+        pool: pool.clone(),
+        ttl: TtlPolicy {
+            default_seconds: config.default_ttl_seconds,
+            min_seconds: config.min_ttl_seconds,
+            max_seconds: config.max_ttl_seconds,
+        },
+        metrics: metrics.clone(),
+    });
+    let address = listener.local_addr().context("reading the listen address")?;
+
+    let mut server = HttpServer::new(move || {
+        App::new()
+            .app_data(state.clone())
+            .wrap(NormalizePath::new(TrailingSlash::Trim))
+            .wrap(from_fn(http::record_metrics))
+            .configure(http::configure)
+            .default_service(web::to(http::not_found))
+    })
+    .disable_signals()
+    .shutdown_timeout(config.shutdown_grace_seconds)
+    .listen(listener)
+    .context("listening")?;
+    if config.http_workers > 0 {
+        server = server.workers(config.http_workers);
+    }
+    let server = server.run();
+    tracing::info!(%address, "lease-service listening");
+
+    let sweeper = actix_web::rt::spawn(sweeper::run(
+        pool,
+        metrics,
+        SweeperConfig {
+            holder: config.instance_id.clone().unwrap_or_else(instance_id),
+            interval: Duration::from_secs(config.sweep_interval_seconds),
+            retention_seconds: config.retention_seconds,
+        },
+        stop.clone(),
+    ));
+
+    let handle = server.handle();
+    let stopper = stop.clone();
+    actix_web::rt::spawn(async move {
+        stopper.cancelled().await;
+        tracing::info!("stopping: finishing in-flight requests");
+        handle.stop(true).await;
+    });
+
+    let served = server.await.context("serving HTTP");
+    stop.cancel();
+    if sweeper.await.is_err() {
+        tracing::warn!("the retention sweeper panicked");
+    }
+    tracing::info!("lease-service stopped");
+    served
+}
+
+/// `host:pid:random`: unique per process, readable in the leases table.
+fn instance_id() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "lease-service".to_owned());
+    let suffix: u32 = rand::random();
+    format!("{host}:{}:{suffix:08x}", std::process::id())
+}

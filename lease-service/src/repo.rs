@@ -1,0 +1,282 @@
+//! Every SQL statement of lease-service, and nothing else.
+//!
+//! Each state change is one statement, so it is atomic and judged by the database's clock
+//! (`now()`); no host clock enters any expiry decision.
+
+use diesel::{OptionalExtension, QueryableByName};
+use diesel::result::Error as DieselError;
+use diesel::sql_types::{BigInt, Bool, Integer, Nullable, Text, Timestamptz};
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+
+use chrono::{DateTime, Utc};
+
+/// The lease's columns plus the database's `now()` at the time of the statement.
+#[derive(Debug, Clone, QueryableByName)]
+pub struct LeaseRow {
+    #[diesel(sql_type = BigInt)]
+    pub id: i64,
+    #[diesel(sql_type = Text)]
+    pub resource: String,
+    #[diesel(sql_type = Text)]
+    pub holder: String,
+    #[diesel(sql_type = BigInt)]
+    pub fence: i64,
+    #[diesel(sql_type = Integer)]
+    pub ttl_seconds: i32,
+    #[diesel(sql_type = Timestamptz)]
+    pub created_at: DateTime<Utc>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    pub renewed_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    pub released_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Timestamptz)]
+    pub expires_at: DateTime<Utc>,
+    #[diesel(sql_type = Timestamptz)]
+    pub db_now: DateTime<Utc>,
+}
+
+impl LeaseRow {
+    pub fn is_released(&self) -> bool {
+        self.released_at.is_some()
+    }
+
+    pub fn is_expired(&self) -> bool {
+        self.expires_at <= self.db_now
+    }
+
+    pub fn is_active(&self) -> bool {
+        !self.is_released() && !self.is_expired()
+    }
+}
+
+#[derive(Debug, QueryableByName)]
+struct AcquiredRow {
+    #[diesel(embed)]
+    lease: LeaseRow,
+    /// True for a new acquisition, false for a reentrant one by the current holder.
+    #[diesel(sql_type = Bool)]
+    fresh: bool,
+}
+
+#[derive(Debug, QueryableByName)]
+struct Count {
+    #[diesel(sql_type = BigInt)]
+    count: i64,
+}
+
+const COLUMNS: &str = "id, resource, holder, fence, ttl_seconds, created_at, renewed_at, \
+                       released_at, expires_at, now() AS db_now";
+
+/// The sample's acquire statement, with a fence, a per-request TTL and reentrancy.
+///
+/// The row is taken over only if its lease expired or was released, or if the requester already
+/// holds it. A takeover draws a new fence from the sequence *inside* `DO UPDATE`, i.e. after the
+/// row lock is held, so it is greater than the fence of whoever held the row before. A reentrant
+/// acquire keeps fence and `created_at`, which is how `fresh` tells the two apart: only a new
+/// acquisition has `created_at = now()`.
+const ACQUIRE: &str = "\
+INSERT INTO leases AS l (resource, holder, fence, ttl_seconds, created_at, expires_at)
+VALUES ($1, $2, nextval('leases_fence_seq'), $3, now(), now() + make_interval(secs => $3))
+ON CONFLICT (resource) DO UPDATE SET
+    fence = CASE WHEN l.holder = EXCLUDED.holder AND l.released_at IS NULL AND l.expires_at > now()
+                 THEN l.fence ELSE nextval('leases_fence_seq') END,
+    created_at = CASE WHEN l.holder = EXCLUDED.holder AND l.released_at IS NULL AND l.expires_at > now()
+                      THEN l.created_at ELSE now() END,
+    renewed_at = CASE WHEN l.holder = EXCLUDED.holder AND l.released_at IS NULL AND l.expires_at > now()
+                      THEN now() ELSE NULL END,
+    holder = EXCLUDED.holder,
+    released_at = NULL,
+    ttl_seconds = EXCLUDED.ttl_seconds,
+    expires_at = EXCLUDED.expires_at
+WHERE l.expires_at <= now() OR l.released_at IS NOT NULL OR l.holder = EXCLUDED.holder
+RETURNING id, resource, holder, fence, ttl_seconds, created_at, renewed_at, released_at,
+          expires_at, now() AS db_now, (created_at = now()) AS fresh";
+
+const RENEW: &str = "\
+UPDATE leases SET
+    renewed_at = now(),
+    ttl_seconds = COALESCE($4, ttl_seconds),
+    expires_at = now() + make_interval(secs => COALESCE($4, ttl_seconds))
+WHERE resource = $1 AND holder = $2 AND ($3::bigint IS NULL OR fence = $3)
+  AND released_at IS NULL AND expires_at > now()
+RETURNING id, resource, holder, fence, ttl_seconds, created_at, renewed_at, released_at,
+          expires_at, now() AS db_now";
+
+const RELEASE: &str = "\
+UPDATE leases SET released_at = now()
+WHERE resource = $1 AND holder = $2 AND ($3::bigint IS NULL OR fence = $3)
+  AND ($4::bigint IS NULL OR id = $4)
+  AND released_at IS NULL AND expires_at > now()
+RETURNING id, resource, holder, fence, ttl_seconds, created_at, renewed_at, released_at,
+          expires_at, now() AS db_now";
+
+/// Deletes a batch of leases that ended more than `$1` seconds ago. The age test is repeated on
+/// the target rows (not only in the subquery) so that a row re-acquired while the statement
+/// waits for its lock is rechecked on its new version and kept.
+const SWEEP: &str = "\
+DELETE FROM leases
+WHERE id IN (SELECT id FROM leases
+             WHERE COALESCE(released_at, expires_at) < now() - make_interval(secs => $1)
+             LIMIT $2)
+  AND COALESCE(released_at, expires_at) < now() - make_interval(secs => $1)";
+
+#[derive(Debug)]
+pub enum Acquired {
+    New(LeaseRow),
+    Reentrant(LeaseRow),
+    /// Someone else holds it: here is their lease.
+    Held(LeaseRow),
+    /// The lease changed hands under us three times in a row; the caller may try again.
+    Contended,
+}
+
+/// The lease listings of the HTTP API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listing {
+    All,
+    Active,
+    Expired,
+    Renewed,
+    Released,
+}
+
+impl Listing {
+    fn condition(self) -> &'static str {
+        match self {
+            Listing::All => "TRUE",
+            Listing::Active => "released_at IS NULL AND expires_at > now()",
+            Listing::Expired => "released_at IS NULL AND expires_at <= now()",
+            Listing::Renewed => "renewed_at IS NOT NULL",
+            Listing::Released => "released_at IS NOT NULL",
+        }
+    }
+}
+
+pub async fn acquire(
+    conn: &mut AsyncPgConnection,
+    resource: &str,
+    holder: &str,
+    ttl_seconds: i32,
+) -> Result<Acquired, DieselError> {
+    // If the holder's lease ends between the refused upsert and the read that reports it, the
+    // upsert is simply tried again; twice more is plenty.
+    for _ in 0..3 {
+        let acquired: Option<AcquiredRow> = diesel::sql_query(ACQUIRE)
+            .bind::<Text, _>(resource)
+            .bind::<Text, _>(holder)
+            .bind::<Integer, _>(ttl_seconds)
+            .get_result(conn)
+            .await
+            .optional()?;
+        match acquired {
+            Some(AcquiredRow { lease, fresh: true }) => return Ok(Acquired::New(lease)),
+            Some(AcquiredRow { lease, fresh: false }) => return Ok(Acquired::Reentrant(lease)),
+            None => {
+                if let Some(current) = find_by_resource(conn, resource).await?
+                    && current.is_active()
+                {
+                    return Ok(Acquired::Held(current));
+                }
+            }
+        }
+    }
+    Ok(Acquired::Contended)
+}
+
+pub async fn renew(
+    conn: &mut AsyncPgConnection,
+    resource: &str,
+    holder: &str,
+    fence: Option<i64>,
+    ttl_seconds: Option<i32>,
+) -> Result<Option<LeaseRow>, DieselError> {
+    diesel::sql_query(RENEW)
+        .bind::<Text, _>(resource)
+        .bind::<Text, _>(holder)
+        .bind::<Nullable<BigInt>, _>(fence)
+        .bind::<Nullable<Integer>, _>(ttl_seconds)
+        .get_result(conn)
+        .await
+        .optional()
+}
+
+pub async fn release(
+    conn: &mut AsyncPgConnection,
+    resource: &str,
+    holder: &str,
+    fence: Option<i64>,
+    id: Option<i64>,
+) -> Result<Option<LeaseRow>, DieselError> {
+    diesel::sql_query(RELEASE)
+        .bind::<Text, _>(resource)
+        .bind::<Text, _>(holder)
+        .bind::<Nullable<BigInt>, _>(fence)
+        .bind::<Nullable<BigInt>, _>(id)
+        .get_result(conn)
+        .await
+        .optional()
+}
+
+pub async fn find_by_resource(
+    conn: &mut AsyncPgConnection,
+    resource: &str,
+) -> Result<Option<LeaseRow>, DieselError> {
+    diesel::sql_query(format!("SELECT {COLUMNS} FROM leases WHERE resource = $1"))
+        .bind::<Text, _>(resource)
+        .get_result(conn)
+        .await
+        .optional()
+}
+
+pub async fn find_by_id(
+    conn: &mut AsyncPgConnection,
+    id: i64,
+) -> Result<Option<LeaseRow>, DieselError> {
+    diesel::sql_query(format!("SELECT {COLUMNS} FROM leases WHERE id = $1"))
+        .bind::<BigInt, _>(id)
+        .get_result(conn)
+        .await
+        .optional()
+}
+
+/// One page of a listing, in id order, starting after `after`. `limit` rows at most.
+pub async fn list(
+    conn: &mut AsyncPgConnection,
+    listing: Listing,
+    resource_prefix: Option<&str>,
+    after: i64,
+    limit: i64,
+) -> Result<Vec<LeaseRow>, DieselError> {
+    let sql = format!(
+        "SELECT {COLUMNS} FROM leases WHERE {} AND id > $1 \
+         AND ($2::text IS NULL OR starts_with(resource, $2)) ORDER BY id LIMIT $3",
+        listing.condition()
+    );
+    diesel::sql_query(sql)
+        .bind::<BigInt, _>(after)
+        .bind::<Nullable<Text>, _>(resource_prefix)
+        .bind::<BigInt, _>(limit)
+        .load(conn)
+        .await
+}
+
+/// Deletes up to `batch` leases that ended more than `retention_seconds` ago.
+pub async fn sweep(
+    conn: &mut AsyncPgConnection,
+    retention_seconds: i64,
+    batch: i64,
+) -> Result<usize, DieselError> {
+    diesel::sql_query(SWEEP)
+        .bind::<BigInt, _>(retention_seconds)
+        .bind::<BigInt, _>(batch)
+        .execute(conn)
+        .await
+}
+
+pub async fn ping(conn: &mut AsyncPgConnection) -> Result<(), DieselError> {
+    let row: Count = diesel::sql_query("SELECT 1::bigint AS count")
+        .get_result(conn)
+        .await?;
+    debug_assert_eq!(row.count, 1);
+    Ok(())
+}

@@ -1,0 +1,360 @@
+//! A typed client for lease-service.
+//!
+//! Transient failures (connection errors, timeouts, 5xx) are retried with capped, jittered
+//! exponential backoff. That is safe because every call is idempotent on the server: a repeated
+//! acquire by the same holder is a reentrant acquire that keeps the fence, a repeated renew just
+//! renews again, and a repeated release by the same holder and fence succeeds without touching a
+//! newer lease. A refusal (409, other 4xx) is an answer, never retried.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use rand::Rng;
+use reqwest::StatusCode;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::api::{AcquireLease, ErrorBody, Lease, ReleaseLease, RenewLease};
+
+/// Why a lease call did not succeed.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    /// Another holder has an unexpired lease on the resource.
+    #[error("lease on {resource:?} is held by {holder:?} until {expires_at:?}")]
+    Held {
+        resource: String,
+        holder: String,
+        expires_at: Option<DateTime<Utc>>,
+        /// Time left on the holder's lease, by the database's clock when it answered.
+        expires_in: Option<Duration>,
+    },
+    /// The lease is no longer ours: expired, released, taken over, stale fence, or gone.
+    #[error("lease lost ({code}): {reason}")]
+    Lost { code: String, reason: String },
+    /// lease-service could not be reached or failed, after retries.
+    #[error("lease-service unavailable: {0}")]
+    Unavailable(String),
+    /// The request was refused as invalid (a 4xx other than a conflict).
+    #[error("lease-service refused the request ({status} {code}): {error}")]
+    Rejected {
+        status: u16,
+        code: String,
+        error: String,
+    },
+    /// `acquire_with_timeout` gave up.
+    #[error("gave up acquiring {resource:?} after {waited:?}; last holder {last_holder:?}")]
+    AcquireTimeout {
+        resource: String,
+        waited: Duration,
+        last_holder: Option<String>,
+    },
+    /// A guard was configured in a way that cannot keep a lease.
+    #[error("invalid lease guard configuration: {0}")]
+    InvalidConfig(String),
+}
+
+impl LeaseError {
+    /// True when lease-service answered and said no, as opposed to not answering.
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            Self::Held { .. } | Self::Lost { .. } | Self::Rejected { .. }
+        )
+    }
+}
+
+/// Capped exponential backoff with full jitter.
+#[derive(Debug, Clone)]
+pub struct RetryPolicy {
+    /// Tries in all, the first included. 1 means no retry.
+    pub max_attempts: u32,
+    pub base_delay: Duration,
+    pub max_delay: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            max_attempts: 4,
+            base_delay: Duration::from_millis(50),
+            max_delay: Duration::from_secs(1),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// No retries: one try only.
+    pub fn none() -> Self {
+        Self {
+            max_attempts: 1,
+            ..Self::default()
+        }
+    }
+
+    /// The pause before retry number `attempt` (1-based): uniform in `[0, min(cap, base·2^attempt)]`.
+    pub fn delay(&self, attempt: u32) -> Duration {
+        let exp = self
+            .base_delay
+            .saturating_mul(2u32.saturating_pow(attempt.min(16)));
+        let ceiling = exp.min(self.max_delay);
+        let millis = u64::try_from(ceiling.as_millis()).unwrap_or(u64::MAX);
+        Duration::from_millis(rand::rng().random_range(0..=millis))
+    }
+}
+
+/// A client of lease-service's `/api/leases`.
+#[derive(Debug, Clone)]
+pub struct LeaseClient {
+    http: reqwest::Client,
+    base_url: String,
+    retry: RetryPolicy,
+}
+
+/// How one HTTP exchange ended, before it is turned into a [`LeaseError`].
+enum Outcome<T> {
+    Ok(T),
+    Refused(StatusCode, ErrorBody),
+    Transient(String),
+}
+
+impl LeaseClient {
+    /// A client for the lease-service at `base_url` (e.g. `http://127.0.0.1:8081`), with a
+    /// 5-second request timeout and the default retry policy.
+    pub fn new(base_url: impl Into<String>) -> Self {
+        Self::with_timeout(base_url, Duration::from_secs(5))
+    }
+
+    pub fn with_timeout(base_url: impl Into<String>, timeout: Duration) -> Self {
+        let http = reqwest::Client::builder()
+            .timeout(timeout)
+            .connect_timeout(timeout.min(Duration::from_secs(2)))
+            .build()
+            .unwrap_or_else(|_| reqwest::Client::new());
+        Self::from_parts(http, base_url)
+    }
+
+    /// Uses an existing reqwest client (so callers can share its pool and middleware).
+    pub fn from_parts(http: reqwest::Client, base_url: impl Into<String>) -> Self {
+        let base_url = base_url.into().trim_end_matches('/').to_owned();
+        Self {
+            http,
+            base_url,
+            retry: RetryPolicy::default(),
+        }
+    }
+
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    pub fn base_url(&self) -> &str {
+        &self.base_url
+    }
+
+    /// Acquires `resource` for `holder` (reentrant: the current holder extends its lease and
+    /// keeps its fence). `ttl` defaults to the service's default (30 s).
+    pub async fn acquire(
+        &self,
+        resource: &str,
+        holder: &str,
+        ttl: Option<Duration>,
+    ) -> Result<Lease, LeaseError> {
+        let body = AcquireLease {
+            resource: resource.to_owned(),
+            holder: holder.to_owned(),
+            ttl_seconds: ttl.map(ttl_seconds),
+        };
+        self.call(reqwest::Method::POST, "/api/leases", &body)
+            .await
+            .map_err(|(status, err)| refusal(resource, status, err))
+    }
+
+    /// Tries to acquire until it succeeds or `timeout` passes (seed 001's acquire timeout).
+    /// Between tries it waits with jitter, at most until the current holder's lease would expire.
+    pub async fn acquire_with_timeout(
+        &self,
+        resource: &str,
+        holder: &str,
+        ttl: Option<Duration>,
+        timeout: Duration,
+    ) -> Result<Lease, LeaseError> {
+        let started = tokio::time::Instant::now();
+        let deadline = started + timeout;
+        let mut last_holder = None;
+        let mut attempt = 0u32;
+        loop {
+            attempt = attempt.saturating_add(1);
+            let wait = match self.acquire(resource, holder, ttl).await {
+                Ok(lease) => return Ok(lease),
+                Err(LeaseError::Held {
+                    holder: current,
+                    expires_in,
+                    ..
+                }) => {
+                    last_holder = Some(current);
+                    // The database told us how long is left; no host clock is consulted.
+                    let until_expiry = expires_in.unwrap_or(Duration::from_millis(500));
+                    let jitter = Duration::from_millis(rand::rng().random_range(0..=100));
+                    until_expiry.clamp(Duration::from_millis(50), Duration::from_secs(1)) + jitter
+                }
+                Err(LeaseError::Unavailable(_)) => self.retry.delay(attempt),
+                Err(other) => return Err(other),
+            };
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return Err(LeaseError::AcquireTimeout {
+                    resource: resource.to_owned(),
+                    waited: now - started,
+                    last_holder,
+                });
+            }
+            tokio::time::sleep(wait.min(deadline - now)).await;
+        }
+    }
+
+    /// Renews the lease. `fence`, when given, must be the current fence. `ttl`, when given,
+    /// becomes the lease's TTL.
+    pub async fn renew(
+        &self,
+        resource: &str,
+        holder: &str,
+        fence: Option<i64>,
+        ttl: Option<Duration>,
+    ) -> Result<Lease, LeaseError> {
+        let body = RenewLease {
+            resource: resource.to_owned(),
+            holder: holder.to_owned(),
+            fence,
+            ttl_seconds: ttl.map(ttl_seconds),
+        };
+        self.call(reqwest::Method::PUT, "/api/leases/renew", &body)
+            .await
+            .map_err(|(status, err)| refusal(resource, status, err))
+    }
+
+    /// Releases the lease so that the resource can be acquired at once.
+    pub async fn release(
+        &self,
+        resource: &str,
+        holder: &str,
+        fence: Option<i64>,
+    ) -> Result<Lease, LeaseError> {
+        let body = ReleaseLease {
+            resource: resource.to_owned(),
+            holder: holder.to_owned(),
+            fence,
+        };
+        self.call(reqwest::Method::DELETE, "/api/leases/release", &body)
+            .await
+            .map_err(|(status, err)| refusal(resource, status, err))
+    }
+
+    /// Sends one request, retrying transient failures; a refusal comes back as `Err(Some(..))`,
+    /// unavailability as `Err(None)`.
+    async fn call<B: Serialize, T: DeserializeOwned>(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: &B,
+    ) -> Result<T, (Option<StatusCode>, Result<ErrorBody, String>)> {
+        let url = format!("{}{}", self.base_url, path);
+        let mut attempt = 0u32;
+        loop {
+            attempt = attempt.saturating_add(1);
+            match self.exchange(method.clone(), &url, body).await {
+                Outcome::Ok(value) => return Ok(value),
+                Outcome::Refused(status, err) => return Err((Some(status), Ok(err))),
+                Outcome::Transient(reason) => {
+                    if attempt >= self.retry.max_attempts {
+                        return Err((None, Err(reason)));
+                    }
+                    tracing::debug!(%url, attempt, %reason, "lease-service call failed; retrying");
+                    tokio::time::sleep(self.retry.delay(attempt)).await;
+                }
+            }
+        }
+    }
+
+    async fn exchange<B: Serialize, T: DeserializeOwned>(
+        &self,
+        method: reqwest::Method,
+        url: &str,
+        body: &B,
+    ) -> Outcome<T> {
+        let response = match self.http.request(method, url).json(body).send().await {
+            Ok(response) => response,
+            Err(err) => return Outcome::Transient(describe(&err)),
+        };
+        let status = response.status();
+        let bytes = match response.bytes().await {
+            Ok(bytes) => bytes,
+            Err(err) => return Outcome::Transient(describe(&err)),
+        };
+        if status.is_success() {
+            return match serde_json::from_slice(&bytes) {
+                Ok(value) => Outcome::Ok(value),
+                Err(err) => Outcome::Transient(format!("unreadable answer from lease-service: {err}")),
+            };
+        }
+        if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
+            return Outcome::Transient(format!("lease-service answered {status}"));
+        }
+        let body = serde_json::from_slice(&bytes).unwrap_or_else(|_| {
+            ErrorBody::new(
+                "unknown",
+                String::from_utf8_lossy(&bytes).chars().take(200).collect::<String>(),
+            )
+        });
+        Outcome::Refused(status, body)
+    }
+}
+
+/// Whole seconds, at least 1: lease-service counts TTLs in seconds.
+fn ttl_seconds(ttl: Duration) -> i64 {
+    i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX).max(1)
+}
+
+fn describe(err: &reqwest::Error) -> String {
+    if err.is_timeout() {
+        format!("timed out: {err}")
+    } else if err.is_connect() {
+        format!("cannot connect: {err}")
+    } else {
+        err.to_string()
+    }
+}
+
+fn refusal(
+    resource: &str,
+    status: Option<StatusCode>,
+    err: Result<ErrorBody, String>,
+) -> LeaseError {
+    let body = match (status, err) {
+        (_, Err(reason)) | (None, Ok(ErrorBody { error: reason, .. })) => {
+            return LeaseError::Unavailable(reason);
+        }
+        (Some(_), Ok(body)) => body,
+    };
+    let status = status.unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    match (status, body.code.as_str()) {
+        (StatusCode::CONFLICT, "lease_held") => LeaseError::Held {
+            resource: resource.to_owned(),
+            holder: body.holder.unwrap_or_default(),
+            expires_at: body.expires_at,
+            expires_in: body
+                .expires_in_ms
+                .and_then(|ms| u64::try_from(ms).ok())
+                .map(Duration::from_millis),
+        },
+        (StatusCode::CONFLICT | StatusCode::NOT_FOUND, _) => LeaseError::Lost {
+            code: body.code,
+            reason: body.error,
+        },
+        _ => LeaseError::Rejected {
+            status: status.as_u16(),
+            code: body.code,
+            error: body.error,
+        },
+    }
+}

@@ -1,0 +1,355 @@
+//! The black-box test harness: a private PostgreSQL per test process, a fresh database per test,
+//! and Leasehold's services started as real processes and spoken to over HTTP.
+//!
+//! ```no_run
+//! # async fn example() {
+//! let db = tests::fresh_database().await;
+//! let leases = tests::Service::lease_service(&db, &[]).await;
+//! let answer = leases.post("/api/leases", &serde_json::json!({"resource": "r", "holder": "h"})).await;
+//! assert_eq!(answer.status, 201);
+//! # }
+//! ```
+#![allow(clippy::unwrap_used, clippy::print_stdout)]
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use diesel::QueryableByName;
+use diesel::sql_types::Text;
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use leasehold_local::postgres::PrivatePostgres;
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+use serde_json::Value;
+
+/// The PostgreSQL server of this test process, started on first use. It dies with the process.
+pub fn cluster() -> &'static PrivatePostgres {
+    static CLUSTER: OnceLock<PrivatePostgres> = OnceLock::new();
+    CLUSTER.get_or_init(|| {
+        PrivatePostgres::start_ephemeral()
+            .unwrap_or_else(|err| panic!("cannot start the test PostgreSQL: {err}"))
+    })
+}
+
+/// A new, empty database on the test cluster; returns its URL. Tests never share one.
+pub async fn fresh_database() -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let cluster = tokio::task::spawn_blocking(cluster).await.unwrap();
+    let name = format!(
+        "t_{}_{}_{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed),
+        rand::random::<u16>()
+    );
+    cluster.create_database(&name).await.unwrap();
+    cluster.url(&name)
+}
+
+/// Where cargo put the workspace's binaries: beside the `deps` folder this test runs from.
+/// `LEASEHOLD_BIN_DIR` overrides it.
+pub fn binary(name: &str) -> PathBuf {
+    if let Some(dir) = std::env::var_os("LEASEHOLD_BIN_DIR") {
+        return PathBuf::from(dir).join(name);
+    }
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe
+        .ancestors()
+        .find(|dir| dir.file_name().is_some_and(|n| n == "deps"))
+        .and_then(Path::parent)
+        .unwrap_or_else(|| exe.parent().unwrap());
+    let path = profile_dir.join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: run the tests with `cargo test --workspace` (it builds every binary)",
+        path.display()
+    );
+    path
+}
+
+/// A free TCP port on loopback (free when asked; the service binds it right after).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A folder for this run's service logs, so a failing test can point at them.
+fn log_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("leasehold-test-logs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// One of Leasehold's binaries running as a child process, listening on a known port.
+#[derive(Debug)]
+pub struct Service {
+    pub name: String,
+    pub port: u16,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    child: Option<Child>,
+    pub log: PathBuf,
+    http: reqwest::Client,
+}
+
+/// An HTTP answer: status and parsed JSON body (`Value::Null` when the body is not JSON).
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub status: u16,
+    pub body: Value,
+    pub headers: reqwest::header::HeaderMap,
+}
+
+impl Answer {
+    /// The `code` of an error body.
+    pub fn code(&self) -> &str {
+        self.body["code"].as_str().unwrap_or("")
+    }
+}
+
+impl Service {
+    /// Starts lease-service on `database_url` with test-friendly settings (a sweeper that does
+    /// not run during the test unless `env` says otherwise), and waits until it is healthy.
+    pub async fn lease_service(database_url: &str, env: &[(&str, &str)]) -> Service {
+        let mut all = vec![
+            ("DATABASE_URL", database_url),
+            ("LEASE_SWEEP_INTERVAL_SECONDS", "3600"),
+            ("HTTP_WORKERS", "2"),
+            ("DATABASE_POOL_SIZE", "8"),
+            ("SHUTDOWN_GRACE_SECONDS", "5"),
+            ("RUST_LOG", "info"),
+        ];
+        for (key, value) in env {
+            all.retain(|(k, _)| k != key);
+            all.push((key, value));
+        }
+        Service::start("lease-service", &[], &all).await
+    }
+
+    /// Starts `name` with `args` and `env` (plus `LISTEN_ADDR` on a fresh port) and waits for
+    /// its `/healthz`.
+    pub async fn start(name: &str, args: &[&str], env: &[(&str, &str)]) -> Service {
+        let port = free_port();
+        let mut service = Service {
+            name: name.to_owned(),
+            port,
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            child: None,
+            log: log_dir().join(format!("{name}-{port}.log")),
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(10))
+                .build()
+                .unwrap(),
+        };
+        service.spawn();
+        service.wait_healthy(Duration::from_secs(30)).await;
+        service
+    }
+
+    fn spawn(&mut self) {
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let child = Command::new(binary(&self.name))
+            .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .env("LISTEN_ADDR", format!("127.0.0.1:{}", self.port))
+            .env_remove("RUST_BACKTRACE")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|err| panic!("cannot start {}: {err}", self.name));
+        self.child = Some(child);
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{}", self.port, path)
+    }
+
+    pub fn base_url(&self) -> String {
+        self.url("")
+    }
+
+    pub fn pid(&self) -> Pid {
+        let pid = self.child.as_ref().expect("service is not running").id();
+        Pid::from_raw(i32::try_from(pid).unwrap())
+    }
+
+    /// Polls `/healthz` until it answers 200; panics with the log's tail otherwise.
+    pub async fn wait_healthy(&mut self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(response) = self.http.get(self.url("/healthz")).send().await
+                && response.status().is_success()
+            {
+                return;
+            }
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                panic!(
+                    "{} exited with {status} before becoming healthy; log:\n{}",
+                    self.name,
+                    self.log_tail()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} not healthy after {timeout:?}; log:\n{}",
+                self.name,
+                self.log_tail()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+
+    pub fn signal(&self, signal: Signal) {
+        nix::sys::signal::kill(self.pid(), signal).unwrap();
+    }
+
+    /// SIGSTOP: the process stays alive but answers nothing, as in a long GC pause.
+    pub fn pause(&self) {
+        self.signal(Signal::SIGSTOP);
+    }
+
+    pub fn resume(&self) {
+        self.signal(Signal::SIGCONT);
+    }
+
+    /// kill -9, and reap it.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM, then waits up to `timeout` for the exit; returns the exit code.
+    pub async fn terminate(&mut self, timeout: Duration) -> Option<i32> {
+        self.signal(Signal::SIGTERM);
+        let mut child = self.child.take()?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return status.code();
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("{} ignored SIGTERM for {timeout:?}", self.name);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Starts the process again on the same port with the same settings.
+    pub async fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+        self.wait_healthy(Duration::from_secs(30)).await;
+    }
+
+    pub async fn get(&self, path: &str) -> Answer {
+        self.send(self.http.get(self.url(path))).await
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> Answer {
+        self.send(self.http.post(self.url(path)).json(body)).await
+    }
+
+    pub async fn put(&self, path: &str, body: &Value) -> Answer {
+        self.send(self.http.put(self.url(path)).json(body)).await
+    }
+
+    pub async fn delete(&self, path: &str, body: &Value) -> Answer {
+        self.send(self.http.delete(self.url(path)).json(body)).await
+    }
+
+    /// Sends anything: for requests the helpers above cannot express (bad bodies, odd methods).
+    pub async fn raw(
+        &self,
+        method: &str,
+        path: &str,
+        content_type: Option<&str>,
+        body: impl Into<reqwest::Body>,
+    ) -> Answer {
+        let mut request = self
+            .http
+            .request(reqwest::Method::from_bytes(method.as_bytes()).unwrap(), self.url(path))
+            .body(body);
+        if let Some(content_type) = content_type {
+            request = request.header("content-type", content_type);
+        }
+        self.send(request).await
+    }
+
+    async fn send(&self, request: reqwest::RequestBuilder) -> Answer {
+        let response = request.send().await.unwrap();
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let bytes = response.bytes().await.unwrap();
+        Answer {
+            status,
+            body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+            headers,
+        }
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            // SIGKILL ends a stopped process too; SIGCONT first so that, should the kill fail,
+            // nothing is left stopped behind the test.
+            let _ = nix::sys::signal::kill(
+                Pid::from_raw(i32::try_from(child.id()).unwrap_or(0)),
+                Signal::SIGCONT,
+            );
+        }
+        self.kill();
+    }
+}
+
+#[derive(QueryableByName)]
+struct JsonRow {
+    #[diesel(sql_type = Text)]
+    json: String,
+}
+
+/// Every row of `table` as JSON text, in id order: compare before and after to prove that a
+/// refused request wrote nothing.
+pub async fn snapshot(database_url: &str, table: &str) -> Vec<String> {
+    let mut conn = AsyncPgConnection::establish(database_url).await.unwrap();
+    let rows: Vec<JsonRow> = diesel::sql_query(format!(
+        "SELECT row_to_json(t)::text AS json FROM {table} t ORDER BY id"
+    ))
+    .load(&mut conn)
+    .await
+    .unwrap();
+    rows.into_iter().map(|r| r.json).collect()
+}
+
+/// Runs one SQL statement on the database (to age rows, corrupt state on purpose, ...).
+pub async fn execute(database_url: &str, sql: &str) -> usize {
+    let mut conn = AsyncPgConnection::establish(database_url).await.unwrap();
+    diesel::sql_query(sql).execute(&mut conn).await.unwrap()
+}

@@ -1,0 +1,424 @@
+//! lease-service's HTTP API against a real PostgreSQL, with the service as a real process.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tests::{Service, execute, fresh_database, snapshot};
+
+fn lease(resource: &str, holder: &str) -> Value {
+    json!({ "resource": resource, "holder": holder })
+}
+
+#[tokio::test]
+async fn every_route_answers_with_its_success_and_error_codes() {
+    let db = fresh_database().await;
+    let svc = Service::lease_service(&db, &[]).await;
+
+    // Acquire: 201 new, 200 reentrant (same fence), 409 for another holder with who and until when.
+    let first = svc.post("/api/leases", &lease("printer", "alice")).await;
+    assert_eq!(first.status, 201, "{:?}", first.body);
+    assert_eq!(first.body["holder"], "alice");
+    assert_eq!(first.body["status"], "active");
+    assert_eq!(first.body["ttl_seconds"], 30);
+    let fence = first.body["fence"].as_i64().unwrap();
+    let id = first.body["id"].as_i64().unwrap();
+    let again = svc.post("/api/leases", &lease("printer", "alice")).await;
+    assert_eq!(again.status, 200);
+    assert_eq!(again.body["fence"].as_i64(), Some(fence));
+    assert!(again.body["renewed_at"].is_string());
+    let other = svc.post("/api/leases", &lease("printer", "bob")).await;
+    assert_eq!(other.status, 409);
+    assert_eq!(other.code(), "lease_held");
+    assert_eq!(other.body["holder"], "alice");
+    assert!(other.body["expires_at"].is_string());
+    assert!(other.body["error"].is_string());
+
+    // Renew: 200 by the holder; 409 by another; 404 for an unknown resource.
+    let renewed = svc.put("/api/leases/renew", &lease("printer", "alice")).await;
+    assert_eq!(renewed.status, 200);
+    assert_eq!(renewed.body["fence"].as_i64(), Some(fence));
+    let renewed_fenced = svc
+        .put(
+            "/api/leases/renew",
+            &json!({"resource": "printer", "holder": "alice", "fence": fence, "ttl_seconds": 60}),
+        )
+        .await;
+    assert_eq!(renewed_fenced.status, 200);
+    assert_eq!(renewed_fenced.body["ttl_seconds"], 60);
+    let by_other = svc.put("/api/leases/renew", &lease("printer", "bob")).await;
+    assert_eq!((by_other.status, by_other.code()), (409, "not_holder"));
+    let unknown = svc.put("/api/leases/renew", &lease("nothing", "alice")).await;
+    assert_eq!((unknown.status, unknown.code()), (404, "lease_not_found"));
+
+    // Reads.
+    let by_id = svc.get(&format!("/api/leases/{id}")).await;
+    assert_eq!(by_id.status, 200);
+    assert_eq!(by_id.body["resource"], "printer");
+    assert_eq!(svc.get("/api/leases/987654").await.code(), "lease_not_found");
+    assert_eq!(svc.get("/api/leases/987654").await.status, 404);
+    assert_eq!(svc.get("/api/leases/not-a-number").await.status, 400);
+    let all = svc.get("/api/leases").await;
+    assert_eq!(all.status, 200);
+    assert_eq!(all.body.as_array().unwrap().len(), 1);
+    assert_eq!(svc.get("/api/leases/active").await.body.as_array().unwrap().len(), 1);
+    assert_eq!(svc.get("/api/leases/renewed").await.body.as_array().unwrap().len(), 1);
+    assert_eq!(svc.get("/api/leases/released").await.body.as_array().unwrap().len(), 0);
+    assert_eq!(svc.get("/api/leases/expired").await.body.as_array().unwrap().len(), 0);
+
+    // Release: 409 by another holder, 200 by the holder, 200 again when retried.
+    let wrong = svc.delete("/api/leases/release", &lease("printer", "bob")).await;
+    assert_eq!((wrong.status, wrong.code()), (409, "not_holder"));
+    let released = svc.delete("/api/leases/release", &lease("printer", "alice")).await;
+    assert_eq!(released.status, 200);
+    assert_eq!(released.body["status"], "released");
+    let retried = svc.delete("/api/leases/release", &lease("printer", "alice")).await;
+    assert_eq!(retried.status, 200);
+    assert_eq!(svc.get("/api/leases/released").await.body.as_array().unwrap().len(), 1);
+    assert_eq!(svc.get("/api/leases/active").await.body.as_array().unwrap().len(), 0);
+    let renew_released = svc.put("/api/leases/renew", &lease("printer", "alice")).await;
+    assert_eq!((renew_released.status, renew_released.code()), (409, "lease_released"));
+
+    // Release by id: 200; a wrong id for the resource is 404; an unknown resource is 404.
+    let taken = svc.post("/api/leases", &lease("scanner", "carol")).await;
+    let scanner_id = taken.body["id"].as_i64().unwrap();
+    let wrong_id = svc.delete(&format!("/api/leases/{id}"), &lease("scanner", "carol")).await;
+    assert_eq!((wrong_id.status, wrong_id.code()), (404, "lease_not_found"));
+    let gone = svc.delete(&format!("/api/leases/{scanner_id}"), &lease("nothing", "carol")).await;
+    assert_eq!(gone.status, 404);
+    let by_id = svc.delete(&format!("/api/leases/{scanner_id}"), &lease("scanner", "carol")).await;
+    assert_eq!(by_id.status, 200);
+    assert_eq!(by_id.body["status"], "released");
+
+    // Operations.
+    assert_eq!(svc.get("/healthz").await.status, 200);
+    assert_eq!(svc.get("/readyz").await.status, 200);
+    let metrics = reqwest::get(svc.url("/metrics")).await.unwrap().text().await.unwrap();
+    for name in [
+        "http_requests_total",
+        "http_request_duration_seconds_bucket",
+        "lease_acquisitions_total",
+        "lease_renewals_total",
+        "lease_releases_total",
+        "lease_conflicts_total",
+    ] {
+        assert!(metrics.contains(name), "metrics lack {name}:\n{metrics}");
+    }
+    assert!(metrics.contains(r#"lease_acquisitions_total{kind="reentrant"} 1"#));
+    assert!(metrics.contains(r#"route="/api/leases/{id}""#), "routes are patterns, not paths");
+}
+
+#[tokio::test]
+async fn of_64_concurrent_acquirers_exactly_one_wins() {
+    let db = fresh_database().await;
+    let svc = Service::lease_service(&db, &[("DATABASE_POOL_SIZE", "32")]).await;
+    let attempts = (0..64).map(|i| {
+        let svc = &svc;
+        async move { svc.post("/api/leases", &lease("contended", &format!("worker-{i}"))).await }
+    });
+    let answers = futures_util::future::join_all(attempts).await;
+    let created: Vec<_> = answers.iter().filter(|a| a.status == 201).collect();
+    let conflicts = answers.iter().filter(|a| a.status == 409).count();
+    assert_eq!(created.len(), 1, "{:?}", answers.iter().map(|a| a.status).collect::<Vec<_>>());
+    assert_eq!(conflicts, 63);
+    let winner = created[0].body["holder"].clone();
+    for answer in answers.iter().filter(|a| a.status == 409) {
+        assert_eq!(answer.code(), "lease_held");
+        assert_eq!(answer.body["holder"], winner, "every loser is told the one winner");
+    }
+    let rows = snapshot(&db, "leases").await;
+    assert_eq!(rows.len(), 1);
+}
+
+#[tokio::test]
+async fn fence_strictly_increases_across_expiry_and_release_cycles() {
+    let db = fresh_database().await;
+    let svc = Service::lease_service(&db, &[]).await;
+    let mut fences = Vec::new();
+    // 20 release / re-acquire cycles, alternating holders and sometimes the same holder.
+    for cycle in 0..20 {
+        let holder = if cycle % 3 == 0 { "a" } else { "b" };
+        let got = svc.post("/api/leases", &lease("fenced", holder)).await;
+        assert_eq!(got.status, 201, "cycle {cycle}: {:?}", got.body);
+        fences.push(got.body["fence"].as_i64().unwrap());
+        let released = svc.delete("/api/leases/release", &lease("fenced", holder)).await;
+        assert_eq!(released.status, 200);
+    }
+    // 20 expire / re-acquire cycles with the shortest TTL.
+    for cycle in 0..20 {
+        let holder = if cycle % 2 == 0 { "c" } else { "d" };
+        let body = json!({"resource": "fenced", "holder": holder, "ttl_seconds": 1});
+        let got = svc.post("/api/leases", &body).await;
+        assert_eq!(got.status, 201, "cycle {cycle}: {:?}", got.body);
+        fences.push(got.body["fence"].as_i64().unwrap());
+        let held = svc.post("/api/leases", &lease("fenced", "intruder")).await;
+        assert_eq!(held.status, 409);
+        tokio::time::sleep(Duration::from_millis(1050)).await;
+    }
+    assert_eq!(fences.len(), 40);
+    for pair in fences.windows(2) {
+        assert!(pair[1] > pair[0], "fences must rise: {fences:?}");
+    }
+}
+
+#[tokio::test]
+async fn refused_renewals_and_releases_change_nothing() {
+    let db = fresh_database().await;
+    let svc = Service::lease_service(&db, &[]).await;
+    let got = svc
+        .post("/api/leases", &json!({"resource": "r", "holder": "owner", "ttl_seconds": 1}))
+        .await;
+    let fence = got.body["fence"].as_i64().unwrap();
+    let before = snapshot(&db, "leases").await;
+
+    let cases = [
+        ("PUT", "/api/leases/renew", json!({"resource": "r", "holder": "thief"}), "not_holder"),
+        ("DELETE", "/api/leases/release", json!({"resource": "r", "holder": "thief"}), "not_holder"),
+        ("PUT", "/api/leases/renew", json!({"resource": "r", "holder": "owner", "fence": fence - 1}), "stale_fence"),
+        ("DELETE", "/api/leases/release", json!({"resource": "r", "holder": "owner", "fence": fence + 1}), "stale_fence"),
+    ];
+    for (method, path, body, code) in &cases {
+        let answer = match *method {
+            "PUT" => svc.put(path, body).await,
+            _ => svc.delete(path, body).await,
+        };
+        assert_eq!((answer.status, answer.code()), (409, *code), "{method} {path} {body}");
+        assert!(answer.body["error"].as_str().is_some_and(|e| !e.is_empty()));
+    }
+    assert_eq!(snapshot(&db, "leases").await, before, "refusals wrote nothing");
+
+    // After expiry the holder can neither renew nor release, and the lease stays expired.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let expired = snapshot(&db, "leases").await;
+    let renew = svc.put("/api/leases/renew", &lease("r", "owner")).await;
+    assert_eq!((renew.status, renew.code()), (409, "lease_expired"));
+    let release = svc.delete("/api/leases/release", &lease("r", "owner")).await;
+    assert_eq!((release.status, release.code()), (409, "lease_expired"));
+    assert_eq!(snapshot(&db, "leases").await, expired);
+    let listed = svc.get("/api/leases/expired").await;
+    assert_eq!(listed.body.as_array().unwrap().len(), 1);
+    assert_eq!(listed.body[0]["status"], "expired");
+
+    // And anyone may take it now, with a higher fence.
+    let taken = svc.post("/api/leases", &lease("r", "next")).await;
+    assert_eq!(taken.status, 201);
+    assert!(taken.body["fence"].as_i64().unwrap() > fence);
+}
+
+#[tokio::test]
+async fn a_released_lease_is_acquirable_at_once_and_a_retried_release_never_touches_a_newer_lease()
+{
+    let db = fresh_database().await;
+    let svc = Service::lease_service(&db, &[]).await;
+    let first = svc.post("/api/leases", &lease("job", "a")).await;
+    let first_fence = first.body["fence"].as_i64().unwrap();
+    let release = json!({"resource": "job", "holder": "a", "fence": first_fence});
+    assert_eq!(svc.delete("/api/leases/release", &release).await.status, 200);
+    // Retried (its first answer lost): succeeds again, same lease.
+    let retried = svc.delete("/api/leases/release", &release).await;
+    assert_eq!(retried.status, 200);
+    assert_eq!(retried.body["fence"].as_i64(), Some(first_fence));
+
+    // Acquirable at once by anyone.
+    let second = svc.post("/api/leases", &lease("job", "b")).await;
+    assert_eq!(second.status, 201);
+    let before = snapshot(&db, "leases").await;
+    // A late retry of a's release does not release b's lease.
+    let late = svc.delete("/api/leases/release", &release).await;
+    assert_eq!((late.status, late.code()), (409, "not_holder"));
+    assert_eq!(snapshot(&db, "leases").await, before);
+    assert_eq!(svc.get("/api/leases/active").await.body[0]["holder"], "b");
+
+    // Nor a newer lease of the same holder: the stale fence protects it.
+    assert_eq!(svc.delete("/api/leases/release", &lease("job", "b")).await.status, 200);
+    let third = svc.post("/api/leases", &lease("job", "a")).await;
+    assert_eq!(third.status, 201);
+    let before = snapshot(&db, "leases").await;
+    let late = svc.delete("/api/leases/release", &release).await;
+    assert_eq!((late.status, late.code()), (409, "stale_fence"));
+    assert_eq!(snapshot(&db, "leases").await, before);
+}
+
+#[tokio::test]
+async fn ttl_is_per_request_within_configurable_bounds() {
+    let db = fresh_database().await;
+    let svc = Service::lease_service(&db, &[]).await;
+    for (ttl, status) in [(0, 400), (-5, 400), (3601, 400), (1, 201), (3600, 201)] {
+        let body = json!({"resource": format!("ttl-{ttl}"), "holder": "h", "ttl_seconds": ttl});
+        let answer = svc.post("/api/leases", &body).await;
+        assert_eq!(answer.status, status, "ttl {ttl}: {:?}", answer.body);
+        if status == 400 {
+            assert_eq!(answer.code(), "invalid_ttl");
+            assert_eq!(answer.body["field"], "ttl_seconds");
+        } else {
+            assert_eq!(answer.body["ttl_seconds"], ttl);
+            let left = answer.body["expires_in_ms"].as_i64().unwrap();
+            assert!(left > (ttl - 1) * 1000 && left <= ttl * 1000, "{left}");
+        }
+    }
+    let renew = json!({"resource": "ttl-1", "holder": "h", "ttl_seconds": 4000});
+    assert_eq!(svc.put("/api/leases/renew", &renew).await.code(), "invalid_ttl");
+
+    let narrow = Service::lease_service(
+        &db,
+        &[("LEASE_MIN_TTL_SECONDS", "5"), ("LEASE_MAX_TTL_SECONDS", "60"), ("LEASE_DEFAULT_TTL_SECONDS", "10")],
+    )
+    .await;
+    let default = narrow.post("/api/leases", &lease("narrow", "h")).await;
+    assert_eq!(default.body["ttl_seconds"], 10);
+    for ttl in [4, 61] {
+        let body = json!({"resource": "narrow-x", "holder": "h", "ttl_seconds": ttl});
+        assert_eq!(narrow.post("/api/leases", &body).await.status, 400);
+    }
+}
+
+#[tokio::test]
+async fn listings_paginate_in_a_stable_order() {
+    let db = fresh_database().await;
+    let svc = Service::lease_service(&db, &[]).await;
+    for i in 0..25 {
+        let answer = svc.post("/api/leases", &lease(&format!("page-{i:02}"), "h")).await;
+        assert_eq!(answer.status, 201);
+    }
+    let mut seen = Vec::new();
+    let mut path = "/api/leases?limit=10".to_owned();
+    let mut pages = 0;
+    loop {
+        let page = svc.get(&path).await;
+        assert_eq!(page.status, 200);
+        pages += 1;
+        for item in page.body.as_array().unwrap() {
+            seen.push(item["id"].as_i64().unwrap());
+        }
+        match page.headers.get("x-next-cursor") {
+            Some(cursor) => {
+                let link = page.headers.get("link").unwrap().to_str().unwrap();
+                assert!(link.contains("rel=\"next\""));
+                path = format!("/api/leases?limit=10&cursor={}", cursor.to_str().unwrap());
+            }
+            None => break,
+        }
+    }
+    assert_eq!(pages, 3);
+    assert_eq!(seen.len(), 25);
+    let mut sorted = seen.clone();
+    sorted.sort_unstable();
+    assert_eq!(seen, sorted, "pages come in id order");
+    assert_eq!(seen.iter().collect::<HashSet<_>>().len(), 25, "no lease twice");
+
+    let prefixed = svc.get("/api/leases/active?resource_prefix=page-1").await;
+    assert_eq!(prefixed.body.as_array().unwrap().len(), 10);
+
+    for bad in ["limit=0", "limit=-1", "limit=abc", "cursor=xyz", "cursor=-4"] {
+        let answer = svc.get(&format!("/api/leases?{bad}")).await;
+        assert_eq!(answer.status, 400, "{bad}");
+        assert!(!answer.code().is_empty());
+    }
+
+    // The page size is capped at 1000 whatever is asked.
+    execute(
+        &db,
+        "INSERT INTO leases (resource, holder, fence, ttl_seconds, expires_at) \
+         SELECT 'bulk-' || g, 'h', nextval('leases_fence_seq'), 30, now() + interval '30 seconds' \
+         FROM generate_series(1, 1100) g",
+    )
+    .await;
+    let capped = svc.get("/api/leases?limit=5000").await;
+    assert_eq!(capped.body.as_array().unwrap().len(), 1000);
+    assert!(capped.headers.contains_key("x-next-cursor"));
+}
+
+#[tokio::test]
+async fn the_retention_sweeper_deletes_only_old_ended_leases_on_one_replica() {
+    let db = fresh_database().await;
+    let env = [("LEASE_RETENTION_SECONDS", "60"), ("LEASE_SWEEP_INTERVAL_SECONDS", "1")];
+    let one = Service::lease_service(&db, &env).await;
+    let two = Service::lease_service(&db, &env).await;
+    for resource in ["old-released", "old-expired", "new-released", "new-expired", "active", "old-but-renewed"] {
+        assert_eq!(one.post("/api/leases", &lease(resource, "h")).await.status, 201);
+    }
+    for resource in ["old-released", "new-released"] {
+        assert_eq!(one.delete("/api/leases/release", &lease(resource, "h")).await.status, 200);
+    }
+    // Age the rows by rewriting their times: ended two minutes ago, or just now.
+    execute(&db, "UPDATE leases SET released_at = now() - interval '2 minutes' WHERE resource = 'old-released'").await;
+    execute(&db, "UPDATE leases SET expires_at = now() - interval '2 minutes' WHERE resource = 'old-expired'").await;
+    execute(&db, "UPDATE leases SET expires_at = now() - interval '1 second' WHERE resource = 'new-expired'").await;
+    execute(&db, "UPDATE leases SET created_at = now() - interval '1 day' WHERE resource = 'old-but-renewed'").await;
+
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let remaining: HashSet<String> = one
+        .get("/api/leases")
+        .await
+        .body
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["resource"].as_str().unwrap().to_owned())
+        .collect();
+    let expected: HashSet<String> = [
+        "new-released",
+        "new-expired",
+        "active",
+        "old-but-renewed",
+        "leasehold:lease-retention-sweeper",
+    ]
+    .into_iter()
+    .map(str::to_owned)
+    .collect();
+    assert_eq!(remaining, expected);
+
+    // Only one replica swept; the other stood by.
+    let swept = |text: &str| {
+        text.lines()
+            .find(|l| l.starts_with(r#"lease_retention_runs_total{outcome="swept"}"#))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let m1 = reqwest::get(one.url("/metrics")).await.unwrap().text().await.unwrap();
+    let m2 = reqwest::get(two.url("/metrics")).await.unwrap().text().await.unwrap();
+    let (s1, s2) = (swept(&m1), swept(&m2));
+    assert!(s1.min(s2) == 0 && s1.max(s2) >= 2, "one sweeper, many rounds: {s1} vs {s2}");
+    assert!(m1.contains("lease_retention_deleted_total 2") || m2.contains("lease_retention_deleted_total 2"));
+}
+
+#[tokio::test]
+async fn sigterm_stops_gracefully_and_hands_the_sweeper_lease_over() {
+    let db = fresh_database().await;
+    let mut svc = Service::lease_service(&db, &[("LEASE_SWEEP_INTERVAL_SECONDS", "1")]).await;
+    tokio::time::sleep(Duration::from_millis(1800)).await;
+    let sweeper = svc.get("/api/leases?resource_prefix=leasehold:").await;
+    assert_eq!(sweeper.body[0]["status"], "active");
+    assert_eq!(svc.terminate(Duration::from_secs(10)).await, Some(0));
+    let after = snapshot(&db, "leases").await;
+    assert!(after[0].contains("\"released_at\":\"20"), "sweeper lease released: {after:?}");
+}
+
+#[tokio::test]
+async fn migrations_run_by_subcommand_and_can_be_skipped_at_start() {
+    let db = fresh_database().await;
+    let status = std::process::Command::new(tests::binary("lease-service"))
+        .arg("migrate")
+        .env("DATABASE_URL", &db)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    // Running it again is a no-op.
+    let status = std::process::Command::new(tests::binary("lease-service"))
+        .arg("migrate")
+        .env("DATABASE_URL", &db)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let svc = Service::lease_service(&db, &[("SKIP_MIGRATIONS", "true")]).await;
+    assert_eq!(svc.post("/api/leases", &lease("m", "h")).await.status, 201);
+
+    // Skipping them on an empty database leaves the table missing: requests fail, not succeed.
+    let empty = fresh_database().await;
+    let bare = Service::lease_service(&empty, &[("SKIP_MIGRATIONS", "true")]).await;
+    let answer = bare.post("/api/leases", &lease("m", "h")).await;
+    assert_eq!(answer.status, 500);
+    assert_eq!(answer.code(), "internal");
+}
