@@ -6,7 +6,11 @@ use clap::{Args, Parser, Subcommand};
 
 /// Leasehold's lease service: time-bound, exclusive, renewable, fenced leases kept in PostgreSQL.
 #[derive(Debug, Parser)]
-#[command(name = "lease-service", version, args_conflicts_with_subcommands = true)]
+#[command(
+    name = "lease-service",
+    version,
+    args_conflicts_with_subcommands = true
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,

@@ -53,9 +53,9 @@ impl ApiError {
 
     pub fn code(&self) -> &'static str {
         match self {
-            Self::Invalid { code, .. } | Self::Conflict { code, .. } | Self::NotFound { code, .. } => {
-                code
-            }
+            Self::Invalid { code, .. }
+            | Self::Conflict { code, .. }
+            | Self::NotFound { code, .. } => code,
             Self::Held { .. } => "lease_held",
             Self::MethodNotAllowed => "method_not_allowed",
             Self::PayloadTooLarge { .. } => "payload_too_large",

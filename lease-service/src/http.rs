@@ -137,19 +137,39 @@ struct PageQuery {
     resource_prefix: Option<String>,
 }
 
-async fn list_all(s: State, q: web::Query<PageQuery>, r: HttpRequest) -> Result<HttpResponse, ApiError> {
+async fn list_all(
+    s: State,
+    q: web::Query<PageQuery>,
+    r: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
     list(s, q, r, Listing::All).await
 }
-async fn list_active(s: State, q: web::Query<PageQuery>, r: HttpRequest) -> Result<HttpResponse, ApiError> {
+async fn list_active(
+    s: State,
+    q: web::Query<PageQuery>,
+    r: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
     list(s, q, r, Listing::Active).await
 }
-async fn list_expired(s: State, q: web::Query<PageQuery>, r: HttpRequest) -> Result<HttpResponse, ApiError> {
+async fn list_expired(
+    s: State,
+    q: web::Query<PageQuery>,
+    r: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
     list(s, q, r, Listing::Expired).await
 }
-async fn list_renewed(s: State, q: web::Query<PageQuery>, r: HttpRequest) -> Result<HttpResponse, ApiError> {
+async fn list_renewed(
+    s: State,
+    q: web::Query<PageQuery>,
+    r: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
     list(s, q, r, Listing::Renewed).await
 }
-async fn list_released(s: State, q: web::Query<PageQuery>, r: HttpRequest) -> Result<HttpResponse, ApiError> {
+async fn list_released(
+    s: State,
+    q: web::Query<PageQuery>,
+    r: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
     list(s, q, r, Listing::Released).await
 }
 
@@ -179,7 +199,11 @@ async fn list(
             .ok()
             .filter(|after| *after >= 0)
             .ok_or_else(|| {
-                ApiError::invalid("invalid_cursor", "cursor", "cursor is not one this service gave")
+                ApiError::invalid(
+                    "invalid_cursor",
+                    "cursor",
+                    "cursor is not one this service gave",
+                )
             })?,
     };
     if let Some(prefix) = &query.resource_prefix

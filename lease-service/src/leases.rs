@@ -120,14 +120,8 @@ pub async fn release(
 ) -> Result<Lease, ApiError> {
     validate_name("resource", &request.resource)?;
     validate_name("holder", &request.holder)?;
-    let released = repo::release(
-        conn,
-        &request.resource,
-        &request.holder,
-        request.fence,
-        id,
-    )
-    .await?;
+    let released =
+        repo::release(conn, &request.resource, &request.holder, request.fence, id).await?;
     if let Some(row) = released {
         metrics.releases.inc();
         return Ok(to_api(row));
@@ -269,5 +263,94 @@ pub fn to_api(row: LeaseRow) -> Lease {
         released_at: row.released_at,
         expires_at: row.expires_at,
         expires_in_ms,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::{Duration, Utc};
+
+    use super::*;
+
+    fn row(released: bool, expires_in_seconds: i64) -> LeaseRow {
+        let now = Utc::now();
+        LeaseRow {
+            id: 1,
+            resource: "r".to_owned(),
+            holder: "h".to_owned(),
+            fence: 9,
+            ttl_seconds: 30,
+            created_at: now,
+            renewed_at: None,
+            released_at: released.then_some(now),
+            expires_at: now + Duration::seconds(expires_in_seconds),
+            db_now: now,
+        }
+    }
+
+    #[test]
+    fn names_must_be_non_empty_short_and_printable() {
+        assert!(validate_name("resource", "task-1").is_ok());
+        assert!(validate_name("resource", &"é".repeat(256)).is_ok()); // 512 bytes
+        for bad in ["", "a\u{0}b", "line\nbreak", &"é".repeat(257)] {
+            let err = validate_name("holder", bad).err();
+            assert!(
+                matches!(
+                    err,
+                    Some(ApiError::Invalid {
+                        code: "invalid_field",
+                        field: Some("holder"),
+                        ..
+                    })
+                ),
+                "{bad:?} accepted"
+            );
+        }
+    }
+
+    #[test]
+    fn status_and_time_left_come_from_the_database_clock() {
+        let active = to_api(row(false, 5));
+        assert_eq!(
+            (active.status, active.expires_in_ms),
+            (LeaseStatus::Active, 5000)
+        );
+        let expired = to_api(row(false, 0));
+        assert_eq!(
+            (expired.status, expired.expires_in_ms),
+            (LeaseStatus::Expired, 0)
+        );
+        let released = to_api(row(true, 5));
+        assert_eq!(
+            (released.status, released.expires_in_ms),
+            (LeaseStatus::Released, 0)
+        );
+    }
+
+    #[test]
+    fn refusals_name_the_first_reason_that_applies() {
+        let code = |current: Option<LeaseRow>, holder: &str, fence: Option<i64>| {
+            refusal("renew", current, holder, fence).code()
+        };
+        assert_eq!(code(None, "h", None), "lease_not_found");
+        assert_eq!(code(Some(row(false, 5)), "other", Some(9)), "not_holder");
+        assert_eq!(code(Some(row(false, 5)), "h", Some(8)), "stale_fence");
+        assert_eq!(code(Some(row(true, 5)), "h", Some(9)), "lease_released");
+        assert_eq!(code(Some(row(false, -1)), "h", None), "lease_expired");
+    }
+
+    #[test]
+    fn ttl_defaults_and_bounds() {
+        let policy = TtlPolicy {
+            default_seconds: 30,
+            min_seconds: 1,
+            max_seconds: 3600,
+        };
+        assert_eq!(policy.resolve(None).ok(), Some(30));
+        assert_eq!(policy.resolve(Some(1)).ok(), Some(1));
+        assert_eq!(policy.resolve(Some(3600)).ok(), Some(3600));
+        assert!(policy.resolve(Some(0)).is_err());
+        assert!(policy.resolve(Some(3601)).is_err());
+        assert!(policy.resolve(Some(i64::MAX)).is_err());
     }
 }

@@ -67,7 +67,9 @@ pub async fn run(
         },
         metrics: metrics.clone(),
     });
-    let address = listener.local_addr().context("reading the listen address")?;
+    let address = listener
+        .local_addr()
+        .context("reading the listen address")?;
 
     let mut server = HttpServer::new(move || {
         App::new()

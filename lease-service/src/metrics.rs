@@ -23,7 +23,10 @@ impl Metrics {
     pub fn new() -> Result<Self, prometheus::Error> {
         let registry = Registry::new();
         let http_requests = IntCounterVec::new(
-            Opts::new("http_requests_total", "HTTP requests answered, by route and status."),
+            Opts::new(
+                "http_requests_total",
+                "HTTP requests answered, by route and status.",
+            ),
             &["method", "route", "status"],
         )?;
         let http_duration = HistogramVec::new(

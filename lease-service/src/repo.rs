@@ -3,9 +3,9 @@
 //! Each state change is one statement, so it is atomic and judged by the database's clock
 //! (`now()`); no host clock enters any expiry decision.
 
-use diesel::{OptionalExtension, QueryableByName};
 use diesel::result::Error as DieselError;
 use diesel::sql_types::{BigInt, Bool, Integer, Nullable, Text, Timestamptz};
+use diesel::{OptionalExtension, QueryableByName};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
 use chrono::{DateTime, Utc};
@@ -170,7 +170,10 @@ pub async fn acquire(
             .optional()?;
         match acquired {
             Some(AcquiredRow { lease, fresh: true }) => return Ok(Acquired::New(lease)),
-            Some(AcquiredRow { lease, fresh: false }) => return Ok(Acquired::Reentrant(lease)),
+            Some(AcquiredRow {
+                lease,
+                fresh: false,
+            }) => return Ok(Acquired::Reentrant(lease)),
             None => {
                 if let Some(current) = find_by_resource(conn, resource).await?
                     && current.is_active()

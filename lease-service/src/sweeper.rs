@@ -28,12 +28,7 @@ pub struct SweeperConfig {
     pub retention_seconds: i64,
 }
 
-pub async fn run(
-    pool: DbPool,
-    metrics: Metrics,
-    config: SweeperConfig,
-    stop: CancellationToken,
-) {
+pub async fn run(pool: DbPool, metrics: Metrics, config: SweeperConfig, stop: CancellationToken) {
     // Long enough to survive one missed round, so the same replica keeps sweeping.
     let ttl_seconds = i32::try_from(config.interval.as_secs().saturating_mul(3))
         .unwrap_or(i32::MAX)

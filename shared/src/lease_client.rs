@@ -294,7 +294,9 @@ impl LeaseClient {
         if status.is_success() {
             return match serde_json::from_slice(&bytes) {
                 Ok(value) => Outcome::Ok(value),
-                Err(err) => Outcome::Transient(format!("unreadable answer from lease-service: {err}")),
+                Err(err) => {
+                    Outcome::Transient(format!("unreadable answer from lease-service: {err}"))
+                }
             };
         }
         if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
@@ -303,7 +305,10 @@ impl LeaseClient {
         let body = serde_json::from_slice(&bytes).unwrap_or_else(|_| {
             ErrorBody::new(
                 "unknown",
-                String::from_utf8_lossy(&bytes).chars().take(200).collect::<String>(),
+                String::from_utf8_lossy(&bytes)
+                    .chars()
+                    .take(200)
+                    .collect::<String>(),
             )
         });
         Outcome::Refused(status, body)
@@ -356,5 +361,23 @@ fn refusal(
             code: body.code,
             error: body.error,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_is_jittered_and_capped() {
+        let policy = RetryPolicy::default();
+        for attempt in 1..30 {
+            let ceiling = (policy.base_delay * 2u32.pow(attempt.min(16))).min(policy.max_delay);
+            for _ in 0..20 {
+                assert!(policy.delay(attempt) <= ceiling);
+            }
+        }
+        let spread: std::collections::HashSet<_> = (0..50).map(|_| policy.delay(5)).collect();
+        assert!(spread.len() > 5, "delays are jittered");
     }
 }

@@ -101,8 +101,13 @@ impl std::fmt::Display for LeaseLost {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Refused { code, reason } => write!(f, "renewal refused ({code}): {reason}"),
-            Self::Unconfirmed { last_error: Some(err) } => {
-                write!(f, "no renewal confirmed before the deadline; last error: {err}")
+            Self::Unconfirmed {
+                last_error: Some(err),
+            } => {
+                write!(
+                    f,
+                    "no renewal confirmed before the deadline; last error: {err}"
+                )
             }
             Self::Unconfirmed { last_error: None } => {
                 write!(f, "no renewal confirmed before the deadline")
@@ -338,12 +343,16 @@ async fn keep_renewed(
     let mut next_renewal = sent + timing.interval;
     let mut last_error: Option<String> = None;
     // After a failed renewal, try again soon, but not in a tight loop.
-    let retry_pause = (timing.interval / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+    let retry_pause =
+        (timing.interval / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
     loop {
         let renewal = async {
             tokio::time::sleep_until(next_renewal).await;
             let sent = Instant::now();
-            (sent, client.renew(&resource, &holder, Some(fence), None).await)
+            (
+                sent,
+                client.renew(&resource, &holder, Some(fence), None).await,
+            )
         };
         tokio::select! {
             biased;
@@ -434,11 +443,15 @@ mod tests {
         assert_eq!(interval, Duration::from_secs(1));
         assert_eq!(margin, Duration::from_millis(300));
         assert!(matches!(
-            base.clone().renew_interval(Duration::from_secs(3)).timings(),
+            base.clone()
+                .renew_interval(Duration::from_secs(3))
+                .timings(),
             Err(LeaseError::InvalidConfig(_))
         ));
         assert!(matches!(
-            base.clone().renew_interval(Duration::from_secs(5)).timings(),
+            base.clone()
+                .renew_interval(Duration::from_secs(5))
+                .timings(),
             Err(LeaseError::InvalidConfig(_))
         ));
         assert!(matches!(

@@ -294,7 +294,10 @@ impl Service {
     ) -> Answer {
         let mut request = self
             .http
-            .request(reqwest::Method::from_bytes(method.as_bytes()).unwrap(), self.url(path))
+            .request(
+                reqwest::Method::from_bytes(method.as_bytes()).unwrap(),
+                self.url(path),
+            )
             .body(body);
         if let Some(content_type) = content_type {
             request = request.header("content-type", content_type);

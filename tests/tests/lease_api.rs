@@ -36,7 +36,9 @@ async fn every_route_answers_with_its_success_and_error_codes() {
     assert!(other.body["error"].is_string());
 
     // Renew: 200 by the holder; 409 by another; 404 for an unknown resource.
-    let renewed = svc.put("/api/leases/renew", &lease("printer", "alice")).await;
+    let renewed = svc
+        .put("/api/leases/renew", &lease("printer", "alice"))
+        .await;
     assert_eq!(renewed.status, 200);
     assert_eq!(renewed.body["fence"].as_i64(), Some(fence));
     let renewed_fenced = svc
@@ -49,52 +51,133 @@ async fn every_route_answers_with_its_success_and_error_codes() {
     assert_eq!(renewed_fenced.body["ttl_seconds"], 60);
     let by_other = svc.put("/api/leases/renew", &lease("printer", "bob")).await;
     assert_eq!((by_other.status, by_other.code()), (409, "not_holder"));
-    let unknown = svc.put("/api/leases/renew", &lease("nothing", "alice")).await;
+    let unknown = svc
+        .put("/api/leases/renew", &lease("nothing", "alice"))
+        .await;
     assert_eq!((unknown.status, unknown.code()), (404, "lease_not_found"));
 
     // Reads.
     let by_id = svc.get(&format!("/api/leases/{id}")).await;
     assert_eq!(by_id.status, 200);
     assert_eq!(by_id.body["resource"], "printer");
-    assert_eq!(svc.get("/api/leases/987654").await.code(), "lease_not_found");
+    assert_eq!(
+        svc.get("/api/leases/987654").await.code(),
+        "lease_not_found"
+    );
     assert_eq!(svc.get("/api/leases/987654").await.status, 404);
     assert_eq!(svc.get("/api/leases/not-a-number").await.status, 400);
     let all = svc.get("/api/leases").await;
     assert_eq!(all.status, 200);
     assert_eq!(all.body.as_array().unwrap().len(), 1);
-    assert_eq!(svc.get("/api/leases/active").await.body.as_array().unwrap().len(), 1);
-    assert_eq!(svc.get("/api/leases/renewed").await.body.as_array().unwrap().len(), 1);
-    assert_eq!(svc.get("/api/leases/released").await.body.as_array().unwrap().len(), 0);
-    assert_eq!(svc.get("/api/leases/expired").await.body.as_array().unwrap().len(), 0);
+    assert_eq!(
+        svc.get("/api/leases/active")
+            .await
+            .body
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(
+        svc.get("/api/leases/renewed")
+            .await
+            .body
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(
+        svc.get("/api/leases/released")
+            .await
+            .body
+            .as_array()
+            .unwrap()
+            .len(),
+        0
+    );
+    assert_eq!(
+        svc.get("/api/leases/expired")
+            .await
+            .body
+            .as_array()
+            .unwrap()
+            .len(),
+        0
+    );
 
     // Release: 409 by another holder, 200 by the holder, 200 again when retried.
-    let wrong = svc.delete("/api/leases/release", &lease("printer", "bob")).await;
+    let wrong = svc
+        .delete("/api/leases/release", &lease("printer", "bob"))
+        .await;
     assert_eq!((wrong.status, wrong.code()), (409, "not_holder"));
-    let released = svc.delete("/api/leases/release", &lease("printer", "alice")).await;
+    let released = svc
+        .delete("/api/leases/release", &lease("printer", "alice"))
+        .await;
     assert_eq!(released.status, 200);
     assert_eq!(released.body["status"], "released");
-    let retried = svc.delete("/api/leases/release", &lease("printer", "alice")).await;
+    let retried = svc
+        .delete("/api/leases/release", &lease("printer", "alice"))
+        .await;
     assert_eq!(retried.status, 200);
-    assert_eq!(svc.get("/api/leases/released").await.body.as_array().unwrap().len(), 1);
-    assert_eq!(svc.get("/api/leases/active").await.body.as_array().unwrap().len(), 0);
-    let renew_released = svc.put("/api/leases/renew", &lease("printer", "alice")).await;
-    assert_eq!((renew_released.status, renew_released.code()), (409, "lease_released"));
+    assert_eq!(
+        svc.get("/api/leases/released")
+            .await
+            .body
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(
+        svc.get("/api/leases/active")
+            .await
+            .body
+            .as_array()
+            .unwrap()
+            .len(),
+        0
+    );
+    let renew_released = svc
+        .put("/api/leases/renew", &lease("printer", "alice"))
+        .await;
+    assert_eq!(
+        (renew_released.status, renew_released.code()),
+        (409, "lease_released")
+    );
 
     // Release by id: 200; a wrong id for the resource is 404; an unknown resource is 404.
     let taken = svc.post("/api/leases", &lease("scanner", "carol")).await;
     let scanner_id = taken.body["id"].as_i64().unwrap();
-    let wrong_id = svc.delete(&format!("/api/leases/{id}"), &lease("scanner", "carol")).await;
+    let wrong_id = svc
+        .delete(&format!("/api/leases/{id}"), &lease("scanner", "carol"))
+        .await;
     assert_eq!((wrong_id.status, wrong_id.code()), (404, "lease_not_found"));
-    let gone = svc.delete(&format!("/api/leases/{scanner_id}"), &lease("nothing", "carol")).await;
+    let gone = svc
+        .delete(
+            &format!("/api/leases/{scanner_id}"),
+            &lease("nothing", "carol"),
+        )
+        .await;
     assert_eq!(gone.status, 404);
-    let by_id = svc.delete(&format!("/api/leases/{scanner_id}"), &lease("scanner", "carol")).await;
+    let by_id = svc
+        .delete(
+            &format!("/api/leases/{scanner_id}"),
+            &lease("scanner", "carol"),
+        )
+        .await;
     assert_eq!(by_id.status, 200);
     assert_eq!(by_id.body["status"], "released");
 
     // Operations.
     assert_eq!(svc.get("/healthz").await.status, 200);
     assert_eq!(svc.get("/readyz").await.status, 200);
-    let metrics = reqwest::get(svc.url("/metrics")).await.unwrap().text().await.unwrap();
+    let metrics = reqwest::get(svc.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     for name in [
         "http_requests_total",
         "http_request_duration_seconds_bucket",
@@ -106,7 +189,10 @@ async fn every_route_answers_with_its_success_and_error_codes() {
         assert!(metrics.contains(name), "metrics lack {name}:\n{metrics}");
     }
     assert!(metrics.contains(r#"lease_acquisitions_total{kind="reentrant"} 1"#));
-    assert!(metrics.contains(r#"route="/api/leases/{id}""#), "routes are patterns, not paths");
+    assert!(
+        metrics.contains(r#"route="/api/leases/{id}""#),
+        "routes are patterns, not paths"
+    );
 }
 
 #[tokio::test]
@@ -115,17 +201,28 @@ async fn of_64_concurrent_acquirers_exactly_one_wins() {
     let svc = Service::lease_service(&db, &[("DATABASE_POOL_SIZE", "32")]).await;
     let attempts = (0..64).map(|i| {
         let svc = &svc;
-        async move { svc.post("/api/leases", &lease("contended", &format!("worker-{i}"))).await }
+        async move {
+            svc.post("/api/leases", &lease("contended", &format!("worker-{i}")))
+                .await
+        }
     });
     let answers = futures_util::future::join_all(attempts).await;
     let created: Vec<_> = answers.iter().filter(|a| a.status == 201).collect();
     let conflicts = answers.iter().filter(|a| a.status == 409).count();
-    assert_eq!(created.len(), 1, "{:?}", answers.iter().map(|a| a.status).collect::<Vec<_>>());
+    assert_eq!(
+        created.len(),
+        1,
+        "{:?}",
+        answers.iter().map(|a| a.status).collect::<Vec<_>>()
+    );
     assert_eq!(conflicts, 63);
     let winner = created[0].body["holder"].clone();
     for answer in answers.iter().filter(|a| a.status == 409) {
         assert_eq!(answer.code(), "lease_held");
-        assert_eq!(answer.body["holder"], winner, "every loser is told the one winner");
+        assert_eq!(
+            answer.body["holder"], winner,
+            "every loser is told the one winner"
+        );
     }
     let rows = snapshot(&db, "leases").await;
     assert_eq!(rows.len(), 1);
@@ -142,7 +239,9 @@ async fn fence_strictly_increases_across_expiry_and_release_cycles() {
         let got = svc.post("/api/leases", &lease("fenced", holder)).await;
         assert_eq!(got.status, 201, "cycle {cycle}: {:?}", got.body);
         fences.push(got.body["fence"].as_i64().unwrap());
-        let released = svc.delete("/api/leases/release", &lease("fenced", holder)).await;
+        let released = svc
+            .delete("/api/leases/release", &lease("fenced", holder))
+            .await;
         assert_eq!(released.status, 200);
     }
     // 20 expire / re-acquire cycles with the shortest TTL.
@@ -167,33 +266,66 @@ async fn refused_renewals_and_releases_change_nothing() {
     let db = fresh_database().await;
     let svc = Service::lease_service(&db, &[]).await;
     let got = svc
-        .post("/api/leases", &json!({"resource": "r", "holder": "owner", "ttl_seconds": 1}))
+        .post(
+            "/api/leases",
+            &json!({"resource": "r", "holder": "owner", "ttl_seconds": 1}),
+        )
         .await;
     let fence = got.body["fence"].as_i64().unwrap();
     let before = snapshot(&db, "leases").await;
 
     let cases = [
-        ("PUT", "/api/leases/renew", json!({"resource": "r", "holder": "thief"}), "not_holder"),
-        ("DELETE", "/api/leases/release", json!({"resource": "r", "holder": "thief"}), "not_holder"),
-        ("PUT", "/api/leases/renew", json!({"resource": "r", "holder": "owner", "fence": fence - 1}), "stale_fence"),
-        ("DELETE", "/api/leases/release", json!({"resource": "r", "holder": "owner", "fence": fence + 1}), "stale_fence"),
+        (
+            "PUT",
+            "/api/leases/renew",
+            json!({"resource": "r", "holder": "thief"}),
+            "not_holder",
+        ),
+        (
+            "DELETE",
+            "/api/leases/release",
+            json!({"resource": "r", "holder": "thief"}),
+            "not_holder",
+        ),
+        (
+            "PUT",
+            "/api/leases/renew",
+            json!({"resource": "r", "holder": "owner", "fence": fence - 1}),
+            "stale_fence",
+        ),
+        (
+            "DELETE",
+            "/api/leases/release",
+            json!({"resource": "r", "holder": "owner", "fence": fence + 1}),
+            "stale_fence",
+        ),
     ];
     for (method, path, body, code) in &cases {
         let answer = match *method {
             "PUT" => svc.put(path, body).await,
             _ => svc.delete(path, body).await,
         };
-        assert_eq!((answer.status, answer.code()), (409, *code), "{method} {path} {body}");
+        assert_eq!(
+            (answer.status, answer.code()),
+            (409, *code),
+            "{method} {path} {body}"
+        );
         assert!(answer.body["error"].as_str().is_some_and(|e| !e.is_empty()));
     }
-    assert_eq!(snapshot(&db, "leases").await, before, "refusals wrote nothing");
+    assert_eq!(
+        snapshot(&db, "leases").await,
+        before,
+        "refusals wrote nothing"
+    );
 
     // After expiry the holder can neither renew nor release, and the lease stays expired.
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let expired = snapshot(&db, "leases").await;
     let renew = svc.put("/api/leases/renew", &lease("r", "owner")).await;
     assert_eq!((renew.status, renew.code()), (409, "lease_expired"));
-    let release = svc.delete("/api/leases/release", &lease("r", "owner")).await;
+    let release = svc
+        .delete("/api/leases/release", &lease("r", "owner"))
+        .await;
     assert_eq!((release.status, release.code()), (409, "lease_expired"));
     assert_eq!(snapshot(&db, "leases").await, expired);
     let listed = svc.get("/api/leases/expired").await;
@@ -214,7 +346,10 @@ async fn a_released_lease_is_acquirable_at_once_and_a_retried_release_never_touc
     let first = svc.post("/api/leases", &lease("job", "a")).await;
     let first_fence = first.body["fence"].as_i64().unwrap();
     let release = json!({"resource": "job", "holder": "a", "fence": first_fence});
-    assert_eq!(svc.delete("/api/leases/release", &release).await.status, 200);
+    assert_eq!(
+        svc.delete("/api/leases/release", &release).await.status,
+        200
+    );
     // Retried (its first answer lost): succeeds again, same lease.
     let retried = svc.delete("/api/leases/release", &release).await;
     assert_eq!(retried.status, 200);
@@ -231,7 +366,12 @@ async fn a_released_lease_is_acquirable_at_once_and_a_retried_release_never_touc
     assert_eq!(svc.get("/api/leases/active").await.body[0]["holder"], "b");
 
     // Nor a newer lease of the same holder: the stale fence protects it.
-    assert_eq!(svc.delete("/api/leases/release", &lease("job", "b")).await.status, 200);
+    assert_eq!(
+        svc.delete("/api/leases/release", &lease("job", "b"))
+            .await
+            .status,
+        200
+    );
     let third = svc.post("/api/leases", &lease("job", "a")).await;
     assert_eq!(third.status, 201);
     let before = snapshot(&db, "leases").await;
@@ -258,11 +398,18 @@ async fn ttl_is_per_request_within_configurable_bounds() {
         }
     }
     let renew = json!({"resource": "ttl-1", "holder": "h", "ttl_seconds": 4000});
-    assert_eq!(svc.put("/api/leases/renew", &renew).await.code(), "invalid_ttl");
+    assert_eq!(
+        svc.put("/api/leases/renew", &renew).await.code(),
+        "invalid_ttl"
+    );
 
     let narrow = Service::lease_service(
         &db,
-        &[("LEASE_MIN_TTL_SECONDS", "5"), ("LEASE_MAX_TTL_SECONDS", "60"), ("LEASE_DEFAULT_TTL_SECONDS", "10")],
+        &[
+            ("LEASE_MIN_TTL_SECONDS", "5"),
+            ("LEASE_MAX_TTL_SECONDS", "60"),
+            ("LEASE_DEFAULT_TTL_SECONDS", "10"),
+        ],
     )
     .await;
     let default = narrow.post("/api/leases", &lease("narrow", "h")).await;
@@ -278,7 +425,9 @@ async fn listings_paginate_in_a_stable_order() {
     let db = fresh_database().await;
     let svc = Service::lease_service(&db, &[]).await;
     for i in 0..25 {
-        let answer = svc.post("/api/leases", &lease(&format!("page-{i:02}"), "h")).await;
+        let answer = svc
+            .post("/api/leases", &lease(&format!("page-{i:02}"), "h"))
+            .await;
         assert_eq!(answer.status, 201);
     }
     let mut seen = Vec::new();
@@ -305,12 +454,22 @@ async fn listings_paginate_in_a_stable_order() {
     let mut sorted = seen.clone();
     sorted.sort_unstable();
     assert_eq!(seen, sorted, "pages come in id order");
-    assert_eq!(seen.iter().collect::<HashSet<_>>().len(), 25, "no lease twice");
+    assert_eq!(
+        seen.iter().collect::<HashSet<_>>().len(),
+        25,
+        "no lease twice"
+    );
 
     let prefixed = svc.get("/api/leases/active?resource_prefix=page-1").await;
     assert_eq!(prefixed.body.as_array().unwrap().len(), 10);
 
-    for bad in ["limit=0", "limit=-1", "limit=abc", "cursor=xyz", "cursor=-4"] {
+    for bad in [
+        "limit=0",
+        "limit=-1",
+        "limit=abc",
+        "cursor=xyz",
+        "cursor=-4",
+    ] {
         let answer = svc.get(&format!("/api/leases?{bad}")).await;
         assert_eq!(answer.status, 400, "{bad}");
         assert!(!answer.code().is_empty());
@@ -332,19 +491,41 @@ async fn listings_paginate_in_a_stable_order() {
 #[tokio::test]
 async fn the_retention_sweeper_deletes_only_old_ended_leases_on_one_replica() {
     let db = fresh_database().await;
-    let env = [("LEASE_RETENTION_SECONDS", "60"), ("LEASE_SWEEP_INTERVAL_SECONDS", "1")];
+    let env = [
+        ("LEASE_RETENTION_SECONDS", "60"),
+        ("LEASE_SWEEP_INTERVAL_SECONDS", "1"),
+    ];
     let one = Service::lease_service(&db, &env).await;
     let two = Service::lease_service(&db, &env).await;
-    for resource in ["old-released", "old-expired", "new-released", "new-expired", "active", "old-but-renewed"] {
-        assert_eq!(one.post("/api/leases", &lease(resource, "h")).await.status, 201);
+    for resource in [
+        "old-released",
+        "old-expired",
+        "new-released",
+        "new-expired",
+        "active",
+        "old-but-renewed",
+    ] {
+        assert_eq!(
+            one.post("/api/leases", &lease(resource, "h")).await.status,
+            201
+        );
     }
     for resource in ["old-released", "new-released"] {
-        assert_eq!(one.delete("/api/leases/release", &lease(resource, "h")).await.status, 200);
+        assert_eq!(
+            one.delete("/api/leases/release", &lease(resource, "h"))
+                .await
+                .status,
+            200
+        );
     }
     // Age the rows by rewriting their times: ended two minutes ago, or just now.
     execute(&db, "UPDATE leases SET released_at = now() - interval '2 minutes' WHERE resource = 'old-released'").await;
     execute(&db, "UPDATE leases SET expires_at = now() - interval '2 minutes' WHERE resource = 'old-expired'").await;
-    execute(&db, "UPDATE leases SET expires_at = now() - interval '1 second' WHERE resource = 'new-expired'").await;
+    execute(
+        &db,
+        "UPDATE leases SET expires_at = now() - interval '1 second' WHERE resource = 'new-expired'",
+    )
+    .await;
     execute(&db, "UPDATE leases SET created_at = now() - interval '1 day' WHERE resource = 'old-but-renewed'").await;
 
     tokio::time::sleep(Duration::from_secs(4)).await;
@@ -377,11 +558,27 @@ async fn the_retention_sweeper_deletes_only_old_ended_leases_on_one_replica() {
             .and_then(|n| n.parse::<u64>().ok())
             .unwrap_or(0)
     };
-    let m1 = reqwest::get(one.url("/metrics")).await.unwrap().text().await.unwrap();
-    let m2 = reqwest::get(two.url("/metrics")).await.unwrap().text().await.unwrap();
+    let m1 = reqwest::get(one.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let m2 = reqwest::get(two.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     let (s1, s2) = (swept(&m1), swept(&m2));
-    assert!(s1.min(s2) == 0 && s1.max(s2) >= 2, "one sweeper, many rounds: {s1} vs {s2}");
-    assert!(m1.contains("lease_retention_deleted_total 2") || m2.contains("lease_retention_deleted_total 2"));
+    assert!(
+        s1.min(s2) == 0 && s1.max(s2) >= 2,
+        "one sweeper, many rounds: {s1} vs {s2}"
+    );
+    assert!(
+        m1.contains("lease_retention_deleted_total 2")
+            || m2.contains("lease_retention_deleted_total 2")
+    );
 }
 
 #[tokio::test]
@@ -393,7 +590,10 @@ async fn sigterm_stops_gracefully_and_hands_the_sweeper_lease_over() {
     assert_eq!(sweeper.body[0]["status"], "active");
     assert_eq!(svc.terminate(Duration::from_secs(10)).await, Some(0));
     let after = snapshot(&db, "leases").await;
-    assert!(after[0].contains("\"released_at\":\"20"), "sweeper lease released: {after:?}");
+    assert!(
+        after[0].contains("\"released_at\":\"20"),
+        "sweeper lease released: {after:?}"
+    );
 }
 
 #[tokio::test]

@@ -29,9 +29,8 @@ struct Cli {
 
     /// Directory for local state: the private PostgreSQL's data
     /// (`pg/data`) and log (`pg/postgres.log`).
-    /// [default: <workspace>/.leasehold]
-    #[arg(long, env = "LEASEHOLD_HOME", value_name = "DIR")]
-    home: Option<PathBuf>,
+    #[arg(long, env = "LEASEHOLD_HOME", value_name = "DIR", default_value_os_t = StackConfig::new().home)]
+    home: PathBuf,
 
     /// Port of the private PostgreSQL on 127.0.0.1.
     #[arg(long, env = "LEASEHOLD_PG_PORT", default_value_t = DEFAULT_PG_PORT)]
@@ -56,7 +55,7 @@ impl Cli {
         let defaults = StackConfig::new();
         StackConfig {
             database_url: self.database_url.filter(|url| !url.trim().is_empty()),
-            home: self.home.unwrap_or(defaults.home),
+            home: self.home,
             pg_port: self.pg_port,
             lease_service_port: self.lease_service_port,
             build: !self.no_build,

@@ -524,19 +524,13 @@ impl Stack {
                 break;
             }
             let hurry = tokio::select! {
-                _ = tokio::time::sleep(POLL_INTERVAL) => tokio::time::Instant::now() >= deadline,
-                name = signals.recv() => {
-                    tracing::warn!("received {name} again; killing what is left");
-                    true
-                }
+                _ = tokio::time::sleep(POLL_INTERVAL) => (tokio::time::Instant::now() >= deadline)
+                    .then(|| format!("did not stop within {} s", STOP_GRACE.as_secs())),
+                name = signals.recv() => Some(format!("still running after a second {name}")),
             };
-            if hurry {
+            if let Some(reason) = hurry {
                 for running in &mut self.children {
-                    tracing::warn!(
-                        "{} did not stop within {} s; killing it",
-                        running.label,
-                        STOP_GRACE.as_secs()
-                    );
+                    tracing::warn!("{} {reason}; killing it", running.label);
                     let _ = running.child.kill();
                     let _ = running.child.wait();
                 }
