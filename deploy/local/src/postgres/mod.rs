@@ -144,6 +144,12 @@ pub struct PrivatePostgres {
     kind: Kind,
 }
 
+// Test harnesses keep one in a `static`.
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<PrivatePostgres>();
+};
+
 impl PrivatePostgres {
     /// Starts a server on `data_dir` that keeps its data between runs,
     /// listening on `127.0.0.1:port`. Blocks until it accepts queries.
