@@ -1,85 +1,15 @@
-//! The connection pool and the schema's migrations.
+//! The leases database: its embedded migrations, and the pool helpers shared with task-service.
 
-use std::time::Duration;
-
-use anyhow::Context;
-use diesel::Connection;
-use diesel_async::AsyncPgConnection;
-use diesel_async::async_connection_wrapper::AsyncConnectionWrapper;
-use diesel_async::pooled_connection::AsyncDieselConnectionManager;
-use diesel_async::pooled_connection::deadpool::{Object, Pool};
-use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
-
-use crate::error::ApiError;
-
-pub type DbPool = Pool<AsyncPgConnection>;
-pub type DbConn = Object<AsyncPgConnection>;
+use diesel_migrations::{EmbeddedMigrations, embed_migrations};
+pub use shared::server::db::{DbConn, DbPool, connection, pool};
 
 pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
 
 /// Any constant will do, as long as the services do not share it: it serialises concurrent
-/// `migrate` runs of several replicas starting at once.
+/// migrations of replicas starting at once.
 const MIGRATION_LOCK_KEY: i64 = 0x4c65_6173_6573; // "Leases"
 
-/// How long a request waits for a pooled connection before answering 503.
-const CHECKOUT_TIMEOUT: Duration = Duration::from_secs(5);
-
-pub fn pool(database_url: &str, size: usize) -> anyhow::Result<DbPool> {
-    let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new(database_url);
-    Pool::builder(manager)
-        .max_size(size)
-        .build()
-        .context("building the database pool")
-}
-
-/// A pooled connection, or 503 if none comes within [`CHECKOUT_TIMEOUT`].
-pub async fn connection(pool: &DbPool) -> Result<DbConn, ApiError> {
-    match tokio::time::timeout(CHECKOUT_TIMEOUT, pool.get()).await {
-        Ok(Ok(conn)) => Ok(conn),
-        Ok(Err(err)) => Err(ApiError::Unavailable(format!(
-            "no database connection: {err}"
-        ))),
-        Err(_) => Err(ApiError::Unavailable(
-            "timed out waiting for a database connection".to_owned(),
-        )),
-    }
-}
-
-/// Applies pending migrations. diesel's migration harness is synchronous and diesel-async's
-/// wrapper blocks on a runtime of its own, which must not be the (current-thread) runtime
-/// actix-web runs on: so the work happens on a plain thread, and this future waits for it.
+/// Applies pending migrations to the leases database.
 pub async fn migrate(database_url: &str) -> anyhow::Result<()> {
-    let url = database_url.to_owned();
-    let (done, result) = tokio::sync::oneshot::channel();
-    std::thread::Builder::new()
-        .name("migrations".to_owned())
-        .spawn(move || {
-            // The receiver only goes away if the caller stopped waiting; nothing to report then.
-            let _ = done.send(migrate_blocking(&url));
-        })
-        .context("starting the migration thread")?;
-    result.await.context("the migration thread died")?
-}
-
-fn migrate_blocking(url: &str) -> anyhow::Result<()> {
-    use diesel::RunQueryDsl;
-    let mut conn = AsyncConnectionWrapper::<AsyncPgConnection>::establish(url)
-        .context("connecting to the leases database")?;
-    diesel::sql_query(format!("SELECT pg_advisory_lock({MIGRATION_LOCK_KEY})"))
-        .execute(&mut conn)
-        .context("taking the migration lock")?;
-    let applied: Vec<String> = conn
-        .run_pending_migrations(MIGRATIONS)
-        .map_err(|err| anyhow::anyhow!("applying migrations: {err}"))?
-        .iter()
-        .map(ToString::to_string)
-        .collect();
-    diesel::sql_query(format!("SELECT pg_advisory_unlock({MIGRATION_LOCK_KEY})"))
-        .execute(&mut conn)
-        .context("releasing the migration lock")?;
-    for version in &applied {
-        tracing::info!(%version, "migration applied");
-    }
-    tracing::info!(count = applied.len(), "database schema is up to date");
-    Ok(())
+    shared::server::db::migrate(database_url, MIGRATIONS, MIGRATION_LOCK_KEY).await
 }

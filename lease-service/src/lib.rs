@@ -11,7 +11,10 @@
 
 pub mod config;
 pub mod db;
-pub mod error;
+/// The error type every handler returns, shared with task-service.
+pub mod error {
+    pub use shared::server::ApiError;
+}
 pub mod http;
 pub mod leases;
 pub mod metrics;
@@ -24,6 +27,7 @@ use std::time::Duration;
 use actix_web::middleware::{NormalizePath, TrailingSlash, from_fn};
 use actix_web::{App, HttpServer, web};
 use anyhow::Context;
+use shared::server::http as server_http;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::ServeConfig;
@@ -67,6 +71,7 @@ pub async fn run(
         },
         metrics: metrics.clone(),
     });
+    let http_metrics = web::Data::new(metrics.http.clone());
     let address = listener
         .local_addr()
         .context("reading the listen address")?;
@@ -74,10 +79,11 @@ pub async fn run(
     let mut server = HttpServer::new(move || {
         App::new()
             .app_data(state.clone())
+            .app_data(http_metrics.clone())
             .wrap(NormalizePath::new(TrailingSlash::Trim))
-            .wrap(from_fn(http::record_metrics))
+            .wrap(from_fn(server_http::record_metrics))
             .configure(http::configure)
-            .default_service(web::to(http::not_found))
+            .default_service(web::to(server_http::not_found))
     })
     .disable_signals()
     .shutdown_timeout(config.shutdown_grace_seconds)

@@ -2,10 +2,10 @@
 //!
 //! Every non-2xx answer is JSON [`shared::ErrorBody`]: `error` for people, `code` for programs.
 
+use crate::api::ErrorBody;
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 use chrono::{DateTime, Utc};
-use shared::ErrorBody;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -27,6 +27,10 @@ pub enum ApiError {
     /// The request contradicts the lease's state (not the holder, stale fence, expired, ...).
     #[error("{message}")]
     Conflict { code: &'static str, message: String },
+    /// A well-formed request the service will not carry out (e.g. an idempotency key reused
+    /// with different content).
+    #[error("{message}")]
+    Unprocessable { code: &'static str, message: String },
     #[error("{message}")]
     NotFound { code: &'static str, message: String },
     #[error("method not allowed")]
@@ -55,6 +59,7 @@ impl ApiError {
         match self {
             Self::Invalid { code, .. }
             | Self::Conflict { code, .. }
+            | Self::Unprocessable { code, .. }
             | Self::NotFound { code, .. } => code,
             Self::Held { .. } => "lease_held",
             Self::MethodNotAllowed => "method_not_allowed",
@@ -98,6 +103,7 @@ impl ResponseError for ApiError {
         match self {
             Self::Invalid { .. } => StatusCode::BAD_REQUEST,
             Self::Held { .. } | Self::Conflict { .. } => StatusCode::CONFLICT,
+            Self::Unprocessable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             Self::NotFound { .. } => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
@@ -126,5 +132,13 @@ impl ResponseError for ApiError {
             _ => {}
         }
         HttpResponse::build(self.status_code()).json(body)
+    }
+}
+
+impl actix_web::Responder for ApiError {
+    type Body = actix_web::body::BoxBody;
+
+    fn respond_to(self, _: &actix_web::HttpRequest) -> HttpResponse {
+        self.error_response()
     }
 }

@@ -1,0 +1,295 @@
+//! HTTP plumbing both services mount: extractor configuration whose failures are JSON 4xx
+//! answers, fallbacks for unknown routes and methods, request metrics, cursor paging.
+
+use std::time::Instant;
+
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::error::{JsonPayloadError, PathError, QueryPayloadError};
+use actix_web::middleware::Next;
+use actix_web::{HttpRequest, HttpResponse, web};
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
+use serde::Serialize;
+
+use super::error::ApiError;
+
+/// Registers the JSON, path and query extractor configurations on a service.
+pub fn extractors(cfg: &mut web::ServiceConfig, max_body_bytes: usize) {
+    cfg.app_data(json_config(max_body_bytes))
+        .app_data(path_config())
+        .app_data(query_config());
+}
+
+/// A resource that answers `GET` with `handler` and 405 JSON to any other method.
+pub fn get_only<F, Args>(path: &str, handler: F) -> actix_web::Resource
+where
+    F: actix_web::Handler<Args>,
+    Args: actix_web::FromRequest + 'static,
+    F::Output: actix_web::Responder + 'static,
+{
+    web::resource(path)
+        .route(web::get().to(handler))
+        .default_service(web::to(method_not_allowed))
+}
+
+/// `GET /healthz`: the process is alive and serving.
+pub async fn healthz() -> HttpResponse {
+    HttpResponse::Ok().json(serde_json::json!({ "status": "ok" }))
+}
+
+pub async fn method_not_allowed() -> ApiError {
+    ApiError::MethodNotAllowed
+}
+
+/// The app's fallback for paths no route matches.
+pub async fn not_found(request: HttpRequest) -> ApiError {
+    ApiError::NotFound {
+        code: "not_found",
+        message: format!("no route for {} {}", request.method(), request.path()),
+    }
+}
+
+fn json_config(limit: usize) -> web::JsonConfig {
+    web::JsonConfig::default()
+        .limit(limit)
+        // The sample's clients and curl users do not always say what they send.
+        .content_type_required(false)
+        .error_handler(move |err, _| json_error(err, limit).into())
+}
+
+fn json_error(err: JsonPayloadError, limit: usize) -> ApiError {
+    match err {
+        JsonPayloadError::OverflowKnownLength { .. } | JsonPayloadError::Overflow { .. } => {
+            ApiError::PayloadTooLarge { limit }
+        }
+        JsonPayloadError::ContentType => ApiError::UnsupportedMediaType,
+        JsonPayloadError::Deserialize(err) if err.is_data() => {
+            let message = err.to_string();
+            let code = if message.starts_with("missing field") {
+                "missing_field"
+            } else {
+                "invalid_field"
+            };
+            ApiError::Invalid {
+                code,
+                field: None,
+                message: format!("invalid request body: {message}"),
+            }
+        }
+        JsonPayloadError::Deserialize(err) => ApiError::Invalid {
+            code: "malformed_json",
+            field: None,
+            message: format!("request body is not valid JSON: {err}"),
+        },
+        other => ApiError::Invalid {
+            code: "malformed_json",
+            field: None,
+            message: format!("could not read the request body: {other}"),
+        },
+    }
+}
+
+fn path_config() -> web::PathConfig {
+    web::PathConfig::default().error_handler(|err: PathError, _| {
+        ApiError::invalid("invalid_id", "id", format!("invalid path: {err}")).into()
+    })
+}
+
+fn query_config() -> web::QueryConfig {
+    web::QueryConfig::default().error_handler(|err: QueryPayloadError, _| {
+        ApiError::Invalid {
+            code: "invalid_query",
+            field: None,
+            message: format!("invalid query string: {err}"),
+        }
+        .into()
+    })
+}
+
+/// Request counters and latency histograms, by route pattern.
+#[derive(Debug, Clone)]
+pub struct HttpMetrics {
+    requests: IntCounterVec,
+    duration: HistogramVec,
+}
+
+impl HttpMetrics {
+    pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
+        let requests = IntCounterVec::new(
+            Opts::new(
+                "http_requests_total",
+                "HTTP requests answered, by route and status.",
+            ),
+            &["method", "route", "status"],
+        )?;
+        let duration = HistogramVec::new(
+            HistogramOpts::new(
+                "http_request_duration_seconds",
+                "Time to answer an HTTP request, by route.",
+            )
+            .buckets(vec![
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+            ]),
+            &["method", "route"],
+        )?;
+        registry.register(Box::new(requests.clone()))?;
+        registry.register(Box::new(duration.clone()))?;
+        Ok(Self { requests, duration })
+    }
+}
+
+/// Middleware: counts and times every request by its route pattern (never the raw path, which
+/// would make a metric series per id). Needs `web::Data<HttpMetrics>` in the app data.
+pub async fn record_metrics(
+    request: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let started = Instant::now();
+    let method = request.method().to_string();
+    let metrics = request.app_data::<web::Data<HttpMetrics>>().cloned();
+    let response = next.call(request).await?;
+    if let Some(metrics) = metrics {
+        let route = response
+            .request()
+            .match_pattern()
+            .unwrap_or_else(|| "unmatched".to_owned());
+        let status = response.status().as_u16().to_string();
+        metrics
+            .requests
+            .with_label_values(&[method.as_str(), route.as_str(), status.as_str()])
+            .inc();
+        metrics
+            .duration
+            .with_label_values(&[method.as_str(), route.as_str()])
+            .observe(started.elapsed().as_secs_f64());
+    }
+    Ok(response)
+}
+
+/// `GET /metrics`: the registry in Prometheus text format.
+pub fn metrics_response(registry: &Registry) -> Result<HttpResponse, ApiError> {
+    use prometheus::Encoder;
+    let mut buffer = Vec::new();
+    prometheus::TextEncoder::new()
+        .encode(&registry.gather(), &mut buffer)
+        .map_err(|err| ApiError::Internal(err.to_string()))?;
+    Ok(HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4; charset=utf-8")
+        .body(buffer))
+}
+
+/// Page size when a listing names no `limit`, and the most one page may hold.
+pub const DEFAULT_PAGE: i64 = 100;
+pub const MAX_PAGE: i64 = 1000;
+
+/// A listing page's size and position, parsed from `limit` and `cursor`. Pages run in id order
+/// and the cursor is the last id of the previous page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Page {
+    pub limit: i64,
+    pub after: i64,
+}
+
+impl Page {
+    /// `limit` defaults to [`DEFAULT_PAGE`] and is capped at [`MAX_PAGE`]; below 1 it is refused.
+    pub fn parse(limit: Option<i64>, cursor: Option<&str>) -> Result<Self, ApiError> {
+        let limit = match limit {
+            None => DEFAULT_PAGE,
+            Some(limit) if limit >= 1 => limit.min(MAX_PAGE),
+            Some(limit) => {
+                return Err(ApiError::invalid(
+                    "invalid_limit",
+                    "limit",
+                    format!("limit must be at least 1, got {limit}"),
+                ));
+            }
+        };
+        let after = match cursor {
+            None | Some("") => 0,
+            Some(cursor) => cursor
+                .parse::<i64>()
+                .ok()
+                .filter(|after| *after >= 0)
+                .ok_or_else(|| {
+                    ApiError::invalid(
+                        "invalid_cursor",
+                        "cursor",
+                        "cursor is not one this service gave",
+                    )
+                })?,
+        };
+        Ok(Self { limit, after })
+    }
+
+    /// How many rows to fetch: one more than the page, to know whether another page follows.
+    pub fn fetch(self) -> i64 {
+        self.limit + 1
+    }
+
+    /// Answers `rows` (fetched with [`Page::fetch`]) as a JSON array, with the next page's
+    /// cursor in `X-Next-Cursor` and `Link: <...>; rel="next"` when there is more. `query`
+    /// holds the other query parameters to carry into the link.
+    pub fn respond<T: Serialize>(
+        self,
+        request: &HttpRequest,
+        mut rows: Vec<T>,
+        id_of: impl Fn(&T) -> i64,
+        query: &[(&str, Option<&str>)],
+    ) -> HttpResponse {
+        let limit = usize::try_from(self.limit).unwrap_or(usize::MAX);
+        let more = rows.len() > limit;
+        rows.truncate(limit);
+        let mut response = HttpResponse::Ok();
+        if more && let Some(last) = rows.last() {
+            let next = id_of(last).to_string();
+            let mut link = format!("{}?cursor={next}&limit={}", request.path(), self.limit);
+            for (name, value) in query {
+                if let Some(value) = value {
+                    link.push_str(&format!("&{name}={}", percent_encode(value)));
+                }
+            }
+            response.insert_header(("X-Next-Cursor", next));
+            response.insert_header(("Link", format!("<{link}>; rel=\"next\"")));
+        }
+        response.json(rows)
+    }
+}
+
+fn percent_encode(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                char::from(b).to_string()
+            }
+            other => format!("%{other:02X}"),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn page_limits_default_cap_and_refuse() {
+        assert_eq!(
+            Page::parse(None, None).ok(),
+            Some(Page {
+                limit: 100,
+                after: 0
+            })
+        );
+        assert_eq!(
+            Page::parse(Some(5000), Some("42")).ok(),
+            Some(Page {
+                limit: 1000,
+                after: 42
+            })
+        );
+        assert!(Page::parse(Some(0), None).is_err());
+        assert!(Page::parse(None, Some("-1")).is_err());
+        assert!(Page::parse(None, Some("abc")).is_err());
+        assert_eq!(percent_encode("a b/é"), "a%20b%2F%C3%A9");
+    }
+}

@@ -1,0 +1,152 @@
+//! Wire types of task-service's HTTP API (`/api/tasks`).
+//!
+//! Task objects keep the sample's camelCase field names (`taskData`, `scheduledAt`,
+//! `lastHeartBeatAt`, `mustHeartBeatBefore`, ...) so that its clients read them unchanged;
+//! request bodies keep the sample's snake_case fields (`processor`, `task_output`).
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+/// Where a task is in its life. `succeeded`, `dead` and `cancelled` are final.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskStatus {
+    Pending,
+    Running,
+    Succeeded,
+    Dead,
+    Cancelled,
+}
+
+impl TaskStatus {
+    pub const ALL: [TaskStatus; 5] = [
+        TaskStatus::Pending,
+        TaskStatus::Running,
+        TaskStatus::Succeeded,
+        TaskStatus::Dead,
+        TaskStatus::Cancelled,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskStatus::Pending => "pending",
+            TaskStatus::Running => "running",
+            TaskStatus::Succeeded => "succeeded",
+            TaskStatus::Dead => "dead",
+            TaskStatus::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|status| status.as_str() == text)
+    }
+
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            TaskStatus::Succeeded | TaskStatus::Dead | TaskStatus::Cancelled
+        )
+    }
+}
+
+/// One task as task-service reports it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Task {
+    pub id: i64,
+    pub task_data: serde_json::Value,
+    pub scheduled_at: DateTime<Utc>,
+    pub processor: Option<String>,
+    pub last_heart_beat_at: Option<DateTime<Utc>>,
+    pub must_heart_beat_before: Option<DateTime<Utc>>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub processed_at: Option<DateTime<Utc>>,
+    pub task_output: Option<serde_json::Value>,
+    // Leasehold's additions.
+    pub status: TaskStatus,
+    pub queue: String,
+    pub priority: i32,
+    /// Claims so far (each claim is an attempt).
+    pub attempts: i32,
+    pub max_attempts: i32,
+    /// The fencing token of the current (or last) claim's lease.
+    pub fence: Option<i64>,
+    pub idempotency_key: Option<String>,
+    pub last_error: Option<String>,
+    /// Cancellation was asked for while the task ran; its next heartbeat ends it.
+    pub cancel_requested: bool,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// `POST /api/tasks`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CreateTask {
+    /// A JSON object.
+    pub task_data: serde_json::Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduled_at: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_attempts: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+}
+
+/// `POST /api/tasks/next`. Without `limit` the answer is one task; with it, a list.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClaimTasks {
+    pub processor: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<i64>,
+}
+
+/// `PUT /api/tasks/{id}/heartbeat`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Heartbeat {
+    pub processor: String,
+    /// When given, must be the task's current fence.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence: Option<i64>,
+}
+
+/// `PUT /api/tasks/{id}/complete`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompleteTask {
+    pub processor: String,
+    #[serde(default)]
+    pub task_output: serde_json::Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence: Option<i64>,
+}
+
+/// `PUT /api/tasks/{id}/fail`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailTask {
+    pub processor: String,
+    pub error: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence: Option<i64>,
+    /// `false`: the task can never succeed; it goes dead now, whatever attempts are left.
+    #[serde(default = "default_true")]
+    pub retryable: bool,
+    /// Hand the task back without charging the attempt, claimable at once (a worker shutting
+    /// down gracefully does this with work it could not finish).
+    #[serde(default)]
+    pub requeue: bool,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// The 200 answer of `POST /api/tasks/next` when no task is due (the sample's shape).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NoTask {
+    pub message: String,
+}
