@@ -2,7 +2,8 @@
 //! Plain functions over the repository, so the HTTP layer stays a thin translation.
 
 use diesel_async::AsyncPgConnection;
-use shared::api::{AcquireLease, Lease, LeaseStatus, MAX_NAME_BYTES, ReleaseLease, RenewLease};
+use shared::api::{AcquireLease, Lease, LeaseStatus, ReleaseLease, RenewLease};
+use shared::server::validate_name;
 
 use crate::error::ApiError;
 use crate::metrics::Metrics;
@@ -210,31 +211,6 @@ fn held(current: LeaseRow) -> ApiError {
         holder: current.holder,
         expires_at: current.expires_at,
         expires_in_ms,
-    }
-}
-
-/// Resource and holder names: 1 to 512 bytes, no control characters (PostgreSQL text cannot
-/// even hold NUL, and names with line breaks only confuse logs and dashboards).
-pub fn validate_name(field: &'static str, value: &str) -> Result<(), ApiError> {
-    let problem = if value.is_empty() {
-        Some("must not be empty".to_owned())
-    } else if value.len() > MAX_NAME_BYTES {
-        Some(format!(
-            "must be at most {MAX_NAME_BYTES} bytes, got {}",
-            value.len()
-        ))
-    } else if value.chars().any(char::is_control) {
-        Some("must not contain control characters".to_owned())
-    } else {
-        None
-    };
-    match problem {
-        Some(problem) => Err(ApiError::invalid(
-            "invalid_field",
-            field,
-            format!("{field} {problem}"),
-        )),
-        None => Ok(()),
     }
 }
 

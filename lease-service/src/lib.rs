@@ -99,7 +99,10 @@ pub async fn run(
         pool,
         metrics,
         SweeperConfig {
-            holder: config.instance_id.clone().unwrap_or_else(instance_id),
+            holder: config
+                .instance_id
+                .clone()
+                .unwrap_or_else(|| shared::identity::instance_id("lease-service")),
             interval: Duration::from_secs(config.sweep_interval_seconds),
             retention_seconds: config.retention_seconds,
         },
@@ -121,16 +124,4 @@ pub async fn run(
     }
     tracing::info!("lease-service stopped");
     served
-}
-
-/// `host:pid:random`: unique per process, readable in the leases table.
-fn instance_id() -> String {
-    let host = std::env::var("HOSTNAME")
-        .ok()
-        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "lease-service".to_owned());
-    let suffix: u32 = rand::random();
-    format!("{host}:{}:{suffix:08x}", std::process::id())
 }

@@ -112,7 +112,7 @@ pub struct LeaseClient {
 
 /// How one HTTP exchange ended, before it is turned into a [`LeaseError`].
 enum Outcome<T> {
-    Ok(T),
+    Ok(StatusCode, T),
     Refused(StatusCode, ErrorBody),
     Transient(String),
 }
@@ -167,6 +167,27 @@ impl LeaseClient {
         };
         self.call(reqwest::Method::POST, "/api/leases", &body)
             .await
+            .map(|(_, lease)| lease)
+            .map_err(|(status, err)| refusal(resource, status, err))
+    }
+
+    /// Like [`LeaseClient::acquire`], but only a *new* acquisition counts: `Ok(None)` when
+    /// `holder` already held the lease (the reentrant acquire extended it and kept its fence).
+    /// For callers that hand out the fence and must never hand the same one out twice.
+    pub async fn acquire_fresh(
+        &self,
+        resource: &str,
+        holder: &str,
+        ttl: Option<Duration>,
+    ) -> Result<Option<Lease>, LeaseError> {
+        let body = AcquireLease {
+            resource: resource.to_owned(),
+            holder: holder.to_owned(),
+            ttl_seconds: ttl.map(ttl_seconds),
+        };
+        self.call(reqwest::Method::POST, "/api/leases", &body)
+            .await
+            .map(|(status, lease)| (status == StatusCode::CREATED).then_some(lease))
             .map_err(|(status, err)| refusal(resource, status, err))
     }
 
@@ -230,6 +251,7 @@ impl LeaseClient {
         };
         self.call(reqwest::Method::PUT, "/api/leases/renew", &body)
             .await
+            .map(|(_, lease)| lease)
             .map_err(|(status, err)| refusal(resource, status, err))
     }
 
@@ -247,6 +269,7 @@ impl LeaseClient {
         };
         self.call(reqwest::Method::DELETE, "/api/leases/release", &body)
             .await
+            .map(|(_, lease)| lease)
             .map_err(|(status, err)| refusal(resource, status, err))
     }
 
@@ -257,13 +280,13 @@ impl LeaseClient {
         method: reqwest::Method,
         path: &str,
         body: &B,
-    ) -> Result<T, (Option<StatusCode>, Result<ErrorBody, String>)> {
+    ) -> Result<(StatusCode, T), (Option<StatusCode>, Result<ErrorBody, String>)> {
         let url = format!("{}{}", self.base_url, path);
         let mut attempt = 0u32;
         loop {
             attempt = attempt.saturating_add(1);
             match self.exchange(method.clone(), &url, body).await {
-                Outcome::Ok(value) => return Ok(value),
+                Outcome::Ok(status, value) => return Ok((status, value)),
                 Outcome::Refused(status, err) => return Err((Some(status), Ok(err))),
                 Outcome::Transient(reason) => {
                     if attempt >= self.retry.max_attempts {
@@ -293,7 +316,7 @@ impl LeaseClient {
         };
         if status.is_success() {
             return match serde_json::from_slice(&bytes) {
-                Ok(value) => Outcome::Ok(value),
+                Ok(value) => Outcome::Ok(status, value),
                 Err(err) => {
                     Outcome::Transient(format!("unreadable answer from lease-service: {err}"))
                 }

@@ -12,6 +12,7 @@
 //!   mapping, extractor configuration, the database pool and migrations, HTTP metrics, paging.
 
 pub mod api;
+pub mod identity;
 pub mod lease_client;
 pub mod lease_guard;
 #[cfg(feature = "server")]

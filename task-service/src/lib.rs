@@ -1,2 +1,146 @@
-//! task-service: owns the `tasks` table and hands tasks to workers under leases acquired from
-//! lease-service. Filled in by the task-service issue; see `SPEC.md`.
+//! task-service: the only writer of the `tasks` table.
+//!
+//! Workers claim due tasks with `FOR UPDATE SKIP LOCKED`; each claim is backed by a lease on
+//! the task from lease-service, whose fencing token the worker carries in every heartbeat,
+//! completion and failure. A worker that dies or pauses loses its lease, and its task is
+//! claimed again; a worker whose lease was superseded is refused (409) and changes nothing.
+//! See `SPEC.md` for the invariants and the README for the HTTP API.
+//!
+//! `main.rs` only parses configuration; [`serve`] wires [`repo`] (all SQL), [`tasks`] (the
+//! rules), [`http`] (routes), [`sweeper`] (retention) and [`metrics`].
+
+pub mod config;
+pub mod http;
+pub mod metrics;
+pub mod repo;
+pub mod sweeper;
+pub mod tasks;
+
+use std::net::TcpListener;
+use std::time::Duration;
+
+use actix_web::middleware::{NormalizePath, TrailingSlash, from_fn};
+use actix_web::{App, HttpServer, web};
+use anyhow::Context;
+use diesel_migrations::{EmbeddedMigrations, embed_migrations};
+use shared::server::db;
+use shared::server::http as server_http;
+use shared::{LeaseClient, RetryPolicy};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::ServeConfig;
+use crate::http::AppState;
+use crate::metrics::Metrics;
+use crate::sweeper::SweeperConfig;
+use crate::tasks::Engine;
+
+pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
+
+/// Serialises concurrent migrations of replicas starting at once (distinct from lease-service's).
+const MIGRATION_LOCK_KEY: i64 = 0x5461_736b_73; // "Tasks"
+
+/// Applies pending migrations to the tasks database.
+pub async fn migrate(database_url: &str) -> anyhow::Result<()> {
+    db::migrate(database_url, MIGRATIONS, MIGRATION_LOCK_KEY).await
+}
+
+/// Runs task-service until SIGTERM or SIGINT.
+pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
+    config.validate().map_err(anyhow::Error::msg)?;
+    if !config.skip_migrations {
+        migrate(&config.database_url).await?;
+    }
+    let listener = TcpListener::bind(config.listen_addr)
+        .with_context(|| format!("binding {}", config.listen_addr))?;
+    let stop = CancellationToken::new();
+    let signal_stop = stop.clone();
+    actix_web::rt::spawn(async move {
+        shared::shutdown::signal().await;
+        signal_stop.cancel();
+    });
+    run(config, listener, stop).await
+}
+
+/// Serves on `listener` until `stop` is cancelled, then finishes in-flight requests (up to the
+/// grace period) and stops the sweeper.
+pub async fn run(
+    config: ServeConfig,
+    listener: TcpListener,
+    stop: CancellationToken,
+) -> anyhow::Result<()> {
+    let pool = db::pool(&config.database_url, config.database_pool_size)?;
+    let metrics = Metrics::new().context("registering metrics")?;
+    let lease_url = config.lease_service_url.trim_end_matches('/').to_owned();
+    let call_timeout = Duration::from_millis(config.lease_call_timeout_ms);
+    let engine = Engine {
+        leases: LeaseClient::with_timeout(&lease_url, call_timeout).with_retry(RetryPolicy::none()),
+        leases_retrying: LeaseClient::with_timeout(&lease_url, call_timeout),
+        lease_ttl: Duration::from_secs(config.lease_ttl_seconds),
+        lease_prefix: config.lease_prefix.clone(),
+        default_max_attempts: config.default_max_attempts,
+        retry_base_seconds: config.retry_base_seconds,
+        retry_max_seconds: config.retry_max_seconds,
+        metrics: metrics.clone(),
+    };
+    let sweeper_leases = engine.leases_retrying.clone();
+    let state = web::Data::new(AppState {
+        pool: pool.clone(),
+        engine,
+        lease_service_health: format!("{lease_url}/healthz"),
+        http: reqwest::Client::new(),
+    });
+    let http_metrics = web::Data::new(metrics.http.clone());
+    let address = listener
+        .local_addr()
+        .context("reading the listen address")?;
+
+    let mut server = HttpServer::new(move || {
+        App::new()
+            .app_data(state.clone())
+            .app_data(http_metrics.clone())
+            .wrap(NormalizePath::new(TrailingSlash::Trim))
+            .wrap(from_fn(server_http::record_metrics))
+            .configure(http::configure)
+            .default_service(web::to(server_http::not_found))
+    })
+    .disable_signals()
+    .shutdown_timeout(config.shutdown_grace_seconds)
+    .listen(listener)
+    .context("listening")?;
+    if config.http_workers > 0 {
+        server = server.workers(config.http_workers);
+    }
+    let server = server.run();
+    tracing::info!(%address, lease_service = %lease_url, "task-service listening");
+
+    let sweeper = actix_web::rt::spawn(sweeper::run(
+        pool,
+        sweeper_leases,
+        metrics,
+        SweeperConfig {
+            holder: config
+                .instance_id
+                .clone()
+                .unwrap_or_else(|| shared::identity::instance_id("task-service")),
+            interval: Duration::from_secs(config.sweep_interval_seconds),
+            retention_seconds: config.retention_seconds,
+        },
+        stop.clone(),
+    ));
+
+    let handle = server.handle();
+    let stopper = stop.clone();
+    actix_web::rt::spawn(async move {
+        stopper.cancelled().await;
+        tracing::info!("stopping: finishing in-flight requests");
+        handle.stop(true).await;
+    });
+
+    let served = server.await.context("serving HTTP");
+    stop.cancel();
+    if sweeper.await.is_err() {
+        tracing::warn!("the retention sweeper panicked");
+    }
+    tracing::info!("task-service stopped");
+    served
+}

@@ -91,6 +91,8 @@ fn log_dir() -> PathBuf {
 pub struct Service {
     pub name: String,
     pub port: u16,
+    /// The environment variable that tells the binary where to listen.
+    listen_env: &'static str,
     args: Vec<String>,
     env: Vec<(String, String)>,
     child: Option<Child>,
@@ -132,13 +134,56 @@ impl Service {
         Service::start("lease-service", &[], &all).await
     }
 
+    /// Starts task-service on `database_url`, talking to the lease-service at `lease_url`.
+    pub async fn task_service(
+        database_url: &str,
+        lease_url: &str,
+        env: &[(&str, &str)],
+    ) -> Service {
+        let mut all = vec![
+            ("DATABASE_URL", database_url),
+            ("LEASE_SERVICE_URL", lease_url),
+            ("TASK_SWEEP_INTERVAL_SECONDS", "3600"),
+            ("HTTP_WORKERS", "2"),
+            ("DATABASE_POOL_SIZE", "16"),
+            ("SHUTDOWN_GRACE_SECONDS", "5"),
+            ("RUST_LOG", "info"),
+        ];
+        for (key, value) in env {
+            all.retain(|(k, _)| k != key);
+            all.push((key, value));
+        }
+        Service::start("task-service", &[], &all).await
+    }
+
+    /// Starts a worker process against `task_url`; it serves `/healthz` on its metrics port.
+    pub async fn worker(task_url: &str, env: &[(&str, &str)]) -> Service {
+        let mut all = vec![("TASK_SERVICE_URL", task_url), ("RUST_LOG", "info")];
+        for (key, value) in env {
+            all.retain(|(k, _)| k != key);
+            all.push((key, value));
+        }
+        Service::start_with("worker", &[], &all, "METRICS_ADDR").await
+    }
+
     /// Starts `name` with `args` and `env` (plus `LISTEN_ADDR` on a fresh port) and waits for
     /// its `/healthz`.
     pub async fn start(name: &str, args: &[&str], env: &[(&str, &str)]) -> Service {
+        Service::start_with(name, args, env, "LISTEN_ADDR").await
+    }
+
+    /// Like [`Service::start`], telling the binary its address in `listen_env`.
+    pub async fn start_with(
+        name: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+        listen_env: &'static str,
+    ) -> Service {
         let port = free_port();
         let mut service = Service {
             name: name.to_owned(),
             port,
+            listen_env,
             args: args.iter().map(|a| (*a).to_owned()).collect(),
             env: env
                 .iter()
@@ -165,7 +210,7 @@ impl Service {
         let child = Command::new(binary(&self.name))
             .args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .env("LISTEN_ADDR", format!("127.0.0.1:{}", self.port))
+            .env(self.listen_env, format!("127.0.0.1:{}", self.port))
             .env_remove("RUST_BACKTRACE")
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
@@ -264,8 +309,18 @@ impl Service {
     /// Starts the process again on the same port with the same settings.
     pub async fn restart(&mut self) {
         self.kill();
+        self.start_again().await;
+    }
+
+    /// Starts the process again after it was killed or terminated.
+    pub async fn start_again(&mut self) {
         self.spawn();
         self.wait_healthy(Duration::from_secs(30)).await;
+    }
+
+    /// The whole log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     pub async fn get(&self, path: &str) -> Answer {

@@ -8,3 +8,37 @@ pub mod error;
 pub mod http;
 
 pub use error::ApiError;
+
+/// Names (resources, holders, processors, queues, keys): 1 to 512 bytes, no control characters
+/// (PostgreSQL text cannot even hold NUL, and names with line breaks only confuse logs).
+pub fn validate_name(field: &'static str, value: &str) -> Result<(), ApiError> {
+    validate_name_within(field, value, crate::api::MAX_NAME_BYTES)
+}
+
+/// [`validate_name`] with another length limit.
+pub fn validate_name_within(
+    field: &'static str,
+    value: &str,
+    max_bytes: usize,
+) -> Result<(), ApiError> {
+    let problem = if value.is_empty() {
+        Some("must not be empty".to_owned())
+    } else if value.len() > max_bytes {
+        Some(format!(
+            "must be at most {max_bytes} bytes, got {}",
+            value.len()
+        ))
+    } else if value.chars().any(char::is_control) {
+        Some("must not contain control characters".to_owned())
+    } else {
+        None
+    };
+    match problem {
+        Some(problem) => Err(ApiError::invalid(
+            "invalid_field",
+            field,
+            format!("{field} {problem}"),
+        )),
+        None => Ok(()),
+    }
+}

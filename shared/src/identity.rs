@@ -1,0 +1,24 @@
+//! Names for running processes.
+
+/// `host:pid:random`: unique per process and readable in tables and logs. The host comes from
+/// `HOSTNAME` or `/etc/hostname`, falling back to `fallback`.
+pub fn instance_id(fallback: &str) -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| fallback.to_owned());
+    let suffix: u32 = rand::random();
+    format!("{host}:{}:{suffix:08x}", std::process::id())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn ids_differ_within_one_process() {
+        let (a, b) = (super::instance_id("x"), super::instance_id("x"));
+        assert_ne!(a, b);
+        assert!(a.contains(&format!(":{}:", std::process::id())));
+    }
+}

@@ -1,0 +1,137 @@
+//! Configuration: command-line flags, each also read from an environment variable.
+
+use std::net::SocketAddr;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Leasehold's task service: a PostgreSQL task queue whose claims are leases from lease-service.
+#[derive(Debug, Parser)]
+#[command(name = "task-service", version, args_conflicts_with_subcommands = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub serve: ServeConfig,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the HTTP API (the default).
+    Serve(ServeConfig),
+    /// Apply pending database migrations and exit.
+    Migrate(MigrateConfig),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct MigrateConfig {
+    /// PostgreSQL URL of the tasks database.
+    #[arg(long, env = "DATABASE_URL")]
+    pub database_url: String,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeConfig {
+    /// PostgreSQL URL of the tasks database.
+    #[arg(long, env = "DATABASE_URL")]
+    pub database_url: String,
+
+    /// Base URL of lease-service.
+    #[arg(
+        long,
+        env = "LEASE_SERVICE_URL",
+        default_value = "http://127.0.0.1:8081"
+    )]
+    pub lease_service_url: String,
+
+    /// Address to listen on.
+    #[arg(long, env = "LISTEN_ADDR", default_value = "0.0.0.0:8080")]
+    pub listen_addr: SocketAddr,
+
+    /// Do not apply pending migrations at start (run `task-service migrate` instead).
+    #[arg(long, env = "SKIP_MIGRATIONS", default_value_t = false)]
+    pub skip_migrations: bool,
+
+    /// Database connections in the pool.
+    #[arg(long, env = "DATABASE_POOL_SIZE", default_value_t = 16)]
+    pub database_pool_size: usize,
+
+    /// HTTP worker threads (0: one per CPU core).
+    #[arg(long, env = "HTTP_WORKERS", default_value_t = 0)]
+    pub http_workers: usize,
+
+    /// Length of the lease behind each claim; workers must heartbeat well within it.
+    #[arg(long, env = "TASK_LEASE_TTL_SECONDS", default_value_t = 30)]
+    pub lease_ttl_seconds: u64,
+
+    /// Timeout of a lease-service call made while task rows are locked.
+    #[arg(long, env = "LEASE_CALL_TIMEOUT_MS", default_value_t = 2000)]
+    pub lease_call_timeout_ms: u64,
+
+    /// Prefix of the lease resource of a task (`<prefix><id>`).
+    #[arg(long, env = "TASK_LEASE_PREFIX", default_value = "task:")]
+    pub lease_prefix: String,
+
+    /// Attempts a task gets when its creator names none.
+    #[arg(long, env = "TASK_DEFAULT_MAX_ATTEMPTS", default_value_t = 10)]
+    pub default_max_attempts: i32,
+
+    /// First retry delay after a failure; it doubles with each attempt (with jitter).
+    #[arg(long, env = "TASK_RETRY_BASE_SECONDS", default_value_t = 1.0)]
+    pub retry_base_seconds: f64,
+
+    /// Longest retry delay.
+    #[arg(long, env = "TASK_RETRY_MAX_SECONDS", default_value_t = 300.0)]
+    pub retry_max_seconds: f64,
+
+    /// Finished tasks (succeeded, dead, cancelled) older than this are deleted.
+    #[arg(long, env = "TASK_RETENTION_SECONDS", default_value_t = 604_800)]
+    pub retention_seconds: i64,
+
+    /// How often the retention sweeper runs (on whichever replica holds its lease).
+    #[arg(long, env = "TASK_SWEEP_INTERVAL_SECONDS", default_value_t = 60)]
+    pub sweep_interval_seconds: u64,
+
+    /// Name of this replica, used as the holder of the sweeper's lease (default: host name,
+    /// process id and a random suffix).
+    #[arg(long, env = "INSTANCE_ID")]
+    pub instance_id: Option<String>,
+
+    /// Seconds to let in-flight requests finish after SIGTERM or SIGINT.
+    #[arg(long, env = "SHUTDOWN_GRACE_SECONDS", default_value_t = 10)]
+    pub shutdown_grace_seconds: u64,
+}
+
+impl ServeConfig {
+    /// Refuses a configuration that cannot work, with a sentence saying why.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(1..=3600).contains(&self.lease_ttl_seconds) {
+            return Err("TASK_LEASE_TTL_SECONDS must be between 1 and 3600".to_owned());
+        }
+        if self.lease_call_timeout_ms == 0 {
+            return Err("LEASE_CALL_TIMEOUT_MS must be at least 1".to_owned());
+        }
+        if !(1..=1000).contains(&self.default_max_attempts) {
+            return Err("TASK_DEFAULT_MAX_ATTEMPTS must be between 1 and 1000".to_owned());
+        }
+        if !(self.retry_base_seconds >= 0.0 && self.retry_base_seconds <= self.retry_max_seconds) {
+            return Err(
+                "TASK_RETRY_BASE_SECONDS must be at least 0 and at most TASK_RETRY_MAX_SECONDS"
+                    .to_owned(),
+            );
+        }
+        if self.retention_seconds < 0 {
+            return Err("TASK_RETENTION_SECONDS must not be negative".to_owned());
+        }
+        if self.sweep_interval_seconds == 0 {
+            return Err("TASK_SWEEP_INTERVAL_SECONDS must be at least 1".to_owned());
+        }
+        if self.database_pool_size == 0 {
+            return Err("DATABASE_POOL_SIZE must be at least 1".to_owned());
+        }
+        // Services talk plain HTTP inside the deployment; TLS ends at the load balancer.
+        if !self.lease_service_url.starts_with("http://") {
+            return Err("LEASE_SERVICE_URL must be an http:// URL".to_owned());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,316 @@
+//! Routes and handlers: each takes a connection, calls one function of [`crate::tasks`] and
+//! shapes the answer.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use actix_web::{HttpRequest, HttpResponse, web};
+use serde::Deserialize;
+use shared::server::db::{self, DbPool};
+use shared::server::http::{
+    Page, extractors, get_only, healthz, method_not_allowed, metrics_response,
+};
+use shared::server::{ApiError, validate_name_within};
+use shared::tasks::{
+    ClaimTasks, CompleteTask, CreateTask, FailTask, Heartbeat, NoTask, TaskStatus,
+};
+
+use crate::repo;
+use crate::tasks::{self, Created, Engine};
+
+/// Largest request body accepted (task data is capped lower, at 64 KiB).
+pub const MAX_BODY_BYTES: usize = 256 * 1024;
+
+/// What every handler can reach.
+pub struct AppState {
+    pub pool: DbPool,
+    pub engine: Engine,
+    /// For `/readyz`: lease-service's health endpoint.
+    pub lease_service_health: String,
+    pub http: reqwest::Client,
+}
+
+impl std::fmt::Debug for AppState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppState")
+            .field("pool", &self.pool.status())
+            .field("lease_service_health", &self.lease_service_health)
+            .finish_non_exhaustive()
+    }
+}
+
+type State = web::Data<AppState>;
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    extractors(cfg, MAX_BODY_BYTES);
+    cfg.service(
+        web::scope("/api/tasks")
+            .service(
+                web::resource("")
+                    .route(web::get().to(list_all))
+                    .route(web::post().to(create))
+                    .default_service(web::to(method_not_allowed)),
+            )
+            .service(get_only("/processed", list_processed))
+            .service(get_only("/started", list_started))
+            .service(get_only("/counts", counts))
+            .service(
+                web::resource("/next")
+                    .route(web::post().to(next))
+                    .default_service(web::to(method_not_allowed)),
+            )
+            .service(get_only("/{id}", get_by_id))
+            .service(
+                web::resource("/{id}/heartbeat")
+                    .route(web::put().to(heartbeat))
+                    .default_service(web::to(method_not_allowed)),
+            )
+            .service(
+                web::resource("/{id}/complete")
+                    .route(web::put().to(complete))
+                    .default_service(web::to(method_not_allowed)),
+            )
+            .service(
+                web::resource("/{id}/fail")
+                    .route(web::put().to(fail))
+                    .default_service(web::to(method_not_allowed)),
+            )
+            .service(
+                web::resource("/{id}/cancel")
+                    .route(web::post().to(cancel))
+                    .default_service(web::to(method_not_allowed)),
+            ),
+    )
+    .service(get_only("/healthz", healthz))
+    .service(get_only("/readyz", readyz))
+    .service(get_only("/metrics", metrics));
+}
+
+async fn create(state: State, body: web::Json<CreateTask>) -> Result<HttpResponse, ApiError> {
+    let mut conn = db::connection(&state.pool).await?;
+    Ok(
+        match tasks::create(&mut conn, &state.engine, body.into_inner()).await? {
+            Created::New(task) => HttpResponse::Created().json(task),
+            Created::Existing(task) => HttpResponse::Ok().json(task),
+        },
+    )
+}
+
+/// 202 with the task (a list when `limit` was given), or 200 `{message}` when none is due.
+async fn next(state: State, body: web::Json<ClaimTasks>) -> Result<HttpResponse, ApiError> {
+    let mut conn = db::connection(&state.pool).await?;
+    let mut claimed = tasks::claim(&mut conn, &state.engine, &body).await?;
+    Ok(match (claimed.is_empty(), body.limit.is_some()) {
+        (true, _) => HttpResponse::Ok().json(NoTask {
+            message: "No tasks available".to_owned(),
+        }),
+        (false, true) => HttpResponse::Accepted().json(claimed),
+        (false, false) => HttpResponse::Accepted().json(claimed.swap_remove(0)),
+    })
+}
+
+async fn heartbeat(
+    state: State,
+    id: web::Path<i64>,
+    body: web::Json<Heartbeat>,
+) -> Result<HttpResponse, ApiError> {
+    let mut conn = db::connection(&state.pool).await?;
+    let task = tasks::heartbeat(&mut conn, &state.engine, *id, &body).await?;
+    Ok(HttpResponse::Accepted().json(task))
+}
+
+async fn complete(
+    state: State,
+    id: web::Path<i64>,
+    body: web::Json<CompleteTask>,
+) -> Result<HttpResponse, ApiError> {
+    let mut conn = db::connection(&state.pool).await?;
+    let task = tasks::complete(&mut conn, &state.engine, *id, &body).await?;
+    Ok(HttpResponse::Accepted().json(task))
+}
+
+async fn fail(
+    state: State,
+    id: web::Path<i64>,
+    body: web::Json<FailTask>,
+) -> Result<HttpResponse, ApiError> {
+    let mut conn = db::connection(&state.pool).await?;
+    let task = tasks::fail(&mut conn, &state.engine, *id, &body).await?;
+    Ok(HttpResponse::Accepted().json(task))
+}
+
+/// 200 when a pending task was cancelled; 202 when a running one will be at its next heartbeat.
+async fn cancel(state: State, id: web::Path<i64>) -> Result<HttpResponse, ApiError> {
+    let mut conn = db::connection(&state.pool).await?;
+    let (task, immediate) = tasks::cancel(&mut conn, &state.engine, *id).await?;
+    Ok(if immediate {
+        HttpResponse::Ok().json(task)
+    } else {
+        HttpResponse::Accepted().json(task)
+    })
+}
+
+async fn get_by_id(state: State, id: web::Path<i64>) -> Result<HttpResponse, ApiError> {
+    let mut conn = db::connection(&state.pool).await?;
+    Ok(HttpResponse::Ok().json(tasks::get(&mut conn, *id).await?))
+}
+
+/// Query of the listings: `status` (comma-separated), `queue`, `limit`, `cursor`.
+#[derive(Debug, Deserialize)]
+struct ListQuery {
+    status: Option<String>,
+    queue: Option<String>,
+    limit: Option<i64>,
+    cursor: Option<String>,
+}
+
+async fn list_all(
+    s: State,
+    q: web::Query<ListQuery>,
+    r: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    list(s, q, r, &TaskStatus::ALL).await
+}
+
+/// The sample's "processed": every task that reached an end.
+async fn list_processed(
+    s: State,
+    q: web::Query<ListQuery>,
+    r: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    list(
+        s,
+        q,
+        r,
+        &[
+            TaskStatus::Succeeded,
+            TaskStatus::Dead,
+            TaskStatus::Cancelled,
+        ],
+    )
+    .await
+}
+
+/// The sample's "started": tasks being worked on now.
+async fn list_started(
+    s: State,
+    q: web::Query<ListQuery>,
+    r: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    list(s, q, r, &[TaskStatus::Running]).await
+}
+
+async fn list(
+    state: State,
+    query: web::Query<ListQuery>,
+    request: HttpRequest,
+    within: &[TaskStatus],
+) -> Result<HttpResponse, ApiError> {
+    let page = Page::parse(query.limit, query.cursor.as_deref())?;
+    let mut statuses: Vec<&str> = within.iter().map(|s| s.as_str()).collect();
+    if let Some(wanted) = query.status.as_deref().filter(|s| !s.is_empty()) {
+        let mut chosen = Vec::new();
+        for name in wanted.split(',') {
+            let status = TaskStatus::parse(name.trim()).ok_or_else(|| {
+                ApiError::invalid(
+                    "invalid_status",
+                    "status",
+                    format!("unknown status {name:?}; known: pending, running, succeeded, dead, cancelled"),
+                )
+            })?;
+            chosen.push(status.as_str());
+        }
+        statuses.retain(|s| chosen.contains(s));
+    }
+    if let Some(queue) = &query.queue {
+        validate_name_within("queue", queue, 128)?;
+    }
+    let mut conn = db::connection(&state.pool).await?;
+    let rows = repo::list(
+        &mut conn,
+        &statuses,
+        query.queue.as_deref(),
+        page.after,
+        page.fetch(),
+    )
+    .await?;
+    let tasks: Vec<_> = rows.into_iter().map(tasks::to_api).collect();
+    Ok(page.respond(
+        &request,
+        tasks,
+        |task| task.id,
+        &[
+            ("status", query.status.as_deref()),
+            ("queue", query.queue.as_deref()),
+        ],
+    ))
+}
+
+/// Per queue, the number of tasks in each status (every status listed, zeros included).
+async fn counts(state: State) -> Result<HttpResponse, ApiError> {
+    let mut conn = db::connection(&state.pool).await?;
+    let rows = repo::counts(&mut conn).await?;
+    let mut queues: BTreeMap<String, BTreeMap<&str, i64>> = BTreeMap::new();
+    let mut total: BTreeMap<&str, i64> = TaskStatus::ALL.iter().map(|s| (s.as_str(), 0)).collect();
+    for row in &rows {
+        let per_queue = queues
+            .entry(row.queue.clone())
+            .or_insert_with(|| TaskStatus::ALL.iter().map(|s| (s.as_str(), 0)).collect());
+        if let Some(status) = TaskStatus::parse(&row.status) {
+            *per_queue.entry(status.as_str()).or_default() += row.count;
+            *total.entry(status.as_str()).or_default() += row.count;
+        }
+    }
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "queues": queues, "total": total })))
+}
+
+/// Ready when the database answers and lease-service is healthy, each within two seconds.
+async fn readyz(state: State) -> Result<HttpResponse, ApiError> {
+    let database = async {
+        let mut conn = db::connection(&state.pool).await?;
+        repo::ping(&mut conn).await.map_err(ApiError::from)
+    };
+    match tokio::time::timeout(Duration::from_secs(2), database).await {
+        Ok(Ok(())) => {}
+        Ok(Err(err)) => return Err(ApiError::Unavailable(format!("database not ready: {err}"))),
+        Err(_) => {
+            return Err(ApiError::Unavailable(
+                "database did not answer within 2 s".to_owned(),
+            ));
+        }
+    }
+    let leases = state
+        .http
+        .get(&state.lease_service_health)
+        .timeout(Duration::from_secs(2))
+        .send()
+        .await;
+    match leases {
+        Ok(answer) if answer.status().is_success() => {
+            Ok(HttpResponse::Ok().json(serde_json::json!({ "status": "ready" })))
+        }
+        Ok(answer) => Err(ApiError::Unavailable(format!(
+            "lease-service answered {}",
+            answer.status()
+        ))),
+        Err(err) => Err(ApiError::Unavailable(format!(
+            "lease-service unreachable: {err}"
+        ))),
+    }
+}
+
+async fn metrics(state: State) -> Result<HttpResponse, ApiError> {
+    let reading = async {
+        let mut conn = db::connection(&state.pool).await?;
+        let counts = repo::counts(&mut conn).await?;
+        let oldest = repo::oldest_due(&mut conn).await?;
+        Ok::<_, ApiError>((counts, oldest))
+    };
+    // A database that does not answer leaves the gauges as they were; counters still serve.
+    match tokio::time::timeout(Duration::from_secs(2), reading).await {
+        Ok(Ok((counts, oldest))) => state.engine.metrics.observe_database(&counts, &oldest),
+        Ok(Err(err)) => tracing::warn!(error = %err, "could not read task gauges"),
+        Err(_) => tracing::warn!("reading task gauges timed out"),
+    }
+    metrics_response(&state.engine.metrics.registry)
+}

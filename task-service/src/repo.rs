@@ -1,0 +1,356 @@
+//! Every SQL statement of task-service, and nothing else. Times are the database's `now()`.
+
+use chrono::{DateTime, Utc};
+use diesel::sql_types::{Array, BigInt, Bool, Double, Integer, Jsonb, Nullable, Text, Timestamptz};
+use diesel::{OptionalExtension, QueryableByName};
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+
+pub type Db = AsyncPgConnection;
+type Result<T> = std::result::Result<T, diesel::result::Error>;
+
+/// A task row.
+#[derive(Debug, Clone, QueryableByName)]
+pub struct TaskRow {
+    #[diesel(sql_type = BigInt)]
+    pub id: i64,
+    #[diesel(sql_type = Jsonb)]
+    pub task_data: serde_json::Value,
+    #[diesel(sql_type = Text)]
+    pub queue: String,
+    #[diesel(sql_type = Integer)]
+    pub priority: i32,
+    #[diesel(sql_type = Text)]
+    pub status: String,
+    #[diesel(sql_type = Timestamptz)]
+    pub scheduled_at: DateTime<Utc>,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub processor: Option<String>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub fence: Option<i64>,
+    #[diesel(sql_type = Integer)]
+    pub attempts: i32,
+    #[diesel(sql_type = Integer)]
+    pub max_attempts: i32,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    pub last_heartbeat_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    pub must_heartbeat_before: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    pub started_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    pub processed_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<Jsonb>)]
+    pub task_output: Option<serde_json::Value>,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub last_error: Option<String>,
+    #[diesel(sql_type = Bool)]
+    pub cancel_requested: bool,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub idempotency_key: Option<String>,
+    #[diesel(sql_type = Timestamptz)]
+    pub created_at: DateTime<Utc>,
+    #[diesel(sql_type = Timestamptz)]
+    pub updated_at: DateTime<Utc>,
+}
+
+/// What `POST /api/tasks` inserts, validated.
+#[derive(Debug, Clone)]
+pub struct NewTask {
+    pub task_data: serde_json::Value,
+    pub scheduled_at: Option<DateTime<Utc>>,
+    pub queue: String,
+    pub priority: i32,
+    pub max_attempts: i32,
+    pub idempotency_key: Option<String>,
+}
+
+const COLUMNS: &str = "id, task_data, queue, priority, status, scheduled_at, processor, fence, \
+    attempts, max_attempts, last_heartbeat_at, must_heartbeat_before, started_at, processed_at, \
+    task_output, last_error, cancel_requested, idempotency_key, created_at, updated_at";
+
+/// Inserts the task, or nothing if its idempotency key is taken (then `None`).
+pub async fn insert(conn: &mut Db, task: &NewTask) -> Result<Option<TaskRow>> {
+    diesel::sql_query(format!(
+        "INSERT INTO tasks (task_data, scheduled_at, queue, priority, max_attempts, idempotency_key)
+         VALUES ($1, COALESCE($2, now()), $3, $4, $5, $6)
+         ON CONFLICT (idempotency_key) DO NOTHING
+         RETURNING {COLUMNS}"
+    ))
+    .bind::<Jsonb, _>(&task.task_data)
+    .bind::<Nullable<Timestamptz>, _>(task.scheduled_at)
+    .bind::<Text, _>(&task.queue)
+    .bind::<Integer, _>(task.priority)
+    .bind::<Integer, _>(task.max_attempts)
+    .bind::<Nullable<Text>, _>(task.idempotency_key.as_deref())
+    .get_result(conn)
+    .await
+    .optional()
+}
+
+pub async fn find_by_idempotency_key(conn: &mut Db, key: &str) -> Result<Option<TaskRow>> {
+    diesel::sql_query(format!(
+        "SELECT {COLUMNS} FROM tasks WHERE idempotency_key = $1"
+    ))
+    .bind::<Text, _>(key)
+    .get_result(conn)
+    .await
+    .optional()
+}
+
+pub async fn find(conn: &mut Db, id: i64) -> Result<Option<TaskRow>> {
+    diesel::sql_query(format!("SELECT {COLUMNS} FROM tasks WHERE id = $1"))
+        .bind::<BigInt, _>(id)
+        .get_result(conn)
+        .await
+        .optional()
+}
+
+/// The task, locked for the rest of the transaction.
+pub async fn lock(conn: &mut Db, id: i64) -> Result<Option<TaskRow>> {
+    diesel::sql_query(format!(
+        "SELECT {COLUMNS} FROM tasks WHERE id = $1 FOR UPDATE"
+    ))
+    .bind::<BigInt, _>(id)
+    .get_result(conn)
+    .await
+    .optional()
+}
+
+/// Running tasks whose lease has run out by the recorded expiry, oldest first, locked; rows
+/// another transaction holds are skipped, never waited for.
+pub async fn lock_lapsed(conn: &mut Db, queue: Option<&str>, limit: i64) -> Result<Vec<TaskRow>> {
+    diesel::sql_query(format!(
+        "SELECT {COLUMNS} FROM tasks
+         WHERE status = 'running' AND must_heartbeat_before <= now()
+           AND ($1::text IS NULL OR queue = $1)
+         ORDER BY must_heartbeat_before
+         LIMIT $2
+         FOR UPDATE SKIP LOCKED"
+    ))
+    .bind::<Nullable<Text>, _>(queue)
+    .bind::<BigInt, _>(limit)
+    .load(conn)
+    .await
+}
+
+/// Due pending tasks, highest priority then earliest scheduled, locked with `SKIP LOCKED`
+/// (never the sample's `OFFSET` scan). The two statements let each use its partial index.
+pub async fn lock_due(conn: &mut Db, queue: Option<&str>, limit: i64) -> Result<Vec<TaskRow>> {
+    let filter = if queue.is_some() {
+        "AND queue = $1"
+    } else {
+        "AND $1::text IS NULL"
+    };
+    diesel::sql_query(format!(
+        "SELECT {COLUMNS} FROM tasks
+         WHERE status = 'pending' AND scheduled_at <= now() {filter}
+         ORDER BY priority DESC, scheduled_at, id
+         LIMIT $2
+         FOR UPDATE SKIP LOCKED"
+    ))
+    .bind::<Nullable<Text>, _>(queue)
+    .bind::<BigInt, _>(limit)
+    .load(conn)
+    .await
+}
+
+/// Records a claim: one more attempt, owned by `processor` under `fence` until `lease_expiry`.
+pub async fn mark_claimed(
+    conn: &mut Db,
+    id: i64,
+    processor: &str,
+    fence: i64,
+    lease_expiry: DateTime<Utc>,
+) -> Result<TaskRow> {
+    diesel::sql_query(format!(
+        "UPDATE tasks SET status = 'running', processor = $2, fence = $3, attempts = attempts + 1,
+                started_at = now(), last_heartbeat_at = now(), must_heartbeat_before = $4,
+                updated_at = now()
+         WHERE id = $1
+         RETURNING {COLUMNS}"
+    ))
+    .bind::<BigInt, _>(id)
+    .bind::<Text, _>(processor)
+    .bind::<BigInt, _>(fence)
+    .bind::<Timestamptz, _>(lease_expiry)
+    .get_result(conn)
+    .await
+}
+
+pub async fn record_heartbeat(
+    conn: &mut Db,
+    id: i64,
+    lease_expiry: DateTime<Utc>,
+) -> Result<TaskRow> {
+    diesel::sql_query(format!(
+        "UPDATE tasks SET last_heartbeat_at = now(), must_heartbeat_before = $2, updated_at = now()
+         WHERE id = $1
+         RETURNING {COLUMNS}"
+    ))
+    .bind::<BigInt, _>(id)
+    .bind::<Timestamptz, _>(lease_expiry)
+    .get_result(conn)
+    .await
+}
+
+/// Marks the task succeeded; also returns seconds from claim to completion.
+pub async fn mark_succeeded(
+    conn: &mut Db,
+    id: i64,
+    output: &serde_json::Value,
+) -> Result<(TaskRow, f64)> {
+    #[derive(QueryableByName)]
+    struct Completed {
+        #[diesel(embed)]
+        task: TaskRow,
+        #[diesel(sql_type = Double)]
+        took: f64,
+    }
+    let done: Completed = diesel::sql_query(format!(
+        "UPDATE tasks SET status = 'succeeded', processed_at = now(), last_heartbeat_at = now(),
+                task_output = $2, updated_at = now()
+         WHERE id = $1
+         RETURNING {COLUMNS},
+                   COALESCE(EXTRACT(EPOCH FROM now() - started_at), 0)::float8 AS took"
+    ))
+    .bind::<BigInt, _>(id)
+    .bind::<Jsonb, _>(output)
+    .get_result(conn)
+    .await?;
+    Ok((done.task, done.took))
+}
+
+/// Ends the task in `status` (`dead` or `cancelled`), recording `error` when given.
+pub async fn mark_final(
+    conn: &mut Db,
+    id: i64,
+    status: &str,
+    error: Option<&str>,
+) -> Result<TaskRow> {
+    diesel::sql_query(format!(
+        "UPDATE tasks SET status = $2, processed_at = now(),
+                last_error = COALESCE($3, last_error), updated_at = now()
+         WHERE id = $1
+         RETURNING {COLUMNS}"
+    ))
+    .bind::<BigInt, _>(id)
+    .bind::<Text, _>(status)
+    .bind::<Nullable<Text>, _>(error)
+    .get_result(conn)
+    .await
+}
+
+/// Back to pending, due in `delay_seconds`. `refund_attempt` hands the claim's attempt back.
+pub async fn mark_retry(
+    conn: &mut Db,
+    id: i64,
+    error: &str,
+    delay_seconds: f64,
+    refund_attempt: bool,
+) -> Result<TaskRow> {
+    diesel::sql_query(format!(
+        "UPDATE tasks SET status = 'pending', processor = NULL,
+                scheduled_at = now() + make_interval(secs => $3),
+                attempts = CASE WHEN $4 THEN greatest(attempts - 1, 0) ELSE attempts END,
+                last_error = $2, must_heartbeat_before = NULL, updated_at = now()
+         WHERE id = $1
+         RETURNING {COLUMNS}"
+    ))
+    .bind::<BigInt, _>(id)
+    .bind::<Text, _>(error)
+    .bind::<Double, _>(delay_seconds)
+    .bind::<Bool, _>(refund_attempt)
+    .get_result(conn)
+    .await
+}
+
+pub async fn request_cancel(conn: &mut Db, id: i64) -> Result<TaskRow> {
+    diesel::sql_query(format!(
+        "UPDATE tasks SET cancel_requested = true, updated_at = now() WHERE id = $1
+         RETURNING {COLUMNS}"
+    ))
+    .bind::<BigInt, _>(id)
+    .get_result(conn)
+    .await
+}
+
+/// A listing page in id order after `after`, filtered by statuses and queue.
+pub async fn list(
+    conn: &mut Db,
+    statuses: &[&str],
+    queue: Option<&str>,
+    after: i64,
+    limit: i64,
+) -> Result<Vec<TaskRow>> {
+    let statuses: Vec<String> = statuses.iter().map(|s| (*s).to_owned()).collect();
+    diesel::sql_query(format!(
+        "SELECT {COLUMNS} FROM tasks
+         WHERE status = ANY($1) AND ($2::text IS NULL OR queue = $2) AND id > $3
+         ORDER BY id LIMIT $4"
+    ))
+    .bind::<Array<Text>, _>(statuses)
+    .bind::<Nullable<Text>, _>(queue)
+    .bind::<BigInt, _>(after)
+    .bind::<BigInt, _>(limit)
+    .load(conn)
+    .await
+}
+
+#[derive(Debug, Clone, QueryableByName)]
+pub struct QueueCount {
+    #[diesel(sql_type = Text)]
+    pub queue: String,
+    #[diesel(sql_type = Text)]
+    pub status: String,
+    #[diesel(sql_type = BigInt)]
+    pub count: i64,
+}
+
+pub async fn counts(conn: &mut Db) -> Result<Vec<QueueCount>> {
+    diesel::sql_query(
+        "SELECT queue, status, count(*) AS count FROM tasks GROUP BY queue, status ORDER BY queue",
+    )
+    .load(conn)
+    .await
+}
+
+#[derive(Debug, Clone, QueryableByName)]
+pub struct OldestDue {
+    #[diesel(sql_type = Text)]
+    pub queue: String,
+    #[diesel(sql_type = Double)]
+    pub age_seconds: f64,
+}
+
+/// Per queue, how long the oldest due pending task has waited.
+pub async fn oldest_due(conn: &mut Db) -> Result<Vec<OldestDue>> {
+    diesel::sql_query(
+        "SELECT queue, EXTRACT(EPOCH FROM now() - min(scheduled_at))::float8 AS age_seconds
+         FROM tasks WHERE status = 'pending' AND scheduled_at <= now() GROUP BY queue",
+    )
+    .load(conn)
+    .await
+}
+
+/// Deletes up to `batch` finished tasks that finished more than `retention_seconds` ago.
+pub async fn sweep(conn: &mut Db, retention_seconds: i64, batch: i64) -> Result<usize> {
+    diesel::sql_query(
+        "DELETE FROM tasks
+         WHERE id IN (SELECT id FROM tasks
+                      WHERE status IN ('succeeded', 'dead', 'cancelled')
+                        AND processed_at < now() - make_interval(secs => $1)
+                      LIMIT $2)
+           AND status IN ('succeeded', 'dead', 'cancelled')",
+    )
+    .bind::<Double, _>(retention_seconds as f64)
+    .bind::<BigInt, _>(batch)
+    .execute(conn)
+    .await
+}
+
+pub async fn ping(conn: &mut Db) -> Result<()> {
+    diesel::sql_query("SELECT 1")
+        .execute(conn)
+        .await
+        .map(|_| ())
+}

@@ -1,0 +1,86 @@
+//! Retention: deletes tasks that finished long ago, so the table does not grow forever.
+//!
+//! Every replica runs the loop; a round sweeps only on the replica that holds the lease
+//! [`SWEEPER_RESOURCE`] from lease-service, kept by reentrant acquires round after round. When
+//! lease-service cannot be reached, nobody sweeps, which is always safe.
+
+use std::time::Duration;
+
+use rand::Rng;
+use shared::server::ApiError;
+use shared::server::db::{self, DbPool};
+use shared::{LeaseClient, LeaseError};
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::Metrics;
+use crate::repo;
+
+pub const SWEEPER_RESOURCE: &str = "leasehold:task-retention-sweeper";
+const BATCH: i64 = 1000;
+
+#[derive(Debug, Clone)]
+pub struct SweeperConfig {
+    pub holder: String,
+    pub interval: Duration,
+    pub retention_seconds: i64,
+}
+
+pub async fn run(
+    pool: DbPool,
+    leases: LeaseClient,
+    metrics: Metrics,
+    config: SweeperConfig,
+    stop: CancellationToken,
+) {
+    // Long enough to survive one missed round, so the same replica keeps sweeping.
+    let ttl = config
+        .interval
+        .saturating_mul(3)
+        .max(Duration::from_secs(1));
+    loop {
+        let jitter = rand::rng().random_range(0.9..1.1);
+        tokio::select! {
+            () = stop.cancelled() => break,
+            () = tokio::time::sleep(config.interval.mul_f64(jitter)) => {}
+        }
+        let outcome = match leases
+            .acquire(SWEEPER_RESOURCE, &config.holder, Some(ttl))
+            .await
+        {
+            Ok(_) => match sweep(&pool, config.retention_seconds).await {
+                Ok(deleted) => {
+                    metrics.swept.inc_by(deleted);
+                    if deleted > 0 {
+                        tracing::info!(deleted, "retention sweeper deleted finished tasks");
+                    }
+                    "swept"
+                }
+                Err(err) => {
+                    tracing::warn!(error = %err, "task retention sweep failed");
+                    "failed"
+                }
+            },
+            Err(LeaseError::Held { .. }) => "standby",
+            Err(err) => {
+                tracing::debug!(error = %err, "could not take the sweeper lease");
+                "failed"
+            }
+        };
+        metrics.sweeps.with_label_values(&[outcome]).inc();
+    }
+    if let Err(err) = leases.release(SWEEPER_RESOURCE, &config.holder, None).await {
+        tracing::debug!(error = %err, "sweeper lease not released; it will expire");
+    }
+}
+
+async fn sweep(pool: &DbPool, retention_seconds: i64) -> Result<u64, ApiError> {
+    let mut conn = db::connection(pool).await?;
+    let mut deleted = 0u64;
+    loop {
+        let batch = repo::sweep(&mut conn, retention_seconds, BATCH).await?;
+        deleted += u64::try_from(batch).unwrap_or(0);
+        if i64::try_from(batch).unwrap_or(0) < BATCH {
+            return Ok(deleted);
+        }
+    }
+}

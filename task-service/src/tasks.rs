@@ -1,0 +1,556 @@
+//! The task rules: creating, claiming, heartbeating, completing, failing and cancelling.
+//!
+//! Every transition locks the task's row, checks who may make it, and—where a worker is
+//! involved—asks lease-service, which has the final word on ownership: a claim acquires the
+//! task's lease (only a *new* acquisition counts), a heartbeat renews it with the claim's fence,
+//! and a completion or failure releases it with that fence. Release doubles as the ownership
+//! proof at the end of the work: it succeeds only for the current holder with the current fence,
+//! and, retried after a lost answer, succeeds again, so a worker can safely retry `complete`.
+
+use std::time::Duration;
+
+use diesel_async::AsyncConnection;
+use rand::Rng;
+use shared::server::{ApiError, validate_name, validate_name_within};
+use shared::tasks::{ClaimTasks, CompleteTask, CreateTask, FailTask, Heartbeat, Task, TaskStatus};
+use shared::{LeaseClient, LeaseError};
+
+use crate::metrics::Metrics;
+use crate::repo::{self, Db, NewTask, TaskRow};
+
+/// Largest `task_data` (and `task_output`), serialised.
+pub const MAX_DATA_BYTES: usize = 64 * 1024;
+/// Most tasks one claim may take.
+pub const MAX_CLAIM: i64 = 100;
+const MAX_QUEUE_BYTES: usize = 128;
+const MAX_KEY_BYTES: usize = 255;
+const MAX_ERROR_BYTES: usize = 4096;
+const PRIORITY_RANGE: std::ops::RangeInclusive<i32> = -1000..=1000;
+
+/// What the task rules need besides a connection.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    /// For calls made while task rows are locked: short timeout, no retries.
+    pub leases: LeaseClient,
+    /// For releases after commit: retried, nothing waits on them.
+    pub leases_retrying: LeaseClient,
+    pub lease_ttl: Duration,
+    pub lease_prefix: String,
+    pub default_max_attempts: i32,
+    pub retry_base_seconds: f64,
+    pub retry_max_seconds: f64,
+    pub metrics: Metrics,
+}
+
+impl Engine {
+    fn resource(&self, id: i64) -> String {
+        format!("{}{id}", self.lease_prefix)
+    }
+
+    /// Capped exponential backoff with jitter: the `attempts`-th failure waits between half and
+    /// all of `min(max, base · 2^(attempts-1))`.
+    pub fn retry_delay(&self, attempts: i32) -> f64 {
+        let exponent = attempts.saturating_sub(1).clamp(0, 30);
+        let ceiling = (self.retry_base_seconds * 2f64.powi(exponent)).min(self.retry_max_seconds);
+        ceiling * rand::rng().random_range(0.5..=1.0)
+    }
+
+    /// Releases a lease after the transaction that ended its task committed. A failure only
+    /// means the lease runs out by itself.
+    async fn release_after_commit(&self, id: i64, processor: &str, fence: Option<i64>) {
+        if let Err(err) = self
+            .leases_retrying
+            .release(&self.resource(id), processor, fence)
+            .await
+        {
+            tracing::debug!(task = id, error = %err, "lease release after commit failed; it will expire");
+        }
+    }
+}
+
+/// A created task answers 201; a repeat of an idempotent create answers 200 with the first.
+#[derive(Debug)]
+pub enum Created {
+    New(Task),
+    Existing(Task),
+}
+
+pub async fn create(
+    conn: &mut Db,
+    engine: &Engine,
+    request: CreateTask,
+) -> Result<Created, ApiError> {
+    let task = validate_new(engine, request)?;
+    if let Some(row) = repo::insert(conn, &task).await? {
+        engine
+            .metrics
+            .created
+            .with_label_values(&[row.queue.as_str()])
+            .inc();
+        return Ok(Created::New(to_api(row)));
+    }
+    // The key is taken: answer with the task it names, if it is the same request.
+    let key = task.idempotency_key.as_deref().unwrap_or_default();
+    let existing = repo::find_by_idempotency_key(conn, key)
+        .await?
+        .ok_or_else(|| {
+            ApiError::Unavailable(
+                "the task for that idempotency key was just deleted; retry".to_owned(),
+            )
+        })?;
+    if existing.task_data != task.task_data || existing.queue != task.queue {
+        return Err(ApiError::Unprocessable {
+            code: "idempotency_key_reused",
+            message: format!(
+                "idempotency_key {key:?} already names task {} with different task_data or queue",
+                existing.id
+            ),
+        });
+    }
+    Ok(Created::Existing(to_api(existing)))
+}
+
+fn validate_new(engine: &Engine, request: CreateTask) -> Result<NewTask, ApiError> {
+    if !request.task_data.is_object() {
+        return Err(ApiError::invalid(
+            "invalid_field",
+            "task_data",
+            "task_data must be a JSON object",
+        ));
+    }
+    check_size("task_data", &request.task_data)?;
+    let queue = request.queue.unwrap_or_else(|| "default".to_owned());
+    validate_name_within("queue", &queue, MAX_QUEUE_BYTES)?;
+    let priority = request.priority.unwrap_or(0);
+    if !PRIORITY_RANGE.contains(&priority) {
+        return Err(ApiError::invalid(
+            "invalid_field",
+            "priority",
+            format!("priority must be between -1000 and 1000, got {priority}"),
+        ));
+    }
+    let max_attempts = request.max_attempts.unwrap_or(engine.default_max_attempts);
+    if !(1..=1000).contains(&max_attempts) {
+        return Err(ApiError::invalid(
+            "invalid_field",
+            "max_attempts",
+            format!("max_attempts must be between 1 and 1000, got {max_attempts}"),
+        ));
+    }
+    if let Some(key) = &request.idempotency_key {
+        validate_name_within("idempotency_key", key, MAX_KEY_BYTES)?;
+    }
+    Ok(NewTask {
+        task_data: request.task_data,
+        scheduled_at: request.scheduled_at,
+        queue,
+        priority,
+        max_attempts,
+        idempotency_key: request.idempotency_key,
+    })
+}
+
+fn check_size(field: &'static str, value: &serde_json::Value) -> Result<(), ApiError> {
+    let size = serde_json::to_vec(value)
+        .map(|v| v.len())
+        .unwrap_or(usize::MAX);
+    if size > MAX_DATA_BYTES {
+        return Err(ApiError::invalid(
+            "too_large",
+            field,
+            format!("{field} is {size} bytes; at most {MAX_DATA_BYTES} are accepted"),
+        ));
+    }
+    Ok(())
+}
+
+/// Claims up to `limit` due tasks (1 when not given) for `processor`.
+///
+/// Candidates are locked with `SKIP LOCKED`: running tasks whose lease ran out first, then due
+/// pending tasks by priority and schedule. Each candidate's lease is acquired from lease-service
+/// while its row is locked; a refusal skips it, as does a *reentrant* acquire (the same
+/// processor name already holds that task's lease, so two workers share a name: handing the
+/// task out again would give both the same fence). A candidate that has used all its attempts is
+/// not handed out but marked dead, once its lease proves the last attempt is over.
+pub async fn claim(
+    conn: &mut Db,
+    engine: &Engine,
+    request: &ClaimTasks,
+) -> Result<Vec<Task>, ApiError> {
+    validate_name("processor", &request.processor)?;
+    if let Some(queue) = &request.queue {
+        validate_name_within("queue", queue, MAX_QUEUE_BYTES)?;
+    }
+    let limit = request.limit.unwrap_or(1);
+    if !(1..=MAX_CLAIM).contains(&limit) {
+        return Err(ApiError::invalid(
+            "invalid_limit",
+            "limit",
+            format!("limit must be between 1 and {MAX_CLAIM}, got {limit}"),
+        ));
+    }
+    let processor = request.processor.as_str();
+    let queue = request.queue.as_deref();
+    let (claimed, exhausted) = conn
+        .transaction::<_, ApiError, _>(async |conn| {
+            let mut candidates = repo::lock_lapsed(conn, queue, limit).await?;
+            let room = limit - i64::try_from(candidates.len()).unwrap_or(limit);
+            if room > 0 {
+                candidates.extend(repo::lock_due(conn, queue, room).await?);
+            }
+            let ttl = Some(engine.lease_ttl);
+            let grants = futures_util::future::join_all(candidates.iter().map(|task| {
+                let resource = engine.resource(task.id);
+                async move { engine.leases.acquire_fresh(&resource, processor, ttl).await }
+            }))
+            .await;
+            let mut claimed = Vec::new();
+            let mut exhausted = Vec::new();
+            let mut unavailable = None;
+            for (task, grant) in candidates.into_iter().zip(grants) {
+                match grant {
+                    Ok(Some(lease)) if task.attempts >= task.max_attempts => {
+                        let reason = format!(
+                            "attempts exhausted: the lease of attempt {} of {} ran out (processor {:?} stopped heartbeating)",
+                            task.attempts,
+                            task.max_attempts,
+                            task.processor.as_deref().unwrap_or("?")
+                        );
+                        let row = repo::mark_final(conn, task.id, "dead", Some(&reason)).await?;
+                        exhausted.push((row, lease.fence));
+                    }
+                    Ok(Some(lease)) => {
+                        let row = repo::mark_claimed(conn, task.id, processor, lease.fence, lease.expires_at).await?;
+                        claimed.push(row);
+                    }
+                    Ok(None) | Err(LeaseError::Held { .. }) => {}
+                    Err(LeaseError::Unavailable(reason)) => unavailable = Some(reason),
+                    Err(other) => {
+                        tracing::warn!(task = task.id, error = %other, "lease-service refused a task lease");
+                    }
+                }
+            }
+            if claimed.is_empty()
+                && exhausted.is_empty()
+                && let Some(reason) = unavailable
+            {
+                return Err(ApiError::Unavailable(format!("lease-service unavailable: {reason}")));
+            }
+            Ok((claimed, exhausted))
+        })
+        .await?;
+    for (row, fence) in &exhausted {
+        engine
+            .metrics
+            .dead
+            .with_label_values(&[row.queue.as_str(), "attempts_exhausted"])
+            .inc();
+        engine
+            .release_after_commit(row.id, processor, Some(*fence))
+            .await;
+    }
+    for row in &claimed {
+        engine
+            .metrics
+            .claimed
+            .with_label_values(&[row.queue.as_str()])
+            .inc();
+    }
+    Ok(claimed.into_iter().map(to_api).collect())
+}
+
+/// How a locked transition ended: a task to answer with, or a refusal that still committed a
+/// change (a cancellation noticed on the way), whose lease must then be released.
+enum Transition {
+    Done(TaskRow),
+    Cancelled(TaskRow),
+}
+
+pub async fn heartbeat(
+    conn: &mut Db,
+    engine: &Engine,
+    id: i64,
+    request: &Heartbeat,
+) -> Result<Task, ApiError> {
+    validate_name("processor", &request.processor)?;
+    let processor = request.processor.as_str();
+    let outcome = conn
+        .transaction::<_, ApiError, _>(async |conn| {
+            let task = locked(conn, id).await?;
+            check_owner(&task, processor, request.fence)?;
+            if task.cancel_requested {
+                return Ok(Transition::Cancelled(
+                    repo::mark_final(conn, id, "cancelled", None).await?,
+                ));
+            }
+            let lease = engine
+                .leases
+                .renew(&engine.resource(id), processor, task.fence, None)
+                .await
+                .map_err(|err| lease_refusal(engine, "heartbeat", err))?;
+            Ok(Transition::Done(
+                repo::record_heartbeat(conn, id, lease.expires_at).await?,
+            ))
+        })
+        .await?;
+    finish(engine, outcome, processor).await
+}
+
+pub async fn complete(
+    conn: &mut Db,
+    engine: &Engine,
+    id: i64,
+    request: &CompleteTask,
+) -> Result<Task, ApiError> {
+    validate_name("processor", &request.processor)?;
+    check_size("task_output", &request.task_output)?;
+    let processor = request.processor.as_str();
+    let outcome = conn
+        .transaction::<_, ApiError, _>(async |conn| {
+            let task = locked(conn, id).await?;
+            check_owner(&task, processor, request.fence)?;
+            if task.cancel_requested {
+                return Ok(Transition::Cancelled(
+                    repo::mark_final(conn, id, "cancelled", None).await?,
+                ));
+            }
+            engine
+                .leases
+                .release(&engine.resource(id), processor, task.fence)
+                .await
+                .map_err(|err| lease_refusal(engine, "complete", err))?;
+            let (row, took) = repo::mark_succeeded(conn, id, &request.task_output).await?;
+            engine
+                .metrics
+                .claim_to_complete
+                .with_label_values(&[row.queue.as_str()])
+                .observe(took);
+            Ok(Transition::Done(row))
+        })
+        .await?;
+    if let Transition::Done(row) = &outcome {
+        engine
+            .metrics
+            .completed
+            .with_label_values(&[row.queue.as_str()])
+            .inc();
+    }
+    finish(engine, outcome, processor).await
+}
+
+pub async fn fail(
+    conn: &mut Db,
+    engine: &Engine,
+    id: i64,
+    request: &FailTask,
+) -> Result<Task, ApiError> {
+    validate_name("processor", &request.processor)?;
+    let error: String = request.error.chars().take(MAX_ERROR_BYTES / 4).collect();
+    let processor = request.processor.as_str();
+    let outcome = conn
+        .transaction::<_, ApiError, _>(async |conn| {
+            let task = locked(conn, id).await?;
+            check_owner(&task, processor, request.fence)?;
+            if task.cancel_requested {
+                return Ok(Transition::Cancelled(
+                    repo::mark_final(conn, id, "cancelled", Some(&error)).await?,
+                ));
+            }
+            engine
+                .leases
+                .release(&engine.resource(id), processor, task.fence)
+                .await
+                .map_err(|err| lease_refusal(engine, "fail", err))?;
+            let queue = task.queue.as_str();
+            let row = if request.requeue {
+                engine
+                    .metrics
+                    .failed
+                    .with_label_values(&[queue, "requeued"])
+                    .inc();
+                repo::mark_retry(conn, id, &error, 0.0, true).await?
+            } else if !request.retryable || task.attempts >= task.max_attempts {
+                engine
+                    .metrics
+                    .failed
+                    .with_label_values(&[queue, "dead"])
+                    .inc();
+                engine
+                    .metrics
+                    .dead
+                    .with_label_values(&[queue, "failed"])
+                    .inc();
+                let reason = if request.retryable {
+                    format!(
+                        "attempt {} of {} failed: {error}",
+                        task.attempts, task.max_attempts
+                    )
+                } else {
+                    format!("failed, not retryable: {error}")
+                };
+                repo::mark_final(conn, id, "dead", Some(&reason)).await?
+            } else {
+                engine
+                    .metrics
+                    .failed
+                    .with_label_values(&[queue, "retry"])
+                    .inc();
+                repo::mark_retry(conn, id, &error, engine.retry_delay(task.attempts), false).await?
+            };
+            Ok(Transition::Done(row))
+        })
+        .await?;
+    finish(engine, outcome, processor).await
+}
+
+/// A pending task is cancelled at once (200, `Ok(true)`); a running one is marked, and its
+/// worker's next heartbeat or completion ends it (202, `Ok(false)`).
+pub async fn cancel(conn: &mut Db, engine: &Engine, id: i64) -> Result<(Task, bool), ApiError> {
+    let (row, immediate) = conn
+        .transaction::<_, ApiError, _>(async |conn| {
+            let task = locked(conn, id).await?;
+            match parse_status(&task.status) {
+                TaskStatus::Pending => {
+                    Ok((repo::mark_final(conn, id, "cancelled", None).await?, true))
+                }
+                TaskStatus::Running => Ok((repo::request_cancel(conn, id).await?, false)),
+                done => Err(finished(id, done)),
+            }
+        })
+        .await?;
+    if immediate {
+        engine
+            .metrics
+            .cancelled
+            .with_label_values(&[row.queue.as_str()])
+            .inc();
+    }
+    Ok((to_api(row), immediate))
+}
+
+pub async fn get(conn: &mut Db, id: i64) -> Result<Task, ApiError> {
+    Ok(to_api(locked_or_missing(repo::find(conn, id).await?, id)?))
+}
+
+async fn locked(conn: &mut Db, id: i64) -> Result<TaskRow, ApiError> {
+    locked_or_missing(repo::lock(conn, id).await?, id)
+}
+
+fn locked_or_missing(row: Option<TaskRow>, id: i64) -> Result<TaskRow, ApiError> {
+    row.ok_or_else(|| ApiError::NotFound {
+        code: "task_not_found",
+        message: format!("no task with id {id}"),
+    })
+}
+
+/// After the transition's commit: release the lease of a task that a cancellation ended, and
+/// answer.
+async fn finish(engine: &Engine, outcome: Transition, processor: &str) -> Result<Task, ApiError> {
+    match outcome {
+        Transition::Done(row) => Ok(to_api(row)),
+        Transition::Cancelled(row) => {
+            engine
+                .metrics
+                .cancelled
+                .with_label_values(&[row.queue.as_str()])
+                .inc();
+            engine
+                .release_after_commit(row.id, processor, row.fence)
+                .await;
+            Err(ApiError::Conflict {
+                code: "cancelled",
+                message: format!("task {} was cancelled; stop working on it", row.id),
+            })
+        }
+    }
+}
+
+/// Whether `processor` (with `fence`, if given) may act on the task as its current worker.
+fn check_owner(task: &TaskRow, processor: &str, fence: Option<i64>) -> Result<(), ApiError> {
+    let status = parse_status(&task.status);
+    if status.is_final() {
+        return Err(finished(task.id, status));
+    }
+    if let Some(fence) = fence
+        && task.fence != Some(fence)
+    {
+        return Err(ApiError::Conflict {
+            code: "lease_lost",
+            message: format!(
+                "fence {fence} is not the task's current fence {}: another claim superseded yours",
+                task.fence.map_or("(none)".to_owned(), |f| f.to_string())
+            ),
+        });
+    }
+    if task.processor.as_deref() != Some(processor) {
+        return Err(ApiError::Conflict {
+            code: "not_owner",
+            message: format!("task {} is not claimed by {processor:?}", task.id),
+        });
+    }
+    if status != TaskStatus::Running {
+        return Err(ApiError::Conflict {
+            code: "lease_lost",
+            message: format!("task {} is no longer running", task.id),
+        });
+    }
+    Ok(())
+}
+
+fn finished(id: i64, status: TaskStatus) -> ApiError {
+    ApiError::Conflict {
+        code: "task_finished",
+        message: format!("task {id} is already {}", status.as_str()),
+    }
+}
+
+/// lease-service said no (or could not be asked) about a worker's lease.
+fn lease_refusal(engine: &Engine, operation: &str, err: LeaseError) -> ApiError {
+    match err {
+        LeaseError::Unavailable(reason) => {
+            ApiError::Unavailable(format!("lease-service unavailable: {reason}"))
+        }
+        LeaseError::Held { .. } | LeaseError::Lost { .. } => {
+            engine
+                .metrics
+                .lease_lost
+                .with_label_values(&[operation])
+                .inc();
+            ApiError::Conflict {
+                code: "lease_lost",
+                message: format!("the task's lease was lost: {err}"),
+            }
+        }
+        other => ApiError::Internal(format!("lease-service refused: {other}")),
+    }
+}
+
+fn parse_status(status: &str) -> TaskStatus {
+    // The table's CHECK constraint admits only these five.
+    TaskStatus::parse(status).unwrap_or(TaskStatus::Dead)
+}
+
+pub fn to_api(row: TaskRow) -> Task {
+    Task {
+        id: row.id,
+        task_data: row.task_data,
+        scheduled_at: row.scheduled_at,
+        processor: row.processor,
+        last_heart_beat_at: row.last_heartbeat_at,
+        must_heart_beat_before: row.must_heartbeat_before,
+        started_at: row.started_at,
+        processed_at: row.processed_at,
+        task_output: row.task_output,
+        status: parse_status(&row.status),
+        queue: row.queue,
+        priority: row.priority,
+        attempts: row.attempts,
+        max_attempts: row.max_attempts,
+        fence: row.fence,
+        idempotency_key: row.idempotency_key,
+        last_error: row.last_error,
+        cancel_requested: row.cancel_requested,
+        created_at: row.created_at,
+        updated_at: row.updated_at,
+    }
+}

@@ -1,0 +1,621 @@
+//! task-service's HTTP API with real lease-service and task-service processes on PostgreSQL,
+//! driven by hand-written worker requests (the worker binary has tests of its own).
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tests::{Answer, Service, execute, fresh_database, snapshot};
+
+struct Stack {
+    task_db: String,
+    leases: Service,
+    tasks: Service,
+}
+
+async fn stack(task_env: &[(&str, &str)]) -> Stack {
+    let lease_db = fresh_database().await;
+    let task_db = fresh_database().await;
+    let leases = Service::lease_service(&lease_db, &[]).await;
+    let tasks = Service::task_service(&task_db, &leases.base_url(), task_env).await;
+    Stack {
+        task_db,
+        leases,
+        tasks,
+    }
+}
+
+impl Stack {
+    async fn create(&self, body: Value) -> Answer {
+        self.tasks.post("/api/tasks", &body).await
+    }
+
+    async fn create_id(&self, body: Value) -> i64 {
+        let answer = self.create(body).await;
+        assert_eq!(answer.status, 201, "{:?}", answer.body);
+        answer.body["id"].as_i64().unwrap()
+    }
+
+    async fn claim(&self, processor: &str) -> Answer {
+        self.tasks
+            .post("/api/tasks/next", &json!({ "processor": processor }))
+            .await
+    }
+
+    async fn heartbeat(&self, id: i64, body: Value) -> Answer {
+        self.tasks
+            .put(&format!("/api/tasks/{id}/heartbeat"), &body)
+            .await
+    }
+
+    async fn complete(&self, id: i64, body: Value) -> Answer {
+        self.tasks
+            .put(&format!("/api/tasks/{id}/complete"), &body)
+            .await
+    }
+
+    async fn fail(&self, id: i64, body: Value) -> Answer {
+        self.tasks
+            .put(&format!("/api/tasks/{id}/fail"), &body)
+            .await
+    }
+
+    async fn task(&self, id: i64) -> Value {
+        self.tasks.get(&format!("/api/tasks/{id}")).await.body
+    }
+}
+
+#[tokio::test]
+async fn the_sample_workers_requests_drive_a_task_from_claim_to_completion() {
+    let s = stack(&[]).await;
+    let id = s
+        .create_id(json!({"task_data": {"sleep_duration_seconds": 1}}))
+        .await;
+
+    // Exactly the sample worker's requests: processor only, no fence.
+    let claimed = s.claim("sample-worker").await;
+    assert_eq!(claimed.status, 202, "{:?}", claimed.body);
+    let task = &claimed.body;
+    assert_eq!(task["id"].as_i64(), Some(id));
+    assert_eq!(task["taskData"]["sleep_duration_seconds"], 1);
+    assert_eq!(task["processor"], "sample-worker");
+    for field in [
+        "scheduledAt",
+        "lastHeartBeatAt",
+        "mustHeartBeatBefore",
+        "startedAt",
+    ] {
+        assert!(task[field].is_string(), "{field} in {task}");
+    }
+    assert!(task["processedAt"].is_null() && task["taskOutput"].is_null());
+    assert_eq!(
+        (task["status"].as_str(), task["attempts"].as_i64()),
+        (Some("running"), Some(1))
+    );
+    assert!(task["fence"].as_i64().is_some());
+
+    let beat = s.heartbeat(id, json!({"processor": "sample-worker"})).await;
+    assert_eq!(beat.status, 202, "{:?}", beat.body);
+    assert!(beat.body["lastHeartBeatAt"].as_str() >= task["lastHeartBeatAt"].as_str());
+    let started = s.tasks.get("/api/tasks/started").await;
+    assert_eq!(started.body.as_array().unwrap().len(), 1);
+
+    let done = s
+        .complete(
+            id,
+            json!({"processor": "sample-worker", "task_output": {"slept": 1}}),
+        )
+        .await;
+    assert_eq!(done.status, 202, "{:?}", done.body);
+    assert_eq!(done.body["status"], "succeeded");
+    assert_eq!(done.body["taskOutput"]["slept"], 1);
+    assert!(done.body["processedAt"].is_string());
+
+    let none = s.claim("sample-worker").await;
+    assert_eq!(none.status, 200);
+    assert!(none.body["message"].is_string());
+    assert_eq!(
+        s.tasks.get("/api/tasks/processed").await.body[0]["id"].as_i64(),
+        Some(id)
+    );
+    assert_eq!(
+        s.tasks
+            .get("/api/tasks/started")
+            .await
+            .body
+            .as_array()
+            .unwrap()
+            .len(),
+        0
+    );
+    // The task's lease was released with the completion.
+    let lease = s.leases.get("/api/leases/released").await;
+    assert_eq!(lease.body[0]["resource"], format!("task:{id}"));
+}
+
+#[tokio::test]
+async fn only_the_owner_with_the_current_fence_may_heartbeat_or_complete() {
+    let s = stack(&[]).await;
+    let id = s.create_id(json!({"task_data": {}})).await;
+    let claimed = s.claim("owner").await;
+    let fence = claimed.body["fence"].as_i64().unwrap();
+    let before = snapshot(&s.task_db, "tasks").await;
+
+    let cases = [
+        ("heartbeat", json!({"processor": "intruder"}), "not_owner"),
+        (
+            "complete",
+            json!({"processor": "intruder", "task_output": {}}),
+            "not_owner",
+        ),
+        (
+            "fail",
+            json!({"processor": "intruder", "error": "x"}),
+            "not_owner",
+        ),
+        (
+            "heartbeat",
+            json!({"processor": "owner", "fence": fence - 1}),
+            "lease_lost",
+        ),
+        (
+            "complete",
+            json!({"processor": "owner", "fence": fence + 1, "task_output": {}}),
+            "lease_lost",
+        ),
+    ];
+    for (operation, body, code) in cases {
+        let answer = s
+            .tasks
+            .put(&format!("/api/tasks/{id}/{operation}"), &body)
+            .await;
+        assert_eq!(
+            (answer.status, answer.code()),
+            (409, code),
+            "{operation} {body}"
+        );
+    }
+    assert_eq!(
+        snapshot(&s.task_db, "tasks").await,
+        before,
+        "refusals wrote nothing"
+    );
+
+    let done = s
+        .complete(
+            id,
+            json!({"processor": "owner", "fence": fence, "task_output": 7}),
+        )
+        .await;
+    assert_eq!(done.status, 202);
+    for (operation, body) in [
+        (
+            "complete",
+            json!({"processor": "owner", "fence": fence, "task_output": 8}),
+        ),
+        ("heartbeat", json!({"processor": "owner"})),
+        ("fail", json!({"processor": "owner", "error": "late"})),
+    ] {
+        let answer = s
+            .tasks
+            .put(&format!("/api/tasks/{id}/{operation}"), &body)
+            .await;
+        assert_eq!(
+            (answer.status, answer.code()),
+            (409, "task_finished"),
+            "{operation}"
+        );
+    }
+    assert_eq!(s.task(id).await["taskOutput"], 7, "one accepted completion");
+    let missing = s.heartbeat(987_654, json!({"processor": "owner"})).await;
+    assert_eq!((missing.status, missing.code()), (404, "task_not_found"));
+}
+
+#[tokio::test]
+async fn a_lapsed_claim_is_taken_over_and_the_first_worker_is_refused() {
+    let s = stack(&[("TASK_LEASE_TTL_SECONDS", "1")]).await;
+    let id = s.create_id(json!({"task_data": {"n": 1}})).await;
+    let first = s.claim("slow").await;
+    let first_fence = first.body["fence"].as_i64().unwrap();
+    assert_eq!(
+        s.claim("fast").await.status,
+        200,
+        "a running task is not handed out twice"
+    );
+
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    let second = s.claim("fast").await;
+    assert_eq!(second.status, 202, "{:?}", second.body);
+    assert_eq!(second.body["id"].as_i64(), Some(id));
+    assert_eq!(second.body["attempts"], 2);
+    assert!(second.body["fence"].as_i64().unwrap() > first_fence);
+
+    // The first worker wakes up: refused, with or without its fence.
+    let beat = s.heartbeat(id, json!({"processor": "slow"})).await;
+    assert_eq!((beat.status, beat.code()), (409, "not_owner"));
+    let late = s
+        .complete(
+            id,
+            json!({"processor": "slow", "fence": first_fence, "task_output": "slow"}),
+        )
+        .await;
+    assert_eq!((late.status, late.code()), (409, "lease_lost"));
+    let done = s
+        .complete(id, json!({"processor": "fast", "task_output": "fast"}))
+        .await;
+    assert_eq!(done.status, 202);
+    assert_eq!(s.task(id).await["taskOutput"], "fast");
+}
+
+#[tokio::test]
+async fn two_workers_with_one_name_cannot_both_complete_a_task() {
+    let s = stack(&[("TASK_LEASE_TTL_SECONDS", "1")]).await;
+    let id = s.create_id(json!({"task_data": {}})).await;
+    let first = s.claim("twin").await;
+    let first_fence = first.body["fence"].as_i64().unwrap();
+
+    // The task row believes the lease ran out, but lease-service knows it did not: a claim by
+    // the same name is a reentrant acquire and must not hand the task (and its fence) out again.
+    execute(
+        &s.task_db,
+        "UPDATE tasks SET must_heartbeat_before = now() - interval '1 second'",
+    )
+    .await;
+    assert_eq!(s.claim("twin").await.status, 200);
+    assert_eq!(s.claim("other").await.status, 200);
+
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    let second = s.claim("twin").await;
+    assert_eq!(second.status, 202);
+    let second_fence = second.body["fence"].as_i64().unwrap();
+    assert!(second_fence > first_fence);
+
+    let stale = s
+        .complete(
+            id,
+            json!({"processor": "twin", "fence": first_fence, "task_output": "first"}),
+        )
+        .await;
+    assert_eq!((stale.status, stale.code()), (409, "lease_lost"));
+    let current = s
+        .complete(
+            id,
+            json!({"processor": "twin", "fence": second_fence, "task_output": "second"}),
+        )
+        .await;
+    assert_eq!(current.status, 202);
+    assert_eq!(s.task(id).await["taskOutput"], "second");
+}
+
+#[tokio::test]
+async fn failures_back_off_then_die_after_max_attempts() {
+    let s = stack(&[
+        ("TASK_RETRY_BASE_SECONDS", "1"),
+        ("TASK_RETRY_MAX_SECONDS", "10"),
+    ])
+    .await;
+    let id = s
+        .create_id(json!({"task_data": {}, "max_attempts": 3}))
+        .await;
+    let mut delays = Vec::new();
+    for attempt in 1..=3 {
+        let claimed = loop {
+            let answer = s.claim("w").await;
+            if answer.status == 202 {
+                break answer;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert_eq!(claimed.body["attempts"], attempt);
+        let failed = s
+            .fail(
+                id,
+                json!({"processor": "w", "error": format!("boom {attempt}")}),
+            )
+            .await;
+        assert_eq!(failed.status, 202, "{:?}", failed.body);
+        assert_eq!(
+            failed.body["lastError"]
+                .as_str()
+                .is_some_and(|e| e.contains(&format!("boom {attempt}"))),
+            true
+        );
+        if attempt < 3 {
+            assert_eq!(failed.body["status"], "pending");
+            let scheduled =
+                chrono::DateTime::parse_from_rfc3339(failed.body["scheduledAt"].as_str().unwrap())
+                    .unwrap();
+            let updated =
+                chrono::DateTime::parse_from_rfc3339(failed.body["updatedAt"].as_str().unwrap())
+                    .unwrap();
+            delays.push((scheduled - updated).num_milliseconds());
+            assert_eq!(s.claim("w").await.status, 200, "not due during the backoff");
+        } else {
+            assert_eq!(failed.body["status"], "dead");
+        }
+    }
+    // Attempt 1 waits 0.5–1 s, attempt 2 waits 1–2 s.
+    assert!((450..=1050).contains(&delays[0]), "{delays:?}");
+    assert!((950..=2050).contains(&delays[1]), "{delays:?}");
+
+    // Not retryable: dead at once. Requeue: back at once, the attempt not charged.
+    let hopeless = s.create_id(json!({"task_data": {"k": 2}})).await;
+    assert_eq!(s.claim("w").await.body["id"].as_i64(), Some(hopeless));
+    let dead = s
+        .fail(
+            hopeless,
+            json!({"processor": "w", "error": "bad input", "retryable": false}),
+        )
+        .await;
+    assert_eq!(dead.body["status"], "dead");
+    let handed_back = s.create_id(json!({"task_data": {"k": 3}})).await;
+    assert_eq!(s.claim("w").await.body["id"].as_i64(), Some(handed_back));
+    let requeued = s
+        .fail(
+            handed_back,
+            json!({"processor": "w", "error": "shutting down", "requeue": true}),
+        )
+        .await;
+    assert_eq!(
+        (
+            requeued.body["status"].as_str(),
+            requeued.body["attempts"].as_i64()
+        ),
+        (Some("pending"), Some(0))
+    );
+    assert_eq!(s.claim("w2").await.body["id"].as_i64(), Some(handed_back));
+}
+
+#[tokio::test]
+async fn a_task_whose_last_attempt_lapsed_becomes_dead_with_the_reason() {
+    let s = stack(&[("TASK_LEASE_TTL_SECONDS", "1")]).await;
+    let id = s
+        .create_id(json!({"task_data": {}, "max_attempts": 1}))
+        .await;
+    assert_eq!(s.claim("crashes").await.status, 202);
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    assert_eq!(
+        s.claim("next").await.status,
+        200,
+        "no attempts left to hand out"
+    );
+    let task = s.task(id).await;
+    assert_eq!(task["status"], "dead");
+    assert!(
+        task["lastError"]
+            .as_str()
+            .unwrap()
+            .contains("attempts exhausted"),
+        "{task}"
+    );
+}
+
+#[tokio::test]
+async fn cancel_ends_pending_tasks_at_once_and_running_ones_at_their_next_heartbeat() {
+    let s = stack(&[]).await;
+    let pending = s
+        .create_id(json!({"task_data": {"p": 1}, "scheduled_at": "2999-01-01T00:00:00Z"}))
+        .await;
+    let cancelled = s
+        .tasks
+        .post(&format!("/api/tasks/{pending}/cancel"), &json!({}))
+        .await;
+    assert_eq!(
+        (cancelled.status, cancelled.body["status"].as_str()),
+        (200, Some("cancelled"))
+    );
+    let again = s
+        .tasks
+        .post(&format!("/api/tasks/{pending}/cancel"), &json!({}))
+        .await;
+    assert_eq!((again.status, again.code()), (409, "task_finished"));
+
+    let running = s.create_id(json!({"task_data": {"r": 1}})).await;
+    assert_eq!(s.claim("w").await.body["id"].as_i64(), Some(running));
+    let marked = s
+        .tasks
+        .post(&format!("/api/tasks/{running}/cancel"), &json!({}))
+        .await;
+    assert_eq!(marked.status, 202);
+    assert_eq!(marked.body["cancelRequested"], true);
+    let beat = s.heartbeat(running, json!({"processor": "w"})).await;
+    assert_eq!((beat.status, beat.code()), (409, "cancelled"));
+    assert_eq!(s.task(running).await["status"], "cancelled");
+    let complete = s
+        .complete(running, json!({"processor": "w", "task_output": 1}))
+        .await;
+    assert_eq!((complete.status, complete.code()), (409, "task_finished"));
+    let lease = s.leases.get("/api/leases/released").await;
+    assert_eq!(lease.body[0]["resource"], format!("task:{running}"));
+    let unknown = s.tasks.post("/api/tasks/424242/cancel", &json!({})).await;
+    assert_eq!(unknown.status, 404);
+}
+
+#[tokio::test]
+async fn idempotent_create_returns_the_first_task() {
+    let s = stack(&[]).await;
+    let body = json!({"task_data": {"email": "a@example.com"}, "idempotency_key": "welcome-a"});
+    let first = s.create(body.clone()).await;
+    assert_eq!(first.status, 201);
+    let second = s.create(body).await;
+    assert_eq!(second.status, 200);
+    assert_eq!(second.body["id"], first.body["id"]);
+    let different = s
+        .create(json!({"task_data": {"email": "b@example.com"}, "idempotency_key": "welcome-a"}))
+        .await;
+    assert_eq!(
+        (different.status, different.code()),
+        (422, "idempotency_key_reused")
+    );
+    let concurrent = futures_util::future::join_all(
+        (0..20).map(|_| s.create(json!({"task_data": {"n": 1}, "idempotency_key": "burst"}))),
+    )
+    .await;
+    assert_eq!(concurrent.iter().filter(|a| a.status == 201).count(), 1);
+    assert!(
+        concurrent
+            .iter()
+            .all(|a| a.status == 201 || a.status == 200)
+    );
+    assert_eq!(snapshot(&s.task_db, "tasks").await.len(), 2);
+}
+
+#[tokio::test]
+async fn claims_follow_priority_schedule_and_queue_and_can_be_batched() {
+    let s = stack(&[]).await;
+    let low = s.create_id(json!({"task_data": {}, "priority": -1})).await;
+    let normal = s.create_id(json!({"task_data": {}})).await;
+    let high = s.create_id(json!({"task_data": {}, "priority": 5})).await;
+    let later = s
+        .create_id(json!({"task_data": {}, "priority": 9, "scheduled_at": (chrono::Utc::now() + chrono::Duration::seconds(2)).to_rfc3339()}))
+        .await;
+    let email = s
+        .create_id(json!({"task_data": {}, "queue": "emails"}))
+        .await;
+
+    let emails = s
+        .tasks
+        .post(
+            "/api/tasks/next",
+            &json!({"processor": "w", "queue": "emails"}),
+        )
+        .await;
+    assert_eq!(emails.body["id"].as_i64(), Some(email));
+    let batch = s
+        .tasks
+        .post("/api/tasks/next", &json!({"processor": "w", "limit": 10}))
+        .await;
+    assert_eq!(batch.status, 202);
+    let ids: Vec<i64> = batch
+        .body
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        vec![high, normal, low],
+        "priority first; the delayed task is not due"
+    );
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let delayed = s
+        .tasks
+        .post("/api/tasks/next", &json!({"processor": "w", "limit": 10}))
+        .await;
+    assert_eq!(delayed.body[0]["id"].as_i64(), Some(later));
+
+    let counts = s.tasks.get("/api/tasks/counts").await;
+    assert_eq!(counts.body["queues"]["default"]["running"], 4);
+    assert_eq!(counts.body["queues"]["emails"]["running"], 1);
+    assert_eq!(counts.body["total"]["pending"], 0);
+    let filtered = s.tasks.get("/api/tasks?status=running&queue=emails").await;
+    assert_eq!(filtered.body.as_array().unwrap().len(), 1);
+    let paged = s.tasks.get("/api/tasks?limit=2").await;
+    assert_eq!(paged.body.as_array().unwrap().len(), 2);
+    let cursor = paged
+        .headers
+        .get("x-next-cursor")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let rest = s
+        .tasks
+        .get(&format!("/api/tasks?limit=10&cursor={cursor}"))
+        .await;
+    assert_eq!(rest.body.as_array().unwrap().len(), 3);
+}
+
+#[tokio::test]
+async fn without_lease_service_claims_and_heartbeats_answer_503_and_change_nothing() {
+    let mut s = stack(&[("LEASE_CALL_TIMEOUT_MS", "500")]).await;
+    let id = s.create_id(json!({"task_data": {}})).await;
+    let claimed = s.claim("w").await;
+    assert_eq!(claimed.status, 202);
+    s.create_id(json!({"task_data": {"second": true}})).await;
+    let before = snapshot(&s.task_db, "tasks").await;
+
+    s.leases.kill();
+    let claim = s.claim("w2").await;
+    assert_eq!((claim.status, claim.code()), (503, "unavailable"));
+    let beat = s.heartbeat(id, json!({"processor": "w"})).await;
+    assert_eq!((beat.status, beat.code()), (503, "unavailable"));
+    let done = s
+        .complete(id, json!({"processor": "w", "task_output": 1}))
+        .await;
+    assert_eq!(done.status, 503);
+    assert_eq!(s.tasks.get("/readyz").await.status, 503);
+    assert_eq!(
+        snapshot(&s.task_db, "tasks").await,
+        before,
+        "nothing written"
+    );
+
+    s.leases.start_again().await;
+    assert_eq!(s.tasks.get("/readyz").await.status, 200);
+    let done = s
+        .complete(id, json!({"processor": "w", "task_output": 1}))
+        .await;
+    assert_eq!(done.status, 202, "{:?}", done.body);
+}
+
+#[tokio::test]
+async fn retention_deletes_only_old_finished_tasks_and_metrics_report() {
+    let s = stack(&[
+        ("TASK_RETENTION_SECONDS", "60"),
+        ("TASK_SWEEP_INTERVAL_SECONDS", "1"),
+    ])
+    .await;
+    let old_done = s.create_id(json!({"task_data": {"a": 1}})).await;
+    let new_done = s.create_id(json!({"task_data": {"a": 2}})).await;
+    let old_pending = s.create_id(json!({"task_data": {"a": 3}})).await;
+    for _ in 0..2 {
+        let claimed = s.claim("w").await;
+        let id = claimed.body["id"].as_i64().unwrap();
+        assert_eq!(
+            s.complete(id, json!({"processor": "w", "task_output": 0}))
+                .await
+                .status,
+            202
+        );
+    }
+    execute(
+        &s.task_db,
+        &format!(
+            "UPDATE tasks SET processed_at = now() - interval '2 minutes' WHERE id = {old_done}"
+        ),
+    )
+    .await;
+    execute(&s.task_db, &format!("UPDATE tasks SET created_at = now() - interval '30 days', scheduled_at = now() + interval '1 day' WHERE id = {old_pending}")).await;
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let left: Vec<i64> = s
+        .tasks
+        .get("/api/tasks")
+        .await
+        .body
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(left, vec![new_done, old_pending]);
+
+    let metrics = reqwest::get(s.tasks.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        r#"tasks_claimed_total{queue="default"} 2"#,
+        r#"tasks_completed_total{queue="default"} 2"#,
+        r#"tasks{queue="default",status="pending"} 1"#,
+        r#"tasks{queue="default",status="succeeded"} 1"#,
+        "task_claim_to_complete_seconds_count",
+        "task_retention_deleted_total 1",
+        "http_requests_total",
+    ] {
+        assert!(metrics.contains(line), "metrics lack {line}:\n{metrics}");
+    }
+}
