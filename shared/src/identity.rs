@@ -7,10 +7,10 @@ pub fn instance_id(fallback: &str) -> String {
         .ok()
         .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
         .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
+        .filter(|h| !h.is_empty() && !h.chars().any(char::is_control))
         .unwrap_or_else(|| fallback.to_owned());
-    let suffix: u32 = rand::random();
-    format!("{host}:{}:{suffix:08x}", std::process::id())
+    let suffix: u64 = rand::random();
+    format!("{host}:{}:{suffix:016x}", std::process::id())
 }
 
 #[cfg(test)]

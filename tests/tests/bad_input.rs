@@ -265,7 +265,12 @@ async fn a_table_of_bad_requests_each_gets_the_right_error_and_writes_nothing() 
     assert!(cases.len() >= 12);
     for case in &cases {
         let answer = svc
-            .raw(case.method, &case.path, case.content_type, case.body.clone())
+            .raw(
+                case.method,
+                &case.path,
+                case.content_type,
+                case.body.clone(),
+            )
             .await;
         assert_eq!(
             (answer.status, answer.code()),
@@ -295,14 +300,15 @@ async fn a_table_of_bad_requests_each_gets_the_right_error_and_writes_nothing() 
     assert_eq!(ok.status, 201);
 }
 
-
 #[tokio::test]
 async fn task_service_refuses_bad_requests_with_the_right_error_and_writes_nothing() {
     let lease_db = fresh_database().await;
     let task_db = fresh_database().await;
     let leases = Service::lease_service(&lease_db, &[]).await;
     let tasks = Service::task_service(&task_db, &leases.base_url(), &[]).await;
-    let created = tasks.post("/api/tasks", &json!({"task_data": {"n": 1}})).await;
+    let created = tasks
+        .post("/api/tasks", &json!({"task_data": {"n": 1}}))
+        .await;
     assert_eq!(created.status, 201);
     let id = created.body["id"].as_i64().unwrap();
     let before = snapshot(&task_db, "tasks").await;
@@ -313,35 +319,224 @@ async fn task_service_refuses_bad_requests_with_the_right_error_and_writes_nothi
     let heartbeat = format!("/api/tasks/{id}/heartbeat");
     let complete = format!("/api/tasks/{id}/complete");
     let cases = vec![
-        case("malformed JSON", "POST", "/api/tasks", r#"{"task_data": "#, 400, "malformed_json"),
-        case("missing task_data", "POST", "/api/tasks", r#"{"queue":"q"}"#, 400, "missing_field"),
-        case("task_data a string", "POST", "/api/tasks", r#"{"task_data":"sleep"}"#, 400, "invalid_field"),
-        case("task_data an array", "POST", "/api/tasks", r#"{"task_data":[1,2]}"#, 400, "invalid_field"),
-        case("task_data null", "POST", "/api/tasks", r#"{"task_data":null}"#, 400, "invalid_field"),
-        case("task_data too large", "POST", "/api/tasks", big_data, 400, "too_large"),
-        case("oversized body", "POST", "/api/tasks", huge_body, 413, "payload_too_large"),
-        case("priority out of range", "POST", "/api/tasks", r#"{"task_data":{},"priority":5000}"#, 400, "invalid_field"),
-        case("max_attempts zero", "POST", "/api/tasks", r#"{"task_data":{},"max_attempts":0}"#, 400, "invalid_field"),
-        case("scheduled_at not a time", "POST", "/api/tasks", r#"{"task_data":{},"scheduled_at":"tomorrow"}"#, 400, "invalid_field"),
-        case("empty queue", "POST", "/api/tasks", r#"{"task_data":{},"queue":""}"#, 400, "invalid_field"),
-        case("missing processor", "POST", "/api/tasks/next", r#"{}"#, 400, "missing_field"),
-        case("empty processor", "POST", "/api/tasks/next", r#"{"processor":""}"#, 400, "invalid_field"),
-        case("processor a number", "POST", "/api/tasks/next", r#"{"processor":7}"#, 400, "invalid_field"),
-        case("negative limit", "POST", "/api/tasks/next", r#"{"processor":"w","limit":-1}"#, 400, "invalid_limit"),
-        case("huge limit", "POST", "/api/tasks/next", r#"{"processor":"w","limit":100000}"#, 400, "invalid_limit"),
-        case("heartbeat without processor", "PUT", &heartbeat, r#"{"fence":1}"#, 400, "missing_field"),
-        case("complete with a text fence", "PUT", &complete, r#"{"processor":"w","fence":"one"}"#, 400, "invalid_field"),
-        case("unknown task", "GET", "/api/tasks/987654", "", 404, "task_not_found"),
-        case("heartbeat on unknown task", "PUT", "/api/tasks/987654/heartbeat", r#"{"processor":"w"}"#, 404, "task_not_found"),
-        case("non-numeric id", "GET", "/api/tasks/abc", "", 400, "invalid_id"),
-        case("non-numeric id on complete", "PUT", "/api/tasks/abc/complete", r#"{"processor":"w"}"#, 400, "invalid_id"),
-        case("unknown status filter", "GET", "/api/tasks?status=finished", "", 400, "invalid_status"),
-        case("bad listing limit", "GET", "/api/tasks?limit=0", "", 400, "invalid_limit"),
-        case("wrong method on next", "GET", "/api/tasks/next", "", 405, "method_not_allowed"),
-        case("unknown route", "POST", "/api/tasks/1/explode", "{}", 404, "not_found"),
+        case(
+            "malformed JSON",
+            "POST",
+            "/api/tasks",
+            r#"{"task_data": "#,
+            400,
+            "malformed_json",
+        ),
+        case(
+            "missing task_data",
+            "POST",
+            "/api/tasks",
+            r#"{"queue":"q"}"#,
+            400,
+            "missing_field",
+        ),
+        case(
+            "task_data a string",
+            "POST",
+            "/api/tasks",
+            r#"{"task_data":"sleep"}"#,
+            400,
+            "invalid_field",
+        ),
+        case(
+            "task_data an array",
+            "POST",
+            "/api/tasks",
+            r#"{"task_data":[1,2]}"#,
+            400,
+            "invalid_field",
+        ),
+        case(
+            "task_data null",
+            "POST",
+            "/api/tasks",
+            r#"{"task_data":null}"#,
+            400,
+            "invalid_field",
+        ),
+        case(
+            "task_data too large",
+            "POST",
+            "/api/tasks",
+            big_data,
+            400,
+            "too_large",
+        ),
+        case(
+            "oversized body",
+            "POST",
+            "/api/tasks",
+            huge_body,
+            413,
+            "payload_too_large",
+        ),
+        case(
+            "priority out of range",
+            "POST",
+            "/api/tasks",
+            r#"{"task_data":{},"priority":5000}"#,
+            400,
+            "invalid_field",
+        ),
+        case(
+            "max_attempts zero",
+            "POST",
+            "/api/tasks",
+            r#"{"task_data":{},"max_attempts":0}"#,
+            400,
+            "invalid_field",
+        ),
+        case(
+            "scheduled_at not a time",
+            "POST",
+            "/api/tasks",
+            r#"{"task_data":{},"scheduled_at":"tomorrow"}"#,
+            400,
+            "invalid_field",
+        ),
+        case(
+            "empty queue",
+            "POST",
+            "/api/tasks",
+            r#"{"task_data":{},"queue":""}"#,
+            400,
+            "invalid_field",
+        ),
+        case(
+            "missing processor",
+            "POST",
+            "/api/tasks/next",
+            r#"{}"#,
+            400,
+            "missing_field",
+        ),
+        case(
+            "empty processor",
+            "POST",
+            "/api/tasks/next",
+            r#"{"processor":""}"#,
+            400,
+            "invalid_field",
+        ),
+        case(
+            "processor a number",
+            "POST",
+            "/api/tasks/next",
+            r#"{"processor":7}"#,
+            400,
+            "invalid_field",
+        ),
+        case(
+            "negative limit",
+            "POST",
+            "/api/tasks/next",
+            r#"{"processor":"w","limit":-1}"#,
+            400,
+            "invalid_limit",
+        ),
+        case(
+            "huge limit",
+            "POST",
+            "/api/tasks/next",
+            r#"{"processor":"w","limit":100000}"#,
+            400,
+            "invalid_limit",
+        ),
+        case(
+            "heartbeat without processor",
+            "PUT",
+            &heartbeat,
+            r#"{"fence":1}"#,
+            400,
+            "missing_field",
+        ),
+        case(
+            "complete with a text fence",
+            "PUT",
+            &complete,
+            r#"{"processor":"w","fence":"one"}"#,
+            400,
+            "invalid_field",
+        ),
+        case(
+            "unknown task",
+            "GET",
+            "/api/tasks/987654",
+            "",
+            404,
+            "task_not_found",
+        ),
+        case(
+            "heartbeat on unknown task",
+            "PUT",
+            "/api/tasks/987654/heartbeat",
+            r#"{"processor":"w"}"#,
+            404,
+            "task_not_found",
+        ),
+        case(
+            "non-numeric id",
+            "GET",
+            "/api/tasks/abc",
+            "",
+            400,
+            "invalid_id",
+        ),
+        case(
+            "non-numeric id on complete",
+            "PUT",
+            "/api/tasks/abc/complete",
+            r#"{"processor":"w"}"#,
+            400,
+            "invalid_id",
+        ),
+        case(
+            "unknown status filter",
+            "GET",
+            "/api/tasks?status=finished",
+            "",
+            400,
+            "invalid_status",
+        ),
+        case(
+            "bad listing limit",
+            "GET",
+            "/api/tasks?limit=0",
+            "",
+            400,
+            "invalid_limit",
+        ),
+        case(
+            "wrong method on next",
+            "GET",
+            "/api/tasks/next",
+            "",
+            405,
+            "method_not_allowed",
+        ),
+        case(
+            "unknown route",
+            "POST",
+            "/api/tasks/1/explode",
+            "{}",
+            404,
+            "not_found",
+        ),
     ];
     for case in &cases {
-        let answer = tasks.raw(case.method, &case.path, case.content_type, case.body.clone()).await;
+        let answer = tasks
+            .raw(
+                case.method,
+                &case.path,
+                case.content_type,
+                case.body.clone(),
+            )
+            .await;
         assert_eq!(
             (answer.status, answer.code()),
             (case.status, case.code),
@@ -349,9 +544,22 @@ async fn task_service_refuses_bad_requests_with_the_right_error_and_writes_nothi
             case.name,
             answer.body
         );
-        assert!(answer.body["error"].as_str().is_some_and(|e| !e.is_empty()), "{}", case.name);
-        assert_eq!(snapshot(&task_db, "tasks").await, before, "{} wrote a task", case.name);
+        assert!(
+            answer.body["error"].as_str().is_some_and(|e| !e.is_empty()),
+            "{}",
+            case.name
+        );
+        assert_eq!(
+            snapshot(&task_db, "tasks").await,
+            before,
+            "{} wrote a task",
+            case.name
+        );
     }
-    assert_eq!(snapshot(&lease_db, "leases").await, leases_before, "no lease was taken");
+    assert_eq!(
+        snapshot(&lease_db, "leases").await,
+        leases_before,
+        "no lease was taken"
+    );
     assert_eq!(tasks.get("/healthz").await.status, 200);
 }

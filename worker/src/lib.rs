@@ -1,2 +1,50 @@
-//! worker: polls task-service for tasks and heartbeats while it works on them. Filled in by the
-//! task-service issue; see `SPEC.md`.
+//! Leasehold's task worker, as a library.
+//!
+//! A worker claims tasks from task-service (`POST /api/tasks/next`), works on each while
+//! heartbeating its lease (`PUT /api/tasks/{id}/heartbeat` with the task's fencing token), and
+//! then completes (`PUT /{id}/complete`) or fails (`PUT /{id}/fail`) it. It never answers for a
+//! task whose lease it may have lost: a refused heartbeat, or no accepted heartbeat for the
+//! lease's TTL minus a safety margin, cancels the work and drops the handler's future. On
+//! shutdown it stops claiming, lets in-flight tasks finish within a grace period and hands the
+//! rest back, claimable at once. [`runner`] describes the life of a task in detail.
+//!
+//! Plug in the work by implementing [`TaskHandler`] (see [`handler`] for the design and for
+//! `dyn` use), or use [`handler_fn`] with a closure:
+//!
+//! ```no_run
+//! use worker::{TaskFailure, WorkerConfig, handler_fn};
+//!
+//! # async fn example() -> anyhow::Result<()> {
+//! let handler = handler_fn(|task, cancel| async move {
+//!     let n = task.task_data["n"].as_i64().ok_or_else(|| TaskFailure::permanent("no n"))?;
+//!     tokio::select! {
+//!         () = cancel.cancelled() => Err(TaskFailure::retryable("cancelled")),
+//!         () = tokio::time::sleep(std::time::Duration::from_millis(10)) => {
+//!             Ok(serde_json::json!({ "square": n * n }))
+//!         }
+//!     }
+//! });
+//! let config = WorkerConfig::new(["http://127.0.0.1:8082"]);
+//! worker::run(config, handler, shared::shutdown::signal()).await
+//! # }
+//! ```
+//!
+//! The `worker` binary runs the built-in [`SleepHandler`] (the sample's work) with the
+//! configuration of [`config::WorkerConfig`] (flags and environment variables).
+
+pub mod backoff;
+pub mod client;
+pub mod config;
+pub mod handler;
+pub mod metrics;
+pub mod runner;
+
+pub use backoff::Backoff;
+pub use client::{CallError, TaskClient};
+pub use config::{Cli, ConfigError, Settings, WorkerConfig, default_worker_id};
+pub use handler::{
+    BoxTaskFuture, DynTaskHandler, FnHandler, SleepHandler, TaskFailure, TaskHandler, TaskResult,
+    handler_fn,
+};
+pub use metrics::{Metrics, MetricsServer};
+pub use runner::{run, run_with_settings};

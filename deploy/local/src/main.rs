@@ -4,7 +4,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use leasehold_local::stack::{self, DEFAULT_LEASE_SERVICE_PORT, DEFAULT_PG_PORT, StackConfig};
+use leasehold_local::stack::{
+    self, DEFAULT_LEASE_SERVICE_PORT, DEFAULT_PG_PORT, DEFAULT_TASK_SERVICE_PORT,
+    DEFAULT_WORKER_CONCURRENCY, DEFAULT_WORKER_METRICS_PORT, DEFAULT_WORKERS, StackConfig,
+};
 use tracing_subscriber::EnvFilter;
 
 /// Run the Leasehold stack locally.
@@ -40,6 +43,22 @@ struct Cli {
     #[arg(long, env = "LEASE_SERVICE_PORT", default_value_t = DEFAULT_LEASE_SERVICE_PORT)]
     lease_service_port: u16,
 
+    /// Port of the task-service on 127.0.0.1.
+    #[arg(long, env = "TASK_SERVICE_PORT", default_value_t = DEFAULT_TASK_SERVICE_PORT)]
+    task_service_port: u16,
+
+    /// Worker processes to run (0: none).
+    #[arg(long, env = "LEASEHOLD_WORKERS", default_value_t = DEFAULT_WORKERS)]
+    workers: u16,
+
+    /// Tasks in flight per worker process.
+    #[arg(long, env = "LEASEHOLD_WORKER_CONCURRENCY", default_value_t = DEFAULT_WORKER_CONCURRENCY)]
+    worker_concurrency: u16,
+
+    /// Metrics port of the first worker on 127.0.0.1 (worker i uses PORT+i).
+    #[arg(long, env = "WORKER_METRICS_PORT", default_value_t = DEFAULT_WORKER_METRICS_PORT)]
+    worker_metrics_port: u16,
+
     /// Do not run `cargo build` first; use the binaries already built.
     #[arg(long, env = "LEASEHOLD_NO_BUILD")]
     no_build: bool,
@@ -58,6 +77,10 @@ impl Cli {
             home: self.home,
             pg_port: self.pg_port,
             lease_service_port: self.lease_service_port,
+            task_service_port: self.task_service_port,
+            workers: self.workers,
+            worker_concurrency: self.worker_concurrency,
+            worker_metrics_port: self.worker_metrics_port,
             build: !self.no_build,
             bin_dir: self.bin_dir,
             workspace_root: defaults.workspace_root,

@@ -27,6 +27,14 @@ use crate::process::{send_signal, spawn_tied_to_process};
 pub const DEFAULT_PG_PORT: u16 = 54329;
 /// Default port of the (first) lease-service (`LEASE_SERVICE_PORT`).
 pub const DEFAULT_LEASE_SERVICE_PORT: u16 = 8081;
+/// Default port of the (first) task-service (`TASK_SERVICE_PORT`).
+pub const DEFAULT_TASK_SERVICE_PORT: u16 = 8082;
+/// Default metrics port of the first worker (`WORKER_METRICS_PORT`); worker i uses PORT+i.
+pub const DEFAULT_WORKER_METRICS_PORT: u16 = 9101;
+/// Default number of worker processes (`LEASEHOLD_WORKERS`).
+pub const DEFAULT_WORKERS: u16 = 2;
+/// Default tasks in flight per worker process (`LEASEHOLD_WORKER_CONCURRENCY`).
+pub const DEFAULT_WORKER_CONCURRENCY: u16 = 2;
 /// Database of the lease-service.
 pub const LEASES_DATABASE: &str = "leasehold_leases";
 /// Database of the task-service.
@@ -63,6 +71,14 @@ pub struct StackConfig {
     pub pg_port: u16,
     /// Port of the first lease-service replica.
     pub lease_service_port: u16,
+    /// Port of the first task-service replica.
+    pub task_service_port: u16,
+    /// Worker processes to run.
+    pub workers: u16,
+    /// Tasks in flight per worker process.
+    pub worker_concurrency: u16,
+    /// Metrics port of the first worker.
+    pub worker_metrics_port: u16,
     /// Run `cargo build` for the services first.
     pub build: bool,
     /// Where the service binaries are; `None` = next to this executable.
@@ -81,6 +97,10 @@ impl StackConfig {
             home: workspace_root.join(".leasehold"),
             pg_port: DEFAULT_PG_PORT,
             lease_service_port: DEFAULT_LEASE_SERVICE_PORT,
+            task_service_port: DEFAULT_TASK_SERVICE_PORT,
+            workers: DEFAULT_WORKERS,
+            worker_concurrency: DEFAULT_WORKER_CONCURRENCY,
+            worker_metrics_port: DEFAULT_WORKER_METRICS_PORT,
             build: true,
             bin_dir: None,
             workspace_root,
@@ -173,19 +193,55 @@ impl Listen {
 
 /// The services to run, in start order.
 pub fn services(config: &StackConfig, databases: &Databases) -> Vec<ServiceSpec> {
-    vec![ServiceSpec {
-        binary: "lease-service",
-        package: "lease-service",
-        args: vec!["serve".to_owned()],
-        migrate_args: Some(vec!["migrate".to_owned()]),
-        env: vec![("DATABASE_URL", databases.leases.clone())],
-        replicas: 1,
-        listen: Some(Listen {
-            env_var: "LISTEN_ADDR",
-            base_port: config.lease_service_port,
-            health_path: "/healthz",
-        }),
-    }]
+    let lease_service_url = format!("http://127.0.0.1:{}", config.lease_service_port);
+    let task_service_url = format!("http://127.0.0.1:{}", config.task_service_port);
+    vec![
+        ServiceSpec {
+            binary: "lease-service",
+            package: "lease-service",
+            args: vec!["serve".to_owned()],
+            migrate_args: Some(vec!["migrate".to_owned()]),
+            env: vec![("DATABASE_URL", databases.leases.clone())],
+            replicas: 1,
+            listen: Some(Listen {
+                env_var: "LISTEN_ADDR",
+                base_port: config.lease_service_port,
+                health_path: "/healthz",
+            }),
+        },
+        ServiceSpec {
+            binary: "task-service",
+            package: "task-service",
+            args: vec!["serve".to_owned()],
+            migrate_args: Some(vec!["migrate".to_owned()]),
+            env: vec![
+                ("DATABASE_URL", databases.tasks.clone()),
+                ("LEASE_SERVICE_URL", lease_service_url),
+            ],
+            replicas: 1,
+            listen: Some(Listen {
+                env_var: "LISTEN_ADDR",
+                base_port: config.task_service_port,
+                health_path: "/healthz",
+            }),
+        },
+        ServiceSpec {
+            binary: "worker",
+            package: "worker",
+            args: Vec::new(),
+            migrate_args: None,
+            env: vec![
+                ("TASK_SERVICE_URL", task_service_url),
+                ("WORKER_CONCURRENCY", config.worker_concurrency.to_string()),
+            ],
+            replicas: config.workers,
+            listen: Some(Listen {
+                env_var: "METRICS_ADDR",
+                base_port: config.worker_metrics_port,
+                health_path: "/healthz",
+            }),
+        },
+    ]
 }
 
 /// Runs the stack until Ctrl-C/`SIGTERM` (exit code 0) or until something

@@ -1,0 +1,439 @@
+//! Workers as real processes against real lease-service and task-service processes: throughput
+//! with several workers, and the failure cases a lease exists for (kill -9, SIGSTOP past the
+//! lease, a shared worker name, lease-service down, graceful shutdown).
+#![allow(clippy::unwrap_used)]
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tests::{Service, fresh_database};
+
+struct Stack {
+    leases: Service,
+    tasks: Service,
+}
+
+/// lease-service and task-service with a short task lease, so that faults resolve quickly.
+async fn stack(lease_ttl: &str) -> Stack {
+    let lease_db = fresh_database().await;
+    let task_db = fresh_database().await;
+    let leases = Service::lease_service(&lease_db, &[]).await;
+    let tasks = Service::task_service(
+        &task_db,
+        &leases.base_url(),
+        &[
+            ("TASK_LEASE_TTL_SECONDS", lease_ttl),
+            ("TASK_RETRY_BASE_SECONDS", "0.2"),
+        ],
+    )
+    .await;
+    Stack { leases, tasks }
+}
+
+impl Stack {
+    /// A worker whose heartbeat and lease match the stack's short lease.
+    async fn worker(&self, id: &str, lease_ttl: &str, extra: &[(&str, &str)]) -> Service {
+        let heartbeat = format!("{}", lease_ttl.parse::<f64>().unwrap() / 4.0);
+        let mut env = vec![
+            ("WORKER_ID", id),
+            ("LEASE_TTL_SECONDS", lease_ttl),
+            ("HEARTBEAT_INTERVAL_SECONDS", heartbeat.as_str()),
+            ("POLL_MIN_MS", "20"),
+            ("POLL_MAX_MS", "200"),
+        ];
+        env.extend_from_slice(extra);
+        Service::worker(&self.tasks.base_url(), &env).await
+    }
+
+    async fn create(&self, task_data: Value) -> i64 {
+        let answer = self
+            .tasks
+            .post("/api/tasks", &json!({ "task_data": task_data }))
+            .await;
+        assert_eq!(answer.status, 201, "{:?}", answer.body);
+        answer.body["id"].as_i64().unwrap()
+    }
+
+    async fn task(&self, id: i64) -> Value {
+        self.tasks.get(&format!("/api/tasks/{id}")).await.body
+    }
+
+    async fn counts(&self) -> Value {
+        self.tasks.get("/api/tasks/counts").await.body["total"].clone()
+    }
+
+    /// `tasks_completed_total` summed over queues: accepted completions.
+    async fn accepted_completions(&self) -> u64 {
+        let text = reqwest::get(self.tasks.url("/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        text.lines()
+            .filter(|l| l.starts_with("tasks_completed_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    }
+}
+
+async fn eventually<F, Fut>(timeout: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    while !check().await {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_thousand_tasks_three_workers_every_task_succeeds_once() {
+    let s = stack("10").await;
+    for batch in 0..10 {
+        let creates = (0..100).map(|i| {
+            let tasks = &s.tasks;
+            async move {
+                let body =
+                    json!({"task_data": {"sleep_duration_seconds": 0, "n": batch * 100 + i}});
+                assert_eq!(tasks.post("/api/tasks", &body).await.status, 201);
+            }
+        });
+        futures_util::future::join_all(creates).await;
+    }
+    let _one = s.worker("solo", "10", &[("WORKER_CONCURRENCY", "1")]).await;
+    let _four = s.worker("quad", "10", &[("WORKER_CONCURRENCY", "4")]).await;
+    let _eight = s.worker("octo", "10", &[("WORKER_CONCURRENCY", "8")]).await;
+    eventually(Duration::from_secs(240), "1000 succeeded tasks", || async {
+        s.counts().await["succeeded"] == 1000
+    })
+    .await;
+    assert_eq!(
+        s.accepted_completions().await,
+        1000,
+        "one accepted completion per task"
+    );
+    let processors: std::collections::HashSet<String> = {
+        let mut seen = std::collections::HashSet::new();
+        let mut cursor = String::new();
+        loop {
+            let page = s
+                .tasks
+                .get(&format!("/api/tasks?limit=1000&cursor={cursor}"))
+                .await;
+            for task in page.body.as_array().unwrap() {
+                assert_eq!(task["attempts"], 1, "{task}");
+                seen.insert(task["processor"].as_str().unwrap().to_owned());
+            }
+            match page.headers.get("x-next-cursor") {
+                Some(next) => cursor = next.to_str().unwrap().to_owned(),
+                None => break,
+            }
+        }
+        seen
+    };
+    assert_eq!(
+        processors.len(),
+        3,
+        "all three workers took part: {processors:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_task_whose_worker_is_killed_is_completed_by_another_after_its_lease_expires() {
+    let s = stack("2").await;
+    let id = s.create(json!({"sleep_duration_seconds": 3})).await;
+    let mut doomed = s.worker("doomed", "2", &[]).await;
+    eventually(Duration::from_secs(10), "the first claim", || async {
+        s.task(id).await["processor"] == "doomed"
+    })
+    .await;
+    doomed.kill();
+    let _rescuer = s.worker("rescuer", "2", &[]).await;
+    eventually(Duration::from_secs(20), "the rescue", || async {
+        s.task(id).await["status"] == "succeeded"
+    })
+    .await;
+    let task = s.task(id).await;
+    assert_eq!(task["processor"], "rescuer");
+    assert_eq!(task["attempts"], 2, "two claims: {task}");
+    assert_eq!(s.accepted_completions().await, 1);
+}
+
+/// Seed 004's ownership race: a paused worker wakes up after its task moved on.
+async fn paused_worker_race(first: &str, second: &str) {
+    let s = stack("2").await;
+    let id = s.create(json!({"sleep_duration_seconds": 4})).await;
+    let sleeper = s.worker(first, "2", &[]).await;
+    eventually(Duration::from_secs(10), "the first claim", || async {
+        s.task(id).await["status"] == "running"
+    })
+    .await;
+    let first_fence = s.task(id).await["fence"].as_i64().unwrap();
+    sleeper.pause();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let second_worker = s.worker(second, "2", &[]).await;
+    eventually(Duration::from_secs(10), "the second claim", || async {
+        s.task(id).await["fence"].as_i64().unwrap() > first_fence
+    })
+    .await;
+    // The first worker wakes while the second still works; its heartbeat and completion are
+    // refused, and it must not complete.
+    sleeper.resume();
+    eventually(Duration::from_secs(20), "the second completion", || async {
+        s.task(id).await["status"] == "succeeded"
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let task = s.task(id).await;
+    assert_eq!(task["processor"], second);
+    assert!(task["fence"].as_i64().unwrap() > first_fence, "{task}");
+    assert_eq!(task["attempts"], 2);
+    assert_eq!(
+        s.accepted_completions().await,
+        1,
+        "exactly one completion accepted"
+    );
+    let log = sleeper.log_text();
+    assert!(
+        log.contains(&format!("lost task {id}")),
+        "the first worker gave the task up:\n{log}"
+    );
+    assert!(!log.contains(&format!("completed task {id}")), "{log}");
+    drop(second_worker);
+}
+
+#[tokio::test]
+async fn a_worker_paused_past_its_lease_is_refused_after_another_completes_the_task() {
+    paused_worker_race("sleeper", "successor").await;
+}
+
+#[tokio::test]
+async fn two_workers_with_the_same_name_cannot_both_complete_a_task() {
+    paused_worker_race("twin", "twin").await;
+}
+
+#[tokio::test]
+async fn a_task_that_always_fails_ends_dead_after_its_attempts_with_backoff() {
+    let s = stack("5").await;
+    let answer = s
+        .tasks
+        .post(
+            "/api/tasks",
+            &json!({"task_data": {"sleep_duration_seconds": 0, "fail": "always"}, "max_attempts": 3}),
+        )
+        .await;
+    let id = answer.body["id"].as_i64().unwrap();
+    let started = Instant::now();
+    let _worker = s.worker("w", "5", &[]).await;
+    eventually(Duration::from_secs(30), "a dead task", || async {
+        s.task(id).await["status"] == "dead"
+    })
+    .await;
+    let task = s.task(id).await;
+    assert_eq!(task["attempts"], 3);
+    assert!(
+        task["lastError"].as_str().unwrap().contains("always"),
+        "{task}"
+    );
+    // Backoff of 0.1–0.2 s then 0.2–0.4 s between the three attempts.
+    assert!(started.elapsed() >= Duration::from_millis(300));
+}
+
+#[tokio::test]
+async fn cancelling_a_running_task_stops_its_worker() {
+    let s = stack("4").await;
+    let id = s.create(json!({"sleep_duration_seconds": 30})).await;
+    let _worker = s.worker("w", "4", &[]).await;
+    eventually(Duration::from_secs(10), "the claim", || async {
+        s.task(id).await["status"] == "running"
+    })
+    .await;
+    let cancel = s
+        .tasks
+        .post(&format!("/api/tasks/{id}/cancel"), &json!({}))
+        .await;
+    assert_eq!(cancel.status, 202);
+    eventually(Duration::from_secs(5), "the cancellation", || async {
+        s.task(id).await["status"] == "cancelled"
+    })
+    .await;
+    // The worker is free again: a new task gets done.
+    let next = s.create(json!({"sleep_duration_seconds": 0})).await;
+    eventually(Duration::from_secs(10), "the next task", || async {
+        s.task(next).await["status"] == "succeeded"
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn lease_service_down_longer_than_a_ttl_loses_no_task_and_doubles_none() {
+    let mut s = stack("2").await;
+    for i in 0..60 {
+        s.create(json!({"sleep_duration_seconds": 0.2, "n": i}))
+            .await;
+    }
+    let _a = s.worker("a", "2", &[("WORKER_CONCURRENCY", "2")]).await;
+    let _b = s.worker("b", "2", &[("WORKER_CONCURRENCY", "2")]).await;
+    let _c = s.worker("c", "2", &[("WORKER_CONCURRENCY", "2")]).await;
+    eventually(Duration::from_secs(30), "some progress", || async {
+        s.counts().await["succeeded"].as_i64().unwrap() >= 10
+    })
+    .await;
+    s.leases.kill();
+    let claim = s
+        .tasks
+        .post("/api/tasks/next", &json!({"processor": "probe"}))
+        .await;
+    assert_eq!((claim.status, claim.code()), (503, "unavailable"));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    s.leases.start_again().await;
+    eventually(Duration::from_secs(60), "every task done", || async {
+        s.counts().await["succeeded"] == 60
+    })
+    .await;
+    assert_eq!(
+        s.accepted_completions().await,
+        60,
+        "no task completed twice"
+    );
+}
+
+#[tokio::test]
+async fn sigterm_hands_unfinished_work_back_and_exits_zero() {
+    let s = stack("10").await;
+    let long = s.create(json!({"sleep_duration_seconds": 60})).await;
+    let short = s.create(json!({"sleep_duration_seconds": 0.5})).await;
+    let mut worker = s
+        .worker(
+            "leaving",
+            "10",
+            &[("WORKER_CONCURRENCY", "2"), ("SHUTDOWN_GRACE_SECONDS", "2")],
+        )
+        .await;
+    eventually(Duration::from_secs(10), "both claimed", || async {
+        s.task(long).await["status"] == "running" && s.task(short).await["status"] != "pending"
+    })
+    .await;
+    let stopping = Instant::now();
+    assert_eq!(worker.terminate(Duration::from_secs(10)).await, Some(0));
+    assert!(stopping.elapsed() < Duration::from_secs(6));
+    assert_eq!(
+        s.task(short).await["status"],
+        "succeeded",
+        "finished within the grace period"
+    );
+    let handed_back = s.task(long).await;
+    assert_eq!(handed_back["status"], "pending", "{handed_back}");
+    assert_eq!(handed_back["attempts"], 0, "the attempt is not charged");
+    let claim = s
+        .tasks
+        .post("/api/tasks/next", &json!({"processor": "next"}))
+        .await;
+    assert_eq!(claim.body["id"].as_i64(), Some(long), "claimable at once");
+}
+
+#[tokio::test]
+async fn a_chaos_crash_kills_the_worker_mid_task_and_the_task_survives() {
+    use std::os::unix::process::ExitStatusExt;
+    let s = stack("2").await;
+    let id = s.create(json!({"sleep_duration_seconds": 1})).await;
+    let mut crasher = s
+        .worker("crasher", "2", &[("CHAOS_CRASH_PROBABILITY", "1")])
+        .await;
+    let status = crasher
+        .wait_exit(Duration::from_secs(10))
+        .await
+        .expect("the chaos crash");
+    assert_eq!(status.signal(), Some(9), "{status:?}");
+    let task = s.task(id).await;
+    assert_eq!(
+        (task["status"].as_str(), task["processor"].as_str()),
+        (Some("running"), Some("crasher"))
+    );
+    let _steady = s.worker("steady", "2", &[]).await;
+    eventually(
+        Duration::from_secs(15),
+        "the task done by another",
+        || async { s.task(id).await["status"] == "succeeded" },
+    )
+    .await;
+    assert_eq!(s.task(id).await["attempts"], 2);
+}
+
+#[tokio::test]
+async fn a_worker_whose_heartbeats_stall_gives_its_task_up_and_never_completes_it() {
+    let s = stack("2").await;
+    let answer = s
+        .tasks
+        .post(
+            "/api/tasks",
+            &json!({"task_data": {"sleep_duration_seconds": 4}, "max_attempts": 2}),
+        )
+        .await;
+    let id = answer.body["id"].as_i64().unwrap();
+    let stalled = s
+        .worker(
+            "stalled",
+            "2",
+            &[
+                ("CHAOS_HEARTBEAT_PAUSE_PROBABILITY", "1"),
+                ("CHAOS_HEARTBEAT_PAUSE_SECONDS", "30"),
+            ],
+        )
+        .await;
+    eventually(
+        Duration::from_secs(30),
+        "the task to die of lapsed attempts",
+        || async { s.task(id).await["status"] == "dead" },
+    )
+    .await;
+    let task = s.task(id).await;
+    assert!(
+        task["lastError"]
+            .as_str()
+            .unwrap()
+            .contains("attempts exhausted"),
+        "{task}"
+    );
+    assert_eq!(s.accepted_completions().await, 0);
+    assert!(
+        stalled.log_text().contains(&format!("lost task {id}")),
+        "{}",
+        stalled.log_tail()
+    );
+}
+
+#[tokio::test]
+async fn a_dead_task_service_url_is_skipped_and_the_log_names_each_task() {
+    let s = stack("5").await;
+    let id = s.create(json!({"sleep_duration_seconds": 0})).await;
+    let urls = format!(
+        "http://127.0.0.1:{},{}",
+        tests::free_port(),
+        s.tasks.base_url()
+    );
+    let worker = Service::worker(
+        &urls,
+        &[
+            ("WORKER_ID", "w"),
+            ("LEASE_TTL_SECONDS", "5"),
+            ("HEARTBEAT_INTERVAL_SECONDS", "1"),
+            ("POLL_MAX_MS", "200"),
+        ],
+    )
+    .await;
+    eventually(Duration::from_secs(15), "the task done", || async {
+        s.task(id).await["status"] == "succeeded"
+    })
+    .await;
+    let log = worker.log_text();
+    assert!(log.contains(&format!("claimed task {id}")), "{log}");
+    assert!(log.contains(&format!("completed task {id}")), "{log}");
+}

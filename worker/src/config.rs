@@ -1,0 +1,512 @@
+//! Configuration: command-line flags, each also read from an environment variable.
+//!
+//! [`WorkerConfig`] is what clap parses (strings and numbers as given); [`WorkerConfig::validate`]
+//! checks it and turns it into [`Settings`] (durations, a worker id, cleaned-up URLs), or says in
+//! a sentence which setting is wrong and why.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::{Args, Parser};
+
+/// The defaults, shared by the flags and by [`WorkerConfig::new`].
+pub mod defaults {
+    /// Tasks in flight per process.
+    pub const CONCURRENCY: usize = 1;
+    /// The sample's heartbeat interval.
+    pub const HEARTBEAT_INTERVAL_SECONDS: f64 = 15.0;
+    /// The sample's lease length (task-service's `TASK_LEASE_TTL_SECONDS`).
+    pub const LEASE_TTL_SECONDS: f64 = 30.0;
+    /// First idle wait.
+    pub const POLL_MIN_MS: u64 = 100;
+    /// Longest idle wait.
+    pub const POLL_MAX_MS: u64 = 5_000;
+    /// Time in-flight tasks get to finish after SIGTERM/SIGINT.
+    pub const SHUTDOWN_GRACE_SECONDS: f64 = 30.0;
+    /// How long a chaos heartbeat pause lasts (longer than the default TTL, so it loses the lease).
+    pub const CHAOS_HEARTBEAT_PAUSE_SECONDS: f64 = 45.0;
+}
+
+/// Longest `WORKER_ID` accepted (task-service's limit on a processor name).
+pub const MAX_NAME_BYTES: usize = shared::api::MAX_NAME_BYTES;
+/// Longest `WORKER_QUEUE` accepted (task-service's limit on a queue name).
+pub const MAX_QUEUE_BYTES: usize = 128;
+/// Longest lease TTL accepted, in seconds (lease-service's default upper bound).
+pub const MAX_LEASE_TTL_SECONDS: f64 = 3_600.0;
+/// Longest grace period accepted, in seconds.
+pub const MAX_SHUTDOWN_GRACE_SECONDS: f64 = 86_400.0;
+/// Most tasks in flight per process.
+pub const MAX_CONCURRENCY: usize = 10_000;
+
+/// Leasehold's task worker: claims tasks from task-service, heartbeats while it works on them,
+/// and completes or fails them. Runs until SIGTERM or SIGINT, then stops claiming, lets
+/// in-flight tasks finish within SHUTDOWN_GRACE_SECONDS, hands the rest back, and exits 0.
+#[derive(Debug, Parser)]
+#[command(
+    name = "worker",
+    version,
+    after_help = "Logging: RUST_LOG filters (default info); LOG_FORMAT=json prints one JSON \
+                  object per line. Logs go to stderr."
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub config: WorkerConfig,
+}
+
+/// Every setting of the worker. Each is a flag and an environment variable.
+#[derive(Debug, Clone, Args)]
+pub struct WorkerConfig {
+    /// Base URL of task-service; several may be given, comma-separated (connection errors and
+    /// 5xx answers rotate to the next one). Only http:// URLs.
+    #[arg(
+        long = "task-service-url",
+        env = "TASK_SERVICE_URL",
+        value_delimiter = ',',
+        required = true
+    )]
+    pub task_service_urls: Vec<String>,
+
+    /// This worker's name, sent as `processor` with every call (default: host name, process id
+    /// and a random hex suffix, unique per process).
+    #[arg(long, env = "WORKER_ID")]
+    pub worker_id: Option<String>,
+
+    /// Claim only tasks of this queue (default: any queue).
+    #[arg(long, env = "WORKER_QUEUE")]
+    pub queue: Option<String>,
+
+    /// Tasks in flight at once in this process.
+    #[arg(long, env = "WORKER_CONCURRENCY", default_value_t = defaults::CONCURRENCY)]
+    pub concurrency: usize,
+
+    /// Seconds between heartbeats of a task (fractions allowed). Must be at most half of
+    /// LEASE_TTL_SECONDS.
+    #[arg(long, env = "HEARTBEAT_INTERVAL_SECONDS", default_value_t = defaults::HEARTBEAT_INTERVAL_SECONDS)]
+    pub heartbeat_interval_seconds: f64,
+
+    /// Length of a task's lease in seconds: must match task-service's TASK_LEASE_TTL_SECONDS.
+    /// Work is abandoned when no claim or heartbeat has been confirmed for this long (minus a
+    /// safety margin of min(TTL/10, 2 s)).
+    #[arg(long, env = "LEASE_TTL_SECONDS", default_value_t = defaults::LEASE_TTL_SECONDS)]
+    pub lease_ttl_seconds: f64,
+
+    /// First wait in milliseconds before polling again when no task is due or task-service is
+    /// unavailable; it doubles (jittered) up to POLL_MAX_MS.
+    #[arg(long, env = "POLL_MIN_MS", default_value_t = defaults::POLL_MIN_MS)]
+    pub poll_min_ms: u64,
+
+    /// Longest wait in milliseconds between polls while idle.
+    #[arg(long, env = "POLL_MAX_MS", default_value_t = defaults::POLL_MAX_MS)]
+    pub poll_max_ms: u64,
+
+    /// Seconds in-flight tasks get to finish after SIGTERM/SIGINT; the rest are cancelled and
+    /// handed back to task-service (claimable at once).
+    #[arg(long, env = "SHUTDOWN_GRACE_SECONDS", default_value_t = defaults::SHUTDOWN_GRACE_SECONDS)]
+    pub shutdown_grace_seconds: f64,
+
+    /// Chaos testing: probability (0..1) per task that the process kills itself (SIGKILL) at a
+    /// random point while working on it.
+    #[arg(long, env = "CHAOS_CRASH_PROBABILITY", default_value_t = 0.0)]
+    pub chaos_crash_probability: f64,
+
+    /// Chaos testing: probability (0..1) per task that its heartbeats stop for
+    /// CHAOS_HEARTBEAT_PAUSE_SECONDS, starting with its first heartbeat.
+    #[arg(long, env = "CHAOS_HEARTBEAT_PAUSE_PROBABILITY", default_value_t = 0.0)]
+    pub chaos_heartbeat_pause_probability: f64,
+
+    /// Chaos testing: how long a heartbeat pause lasts, in seconds.
+    #[arg(long, env = "CHAOS_HEARTBEAT_PAUSE_SECONDS", default_value_t = defaults::CHAOS_HEARTBEAT_PAUSE_SECONDS)]
+    pub chaos_heartbeat_pause_seconds: f64,
+
+    /// Serve GET /healthz and GET /metrics (Prometheus text) on this address, e.g.
+    /// 127.0.0.1:9100 (default: no metrics server).
+    #[arg(long, env = "METRICS_ADDR")]
+    pub metrics_addr: Option<SocketAddr>,
+}
+
+/// A configuration that cannot work, with the setting it is about.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid configuration: {0}")]
+pub struct ConfigError(pub String);
+
+/// Chaos knobs, all off by default.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Chaos {
+    pub crash_probability: f64,
+    pub heartbeat_pause_probability: f64,
+    pub heartbeat_pause: Duration,
+}
+
+/// A validated configuration.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Base URLs without a trailing slash, in rotation order.
+    pub task_service_urls: Vec<String>,
+    /// Sent as `processor`.
+    pub worker_id: String,
+    pub queue: Option<String>,
+    pub concurrency: usize,
+    pub heartbeat_interval: Duration,
+    pub lease_ttl: Duration,
+    /// Work is abandoned this long before the lease would expire unconfirmed.
+    pub safety_margin: Duration,
+    /// Timeout of each HTTP request: min(5 s, heartbeat interval / 2).
+    pub request_timeout: Duration,
+    pub poll_min: Duration,
+    pub poll_max: Duration,
+    pub shutdown_grace: Duration,
+    pub chaos: Chaos,
+    pub metrics_addr: Option<SocketAddr>,
+}
+
+impl WorkerConfig {
+    /// The defaults, talking to `task_service_urls` (for programs that embed the worker).
+    pub fn new<I, S>(task_service_urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self {
+            task_service_urls: task_service_urls.into_iter().map(Into::into).collect(),
+            worker_id: None,
+            queue: None,
+            concurrency: defaults::CONCURRENCY,
+            heartbeat_interval_seconds: defaults::HEARTBEAT_INTERVAL_SECONDS,
+            lease_ttl_seconds: defaults::LEASE_TTL_SECONDS,
+            poll_min_ms: defaults::POLL_MIN_MS,
+            poll_max_ms: defaults::POLL_MAX_MS,
+            shutdown_grace_seconds: defaults::SHUTDOWN_GRACE_SECONDS,
+            chaos_crash_probability: 0.0,
+            chaos_heartbeat_pause_probability: 0.0,
+            chaos_heartbeat_pause_seconds: defaults::CHAOS_HEARTBEAT_PAUSE_SECONDS,
+            metrics_addr: None,
+        }
+    }
+
+    /// Checks every setting and resolves the defaults that are computed (the worker id).
+    pub fn validate(&self) -> Result<Settings, ConfigError> {
+        let task_service_urls = self.urls()?;
+        let worker_id = match &self.worker_id {
+            Some(id) => {
+                check_name("WORKER_ID", id, MAX_NAME_BYTES)?;
+                id.clone()
+            }
+            None => default_worker_id(),
+        };
+        if let Some(queue) = &self.queue {
+            check_name("WORKER_QUEUE", queue, MAX_QUEUE_BYTES)?;
+        }
+        if self.concurrency == 0 || self.concurrency > MAX_CONCURRENCY {
+            return Err(ConfigError(format!(
+                "WORKER_CONCURRENCY ({}) must be between 1 and {MAX_CONCURRENCY}",
+                self.concurrency
+            )));
+        }
+        if !self.lease_ttl_seconds.is_finite()
+            || !(1.0..=MAX_LEASE_TTL_SECONDS).contains(&self.lease_ttl_seconds)
+        {
+            return Err(ConfigError(format!(
+                "LEASE_TTL_SECONDS ({}) must be between 1 and {MAX_LEASE_TTL_SECONDS}",
+                self.lease_ttl_seconds
+            )));
+        }
+        let lease_ttl = seconds("LEASE_TTL_SECONDS", self.lease_ttl_seconds)?;
+        if !self.heartbeat_interval_seconds.is_finite() || self.heartbeat_interval_seconds <= 0.0 {
+            return Err(ConfigError(format!(
+                "HEARTBEAT_INTERVAL_SECONDS ({}) must be a positive number of seconds",
+                self.heartbeat_interval_seconds
+            )));
+        }
+        // At most half the TTL (the sample's 15 s with 30 s leases is exactly half): a failed
+        // heartbeat is then retried for at least another half TTL, minus the safety margin.
+        if self.heartbeat_interval_seconds > self.lease_ttl_seconds / 2.0 {
+            return Err(ConfigError(format!(
+                "HEARTBEAT_INTERVAL_SECONDS ({}) must be at most half of LEASE_TTL_SECONDS ({}), \
+                 so that a missed heartbeat can be retried before the lease expires",
+                self.heartbeat_interval_seconds, self.lease_ttl_seconds
+            )));
+        }
+        let heartbeat_interval = seconds(
+            "HEARTBEAT_INTERVAL_SECONDS",
+            self.heartbeat_interval_seconds,
+        )?;
+        if heartbeat_interval < Duration::from_millis(10) {
+            return Err(ConfigError(format!(
+                "HEARTBEAT_INTERVAL_SECONDS ({}) must be at least 0.01",
+                self.heartbeat_interval_seconds
+            )));
+        }
+        if self.poll_min_ms == 0 {
+            return Err(ConfigError("POLL_MIN_MS must be at least 1".to_owned()));
+        }
+        if self.poll_max_ms < self.poll_min_ms {
+            return Err(ConfigError(format!(
+                "POLL_MAX_MS ({}) must not be less than POLL_MIN_MS ({})",
+                self.poll_max_ms, self.poll_min_ms
+            )));
+        }
+        if !self.shutdown_grace_seconds.is_finite()
+            || !(0.0..=MAX_SHUTDOWN_GRACE_SECONDS).contains(&self.shutdown_grace_seconds)
+        {
+            return Err(ConfigError(format!(
+                "SHUTDOWN_GRACE_SECONDS ({}) must be between 0 and {MAX_SHUTDOWN_GRACE_SECONDS}",
+                self.shutdown_grace_seconds
+            )));
+        }
+        let shutdown_grace = seconds("SHUTDOWN_GRACE_SECONDS", self.shutdown_grace_seconds)?;
+        probability("CHAOS_CRASH_PROBABILITY", self.chaos_crash_probability)?;
+        probability(
+            "CHAOS_HEARTBEAT_PAUSE_PROBABILITY",
+            self.chaos_heartbeat_pause_probability,
+        )?;
+        if !self.chaos_heartbeat_pause_seconds.is_finite()
+            || !(0.0..=MAX_SHUTDOWN_GRACE_SECONDS).contains(&self.chaos_heartbeat_pause_seconds)
+        {
+            return Err(ConfigError(format!(
+                "CHAOS_HEARTBEAT_PAUSE_SECONDS ({}) must be between 0 and {MAX_SHUTDOWN_GRACE_SECONDS}",
+                self.chaos_heartbeat_pause_seconds
+            )));
+        }
+        let heartbeat_pause = seconds(
+            "CHAOS_HEARTBEAT_PAUSE_SECONDS",
+            self.chaos_heartbeat_pause_seconds,
+        )?;
+        Ok(Settings {
+            task_service_urls,
+            worker_id,
+            queue: self.queue.clone(),
+            concurrency: self.concurrency,
+            heartbeat_interval,
+            lease_ttl,
+            safety_margin: (lease_ttl / 10).min(Duration::from_secs(2)),
+            request_timeout: (heartbeat_interval / 2).min(Duration::from_secs(5)),
+            poll_min: Duration::from_millis(self.poll_min_ms),
+            poll_max: Duration::from_millis(self.poll_max_ms),
+            shutdown_grace,
+            chaos: Chaos {
+                crash_probability: self.chaos_crash_probability,
+                heartbeat_pause_probability: self.chaos_heartbeat_pause_probability,
+                heartbeat_pause,
+            },
+            metrics_addr: self.metrics_addr,
+        })
+    }
+
+    fn urls(&self) -> Result<Vec<String>, ConfigError> {
+        let mut urls = Vec::new();
+        for raw in &self.task_service_urls {
+            let raw = raw.trim();
+            if raw.is_empty() {
+                continue;
+            }
+            let parsed = reqwest::Url::parse(raw).map_err(|err| {
+                ConfigError(format!("TASK_SERVICE_URL {raw:?} is not a URL: {err}"))
+            })?;
+            if parsed.scheme() != "http" {
+                return Err(ConfigError(format!(
+                    "TASK_SERVICE_URL {raw:?} must start with http:// (this build has no TLS)"
+                )));
+            }
+            if parsed.host_str().is_none_or(str::is_empty) {
+                return Err(ConfigError(format!(
+                    "TASK_SERVICE_URL {raw:?} names no host"
+                )));
+            }
+            if parsed.query().is_some() || parsed.fragment().is_some() {
+                return Err(ConfigError(format!(
+                    "TASK_SERVICE_URL {raw:?} must not have a query or fragment"
+                )));
+            }
+            urls.push(raw.trim_end_matches('/').to_owned());
+        }
+        if urls.is_empty() {
+            return Err(ConfigError(
+                "TASK_SERVICE_URL must name at least one task-service URL".to_owned(),
+            ));
+        }
+        Ok(urls)
+    }
+}
+
+/// `host:pid:random-hex`: unique per process (and per call), readable in the tasks table.
+pub fn default_worker_id() -> String {
+    shared::identity::instance_id("worker")
+}
+
+fn check_name(setting: &str, value: &str, max_bytes: usize) -> Result<(), ConfigError> {
+    if value.trim().is_empty() {
+        return Err(ConfigError(format!("{setting} must not be empty")));
+    }
+    if value.len() > max_bytes {
+        return Err(ConfigError(format!(
+            "{setting} is {} bytes long; at most {max_bytes} are allowed",
+            value.len()
+        )));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(ConfigError(format!(
+            "{setting} must not contain control characters"
+        )));
+    }
+    Ok(())
+}
+
+fn seconds(setting: &str, value: f64) -> Result<Duration, ConfigError> {
+    Duration::try_from_secs_f64(value).map_err(|err| {
+        ConfigError(format!(
+            "{setting} ({value}) is not a usable duration: {err}"
+        ))
+    })
+}
+
+fn probability(setting: &str, value: f64) -> Result<(), ConfigError> {
+    if value.is_finite() && (0.0..=1.0).contains(&value) {
+        Ok(())
+    } else {
+        Err(ConfigError(format!(
+            "{setting} ({value}) must be a probability between 0 and 1"
+        )))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    fn config() -> WorkerConfig {
+        WorkerConfig::new(["http://127.0.0.1:8082"])
+    }
+
+    fn error(config: &WorkerConfig) -> String {
+        config.validate().unwrap_err().to_string()
+    }
+
+    #[test]
+    fn defaults_are_valid_and_match_the_sample() {
+        let settings = config().validate().unwrap();
+        assert_eq!(settings.concurrency, 1);
+        assert_eq!(settings.heartbeat_interval, Duration::from_secs(15));
+        assert_eq!(settings.lease_ttl, Duration::from_secs(30));
+        assert_eq!(settings.safety_margin, Duration::from_secs(2));
+        assert_eq!(settings.request_timeout, Duration::from_secs(5));
+        assert_eq!(settings.poll_min, Duration::from_millis(100));
+        assert_eq!(settings.poll_max, Duration::from_secs(5));
+        assert_eq!(settings.shutdown_grace, Duration::from_secs(30));
+        assert_eq!(settings.chaos.crash_probability, 0.0);
+        assert_eq!(settings.chaos.heartbeat_pause_probability, 0.0);
+        assert!(settings.metrics_addr.is_none());
+    }
+
+    #[test]
+    fn clap_defaults_equal_the_programmatic_ones() {
+        let cli = Cli::try_parse_from(["worker", "--task-service-url", "http://a:1,http://b:2/"])
+            .unwrap();
+        let parsed = cli.config;
+        let built = WorkerConfig::new(["http://a:1", "http://b:2/"]);
+        assert_eq!(format!("{parsed:?}"), format!("{built:?}"));
+        let settings = parsed.validate().unwrap();
+        assert_eq!(settings.task_service_urls, ["http://a:1", "http://b:2"]);
+    }
+
+    #[test]
+    fn heartbeat_must_be_at_most_half_the_ttl() {
+        let mut config = config();
+        config.heartbeat_interval_seconds = 20.0;
+        let message = error(&config);
+        assert!(message.contains("HEARTBEAT_INTERVAL_SECONDS"), "{message}");
+        assert!(message.contains("LEASE_TTL_SECONDS"), "{message}");
+        config.heartbeat_interval_seconds = 15.01;
+        assert!(error(&config).contains("HEARTBEAT_INTERVAL_SECONDS"));
+        config.heartbeat_interval_seconds = 15.0; // exactly half: the sample's defaults
+        assert!(config.validate().is_ok());
+        config.heartbeat_interval_seconds = 0.0;
+        assert!(error(&config).contains("HEARTBEAT_INTERVAL_SECONDS"));
+        config.heartbeat_interval_seconds = f64::NAN;
+        assert!(error(&config).contains("HEARTBEAT_INTERVAL_SECONDS"));
+        config.heartbeat_interval_seconds = 1.0;
+        config.lease_ttl_seconds = 0.5;
+        assert!(error(&config).contains("LEASE_TTL_SECONDS"));
+    }
+
+    #[test]
+    fn concurrency_zero_is_refused() {
+        let mut config = config();
+        config.concurrency = 0;
+        assert!(error(&config).contains("WORKER_CONCURRENCY"));
+    }
+
+    #[test]
+    fn other_settings_are_checked() {
+        let mut bad = config();
+        bad.task_service_urls = vec![" ".to_owned(), String::new()];
+        assert!(error(&bad).contains("TASK_SERVICE_URL"));
+        bad.task_service_urls = vec!["not a url".to_owned()];
+        assert!(error(&bad).contains("TASK_SERVICE_URL"));
+        bad.task_service_urls = vec!["ftp://host".to_owned()];
+        assert!(error(&bad).contains("http://"));
+
+        let mut bad = config();
+        bad.poll_min_ms = 0;
+        assert!(error(&bad).contains("POLL_MIN_MS"));
+        bad.poll_min_ms = 500;
+        bad.poll_max_ms = 100;
+        assert!(error(&bad).contains("POLL_MAX_MS"));
+
+        let mut bad = config();
+        bad.chaos_crash_probability = 1.5;
+        assert!(error(&bad).contains("CHAOS_CRASH_PROBABILITY"));
+        let mut bad = config();
+        bad.chaos_heartbeat_pause_probability = -0.1;
+        assert!(error(&bad).contains("CHAOS_HEARTBEAT_PAUSE_PROBABILITY"));
+        let mut bad = config();
+        bad.chaos_heartbeat_pause_seconds = -1.0;
+        assert!(error(&bad).contains("CHAOS_HEARTBEAT_PAUSE_SECONDS"));
+        let mut bad = config();
+        bad.shutdown_grace_seconds = -1.0;
+        assert!(error(&bad).contains("SHUTDOWN_GRACE_SECONDS"));
+
+        let mut bad = config();
+        bad.worker_id = Some(String::new());
+        assert!(error(&bad).contains("WORKER_ID"));
+        bad.worker_id = Some("a\nb".to_owned());
+        assert!(error(&bad).contains("WORKER_ID"));
+        bad.worker_id = Some("x".repeat(MAX_NAME_BYTES + 1));
+        assert!(error(&bad).contains("WORKER_ID"));
+        let mut bad = config();
+        bad.queue = Some("  ".to_owned());
+        assert!(error(&bad).contains("WORKER_QUEUE"));
+        bad.queue = Some("q".repeat(MAX_QUEUE_BYTES + 1));
+        assert!(error(&bad).contains("WORKER_QUEUE"));
+        bad.queue = Some("q".repeat(MAX_QUEUE_BYTES));
+        assert!(bad.validate().is_ok());
+    }
+
+    #[test]
+    fn short_intervals_shorten_the_request_timeout_and_margin() {
+        let mut config = config();
+        config.lease_ttl_seconds = 2.0;
+        config.heartbeat_interval_seconds = 0.5;
+        let settings = config.validate().unwrap();
+        assert_eq!(settings.request_timeout, Duration::from_millis(250));
+        assert_eq!(settings.safety_margin, Duration::from_millis(200));
+    }
+
+    #[test]
+    fn default_worker_id_is_unique_and_names_the_process() {
+        let a = config().validate().unwrap().worker_id;
+        let b = config().validate().unwrap().worker_id;
+        assert_ne!(a, b, "two default ids are never the same");
+        for id in [&a, &b] {
+            assert!(id.contains(&format!(":{}:", std::process::id())), "{id}");
+            let suffix = id.rsplit(':').next().unwrap();
+            assert_eq!(suffix.len(), 16);
+            assert!(suffix.chars().all(|c| c.is_ascii_hexdigit()), "{id}");
+        }
+        let mut named = config();
+        named.worker_id = Some("worker-7".to_owned());
+        assert_eq!(named.validate().unwrap().worker_id, "worker-7");
+    }
+}

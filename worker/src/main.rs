@@ -1,0 +1,17 @@
+//! The worker binary: parses its configuration and runs the library with the built-in sleep
+//! handler until SIGTERM or SIGINT (then exits 0 after the graceful shutdown).
+
+use clap::Parser;
+use worker::{Cli, SleepHandler};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    shared::telemetry::init("worker");
+    worker::run(
+        cli.config,
+        SleepHandler::default(),
+        shared::shutdown::signal(),
+    )
+    .await
+}
