@@ -37,7 +37,7 @@ use crate::tasks::Engine;
 pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
 
 /// Serialises concurrent migrations of replicas starting at once (distinct from lease-service's).
-const MIGRATION_LOCK_KEY: i64 = 0x5461_736b_73; // "Tasks"
+const MIGRATION_LOCK_KEY: i64 = 0x0054_6173_6b73; // "Tasks"
 
 /// Applies pending migrations to the tasks database.
 pub async fn migrate(database_url: &str) -> anyhow::Result<()> {

@@ -1,6 +1,6 @@
 //! The README's "run the stack" command, run for real: `leasehold-local` starts a private
-//! PostgreSQL (or uses `DATABASE_URL`), migrates, starts lease-service, and stops everything on
-//! Ctrl-C.
+//! PostgreSQL (or uses `DATABASE_URL`), migrates, starts lease-service, task-service and workers,
+//! and stops everything on Ctrl-C.
 #![allow(clippy::unwrap_used)]
 
 use std::process::{Child, Command, Stdio};
@@ -64,31 +64,92 @@ async fn interrupt_and_wait(child: &mut Child) -> i32 {
     }
 }
 
+/// Ports for one stack: PostgreSQL, lease-service, task-service, the first worker's metrics.
+fn ports(home: &std::path::Path) -> Vec<(&'static str, String)> {
+    vec![
+        ("LEASEHOLD_HOME", home.display().to_string()),
+        ("LEASEHOLD_PG_PORT", free_port().to_string()),
+        ("LEASE_SERVICE_PORT", free_port().to_string()),
+        ("TASK_SERVICE_PORT", free_port().to_string()),
+        ("WORKER_METRICS_PORT", free_port().to_string()),
+        ("LEASEHOLD_WORKERS", "1".to_owned()),
+    ]
+}
+
+fn port_of(env: &[(&str, String)], name: &str) -> u16 {
+    env.iter()
+        .find(|(k, _)| *k == name)
+        .unwrap()
+        .1
+        .parse()
+        .unwrap()
+}
+
 #[tokio::test]
 async fn runs_the_stack_on_a_private_postgres_and_stops_it_all_on_ctrl_c() {
     let home = std::env::temp_dir().join(format!("leasehold-stack-test-{}", std::process::id()));
-    let (pg_port, lease_port) = (free_port(), free_port());
-    let mut child = stack(&[
-        ("LEASEHOLD_HOME", home.display().to_string()),
-        ("LEASEHOLD_PG_PORT", pg_port.to_string()),
-        ("LEASE_SERVICE_PORT", lease_port.to_string()),
-    ]);
+    let env = ports(&home);
+    let [pg_port, lease_port, task_port, worker_port] = [
+        "LEASEHOLD_PG_PORT",
+        "LEASE_SERVICE_PORT",
+        "TASK_SERVICE_PORT",
+        "WORKER_METRICS_PORT",
+    ]
+    .map(|name| port_of(&env, name));
+    let mut child = stack(&env);
     wait_until_leases_answer(lease_port, &mut child).await;
     assert!(
         home.join("pg/data/PG_VERSION").exists(),
         "data kept under LEASEHOLD_HOME"
     );
+
+    // The stack's worker does a task created through the stack's task-service.
+    let tasks = format!("http://127.0.0.1:{task_port}/api/tasks");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let created: serde_json::Value = loop {
+        let answer = reqwest::Client::new()
+            .post(&tasks)
+            .json(&json!({"task_data": {"sleep_duration_seconds": 0}}))
+            .send()
+            .await;
+        if let Ok(answer) = answer
+            && answer.status().as_u16() == 201
+        {
+            break answer.json().await.unwrap();
+        }
+        assert!(Instant::now() < deadline, "task-service did not come up");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let id = created["id"].as_i64().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let task: serde_json::Value = reqwest::get(format!("{tasks}/{id}"))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if task["status"] == "succeeded" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the stack's worker did not do the task: {task}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
     assert_eq!(interrupt_and_wait(&mut child).await, 0);
     // Nothing it started is left listening.
-    assert!(std::net::TcpStream::connect(("127.0.0.1", lease_port)).is_err());
-    assert!(std::net::TcpStream::connect(("127.0.0.1", pg_port)).is_err());
+    for port in [pg_port, lease_port, task_port, worker_port] {
+        assert!(
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+            "port {port} still open"
+        );
+    }
 
     // Data is kept between runs: the lease taken in the first run is still there.
-    let mut again = stack(&[
-        ("LEASEHOLD_HOME", home.display().to_string()),
-        ("LEASEHOLD_PG_PORT", pg_port.to_string()),
-        ("LEASE_SERVICE_PORT", lease_port.to_string()),
-    ]);
+    let mut again = stack(&env);
     let deadline = Instant::now() + Duration::from_secs(60);
     let leases = loop {
         if let Ok(answer) = reqwest::get(format!("http://127.0.0.1:{lease_port}/api/leases")).await
@@ -107,12 +168,10 @@ async fn runs_the_stack_on_a_private_postgres_and_stops_it_all_on_ctrl_c() {
 #[tokio::test]
 async fn uses_database_url_when_given() {
     let db = fresh_database().await;
-    let lease_port = free_port();
-    let mut child = stack(&[
-        ("DATABASE_URL", db.clone()),
-        ("LEASE_SERVICE_PORT", lease_port.to_string()),
-        ("LEASEHOLD_HOME", "/nonexistent/never-created".to_owned()),
-    ]);
+    let mut env = ports(std::path::Path::new("/nonexistent/never-created"));
+    env.push(("DATABASE_URL", db.clone()));
+    let lease_port = port_of(&env, "LEASE_SERVICE_PORT");
+    let mut child = stack(&env);
     wait_until_leases_answer(lease_port, &mut child).await;
     let rows = tests::snapshot(&db, "leases").await;
     assert_eq!(rows.len(), 1, "the lease landed in the given database");
