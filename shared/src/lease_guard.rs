@@ -133,6 +133,9 @@ struct Shared {
     lease: Mutex<Lease>,
     reason: Mutex<Option<LeaseLost>>,
     lost: CancellationToken,
+    /// The instant (safety margin already taken off) until which the lease is certainly held,
+    /// so that [`LeaseGuard::is_held`] can answer without waiting for the renewal task to run.
+    confirmed_until: Mutex<Instant>,
 }
 
 impl Shared {
@@ -202,6 +205,7 @@ impl LeaseGuard {
             lease: Mutex::new(lease),
             reason: Mutex::new(None),
             lost: CancellationToken::new(),
+            confirmed_until: Mutex::new(deadline(sent, ttl, margin)),
         });
         let stop = CancellationToken::new();
         let renewer = tokio::spawn(keep_renewed(
@@ -241,6 +245,13 @@ impl LeaseGuard {
         self.shared.lost.is_cancelled()
     }
 
+    /// Whether the lease is certainly still held *now*: not lost, and the conservative deadline
+    /// not passed. Check it right before acting on the lease: a process that was paused (a GC
+    /// pause, SIGSTOP) may run its own code before its renewal task notices the deadline passed.
+    pub fn is_held(&self) -> bool {
+        self.handle().is_held()
+    }
+
     pub fn loss_reason(&self) -> Option<LeaseLost> {
         self.shared
             .reason
@@ -268,6 +279,13 @@ impl LeaseGuard {
         }
     }
 
+    /// A cheap, cloneable view of this guard's lease for code that runs under it.
+    pub fn handle(&self) -> LeaseHandle {
+        LeaseHandle {
+            shared: self.shared.clone(),
+        }
+    }
+
     /// Stops renewing and releases the lease, so another holder can acquire it at once.
     pub async fn release(mut self) -> Result<Lease, LeaseError> {
         self.stop_renewing().await;
@@ -284,6 +302,42 @@ impl LeaseGuard {
             // which `Drop`'s best effort does not need to know about.
             let _ = renewer.await;
         }
+    }
+}
+
+/// What work running under a [`LeaseGuard`] can ask of its lease, without owning the guard.
+#[derive(Debug, Clone)]
+pub struct LeaseHandle {
+    shared: Arc<Shared>,
+}
+
+impl LeaseHandle {
+    pub fn fence(&self) -> i64 {
+        self.shared
+            .lease
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .fence
+    }
+
+    pub fn lease(&self) -> Lease {
+        self.shared.lease()
+    }
+
+    /// See [`LeaseGuard::is_held`]: check it right before acting on the lease.
+    pub fn is_held(&self) -> bool {
+        !self.shared.lost.is_cancelled()
+            && Instant::now()
+                < *self
+                    .shared
+                    .confirmed_until
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Cancelled the moment the lease is lost (a child token).
+    pub fn loss_token(&self) -> CancellationToken {
+        self.shared.lost.child_token()
     }
 }
 
@@ -321,6 +375,12 @@ struct Timing {
     ttl: Duration,
 }
 
+/// Until when a lease confirmed by a request sent at `sent` is certainly held, less the margin.
+fn deadline(sent: Instant, ttl: Duration, margin: Duration) -> Instant {
+    let valid_until = sent + ttl;
+    valid_until.checked_sub(margin).unwrap_or(valid_until)
+}
+
 fn lease_ttl(lease: &Lease) -> Duration {
     Duration::from_secs(u64::try_from(lease.ttl_seconds).unwrap_or(1).max(1))
 }
@@ -339,7 +399,7 @@ async fn keep_renewed(
         fence,
         ..
     } = shared.lease();
-    let mut valid_until = sent + timing.ttl;
+    let mut confirmed_until = deadline(sent, timing.ttl, timing.margin);
     let mut next_renewal = sent + timing.interval;
     let mut last_error: Option<String> = None;
     // After a failed renewal, try again soon, but not in a tight loop.
@@ -357,13 +417,14 @@ async fn keep_renewed(
         tokio::select! {
             biased;
             () = stop.cancelled() => return,
-            () = tokio::time::sleep_until(valid_until.checked_sub(timing.margin).unwrap_or(valid_until)) => {
+            () = tokio::time::sleep_until(confirmed_until) => {
                 shared.lose(LeaseLost::Unconfirmed { last_error });
                 return;
             }
             (sent, result) = renewal => match result {
                 Ok(lease) => {
-                    valid_until = sent + lease_ttl(&lease);
+                    confirmed_until = deadline(sent, lease_ttl(&lease), timing.margin);
+                    *shared.confirmed_until.lock().unwrap_or_else(PoisonError::into_inner) = confirmed_until;
                     next_renewal = sent + timing.interval;
                     last_error = None;
                     *shared.lease.lock().unwrap_or_else(PoisonError::into_inner) = lease;

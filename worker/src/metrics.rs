@@ -1,14 +1,8 @@
-//! Prometheus metrics of one worker process, and the optional HTTP server that exposes them
-//! (`GET /metrics`) next to a liveness probe (`GET /healthz`).
+//! Prometheus metrics of one worker process, served (with `GET /healthz`) by
+//! [`MetricsServer`] when `METRICS_ADDR` is set.
 
-use std::net::{SocketAddr, TcpListener};
-
-use actix_web::{App, HttpResponse, HttpServer, web};
-use anyhow::Context;
-use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
-    TextEncoder,
-};
+use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
+pub use shared::metrics_server::MetricsServer;
 
 /// Every metric the worker exports. One registry per worker (not the global one), so that
 /// several workers in one test process do not collide.
@@ -111,85 +105,9 @@ impl Metrics {
         })
     }
 
-    /// The Prometheus text exposition of every metric.
-    pub fn render(&self) -> Result<String, prometheus::Error> {
-        let mut buffer = Vec::new();
-        TextEncoder::new().encode(&self.registry.gather(), &mut buffer)?;
-        String::from_utf8(buffer).map_err(|err| prometheus::Error::Msg(err.to_string()))
-    }
-}
-
-/// The `/healthz` + `/metrics` server.
-pub struct MetricsServer {
-    address: SocketAddr,
-    handle: actix_web::dev::ServerHandle,
-    task: tokio::task::JoinHandle<std::io::Result<()>>,
-}
-
-impl std::fmt::Debug for MetricsServer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MetricsServer")
-            .field("address", &self.address)
-            .finish_non_exhaustive()
-    }
-}
-
-impl MetricsServer {
-    /// Listens on `address` (port 0 picks a free port; see [`MetricsServer::address`]).
-    pub fn start(address: SocketAddr, metrics: Metrics) -> anyhow::Result<Self> {
-        let listener = TcpListener::bind(address)
-            .with_context(|| format!("binding METRICS_ADDR {address}"))?;
-        let address = listener
-            .local_addr()
-            .context("reading the metrics address")?;
-        let metrics = web::Data::new(metrics);
-        let server = HttpServer::new(move || {
-            App::new()
-                .app_data(metrics.clone())
-                .route("/healthz", web::get().to(healthz))
-                .route("/metrics", web::get().to(render))
-        })
-        .workers(1)
-        .disable_signals()
-        .shutdown_timeout(1)
-        .listen(listener)
-        .context("serving metrics")?
-        .run();
-        let handle = server.handle();
-        let task = tokio::spawn(server);
-        tracing::info!(%address, "metrics listening (GET /metrics, GET /healthz)");
-        Ok(Self {
-            address,
-            handle,
-            task,
-        })
-    }
-
-    pub fn address(&self) -> SocketAddr {
-        self.address
-    }
-
-    pub async fn stop(self) {
-        self.handle.stop(true).await;
-        if let Ok(Err(err)) = self.task.await {
-            tracing::warn!(error = %err, "metrics server failed");
-        }
-    }
-}
-
-async fn healthz() -> HttpResponse {
-    HttpResponse::Ok().json(serde_json::json!({ "status": "ok" }))
-}
-
-async fn render(metrics: web::Data<Metrics>) -> HttpResponse {
-    match metrics.render() {
-        Ok(text) => HttpResponse::Ok()
-            .content_type("text/plain; version=0.0.4; charset=utf-8")
-            .body(text),
-        Err(err) => HttpResponse::InternalServerError().json(shared::ErrorBody::new(
-            "internal",
-            format!("cannot render metrics: {err}"),
-        )),
+    /// The registry holding every metric, for [`MetricsServer`].
+    pub fn registry(&self) -> Registry {
+        self.registry.clone()
     }
 }
 
@@ -203,7 +121,8 @@ mod tests {
         let metrics = Metrics::new().unwrap();
         metrics.claimed.inc();
         metrics.claim_to_complete.observe(0.3);
-        let server = MetricsServer::start("127.0.0.1:0".parse().unwrap(), metrics).unwrap();
+        let server =
+            MetricsServer::start("127.0.0.1:0".parse().unwrap(), metrics.registry()).unwrap();
         let base = format!("http://{}", server.address());
         let health = reqwest::get(format!("{base}/healthz")).await.unwrap();
         assert_eq!(health.status(), 200);

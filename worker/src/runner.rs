@@ -77,7 +77,7 @@ pub async fn run_with_settings<H: TaskHandler>(
     let client = TaskClient::new(settings.task_service_urls.clone(), settings.request_timeout)
         .context("building the HTTP client")?;
     let metrics_server = match settings.metrics_addr {
-        Some(address) => Some(MetricsServer::start(address, metrics.clone())?),
+        Some(address) => Some(MetricsServer::start(address, metrics.registry())?),
         None => None,
     };
     tracing::info!(
