@@ -273,6 +273,36 @@ impl LeaseClient {
             .map_err(|(status, err)| refusal(resource, status, err))
     }
 
+    /// The unexpired, unreleased lease on `resource`, if any.
+    pub async fn current(&self, resource: &str) -> Result<Option<Lease>, LeaseError> {
+        let url = format!("{}/api/leases/active", self.base_url);
+        let mut attempt = 0u32;
+        loop {
+            attempt = attempt.saturating_add(1);
+            let answer = self
+                .http
+                .get(&url)
+                .query(&[("resource_prefix", resource), ("limit", "1000")])
+                .send()
+                .await;
+            let failure = match answer {
+                Ok(answer) if answer.status().is_success() => {
+                    let leases: Vec<Lease> = answer
+                        .json()
+                        .await
+                        .map_err(|err| LeaseError::Unavailable(describe(&err)))?;
+                    return Ok(leases.into_iter().find(|lease| lease.resource == resource));
+                }
+                Ok(answer) => format!("lease-service answered {}", answer.status()),
+                Err(err) => describe(&err),
+            };
+            if attempt >= self.retry.max_attempts {
+                return Err(LeaseError::Unavailable(failure));
+            }
+            tokio::time::sleep(self.retry.delay(attempt)).await;
+        }
+    }
+
     /// Sends one request, retrying transient failures; a refusal comes back as `Err(Some(..))`,
     /// unavailability as `Err(None)`.
     async fn call<B: Serialize, T: DeserializeOwned>(

@@ -13,6 +13,7 @@
 //!   mapping, extractor configuration, the database pool and migrations, HTTP metrics, paging.
 
 pub mod api;
+pub mod generator;
 pub mod identity;
 pub mod lease_client;
 pub mod lease_guard;

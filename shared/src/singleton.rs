@@ -33,6 +33,13 @@ pub enum SingletonEvent {
 
 type Observer = Box<dyn FnMut(&SingletonEvent) + Send>;
 
+/// Why a term of leadership ended.
+enum Ended {
+    Lost(LeaseLost),
+    Shutdown,
+    JobReturned,
+}
+
 /// Runs a job on whichever replica holds the lease `config.resource`.
 pub struct Singleton {
     client: LeaseClient,
@@ -96,24 +103,30 @@ impl Singleton {
                     let fence = guard.fence();
                     self.notify(SingletonEvent::Acquired { fence });
                     let lost = guard.lost();
-                    let outcome = tokio::select! {
+                    let ended = tokio::select! {
                         biased;
-                        reason = lost => Some(reason),
-                        () = shutdown.cancelled() => None,
-                        () = job(guard.handle()) => None,
+                        reason = lost => Ended::Lost(reason),
+                        () = shutdown.cancelled() => Ended::Shutdown,
+                        () = job(guard.handle()) => Ended::JobReturned,
                     };
-                    match outcome {
-                        Some(reason) => {
-                            self.notify(SingletonEvent::Lost { fence, reason });
-                            continue;
-                        }
-                        None => {
-                            if let Err(err) = guard.release().await {
-                                tracing::warn!(error = %err, "could not release the singleton lease; it will expire");
-                            }
-                            self.notify(SingletonEvent::Released { fence });
-                        }
+                    // A job that returned because the lease is in doubt (it checks `is_held`
+                    // before acting) lost it, even if the renewal task has not said so yet.
+                    let ended = match ended {
+                        Ended::JobReturned if !guard.is_held() => Ended::Lost(
+                            guard
+                                .loss_reason()
+                                .unwrap_or(LeaseLost::Unconfirmed { last_error: None }),
+                        ),
+                        other => other,
+                    };
+                    if let Ended::Lost(reason) = ended {
+                        self.notify(SingletonEvent::Lost { fence, reason });
+                        continue;
                     }
+                    if let Err(err) = guard.release().await {
+                        tracing::warn!(error = %err, "could not release the singleton lease; it will expire");
+                    }
+                    self.notify(SingletonEvent::Released { fence });
                 }
                 Err(err @ LeaseError::InvalidConfig(_)) => return Err(err),
                 Err(LeaseError::Held { .. }) => {}

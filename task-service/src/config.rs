@@ -17,7 +17,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the HTTP API (the default).
-    Serve(ServeConfig),
+    Serve(Box<ServeConfig>),
     /// Apply pending database migrations and exit.
     Migrate(MigrateConfig),
 }
@@ -70,6 +70,16 @@ pub struct ServeConfig {
     /// Prefix of the lease resource of a task (`<prefix><id>`).
     #[arg(long, env = "TASK_LEASE_PREFIX", default_value = "task:")]
     pub lease_prefix: String,
+
+    /// The task generator's lease resource (as its replicas are configured); its status is read
+    /// from this lease, and tasks whose idempotency key starts with `<resource>:` count as
+    /// produced by it.
+    #[arg(
+        long,
+        env = "GENERATOR_LEASE_RESOURCE",
+        default_value = "task-generator"
+    )]
+    pub generator_resource: String,
 
     /// Attempts a task gets when its creator names none.
     #[arg(long, env = "TASK_DEFAULT_MAX_ATTEMPTS", default_value_t = 10)]

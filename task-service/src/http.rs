@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
+use shared::generator::StartGenerator;
 use shared::server::db::{self, DbPool};
 use shared::server::http::{
     Page, extractors, get_only, healthz, method_not_allowed, metrics_response,
@@ -15,8 +16,8 @@ use shared::tasks::{
     ClaimTasks, CompleteTask, CreateTask, FailTask, Heartbeat, NoTask, TaskStatus,
 };
 
-use crate::repo;
 use crate::tasks::{self, Created, Engine};
+use crate::{generator, repo};
 
 /// Largest request body accepted (task data is capped lower, at 64 KiB).
 pub const MAX_BODY_BYTES: usize = 256 * 1024;
@@ -78,6 +79,21 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .service(
                 web::resource("/{id}/cancel")
                     .route(web::post().to(cancel))
+                    .default_service(web::to(method_not_allowed)),
+            ),
+    )
+    .service(
+        web::scope("/api/generator")
+            .service(get_only("/status", generator_status))
+            .service(get_only("/settings", generator_settings))
+            .service(
+                web::resource("/start")
+                    .route(web::post().to(generator_start))
+                    .default_service(web::to(method_not_allowed)),
+            )
+            .service(
+                web::resource("/stop")
+                    .route(web::post().to(generator_stop))
                     .default_service(web::to(method_not_allowed)),
             ),
     )
@@ -262,6 +278,41 @@ async fn counts(state: State) -> Result<HttpResponse, ApiError> {
         }
     }
     Ok(HttpResponse::Ok().json(serde_json::json!({ "queues": queues, "total": total })))
+}
+
+async fn generator_status(state: State) -> Result<HttpResponse, ApiError> {
+    let mut conn = db::connection(&state.pool).await?;
+    Ok(HttpResponse::Ok().json(generator::status(&mut conn, &state.engine).await?))
+}
+
+/// The desired state alone (what generator replicas poll; no lease-service call).
+async fn generator_settings(state: State) -> Result<HttpResponse, ApiError> {
+    let mut conn = db::connection(&state.pool).await?;
+    Ok(HttpResponse::Ok().json(generator::settings(&mut conn).await?))
+}
+
+/// The sample's start takes no body; a JSON body may change the rate and the sleep range.
+async fn generator_start(state: State, body: web::Bytes) -> Result<HttpResponse, ApiError> {
+    let change: StartGenerator = if body.iter().all(u8::is_ascii_whitespace) {
+        StartGenerator::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|err| ApiError::Invalid {
+            code: if err.is_data() {
+                "invalid_field"
+            } else {
+                "malformed_json"
+            },
+            field: None,
+            message: format!("invalid request body: {err}"),
+        })?
+    };
+    let mut conn = db::connection(&state.pool).await?;
+    Ok(HttpResponse::Ok().json(generator::start(&mut conn, &state.engine, change).await?))
+}
+
+async fn generator_stop(state: State) -> Result<HttpResponse, ApiError> {
+    let mut conn = db::connection(&state.pool).await?;
+    Ok(HttpResponse::Ok().json(generator::stop(&mut conn, &state.engine).await?))
 }
 
 /// Ready when the database answers and lease-service is healthy, each within two seconds.

@@ -10,6 +10,7 @@
 //! rules), [`http`] (routes), [`sweeper`] (retention) and [`metrics`].
 
 pub mod config;
+pub mod generator;
 pub mod http;
 pub mod metrics;
 pub mod repo;
@@ -77,6 +78,7 @@ pub async fn run(
         leases_retrying: LeaseClient::with_timeout(&lease_url, call_timeout),
         lease_ttl: Duration::from_secs(config.lease_ttl_seconds),
         lease_prefix: config.lease_prefix.clone(),
+        generator_resource: config.generator_resource.clone(),
         default_max_attempts: config.default_max_attempts,
         retry_base_seconds: config.retry_base_seconds,
         retry_max_seconds: config.retry_max_seconds,

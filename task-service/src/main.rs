@@ -7,8 +7,8 @@ use task_service::config::{Cli, Command};
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     shared::telemetry::init("task-service");
-    match cli.command.unwrap_or(Command::Serve(cli.serve)) {
+    match cli.command.unwrap_or(Command::Serve(Box::new(cli.serve))) {
         Command::Migrate(migrate) => task_service::migrate(&migrate.database_url).await,
-        Command::Serve(config) => task_service::serve(config).await,
+        Command::Serve(config) => task_service::serve(*config).await,
     }
 }

@@ -36,6 +36,8 @@ pub struct Engine {
     pub leases_retrying: LeaseClient,
     pub lease_ttl: Duration,
     pub lease_prefix: String,
+    /// The generator's lease resource: its tasks' idempotency keys start with `<this>:`.
+    pub generator_resource: String,
     pub default_max_attempts: i32,
     pub retry_base_seconds: f64,
     pub retry_max_seconds: f64,
@@ -81,7 +83,20 @@ pub async fn create(
     request: CreateTask,
 ) -> Result<Created, ApiError> {
     let task = validate_new(engine, request)?;
-    if let Some(row) = repo::insert(conn, &task).await? {
+    let generated = generator_fence(engine, task.idempotency_key.as_deref());
+    if let Some(fence) = generated {
+        check_generator_fence(engine, fence).await?;
+    }
+    let inserted = conn
+        .transaction::<_, ApiError, _>(async |conn| {
+            let row = repo::insert(conn, &task).await?;
+            if row.is_some() && generated.is_some() {
+                repo::count_generated(conn).await?;
+            }
+            Ok(row)
+        })
+        .await?;
+    if let Some(row) = inserted {
         engine
             .metrics
             .created
@@ -108,6 +123,36 @@ pub async fn create(
         });
     }
     Ok(Created::Existing(to_api(existing)))
+}
+
+/// The fence in a generator task's idempotency key (`<generator resource>:<fence>:<sequence>`).
+fn generator_fence(engine: &Engine, key: Option<&str>) -> Option<i64> {
+    let rest = key?
+        .strip_prefix(engine.generator_resource.as_str())?
+        .strip_prefix(':')?;
+    rest.split(':').next()?.parse().ok()
+}
+
+/// A generator replica may create tasks only under the generator lease's current fence: a
+/// replica that lost the lease (paused, partitioned) and has not noticed yet is refused.
+async fn check_generator_fence(engine: &Engine, fence: i64) -> Result<(), ApiError> {
+    let current = engine
+        .leases_retrying
+        .current(&engine.generator_resource)
+        .await
+        .map_err(|err| {
+            ApiError::Unavailable(format!("cannot check the generator's lease: {err}"))
+        })?;
+    match current {
+        Some(lease) if lease.fence == fence => Ok(()),
+        other => Err(ApiError::Conflict {
+            code: "stale_generator",
+            message: format!(
+                "fence {fence} does not hold the generator lease (current: {})",
+                other.map_or("none".to_owned(), |lease| lease.fence.to_string())
+            ),
+        }),
+    }
 }
 
 fn validate_new(engine: &Engine, request: CreateTask) -> Result<NewTask, ApiError> {

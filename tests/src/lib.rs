@@ -156,6 +156,26 @@ impl Service {
         Service::start("task-service", &[], &all).await
     }
 
+    /// Starts a task-generator replica named `id`; it serves `/healthz` on its metrics port.
+    pub async fn generator(
+        task_url: &str,
+        lease_url: &str,
+        id: &str,
+        env: &[(&str, &str)],
+    ) -> Service {
+        let mut all = vec![
+            ("TASK_SERVICE_URL", task_url),
+            ("LEASE_SERVICE_URL", lease_url),
+            ("GENERATOR_ID", id),
+            ("RUST_LOG", "info"),
+        ];
+        for (key, value) in env {
+            all.retain(|(k, _)| k != key);
+            all.push((key, value));
+        }
+        Service::start_with("task-generator", &[], &all, "METRICS_ADDR").await
+    }
+
     /// Starts a worker process against `task_url`; it serves `/healthz` on its metrics port.
     pub async fn worker(task_url: &str, env: &[(&str, &str)]) -> Service {
         let mut all = vec![("TASK_SERVICE_URL", task_url), ("RUST_LOG", "info")];

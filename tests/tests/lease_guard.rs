@@ -329,3 +329,71 @@ async fn transient_failures_are_retried_and_refusals_are_not() {
         "{metrics}"
     );
 }
+
+#[tokio::test]
+async fn a_periodic_singleton_ticks_on_one_replica_and_hands_over_on_shutdown() {
+    use std::sync::Mutex;
+    use tokio_util::sync::CancellationToken;
+
+    let db = fresh_database().await;
+    let svc = Service::lease_service(&db, &[]).await;
+    let ticks: Arc<Mutex<Vec<(String, i64, Instant)>>> = Arc::default();
+    let replica = |name: &'static str, stop: CancellationToken| {
+        let client = LeaseClient::new(svc.base_url());
+        let ticks = ticks.clone();
+        tokio::spawn(async move {
+            shared::Singleton::new(
+                client,
+                config("nightly-report", name, 2),
+                Duration::from_millis(300),
+            )
+            .run_periodic(stop, Duration::from_millis(100), move |lease| {
+                let ticks = ticks.clone();
+                async move {
+                    ticks
+                        .lock()
+                        .unwrap()
+                        .push((name.to_owned(), lease.fence(), Instant::now()));
+                }
+            })
+            .await
+        })
+    };
+    let (stop_a, stop_b) = (CancellationToken::new(), CancellationToken::new());
+    let a = replica("a", stop_a.clone());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let b = replica("b", stop_b.clone());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    {
+        let ticks = ticks.lock().unwrap();
+        assert!(ticks.len() >= 15, "{}", ticks.len());
+        assert!(
+            ticks.iter().all(|(name, _, _)| name == "a"),
+            "only the leader ticks"
+        );
+    }
+    let stopped = Instant::now();
+    stop_a.cancel();
+    a.await.unwrap().unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop_b.cancel();
+    b.await.unwrap().unwrap();
+    let ticks = ticks.lock().unwrap();
+    let first_b = ticks
+        .iter()
+        .find(|(name, _, _)| name == "b")
+        .expect("b took over");
+    assert!(
+        first_b.2.duration_since(stopped) < Duration::from_millis(800),
+        "hand-over at the next retry"
+    );
+    let last_a = ticks
+        .iter()
+        .filter(|(name, _, _)| name == "a")
+        .map(|t| t.2)
+        .max()
+        .unwrap();
+    assert!(last_a <= stopped, "a never ticked after it stopped");
+    let fence_a = ticks.iter().find(|(name, _, _)| name == "a").unwrap().1;
+    assert!(first_b.1 > fence_a);
+}

@@ -73,6 +73,8 @@ fn ports(home: &std::path::Path) -> Vec<(&'static str, String)> {
         ("TASK_SERVICE_PORT", free_port().to_string()),
         ("WORKER_METRICS_PORT", free_port().to_string()),
         ("LEASEHOLD_WORKERS", "1".to_owned()),
+        ("GENERATOR_METRICS_PORT", free_port().to_string()),
+        ("LEASEHOLD_GENERATORS", "2".to_owned()),
     ]
 }
 
@@ -135,6 +137,32 @@ async fn runs_the_stack_on_a_private_postgres_and_stops_it_all_on_ctrl_c() {
         assert!(
             Instant::now() < deadline,
             "the stack's worker did not do the task: {task}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // One of the stack's two generator replicas produces once started.
+    let generator = format!("http://127.0.0.1:{task_port}/api/generator");
+    let started = reqwest::Client::new()
+        .post(format!("{generator}/start"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(started.status().as_u16(), 200);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status: serde_json::Value = reqwest::get(format!("{generator}/status"))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if status["produced"].as_i64().unwrap_or(0) > 0 && status["producing"] == true {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the stack's generator did not produce: {status}"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

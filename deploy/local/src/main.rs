@@ -5,8 +5,9 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use leasehold_local::stack::{
-    self, DEFAULT_LEASE_SERVICE_PORT, DEFAULT_PG_PORT, DEFAULT_TASK_SERVICE_PORT,
-    DEFAULT_WORKER_CONCURRENCY, DEFAULT_WORKER_METRICS_PORT, DEFAULT_WORKERS, StackConfig,
+    self, DEFAULT_GENERATOR_METRICS_PORT, DEFAULT_GENERATORS, DEFAULT_LEASE_SERVICE_PORT,
+    DEFAULT_PG_PORT, DEFAULT_TASK_SERVICE_PORT, DEFAULT_WORKER_CONCURRENCY,
+    DEFAULT_WORKER_METRICS_PORT, DEFAULT_WORKERS, StackConfig,
 };
 use tracing_subscriber::EnvFilter;
 
@@ -59,6 +60,14 @@ struct Cli {
     #[arg(long, env = "WORKER_METRICS_PORT", default_value_t = DEFAULT_WORKER_METRICS_PORT)]
     worker_metrics_port: u16,
 
+    /// Task-generator replicas to run (0: none).
+    #[arg(long, env = "LEASEHOLD_GENERATORS", default_value_t = DEFAULT_GENERATORS)]
+    generators: u16,
+
+    /// Metrics port of the first generator replica on 127.0.0.1 (replica i uses PORT+i).
+    #[arg(long, env = "GENERATOR_METRICS_PORT", default_value_t = DEFAULT_GENERATOR_METRICS_PORT)]
+    generator_metrics_port: u16,
+
     /// Do not run `cargo build` first; use the binaries already built.
     #[arg(long, env = "LEASEHOLD_NO_BUILD")]
     no_build: bool,
@@ -81,6 +90,8 @@ impl Cli {
             workers: self.workers,
             worker_concurrency: self.worker_concurrency,
             worker_metrics_port: self.worker_metrics_port,
+            generators: self.generators,
+            generator_metrics_port: self.generator_metrics_port,
             build: !self.no_build,
             bin_dir: self.bin_dir,
             workspace_root: defaults.workspace_root,

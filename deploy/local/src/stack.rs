@@ -31,6 +31,10 @@ pub const DEFAULT_LEASE_SERVICE_PORT: u16 = 8081;
 pub const DEFAULT_TASK_SERVICE_PORT: u16 = 8082;
 /// Default metrics port of the first worker (`WORKER_METRICS_PORT`); worker i uses PORT+i.
 pub const DEFAULT_WORKER_METRICS_PORT: u16 = 9101;
+/// Default metrics port of the first generator replica (`GENERATOR_METRICS_PORT`).
+pub const DEFAULT_GENERATOR_METRICS_PORT: u16 = 9201;
+/// Default number of task-generator replicas (`LEASEHOLD_GENERATORS`).
+pub const DEFAULT_GENERATORS: u16 = 2;
 /// Default number of worker processes (`LEASEHOLD_WORKERS`).
 pub const DEFAULT_WORKERS: u16 = 2;
 /// Default tasks in flight per worker process (`LEASEHOLD_WORKER_CONCURRENCY`).
@@ -79,6 +83,10 @@ pub struct StackConfig {
     pub worker_concurrency: u16,
     /// Metrics port of the first worker.
     pub worker_metrics_port: u16,
+    /// Task-generator replicas to run.
+    pub generators: u16,
+    /// Metrics port of the first generator replica.
+    pub generator_metrics_port: u16,
     /// Run `cargo build` for the services first.
     pub build: bool,
     /// Where the service binaries are; `None` = next to this executable.
@@ -101,6 +109,8 @@ impl StackConfig {
             workers: DEFAULT_WORKERS,
             worker_concurrency: DEFAULT_WORKER_CONCURRENCY,
             worker_metrics_port: DEFAULT_WORKER_METRICS_PORT,
+            generators: DEFAULT_GENERATORS,
+            generator_metrics_port: DEFAULT_GENERATOR_METRICS_PORT,
             build: true,
             bin_dir: None,
             workspace_root,
@@ -216,7 +226,7 @@ pub fn services(config: &StackConfig, databases: &Databases) -> Vec<ServiceSpec>
             migrate_args: Some(vec!["migrate".to_owned()]),
             env: vec![
                 ("DATABASE_URL", databases.tasks.clone()),
-                ("LEASE_SERVICE_URL", lease_service_url),
+                ("LEASE_SERVICE_URL", lease_service_url.clone()),
             ],
             replicas: 1,
             listen: Some(Listen {
@@ -231,13 +241,29 @@ pub fn services(config: &StackConfig, databases: &Databases) -> Vec<ServiceSpec>
             args: Vec::new(),
             migrate_args: None,
             env: vec![
-                ("TASK_SERVICE_URL", task_service_url),
+                ("TASK_SERVICE_URL", task_service_url.clone()),
                 ("WORKER_CONCURRENCY", config.worker_concurrency.to_string()),
             ],
             replicas: config.workers,
             listen: Some(Listen {
                 env_var: "METRICS_ADDR",
                 base_port: config.worker_metrics_port,
+                health_path: "/healthz",
+            }),
+        },
+        ServiceSpec {
+            binary: "task-generator",
+            package: "task-generator",
+            args: Vec::new(),
+            migrate_args: None,
+            env: vec![
+                ("TASK_SERVICE_URL", task_service_url),
+                ("LEASE_SERVICE_URL", lease_service_url.clone()),
+            ],
+            replicas: config.generators,
+            listen: Some(Listen {
+                env_var: "METRICS_ADDR",
+                base_port: config.generator_metrics_port,
                 health_path: "/healthz",
             }),
         },

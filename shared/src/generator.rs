@@ -1,0 +1,54 @@
+//! Wire types of the generator control API (`/api/generator`, served by task-service).
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+/// The generator's desired state, as stored by task-service.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GeneratorSettings {
+    pub running: bool,
+    /// Tasks per second the leading replica creates.
+    pub rate_per_second: f64,
+    /// Each task's `sleep_duration_seconds` is drawn uniformly from this range.
+    pub min_sleep_seconds: f64,
+    pub max_sleep_seconds: f64,
+    /// Tasks the generator has created so far.
+    pub produced: i64,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// Which replica holds the generator's lease, as lease-service reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GeneratorLeader {
+    pub holder: String,
+    pub fence: i64,
+    /// When this replica took the lease.
+    pub since: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
+    pub expires_in_ms: i64,
+}
+
+/// `GET /api/generator/status`: the same answer whichever task-service replica gives it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GeneratorStatus {
+    /// The desired state in the sample's words: `STARTED` or `STOPPED`.
+    pub status: String,
+    pub settings: GeneratorSettings,
+    /// The replica holding the lease, if any. A stopped generator keeps its lease (it stays
+    /// ready to produce the moment it is started), so a leader can exist while stopped.
+    pub leader: Option<GeneratorLeader>,
+    /// Started and a replica leads: tasks are being produced.
+    pub producing: bool,
+    pub produced: i64,
+}
+
+/// Optional body of `POST /api/generator/start`: settings to change while starting.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StartGenerator {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_per_second: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_sleep_seconds: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_sleep_seconds: Option<f64>,
+}

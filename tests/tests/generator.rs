@@ -1,0 +1,397 @@
+//! The task generator: several replicas, exactly one producing, through crashes, pauses and
+//! graceful hand-overs; and a status that every task-service replica tells the same.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+use tests::{Service, fresh_database};
+
+const TTL: &str = "2";
+const RETRY: &str = "0.5";
+
+struct Stack {
+    leases: Service,
+    tasks: Service,
+    other_tasks: Service,
+}
+
+async fn stack() -> Stack {
+    let lease_db = fresh_database().await;
+    let task_db = fresh_database().await;
+    let leases = Service::lease_service(&lease_db, &[]).await;
+    let tasks = Service::task_service(&task_db, &leases.base_url(), &[]).await;
+    let other_tasks = Service::task_service(&task_db, &leases.base_url(), &[]).await;
+    Stack {
+        leases,
+        tasks,
+        other_tasks,
+    }
+}
+
+impl Stack {
+    async fn generator(&self, id: &str) -> Service {
+        Service::generator(
+            &self.tasks.base_url(),
+            &self.leases.base_url(),
+            id,
+            &[
+                ("GENERATOR_LEASE_TTL_SECONDS", TTL),
+                ("GENERATOR_RETRY_INTERVAL_SECONDS", RETRY),
+                ("GENERATOR_SETTINGS_POLL_MS", "200"),
+            ],
+        )
+        .await
+    }
+
+    async fn start(&self, rate: f64) {
+        let body = json!({"rate_per_second": rate, "min_sleep_seconds": 0, "max_sleep_seconds": 2});
+        let answer = self.tasks.post("/api/generator/start", &body).await;
+        assert_eq!(answer.status, 200, "{:?}", answer.body);
+    }
+
+    async fn status(&self) -> Value {
+        self.tasks.get("/api/generator/status").await.body
+    }
+
+    async fn leader(&self) -> Option<String> {
+        self.status().await["leader"]["holder"]
+            .as_str()
+            .map(str::to_owned)
+    }
+
+    /// Every task with its generator, fence, sequence and creation time, in id order.
+    async fn produced(&self) -> Vec<Produced> {
+        let mut all = Vec::new();
+        let mut cursor = String::new();
+        loop {
+            let page = self
+                .tasks
+                .get(&format!("/api/tasks?limit=1000&cursor={cursor}"))
+                .await;
+            for task in page.body.as_array().unwrap() {
+                let generator = &task["taskData"]["generator"];
+                all.push(Produced {
+                    holder: generator["holder"].as_str().unwrap().to_owned(),
+                    fence: generator["fence"].as_i64().unwrap(),
+                    sequence: generator["sequence"].as_u64().unwrap(),
+                    key: task["idempotencyKey"].as_str().unwrap().to_owned(),
+                    at: task["createdAt"].as_str().unwrap().parse().unwrap(),
+                });
+            }
+            match page.headers.get("x-next-cursor") {
+                Some(next) => cursor = next.to_str().unwrap().to_owned(),
+                None => return all,
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Produced {
+    holder: String,
+    fence: i64,
+    sequence: u64,
+    key: String,
+    at: DateTime<Utc>,
+}
+
+/// The invariant: one holder per fence, no key twice, and the fences' production intervals
+/// never overlap (nobody produced while another held the lease).
+fn check_one_producer_at_a_time(
+    tasks: &[Produced],
+) -> Vec<(i64, String, DateTime<Utc>, DateTime<Utc>)> {
+    let keys: HashSet<&str> = tasks.iter().map(|t| t.key.as_str()).collect();
+    assert_eq!(keys.len(), tasks.len(), "an idempotency key was used twice");
+    let pairs: HashSet<(i64, u64)> = tasks.iter().map(|t| (t.fence, t.sequence)).collect();
+    assert_eq!(
+        pairs.len(),
+        tasks.len(),
+        "a (fence, sequence) was produced twice"
+    );
+    let mut terms: BTreeMap<i64, (String, DateTime<Utc>, DateTime<Utc>)> = BTreeMap::new();
+    for task in tasks {
+        let term = terms
+            .entry(task.fence)
+            .or_insert_with(|| (task.holder.clone(), task.at, task.at));
+        assert_eq!(
+            term.0, task.holder,
+            "fence {} used by two holders",
+            task.fence
+        );
+        term.1 = term.1.min(task.at);
+        term.2 = term.2.max(task.at);
+    }
+    let terms: Vec<_> = terms
+        .into_iter()
+        .map(|(fence, (holder, from, to))| (fence, holder, from, to))
+        .collect();
+    for pair in terms.windows(2) {
+        assert!(
+            pair[1].2 > pair[0].3,
+            "terms overlap: fence {} ({}) until {}, fence {} ({}) from {}",
+            pair[0].0,
+            pair[0].1,
+            pair[0].3,
+            pair[1].0,
+            pair[1].1,
+            pair[1].2
+        );
+    }
+    terms
+}
+
+async fn eventually<F, Fut>(timeout: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    while !check().await {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn produced_metric(text: &str) -> u64 {
+    text.lines()
+        .find(|l| l.starts_with("generator_tasks_produced_total "))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn of_three_replicas_exactly_one_produces_through_a_crash_of_the_leader() {
+    let s = stack().await;
+    let mut replicas: HashMap<String, Service> = HashMap::new();
+    for id in ["gen-a", "gen-b", "gen-c"] {
+        replicas.insert(id.to_owned(), s.generator(id).await);
+    }
+    s.start(10.0).await;
+    let run_started = Instant::now();
+    tokio::time::sleep(Duration::from_secs(12)).await;
+
+    let leader = s.leader().await.expect("a leader");
+    let before = s.produced().await.len();
+    replicas.get_mut(&leader).unwrap().kill();
+    let killed = Utc::now();
+    let takeover = Instant::now();
+    eventually(
+        Duration::from_secs(10),
+        "production under a new leader",
+        || async {
+            s.produced().await.len() > before && s.leader().await.is_some_and(|l| l != leader)
+        },
+    )
+    .await;
+    let gap = takeover.elapsed();
+    // TTL + one retry interval (+20 % jitter), plus room for the request itself.
+    assert!(
+        gap < Duration::from_millis(2000 + 600 + 1000),
+        "takeover took {gap:?}"
+    );
+    tokio::time::sleep(Duration::from_secs(30).saturating_sub(run_started.elapsed())).await;
+    let stop = s.other_tasks.post("/api/generator/stop", &json!({})).await;
+    assert_eq!(stop.status, 200);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let tasks = s.produced().await;
+    assert!(tasks.len() > 250, "{} tasks in 30 s at 10/s", tasks.len());
+    let terms = check_one_producer_at_a_time(&tasks);
+    assert!(terms.len() >= 2, "{terms:?}");
+    assert!(
+        tasks.iter().all(|t| t.holder != leader || t.at < killed),
+        "the killed leader produced after its death"
+    );
+    let mut total = 0;
+    for replica in replicas.values().filter(|r| r.name == "task-generator") {
+        if let Ok(answer) = reqwest::get(replica.url("/metrics")).await {
+            total += produced_metric(&answer.text().await.unwrap());
+        }
+    }
+    let by_killed = tasks.iter().filter(|t| t.holder == leader).count() as u64;
+    assert_eq!(
+        total + by_killed,
+        tasks.len() as u64,
+        "replicas' counts add up to the tasks"
+    );
+    assert_eq!(
+        s.status().await["produced"].as_u64(),
+        Some(tasks.len() as u64)
+    );
+}
+
+#[tokio::test]
+async fn sigterm_hands_leadership_over_within_a_second_or_two() {
+    let s = stack().await;
+    let mut first = s.generator("first").await;
+    let _second = s.generator("second").await;
+    s.start(20.0).await;
+    eventually(
+        Duration::from_secs(10),
+        "first leads and produces",
+        || async { s.leader().await.as_deref() == Some("first") && !s.produced().await.is_empty() },
+    )
+    .await;
+    let stopping = Instant::now();
+    assert_eq!(first.terminate(Duration::from_secs(10)).await, Some(0));
+    let before = s.produced().await.len();
+    eventually(Duration::from_secs(3), "second producing", || async {
+        s.produced()
+            .await
+            .iter()
+            .skip(before)
+            .any(|t| t.holder == "second")
+    })
+    .await;
+    assert!(
+        stopping.elapsed() < Duration::from_millis(2500),
+        "{:?}",
+        stopping.elapsed()
+    );
+    check_one_producer_at_a_time(&s.produced().await);
+}
+
+#[tokio::test]
+async fn a_paused_leader_produces_nothing_after_it_wakes() {
+    let s = stack().await;
+    let sleeper = s.generator("sleeper").await;
+    s.start(20.0).await;
+    eventually(Duration::from_secs(10), "sleeper leads", || async {
+        s.leader().await.as_deref() == Some("sleeper") && !s.produced().await.is_empty()
+    })
+    .await;
+    let _standby = s.generator("standby").await;
+    sleeper.pause();
+    let paused = Utc::now();
+    eventually(Duration::from_secs(10), "standby takes over", || async {
+        s.produced().await.iter().any(|t| t.holder == "standby")
+    })
+    .await;
+    sleeper.resume();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let tasks = s.produced().await;
+    check_one_producer_at_a_time(&tasks);
+    let late: Vec<_> = tasks
+        .iter()
+        .filter(|t| t.holder == "sleeper" && t.at > paused)
+        .collect();
+    assert!(
+        late.is_empty(),
+        "the paused leader produced after waking: {late:?}"
+    );
+    let metrics = reqwest::get(sleeper.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metrics.contains("generator_leader 0"), "{metrics}");
+    assert!(
+        metrics.contains("generator_lease_losses_total 1"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn status_is_the_same_through_every_replica_and_start_stop_work_through_either() {
+    let s = stack().await;
+    let comparable = |mut status: Value| {
+        if let Some(leader) = status["leader"].as_object_mut() {
+            leader.remove("expires_in_ms");
+        }
+        status
+    };
+    let a = comparable(s.tasks.get("/api/generator/status").await.body);
+    let b = comparable(s.other_tasks.get("/api/generator/status").await.body);
+    assert_eq!(a, b);
+    assert_eq!(a["status"], "STOPPED");
+    assert!(a["leader"].is_null());
+
+    let mut first = s.generator("first").await;
+    let _second = s.generator("second").await;
+    // Started through one replica, seen through both.
+    let started = s
+        .other_tasks
+        .post("/api/generator/start", &json!({"rate_per_second": 5}))
+        .await;
+    assert_eq!(started.status, 200);
+    eventually(Duration::from_secs(10), "production", || async {
+        !s.produced().await.is_empty()
+    })
+    .await;
+    let a = comparable(s.tasks.get("/api/generator/status").await.body);
+    let b = comparable(s.other_tasks.get("/api/generator/status").await.body);
+    assert_eq!(a["leader"], b["leader"]);
+    assert_eq!(
+        (a["status"].as_str(), a["producing"].as_bool()),
+        (Some("STARTED"), Some(true))
+    );
+    assert_eq!(a["settings"]["rate_per_second"], 5.0);
+
+    // After a takeover, both still agree, on the new leader.
+    let old = a["leader"]["holder"].as_str().unwrap().to_owned();
+    if old == "first" {
+        first.kill();
+    } else {
+        let _ = s.tasks.post("/api/generator/stop", &json!({})).await;
+    }
+    if old == "first" {
+        eventually(Duration::from_secs(10), "second leads", || async {
+            s.leader().await.as_deref() == Some("second")
+        })
+        .await;
+        let a = comparable(s.tasks.get("/api/generator/status").await.body);
+        let b = comparable(s.other_tasks.get("/api/generator/status").await.body);
+        assert_eq!(a["leader"], b["leader"]);
+        assert_eq!(a["leader"]["holder"], "second");
+    }
+
+    // Stopped through the other replica: production stops, though the leader keeps its lease.
+    let stopped = s.other_tasks.post("/api/generator/stop", &json!({})).await;
+    assert_eq!(stopped.body["status"], "STOPPED");
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let count = s.produced().await.len();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        s.produced().await.len(),
+        count,
+        "nothing produced while stopped"
+    );
+    let status = s.tasks.get("/api/generator/status").await.body;
+    assert_eq!(
+        (status["status"].as_str(), status["producing"].as_bool()),
+        (Some("STOPPED"), Some(false))
+    );
+    assert!(
+        status["leader"].is_object(),
+        "a stopped generator keeps its lease"
+    );
+
+    // Bad settings are refused and change nothing.
+    let before = s.tasks.get("/api/generator/settings").await.body;
+    for body in [
+        json!({"rate_per_second": 0}),
+        json!({"min_sleep_seconds": 5, "max_sleep_seconds": 1}),
+    ] {
+        let answer = s.tasks.post("/api/generator/start", &body).await;
+        assert_eq!((answer.status, answer.code()), (400, "invalid_field"));
+    }
+    let bad = s
+        .tasks
+        .raw(
+            "POST",
+            "/api/generator/start",
+            Some("application/json"),
+            "{oops",
+        )
+        .await;
+    assert_eq!((bad.status, bad.code()), (400, "malformed_json"));
+    assert_eq!(s.tasks.get("/api/generator/settings").await.body, before);
+}
