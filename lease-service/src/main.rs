@@ -6,7 +6,8 @@ use lease_service::config::{Cli, Command};
 #[actix_web::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    shared::telemetry::init("lease-service");
+    // Flushes buffered spans when main returns.
+    let _telemetry = shared::telemetry::init("lease-service");
     match cli.command.unwrap_or(Command::Serve(cli.serve)) {
         Command::Migrate(migrate) => lease_service::db::migrate(&migrate.database_url).await,
         Command::Serve(config) => lease_service::serve(config).await,

@@ -152,6 +152,7 @@ impl Listing {
     }
 }
 
+#[tracing::instrument(name = "INSERT leases", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "INSERT", db.collection.name = "leases"))]
 pub async fn acquire(
     conn: &mut AsyncPgConnection,
     resource: &str,
@@ -186,6 +187,7 @@ pub async fn acquire(
     Ok(Acquired::Contended)
 }
 
+#[tracing::instrument(name = "UPDATE leases", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "leases"))]
 pub async fn renew(
     conn: &mut AsyncPgConnection,
     resource: &str,
@@ -203,6 +205,7 @@ pub async fn renew(
         .optional()
 }
 
+#[tracing::instrument(name = "UPDATE leases", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "leases"))]
 pub async fn release(
     conn: &mut AsyncPgConnection,
     resource: &str,
@@ -220,6 +223,7 @@ pub async fn release(
         .optional()
 }
 
+#[tracing::instrument(name = "SELECT leases", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "leases"))]
 pub async fn find_by_resource(
     conn: &mut AsyncPgConnection,
     resource: &str,
@@ -231,6 +235,7 @@ pub async fn find_by_resource(
         .optional()
 }
 
+#[tracing::instrument(name = "SELECT leases", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "leases"))]
 pub async fn find_by_id(
     conn: &mut AsyncPgConnection,
     id: i64,
@@ -243,6 +248,7 @@ pub async fn find_by_id(
 }
 
 /// One page of a listing, in id order, starting after `after`. `limit` rows at most.
+#[tracing::instrument(name = "SELECT leases", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "leases"))]
 pub async fn list(
     conn: &mut AsyncPgConnection,
     listing: Listing,
@@ -264,6 +270,7 @@ pub async fn list(
 }
 
 /// Deletes up to `batch` leases that ended more than `retention_seconds` ago.
+#[tracing::instrument(name = "DELETE leases", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "DELETE", db.collection.name = "leases"))]
 pub async fn sweep(
     conn: &mut AsyncPgConnection,
     retention_seconds: i64,

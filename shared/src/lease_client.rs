@@ -282,6 +282,7 @@ impl LeaseClient {
             let answer = self
                 .http
                 .get(&url)
+                .headers(crate::telemetry::inject())
                 .query(&[("resource_prefix", resource), ("limit", "1000")])
                 .send()
                 .await;
@@ -335,11 +336,28 @@ impl LeaseClient {
         url: &str,
         body: &B,
     ) -> Outcome<T> {
-        let response = match self.http.request(method, url).json(body).send().await {
+        use tracing::Instrument;
+        let span = crate::telemetry::client_span(method.as_str(), url);
+        let sent = async {
+            self.http
+                .request(method, url)
+                .headers(crate::telemetry::inject())
+                .json(body)
+                .send()
+                .await
+        }
+        .instrument(span.clone())
+        .await;
+        let response = match sent {
             Ok(response) => response,
-            Err(err) => return Outcome::Transient(describe(&err)),
+            Err(err) => {
+                let reason = describe(&err);
+                crate::telemetry::record_response(&span, Err(&reason));
+                return Outcome::Transient(reason);
+            }
         };
         let status = response.status();
+        crate::telemetry::record_response(&span, Ok(status.as_u16()));
         let bytes = match response.bytes().await {
             Ok(bytes) => bytes,
             Err(err) => return Outcome::Transient(describe(&err)),

@@ -251,6 +251,54 @@ impl Producer {
         }
     }
 
+    /// One `POST /api/tasks`, as a trace of its own (generator → task-service → database).
+    async fn send(
+        &self,
+        body: &CreateTask,
+        fence: i64,
+        sequence: u64,
+    ) -> Result<StatusCode, reqwest::Error> {
+        use tracing::Instrument;
+        let root = tracing::info_span!(
+            parent: None,
+            "generate task",
+            generator.holder = %self.holder,
+            generator.fence = fence,
+            generator.sequence = sequence,
+            task.id = tracing::field::Empty,
+        );
+        let url = format!("{}/api/tasks", self.tasks_url);
+        async {
+            let client = shared::telemetry::client_span("POST", &url);
+            let answer = self
+                .http
+                .post(&url)
+                .headers(client.in_scope(shared::telemetry::inject))
+                .json(body)
+                .send()
+                .instrument(client.clone())
+                .await;
+            let status = match &answer {
+                Ok(response) => Ok(response.status().as_u16()),
+                Err(err) => Err(err.to_string()),
+            };
+            shared::telemetry::record_response(
+                &client,
+                status.as_ref().copied().map_err(String::as_str),
+            );
+            let response = answer?;
+            let status = response.status();
+            if let Ok(task) = response.json::<serde_json::Value>().await
+                && let Some(id) = task["id"].as_i64()
+            {
+                tracing::Span::current().record("task.id", id);
+            }
+            Ok(status)
+        }
+        .instrument(root)
+        .await
+    }
+
     async fn settings(&self) -> anyhow::Result<GeneratorSettings> {
         let answer = self
             .http
@@ -280,13 +328,8 @@ impl Producer {
             if !lease.is_held() {
                 return false;
             }
-            let answer = self
-                .http
-                .post(format!("{}/api/tasks", self.tasks_url))
-                .json(&body)
-                .send()
-                .await;
-            match answer.map(|a| a.status()) {
+            let answer = self.send(&body, fence, sequence).await;
+            match answer {
                 Ok(StatusCode::CREATED) => {
                     self.metrics.produced.inc();
                     tracing::debug!(fence, sequence, "task created");

@@ -16,7 +16,8 @@ struct Cli {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    shared::telemetry::init("task-generator");
+    // Flushes buffered spans when main returns.
+    let _telemetry = shared::telemetry::init("task-generator");
     let shutdown = CancellationToken::new();
     let on_signal = shutdown.clone();
     tokio::spawn(async move {

@@ -102,6 +102,7 @@ pub async fn run(
             .app_data(http_metrics.clone())
             .wrap(NormalizePath::new(TrailingSlash::Trim))
             .wrap(from_fn(server_http::record_metrics))
+            .wrap(from_fn(server_http::trace_requests))
             .configure(http::configure)
             .default_service(web::to(server_http::not_found))
     })

@@ -69,6 +69,7 @@ const COLUMNS: &str = "id, task_data, queue, priority, status, scheduled_at, pro
     task_output, last_error, cancel_requested, idempotency_key, created_at, updated_at";
 
 /// Inserts the task, or nothing if its idempotency key is taken (then `None`).
+#[tracing::instrument(name = "INSERT tasks", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "INSERT", db.collection.name = "tasks"))]
 pub async fn insert(conn: &mut Db, task: &NewTask) -> Result<Option<TaskRow>> {
     diesel::sql_query(format!(
         "INSERT INTO tasks (task_data, scheduled_at, queue, priority, max_attempts, idempotency_key)
@@ -87,6 +88,7 @@ pub async fn insert(conn: &mut Db, task: &NewTask) -> Result<Option<TaskRow>> {
     .optional()
 }
 
+#[tracing::instrument(name = "SELECT tasks", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "tasks"))]
 pub async fn find_by_idempotency_key(conn: &mut Db, key: &str) -> Result<Option<TaskRow>> {
     diesel::sql_query(format!(
         "SELECT {COLUMNS} FROM tasks WHERE idempotency_key = $1"
@@ -97,6 +99,7 @@ pub async fn find_by_idempotency_key(conn: &mut Db, key: &str) -> Result<Option<
     .optional()
 }
 
+#[tracing::instrument(name = "SELECT tasks", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "tasks"))]
 pub async fn find(conn: &mut Db, id: i64) -> Result<Option<TaskRow>> {
     diesel::sql_query(format!("SELECT {COLUMNS} FROM tasks WHERE id = $1"))
         .bind::<BigInt, _>(id)
@@ -106,6 +109,7 @@ pub async fn find(conn: &mut Db, id: i64) -> Result<Option<TaskRow>> {
 }
 
 /// The task, locked for the rest of the transaction.
+#[tracing::instrument(name = "SELECT tasks", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "tasks"))]
 pub async fn lock(conn: &mut Db, id: i64) -> Result<Option<TaskRow>> {
     diesel::sql_query(format!(
         "SELECT {COLUMNS} FROM tasks WHERE id = $1 FOR UPDATE"
@@ -118,6 +122,7 @@ pub async fn lock(conn: &mut Db, id: i64) -> Result<Option<TaskRow>> {
 
 /// Running tasks whose lease has run out by the recorded expiry, oldest first, locked; rows
 /// another transaction holds are skipped, never waited for.
+#[tracing::instrument(name = "SELECT tasks", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "tasks"))]
 pub async fn lock_lapsed(conn: &mut Db, queue: Option<&str>, limit: i64) -> Result<Vec<TaskRow>> {
     diesel::sql_query(format!(
         "SELECT {COLUMNS} FROM tasks
@@ -135,6 +140,7 @@ pub async fn lock_lapsed(conn: &mut Db, queue: Option<&str>, limit: i64) -> Resu
 
 /// Due pending tasks, highest priority then earliest scheduled, locked with `SKIP LOCKED`
 /// (never the sample's `OFFSET` scan). The two statements let each use its partial index.
+#[tracing::instrument(name = "SELECT tasks", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "tasks"))]
 pub async fn lock_due(conn: &mut Db, queue: Option<&str>, limit: i64) -> Result<Vec<TaskRow>> {
     let filter = if queue.is_some() {
         "AND queue = $1"
@@ -155,6 +161,7 @@ pub async fn lock_due(conn: &mut Db, queue: Option<&str>, limit: i64) -> Result<
 }
 
 /// Records a claim: one more attempt, owned by `processor` under `fence` until `lease_expiry`.
+#[tracing::instrument(name = "UPDATE tasks", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "tasks"))]
 pub async fn mark_claimed(
     conn: &mut Db,
     id: i64,
@@ -177,6 +184,7 @@ pub async fn mark_claimed(
     .await
 }
 
+#[tracing::instrument(name = "UPDATE tasks", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "tasks"))]
 pub async fn record_heartbeat(
     conn: &mut Db,
     id: i64,
@@ -194,6 +202,7 @@ pub async fn record_heartbeat(
 }
 
 /// Marks the task succeeded; also returns seconds from claim to completion.
+#[tracing::instrument(name = "UPDATE tasks", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "tasks"))]
 pub async fn mark_succeeded(
     conn: &mut Db,
     id: i64,
@@ -221,6 +230,7 @@ pub async fn mark_succeeded(
 }
 
 /// Ends the task in `status` (`dead` or `cancelled`), recording `error` when given.
+#[tracing::instrument(name = "UPDATE tasks", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "tasks"))]
 pub async fn mark_final(
     conn: &mut Db,
     id: i64,
@@ -241,6 +251,7 @@ pub async fn mark_final(
 }
 
 /// Back to pending, due in `delay_seconds`. `refund_attempt` hands the claim's attempt back.
+#[tracing::instrument(name = "UPDATE tasks", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "tasks"))]
 pub async fn mark_retry(
     conn: &mut Db,
     id: i64,
@@ -264,6 +275,7 @@ pub async fn mark_retry(
     .await
 }
 
+#[tracing::instrument(name = "UPDATE tasks", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "tasks"))]
 pub async fn request_cancel(conn: &mut Db, id: i64) -> Result<TaskRow> {
     diesel::sql_query(format!(
         "UPDATE tasks SET cancel_requested = true, updated_at = now() WHERE id = $1
@@ -275,6 +287,7 @@ pub async fn request_cancel(conn: &mut Db, id: i64) -> Result<TaskRow> {
 }
 
 /// A listing page in id order after `after`, filtered by statuses and queue.
+#[tracing::instrument(name = "SELECT tasks", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "tasks"))]
 pub async fn list(
     conn: &mut Db,
     statuses: &[&str],
@@ -306,6 +319,7 @@ pub struct QueueCount {
     pub count: i64,
 }
 
+#[tracing::instrument(name = "SELECT tasks", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "tasks"))]
 pub async fn counts(conn: &mut Db) -> Result<Vec<QueueCount>> {
     diesel::sql_query(
         "SELECT queue, status, count(*) AS count FROM tasks GROUP BY queue, status ORDER BY queue",
@@ -323,6 +337,7 @@ pub struct OldestDue {
 }
 
 /// Per queue, how long the oldest due pending task has waited.
+#[tracing::instrument(name = "SELECT tasks", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "tasks"))]
 pub async fn oldest_due(conn: &mut Db) -> Result<Vec<OldestDue>> {
     diesel::sql_query(
         "SELECT queue, EXTRACT(EPOCH FROM now() - min(scheduled_at))::float8 AS age_seconds
@@ -333,6 +348,7 @@ pub async fn oldest_due(conn: &mut Db) -> Result<Vec<OldestDue>> {
 }
 
 /// Deletes up to `batch` finished tasks that finished more than `retention_seconds` ago.
+#[tracing::instrument(name = "DELETE tasks", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "DELETE", db.collection.name = "tasks"))]
 pub async fn sweep(conn: &mut Db, retention_seconds: i64, batch: i64) -> Result<usize> {
     diesel::sql_query(
         "DELETE FROM tasks

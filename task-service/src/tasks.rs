@@ -14,6 +14,7 @@ use rand::Rng;
 use shared::server::{ApiError, validate_name, validate_name_within};
 use shared::tasks::{ClaimTasks, CompleteTask, CreateTask, FailTask, Heartbeat, Task, TaskStatus};
 use shared::{LeaseClient, LeaseError};
+use tracing::field::Empty;
 
 use crate::metrics::Metrics;
 use crate::repo::{self, Db, NewTask, TaskRow};
@@ -77,6 +78,7 @@ pub enum Created {
     Existing(Task),
 }
 
+#[tracing::instrument(name = "create task", skip_all, fields(task.id = Empty, task.queue = Empty))]
 pub async fn create(
     conn: &mut Db,
     engine: &Engine,
@@ -217,6 +219,13 @@ fn check_size(field: &'static str, value: &serde_json::Value) -> Result<(), ApiE
 /// processor name already holds that task's lease, so two workers share a name: handing the
 /// task out again would give both the same fence). A candidate that has used all its attempts is
 /// not handed out but marked dead, once its lease proves the last attempt is over.
+#[tracing::instrument(name = "claim tasks", skip_all, fields(
+    task.processor = %request.processor,
+    task.queue = request.queue.as_deref().unwrap_or(""),
+    task.id = Empty,
+    task.ids = Empty,
+    task.fence = Empty,
+))]
 pub async fn claim(
     conn: &mut Db,
     engine: &Engine,
@@ -301,6 +310,13 @@ pub async fn claim(
             .with_label_values(&[row.queue.as_str()])
             .inc();
     }
+    let span = tracing::Span::current();
+    if let [row] = claimed.as_slice() {
+        span.record("task.id", row.id);
+        span.record("task.fence", row.fence.unwrap_or_default());
+    }
+    let ids: Vec<String> = claimed.iter().map(|row| row.id.to_string()).collect();
+    span.record("task.ids", ids.join(","));
     Ok(claimed.into_iter().map(to_api).collect())
 }
 
@@ -311,6 +327,13 @@ enum Transition {
     Cancelled(TaskRow),
 }
 
+#[tracing::instrument(name = "heartbeat task", skip_all, fields(
+    task.id = id,
+    task.processor = %request.processor,
+    task.fence = request.fence.unwrap_or_default(),
+    task.queue = Empty,
+    task.status = Empty,
+))]
 pub async fn heartbeat(
     conn: &mut Db,
     engine: &Engine,
@@ -341,6 +364,13 @@ pub async fn heartbeat(
     finish(engine, outcome, processor).await
 }
 
+#[tracing::instrument(name = "complete task", skip_all, fields(
+    task.id = id,
+    task.processor = %request.processor,
+    task.fence = request.fence.unwrap_or_default(),
+    task.queue = Empty,
+    task.status = Empty,
+))]
 pub async fn complete(
     conn: &mut Db,
     engine: &Engine,
@@ -383,6 +413,13 @@ pub async fn complete(
     finish(engine, outcome, processor).await
 }
 
+#[tracing::instrument(name = "fail task", skip_all, fields(
+    task.id = id,
+    task.processor = %request.processor,
+    task.fence = request.fence.unwrap_or_default(),
+    task.queue = Empty,
+    task.status = Empty,
+))]
 pub async fn fail(
     conn: &mut Db,
     engine: &Engine,
@@ -491,6 +528,13 @@ fn locked_or_missing(row: Option<TaskRow>, id: i64) -> Result<TaskRow, ApiError>
 /// After the transition's commit: release the lease of a task that a cancellation ended, and
 /// answer.
 async fn finish(engine: &Engine, outcome: Transition, processor: &str) -> Result<Task, ApiError> {
+    let row = match &outcome {
+        Transition::Done(row) | Transition::Cancelled(row) => row,
+    };
+    let span = tracing::Span::current();
+    span.record("task.queue", row.queue.as_str());
+    span.record("task.status", row.status.as_str());
+    tracing::info!(task.id = row.id, task.status = %row.status, "task updated");
     match outcome {
         Transition::Done(row) => Ok(to_api(row)),
         Transition::Cancelled(row) => {

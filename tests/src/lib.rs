@@ -11,6 +11,8 @@
 //! ```
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
+pub mod otlp;
+
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

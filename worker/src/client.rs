@@ -8,6 +8,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
+use tracing::Instrument;
 
 use reqwest::StatusCode;
 use serde::Serialize;
@@ -87,10 +88,31 @@ impl TaskClient {
             queue: queue.map(str::to_owned),
             limit,
         };
+        // Each exchange with task-service is a trace of its own, tagged with the task, so that
+        // searching by task id shows the task's whole life.
+        let span = tracing::info_span!(
+            parent: None,
+            "claim tasks",
+            task.processor = %processor,
+            task.queue = queue.unwrap_or(""),
+            task.id = tracing::field::Empty,
+            task.ids = tracing::field::Empty,
+            task.fence = tracing::field::Empty,
+        );
         let bytes = self
             .send(reqwest::Method::POST, "/api/tasks/next".to_owned(), &body)
+            .instrument(span.clone())
             .await?;
-        parse_claim(&bytes)
+        let tasks = parse_claim(&bytes)?;
+        if let [task] = tasks.as_slice() {
+            span.record("task.id", task.id);
+            if let Some(fence) = task.fence {
+                span.record("task.fence", fence);
+            }
+        }
+        let ids: Vec<String> = tasks.iter().map(|t| t.id.to_string()).collect();
+        span.record("task.ids", ids.join(","));
+        Ok(tasks)
     }
 
     /// `PUT /api/tasks/{id}/heartbeat`.
@@ -105,6 +127,7 @@ impl TaskClient {
             fence,
         };
         self.update(format!("/api/tasks/{id}/heartbeat"), &body)
+            .instrument(task_span("heartbeat task", id, processor, fence))
             .await
     }
 
@@ -122,6 +145,7 @@ impl TaskClient {
             fence,
         };
         self.update(format!("/api/tasks/{id}/complete"), &body)
+            .instrument(task_span("complete task", id, processor, fence))
             .await
     }
 
@@ -142,7 +166,9 @@ impl TaskClient {
             retryable,
             requeue,
         };
-        self.update(format!("/api/tasks/{id}/fail"), &body).await
+        self.update(format!("/api/tasks/{id}/fail"), &body)
+            .instrument(task_span("fail task", id, processor, fence))
+            .await
     }
 
     /// A PUT whose success answer is the task. Any 2xx counts as accepted, even if the body
@@ -190,19 +216,41 @@ impl TaskClient {
     }
 }
 
+/// The root span of one exchange about task `id` (a trace of its own).
+fn task_span(name: &'static str, id: i64, processor: &str, fence: Option<i64>) -> tracing::Span {
+    tracing::info_span!(
+        parent: None,
+        "task",
+        otel.name = name,
+        task.id = id,
+        task.processor = %processor,
+        task.fence = fence.unwrap_or_default(),
+    )
+}
+
 async fn exchange<B: Serialize>(
     http: &reqwest::Client,
     method: reqwest::Method,
     url: &str,
     body: &B,
 ) -> Result<Vec<u8>, CallError> {
-    let response = http
-        .request(method, url)
-        .json(body)
-        .send()
-        .await
-        .map_err(|err| CallError::Transient(describe(&err)))?;
+    let span = shared::telemetry::client_span(method.as_str(), url);
+    let sent = async {
+        http.request(method, url)
+            .headers(shared::telemetry::inject())
+            .json(body)
+            .send()
+            .await
+    }
+    .instrument(span.clone())
+    .await;
+    let response = sent.map_err(|err| {
+        let reason = describe(&err);
+        shared::telemetry::record_response(&span, Err(&reason));
+        CallError::Transient(reason)
+    })?;
     let status = response.status();
+    shared::telemetry::record_response(&span, Ok(status.as_u16()));
     let bytes = response
         .bytes()
         .await

@@ -7,7 +7,8 @@ use worker::{Cli, SleepHandler};
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    shared::telemetry::init("worker");
+    // Flushes buffered spans when main returns.
+    let _telemetry = shared::telemetry::init("worker");
     worker::run(
         cli.config,
         SleepHandler::default(),

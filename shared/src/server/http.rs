@@ -166,6 +166,53 @@ pub async fn record_metrics(
     Ok(response)
 }
 
+/// Middleware: one server span per request, continuing the caller's trace (W3C `traceparent`),
+/// named and tagged by OpenTelemetry's HTTP conventions (`http.request.method`, `http.route`,
+/// `http.response.status_code`); a 5xx marks it as an error. Handlers and the database calls
+/// they make run inside it.
+pub async fn trace_requests(
+    request: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    use tracing::Instrument;
+    use tracing::field::Empty;
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+    let parent = crate::telemetry::extract(|name| {
+        request
+            .headers()
+            .get(name)
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_owned)
+    });
+    let method = request.method().to_string();
+    let span = tracing::info_span!(
+        "HTTP request",
+        otel.name = %method,
+        otel.kind = "server",
+        otel.status_code = Empty,
+        http.request.method = %method,
+        url.path = %request.path(),
+        http.route = Empty,
+        http.response.status_code = Empty,
+        error.type = Empty,
+    );
+    // A malformed `traceparent` only means a new trace.
+    let _ = span.set_parent(parent);
+    let response = next.call(request).instrument(span.clone()).await?;
+    if let Some(route) = response.request().match_pattern() {
+        span.record("http.route", route.as_str());
+        span.record("otel.name", format!("{method} {route}"));
+    }
+    let status = response.status().as_u16();
+    span.record("http.response.status_code", status);
+    if status >= 500 {
+        span.record("otel.status_code", "ERROR");
+        span.record("error.type", status.to_string());
+    }
+    Ok(response)
+}
+
 /// `GET /metrics`: the registry in Prometheus text format.
 pub fn metrics_response(registry: &Registry) -> Result<HttpResponse, ApiError> {
     use prometheus::Encoder;

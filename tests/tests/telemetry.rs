@@ -1,0 +1,289 @@
+//! Traces, metrics and logs of a real run: spans collected by a real OTLP receiver follow one
+//! task across worker, task-service and lease-service; metrics equal a known workload; an
+//! unreachable collector slows nothing down.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tests::otlp::{OtlpReceiver, ReceivedSpan};
+use tests::{Service, fresh_database};
+
+const SERVER: i32 = 2;
+const CLIENT: i32 = 3;
+
+async fn eventually<F, Fut>(timeout: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    while !check().await {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// lease-service, task-service and one worker, all exporting to `endpoint`.
+async fn stack(endpoint: &str) -> (Service, Service, Service) {
+    let otel = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint),
+        ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ("LOG_FORMAT", "json"),
+    ];
+    let lease_db = fresh_database().await;
+    let task_db = fresh_database().await;
+    let leases = Service::lease_service(&lease_db, &otel).await;
+    let tasks = Service::task_service(&task_db, &leases.base_url(), &otel).await;
+    let mut worker_env = vec![("WORKER_ID", "traced-worker"), ("POLL_MAX_MS", "200")];
+    worker_env.extend_from_slice(&otel);
+    let worker = Service::worker(&tasks.base_url(), &worker_env).await;
+    (leases, tasks, worker)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_trace_follows_a_claim_from_worker_to_task_service_to_lease_service() {
+    let receiver = OtlpReceiver::start();
+    let (leases, tasks, worker) = stack(&receiver.endpoint()).await;
+    let created = tasks
+        .post(
+            "/api/tasks",
+            &json!({"task_data": {"sleep_duration_seconds": 0}}),
+        )
+        .await;
+    let id = created.body["id"].as_i64().unwrap().to_string();
+    eventually(Duration::from_secs(20), "the task done", || async {
+        tasks.get(&format!("/api/tasks/{id}")).await.body["status"] == "succeeded"
+    })
+    .await;
+
+    // The claim: the worker's root span carries the task id; its trace holds task-service's
+    // and lease-service's spans, linked parent to child across both HTTP hops.
+    let mut claim_trace = Vec::new();
+    eventually(
+        Duration::from_secs(15),
+        "the claim's spans from all three services",
+        || {
+            let spans = receiver.spans();
+            claim_trace = spans
+                .iter()
+                .find(|s| {
+                    s.service == "worker"
+                        && s.name == "claim tasks"
+                        && s.attributes.get("task.id") == Some(&id)
+                })
+                .map(|root| {
+                    spans
+                        .iter()
+                        .filter(|s| s.trace_id == root.trace_id)
+                        .cloned()
+                        .collect()
+                })
+                .unwrap_or_default();
+            let services: std::collections::HashSet<&str> =
+                claim_trace.iter().map(|s| s.service.as_str()).collect();
+            let done = services.contains("lease-service") && services.contains("task-service");
+            async move { done }
+        },
+    )
+    .await;
+    let by_id: HashMap<&str, &ReceivedSpan> = claim_trace
+        .iter()
+        .map(|s| (s.span_id.as_str(), s))
+        .collect();
+    let parent = |span: &ReceivedSpan| by_id.get(span.parent_span_id.as_str()).copied();
+
+    let worker_root = claim_trace
+        .iter()
+        .find(|s| s.name == "claim tasks" && s.service == "worker")
+        .unwrap();
+    assert!(
+        worker_root.parent_span_id.is_empty(),
+        "the claim starts the trace"
+    );
+    let task_server = claim_trace
+        .iter()
+        .find(|s| s.service == "task-service" && s.kind == SERVER)
+        .expect("task-service's server span");
+    assert_eq!(
+        task_server.attributes.get("http.route").map(String::as_str),
+        Some("/api/tasks/next")
+    );
+    assert_eq!(
+        task_server
+            .attributes
+            .get("http.request.method")
+            .map(String::as_str),
+        Some("POST")
+    );
+    assert_eq!(
+        task_server
+            .attributes
+            .get("http.response.status_code")
+            .map(String::as_str),
+        Some("202")
+    );
+    let caller =
+        parent(task_server).expect("task-service's span has the worker's client span as parent");
+    assert_eq!((caller.service.as_str(), caller.kind), ("worker", CLIENT));
+    assert_eq!(
+        parent(caller).map(|s| s.span_id.as_str()),
+        Some(worker_root.span_id.as_str())
+    );
+
+    let claim = claim_trace
+        .iter()
+        .find(|s| s.service == "task-service" && s.name == "claim tasks")
+        .unwrap();
+    assert_eq!(claim.attributes.get("task.id"), Some(&id));
+    assert_eq!(
+        claim.attributes.get("task.processor").map(String::as_str),
+        Some("traced-worker")
+    );
+    assert!(claim.attributes.contains_key("task.fence"));
+
+    let lease_server = claim_trace
+        .iter()
+        .find(|s| s.service == "lease-service" && s.kind == SERVER)
+        .expect("lease-service's server span");
+    assert_eq!(
+        lease_server
+            .attributes
+            .get("http.route")
+            .map(String::as_str),
+        Some("/api/leases")
+    );
+    let lease_caller =
+        parent(lease_server).expect("lease-service's span has a parent in task-service");
+    assert_eq!(
+        (lease_caller.service.as_str(), lease_caller.kind),
+        ("task-service", CLIENT)
+    );
+    let database = claim_trace
+        .iter()
+        .find(|s| {
+            s.service == "lease-service"
+                && s.attributes.get("db.system.name").map(String::as_str) == Some("postgresql")
+        })
+        .expect("lease-service's database span");
+    assert_eq!(
+        database
+            .attributes
+            .get("db.operation.name")
+            .map(String::as_str),
+        Some("INSERT")
+    );
+    assert!(claim_trace.iter().any(|s| s.service == "task-service"
+        && s.attributes.get("db.operation.name").map(String::as_str) == Some("SELECT")));
+
+    // The completion is a trace of its own, tagged with the task and its final status.
+    eventually(Duration::from_secs(10), "the completion's spans", || {
+        let found = receiver.spans().iter().any(|s| {
+            s.service == "task-service"
+                && s.name == "complete task"
+                && s.attributes.get("task.id") == Some(&id)
+                && s.attributes.get("task.status").map(String::as_str) == Some("succeeded")
+        });
+        async move { found }
+    })
+    .await;
+
+    // Logs: JSON lines inside a span carry its trace and span ids.
+    let log = tasks.log_text();
+    let correlated = log
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .any(|line| {
+            line["trace_id"].as_str().is_some_and(|t| t.len() == 32) && line["span_id"].is_string()
+        });
+    assert!(correlated, "no log line with trace_id and span_id:\n{log}");
+    drop((leases, worker));
+    receiver.stop().await;
+}
+
+/// The sum of a counter's samples whose line starts with `prefix`.
+fn counter(text: &str, prefix: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_equal_the_workload_and_an_unreachable_collector_slows_nothing() {
+    // Nothing listens here: every export fails, in the background.
+    let dead = format!("http://127.0.0.1:{}", tests::free_port());
+    let (leases, tasks, worker) = stack(&dead).await;
+    let started = Instant::now();
+    for n in 0..50 {
+        let created = tasks
+            .post(
+                "/api/tasks",
+                &json!({"task_data": {"sleep_duration_seconds": 0, "n": n}}),
+            )
+            .await;
+        assert_eq!(created.status, 201);
+    }
+    eventually(Duration::from_secs(60), "50 completions", || async {
+        tasks.get("/api/tasks/counts").await.body["total"]["succeeded"] == 50
+    })
+    .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+
+    let text = |service: &Service| {
+        let url = service.url("/metrics");
+        async move { reqwest::get(url).await.unwrap().text().await.unwrap() }
+    };
+    let task_metrics = text(&tasks).await;
+    assert_eq!(counter(&task_metrics, "tasks_created_total{"), 50.0);
+    assert_eq!(counter(&task_metrics, "tasks_claimed_total{"), 50.0);
+    assert_eq!(counter(&task_metrics, "tasks_completed_total{"), 50.0);
+    assert_eq!(
+        counter(&task_metrics, "task_claim_to_complete_seconds_count{"),
+        50.0
+    );
+    assert_eq!(
+        counter(
+            &task_metrics,
+            r#"tasks{queue="default",status="succeeded"}"#
+        ),
+        50.0
+    );
+    assert_eq!(
+        counter(
+            &task_metrics,
+            r#"http_requests_total{method="POST",route="/api/tasks",status="201"}"#
+        ),
+        50.0
+    );
+    let lease_metrics = text(&leases).await;
+    assert_eq!(
+        counter(&lease_metrics, r#"lease_acquisitions_total{kind="new"}"#),
+        50.0
+    );
+    assert_eq!(counter(&lease_metrics, "lease_releases_total"), 50.0);
+    let worker_metrics = text(&worker).await;
+    assert_eq!(counter(&worker_metrics, "worker_tasks_claimed_total"), 50.0);
+    assert_eq!(
+        counter(&worker_metrics, "worker_tasks_completed_total"),
+        50.0
+    );
+    assert_eq!(counter(&worker_metrics, "worker_tasks_in_flight"), 0.0);
+    assert_eq!(
+        counter(
+            &worker_metrics,
+            "worker_task_claim_to_complete_seconds_count"
+        ),
+        50.0
+    );
+    assert_eq!(tasks.get("/readyz").await.status, 200);
+}
