@@ -72,8 +72,8 @@ const COLUMNS: &str = "id, resource, holder, fence, ttl_seconds, created_at, ren
 /// The row is taken over only if its lease expired or was released, or if the requester already
 /// holds it. A takeover draws a new fence from the sequence *inside* `DO UPDATE`, i.e. after the
 /// row lock is held, so it is greater than the fence of whoever held the row before. A reentrant
-/// acquire keeps fence and `created_at`, which is how `fresh` tells the two apart: only a new
-/// acquisition has `created_at = now()`.
+/// acquire keeps fence and `created_at` and stamps `renewed_at`, which is how `fresh` tells the
+/// two apart: only a new acquisition has `renewed_at IS NULL`.
 const ACQUIRE: &str = "\
 INSERT INTO leases AS l (resource, holder, fence, ttl_seconds, created_at, expires_at)
 VALUES ($1, $2, nextval('leases_fence_seq'), $3, now(), now() + make_interval(secs => $3))
@@ -90,7 +90,7 @@ ON CONFLICT (resource) DO UPDATE SET
     expires_at = EXCLUDED.expires_at
 WHERE l.expires_at <= now() OR l.released_at IS NOT NULL OR l.holder = EXCLUDED.holder
 RETURNING id, resource, holder, fence, ttl_seconds, created_at, renewed_at, released_at,
-          expires_at, now() AS db_now, (created_at = now()) AS fresh";
+          expires_at, now() AS db_now, (renewed_at IS NULL) AS fresh";
 
 const RENEW: &str = "\
 UPDATE leases SET

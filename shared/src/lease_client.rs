@@ -171,15 +171,15 @@ impl LeaseClient {
             .map_err(|(status, err)| refusal(resource, status, err))
     }
 
-    /// Like [`LeaseClient::acquire`], but only a *new* acquisition counts: `Ok(None)` when
-    /// `holder` already held the lease (the reentrant acquire extended it and kept its fence).
-    /// For callers that hand out the fence and must never hand the same one out twice.
-    pub async fn acquire_fresh(
+    /// Like [`LeaseClient::acquire`], but says whether the acquisition is new (`true`, 201) or
+    /// reentrant (`false`, 200: `holder` already held the lease, which was extended with its
+    /// fence kept). For callers that hand the fence out and must never hand one out twice.
+    pub async fn acquire_telling(
         &self,
         resource: &str,
         holder: &str,
         ttl: Option<Duration>,
-    ) -> Result<Option<Lease>, LeaseError> {
+    ) -> Result<(Lease, bool), LeaseError> {
         let body = AcquireLease {
             resource: resource.to_owned(),
             holder: holder.to_owned(),
@@ -187,7 +187,7 @@ impl LeaseClient {
         };
         self.call(reqwest::Method::POST, "/api/leases", &body)
             .await
-            .map(|(status, lease)| (status == StatusCode::CREATED).then_some(lease))
+            .map(|(status, lease)| (lease, status == StatusCode::CREATED))
             .map_err(|(status, err)| refusal(resource, status, err))
     }
 

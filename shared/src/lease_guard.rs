@@ -350,7 +350,9 @@ impl Drop for LeaseGuard {
             return; // released explicitly
         };
         renewer.abort();
-        if self.is_lost() {
+        // A lease in doubt is left to expire: a release sent now could land after this holder
+        // re-acquired it (reentrantly, same fence) and end the new term.
+        if !self.is_held() {
             return;
         }
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {

@@ -119,14 +119,20 @@ impl Singleton {
                         ),
                         other => other,
                     };
-                    if let Ended::Lost(reason) = ended {
-                        self.notify(SingletonEvent::Lost { fence, reason });
-                        continue;
+                    match ended {
+                        // Stand by like everyone else: re-contending at once could re-acquire a
+                        // lease that is in doubt, reentrantly, under the same fence.
+                        Ended::Lost(reason) => {
+                            drop(guard);
+                            self.notify(SingletonEvent::Lost { fence, reason });
+                        }
+                        Ended::Shutdown | Ended::JobReturned => {
+                            if let Err(err) = guard.release().await {
+                                tracing::warn!(error = %err, "could not release the singleton lease; it will expire");
+                            }
+                            self.notify(SingletonEvent::Released { fence });
+                        }
                     }
-                    if let Err(err) = guard.release().await {
-                        tracing::warn!(error = %err, "could not release the singleton lease; it will expire");
-                    }
-                    self.notify(SingletonEvent::Released { fence });
                 }
                 Err(err @ LeaseError::InvalidConfig(_)) => return Err(err),
                 Err(LeaseError::Held { .. }) => {}

@@ -3,8 +3,9 @@
 //! Every replica runs a [`shared::Singleton`] on the lease `task-generator`. The holder reads
 //! the desired state (started or stopped, rate, sleep range) from task-service, which any
 //! task-service replica changes, and creates `{"sleep_duration_seconds": N}` tasks at the rate.
-//! Each task's idempotency key is `task-generator:<fence>:<sequence>`, so a retried request never
-//! creates a second task, and task-service refuses a key whose fence no longer holds the lease.
+//! Each task's idempotency key is `task-generator:<fence>:<term>:<sequence>`, so a retried
+//! request never creates a second task, and task-service refuses a key whose fence no longer
+//! holds the lease.
 //! The holder checks that its lease is certainly held right before every request and stops the
 //! moment the guard signals loss. A stopped generator keeps its lease: the leader stays ready
 //! and starts producing the moment the desired state says so, and status can name it.
@@ -210,6 +211,9 @@ impl Producer {
     /// loss); it is dropped outright when the guard signals loss.
     async fn produce(&self, lease: LeaseHandle) {
         let fence = lease.fence();
+        // A holder that lost its lease in doubt may win it back reentrantly, under the same
+        // fence: the term's random nonce keeps its keys apart from the previous term's.
+        let term: u32 = rand::random();
         let poll = Duration::from_millis(self.config.settings_poll_ms);
         let mut settings: Option<GeneratorSettings> = None;
         let mut polled = Instant::now();
@@ -241,7 +245,7 @@ impl Producer {
                 current.min_sleep_seconds
             };
             let sleep = (sleep * 1000.0).round() / 1000.0;
-            if !self.create(&lease, fence, sequence, sleep).await {
+            if !self.create(&lease, fence, term, sequence, sleep).await {
                 return;
             }
             sequence += 1;
@@ -312,14 +316,29 @@ impl Producer {
     /// Creates task `sequence` of this term, retrying transient failures with the same
     /// idempotency key. False when the lease is in doubt or task-service says another replica
     /// leads: stop producing.
-    async fn create(&self, lease: &LeaseHandle, fence: i64, sequence: u64, sleep: f64) -> bool {
+    async fn create(
+        &self,
+        lease: &LeaseHandle,
+        fence: i64,
+        term: u32,
+        sequence: u64,
+        sleep: f64,
+    ) -> bool {
         let body = CreateTask {
             task_data: serde_json::json!({
                 "sleep_duration_seconds": sleep,
-                "generator": { "holder": self.holder, "fence": fence, "sequence": sequence },
+                "generator": {
+                    "holder": self.holder,
+                    "fence": fence,
+                    "term": format!("{term:08x}"),
+                    "sequence": sequence,
+                },
             }),
             queue: Some(self.config.queue.clone()),
-            idempotency_key: Some(format!("{}:{fence}:{sequence}", self.config.lease_resource)),
+            idempotency_key: Some(format!(
+                "{}:{fence}:{term:08x}:{sequence}",
+                self.config.lease_resource
+            )),
             ..CreateTask::default()
         };
         let mut pause = Duration::from_millis(100);

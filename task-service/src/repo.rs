@@ -184,6 +184,20 @@ pub async fn mark_claimed(
     .await
 }
 
+/// A lapsed-looking running task whose lease lease-service says is still held: record the
+/// holder's expiry, so claims stop picking it up until then.
+#[tracing::instrument(name = "UPDATE tasks", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "tasks"))]
+pub async fn postpone_lapse(conn: &mut Db, id: i64, lease_expiry: DateTime<Utc>) -> Result<()> {
+    diesel::sql_query(
+        "UPDATE tasks SET must_heartbeat_before = $2 WHERE id = $1 AND status = 'running'",
+    )
+    .bind::<BigInt, _>(id)
+    .bind::<Timestamptz, _>(lease_expiry)
+    .execute(conn)
+    .await
+    .map(|_| ())
+}
+
 #[tracing::instrument(name = "UPDATE tasks", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "tasks"))]
 pub async fn record_heartbeat(
     conn: &mut Db,

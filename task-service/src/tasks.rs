@@ -7,6 +7,7 @@
 //! proof at the end of the work: it succeeds only for the current holder with the current fence,
 //! and, retried after a lost answer, succeeds again, so a worker can safely retry `complete`.
 
+use std::sync::PoisonError;
 use std::time::Duration;
 
 use diesel_async::AsyncConnection;
@@ -213,12 +214,22 @@ fn check_size(field: &'static str, value: &serde_json::Value) -> Result<(), ApiE
 
 /// Claims up to `limit` due tasks (1 when not given) for `processor`.
 ///
-/// Candidates are locked with `SKIP LOCKED`: running tasks whose lease ran out first, then due
-/// pending tasks by priority and schedule. Each candidate's lease is acquired from lease-service
-/// while its row is locked; a refusal skips it, as does a *reentrant* acquire (the same
-/// processor name already holds that task's lease, so two workers share a name: handing the
-/// task out again would give both the same fence). A candidate that has used all its attempts is
-/// not handed out but marked dead, once its lease proves the last attempt is over.
+/// Candidates are locked with `SKIP LOCKED`: running tasks whose lease ran out by the recorded
+/// expiry first, then, for the room left, due pending tasks by priority and schedule. Each
+/// candidate's lease is acquired from lease-service while its row is locked, and lease-service
+/// has the final word:
+/// * a refusal (another holder) skips the task, and a lapsed task's recorded expiry moves to the
+///   holder's, so it stops crowding the claim;
+/// * a *reentrant* acquire (this processor name already holds the task's lease) skips it too
+///   when the lease's fence is the task's: another worker with the same name has it, and
+///   handing it out again would give both one fence. A reentrant lease with any other fence was
+///   granted to a claim that never committed (its answer timed out, or its transaction failed):
+///   no worker knows that fence, so the task is claimed under it rather than blocked until the
+///   stray lease runs out;
+/// * a task that has used all its attempts is not handed out but marked dead, once its lease
+///   proves the last attempt is over.
+///
+/// If the transaction fails after leases were granted, they are released at once.
 #[tracing::instrument(name = "claim tasks", skip_all, fields(
     task.processor = %request.processor,
     task.queue = request.queue.as_deref().unwrap_or(""),
@@ -245,54 +256,43 @@ pub async fn claim(
     }
     let processor = request.processor.as_str();
     let queue = request.queue.as_deref();
-    let (claimed, exhausted) = conn
+    // Leases granted inside the transaction, to release should it fail.
+    let granted = std::sync::Mutex::new(Vec::new());
+    let outcome = conn
         .transaction::<_, ApiError, _>(async |conn| {
-            let mut candidates = repo::lock_lapsed(conn, queue, limit).await?;
-            let room = limit - i64::try_from(candidates.len()).unwrap_or(limit);
+            let mut round = Round::default();
+            let lapsed = repo::lock_lapsed(conn, queue, limit).await?;
+            round
+                .grant(conn, engine, processor, lapsed, &granted)
+                .await?;
+            let room = limit - round.taken();
             if room > 0 {
-                candidates.extend(repo::lock_due(conn, queue, room).await?);
+                let due = repo::lock_due(conn, queue, room).await?;
+                round.grant(conn, engine, processor, due, &granted).await?;
             }
-            let ttl = Some(engine.lease_ttl);
-            let grants = futures_util::future::join_all(candidates.iter().map(|task| {
-                let resource = engine.resource(task.id);
-                async move { engine.leases.acquire_fresh(&resource, processor, ttl).await }
-            }))
-            .await;
-            let mut claimed = Vec::new();
-            let mut exhausted = Vec::new();
-            let mut unavailable = None;
-            for (task, grant) in candidates.into_iter().zip(grants) {
-                match grant {
-                    Ok(Some(lease)) if task.attempts >= task.max_attempts => {
-                        let reason = format!(
-                            "attempts exhausted: the lease of attempt {} of {} ran out (processor {:?} stopped heartbeating)",
-                            task.attempts,
-                            task.max_attempts,
-                            task.processor.as_deref().unwrap_or("?")
-                        );
-                        let row = repo::mark_final(conn, task.id, "dead", Some(&reason)).await?;
-                        exhausted.push((row, lease.fence));
-                    }
-                    Ok(Some(lease)) => {
-                        let row = repo::mark_claimed(conn, task.id, processor, lease.fence, lease.expires_at).await?;
-                        claimed.push(row);
-                    }
-                    Ok(None) | Err(LeaseError::Held { .. }) => {}
-                    Err(LeaseError::Unavailable(reason)) => unavailable = Some(reason),
-                    Err(other) => {
-                        tracing::warn!(task = task.id, error = %other, "lease-service refused a task lease");
-                    }
-                }
-            }
-            if claimed.is_empty()
-                && exhausted.is_empty()
-                && let Some(reason) = unavailable
+            if round.taken() == 0
+                && let Some(reason) = round.unavailable
             {
-                return Err(ApiError::Unavailable(format!("lease-service unavailable: {reason}")));
+                return Err(ApiError::Unavailable(format!(
+                    "lease-service unavailable: {reason}"
+                )));
             }
-            Ok((claimed, exhausted))
+            Ok((round.claimed, round.exhausted))
         })
-        .await?;
+        .await;
+    let (claimed, exhausted) = match outcome {
+        Ok(done) => done,
+        Err(err) => {
+            let granted =
+                std::mem::take(&mut *granted.lock().unwrap_or_else(PoisonError::into_inner));
+            for (id, fence) in granted {
+                engine
+                    .release_after_commit(id, processor, Some(fence))
+                    .await;
+            }
+            return Err(err);
+        }
+    };
     for (row, fence) in &exhausted {
         engine
             .metrics
@@ -309,6 +309,12 @@ pub async fn claim(
             .claimed
             .with_label_values(&[row.queue.as_str()])
             .inc();
+        tracing::info!(
+            task.id = row.id,
+            task.fence = row.fence,
+            task.attempts = row.attempts,
+            "task claimed"
+        );
     }
     let span = tracing::Span::current();
     if let [row] = claimed.as_slice() {
@@ -318,6 +324,86 @@ pub async fn claim(
     let ids: Vec<String> = claimed.iter().map(|row| row.id.to_string()).collect();
     span.record("task.ids", ids.join(","));
     Ok(claimed.into_iter().map(to_api).collect())
+}
+
+/// What one claim has taken so far.
+#[derive(Default)]
+struct Round {
+    claimed: Vec<TaskRow>,
+    /// Tasks marked dead, with the fence of the lease to release after commit.
+    exhausted: Vec<(TaskRow, i64)>,
+    unavailable: Option<String>,
+}
+
+impl Round {
+    fn taken(&self) -> i64 {
+        i64::try_from(self.claimed.len() + self.exhausted.len()).unwrap_or(i64::MAX)
+    }
+
+    /// Asks lease-service for every candidate's lease at once, and records the answers.
+    async fn grant(
+        &mut self,
+        conn: &mut Db,
+        engine: &Engine,
+        processor: &str,
+        candidates: Vec<TaskRow>,
+        granted: &std::sync::Mutex<Vec<(i64, i64)>>,
+    ) -> Result<(), ApiError> {
+        let ttl = Some(engine.lease_ttl);
+        let answers = futures_util::future::join_all(candidates.iter().map(|task| {
+            let resource = engine.resource(task.id);
+            async move {
+                engine
+                    .leases
+                    .acquire_telling(&resource, processor, ttl)
+                    .await
+            }
+        }))
+        .await;
+        for (task, answer) in candidates.into_iter().zip(answers) {
+            let lease = match answer {
+                Ok((lease, fresh)) if fresh || task.fence != Some(lease.fence) => lease,
+                // The same name already works on it under this fence.
+                Ok(_) => continue,
+                Err(LeaseError::Held { expires_at, .. }) => {
+                    if task.status == "running"
+                        && let Some(expires_at) = expires_at
+                    {
+                        repo::postpone_lapse(conn, task.id, expires_at).await?;
+                    }
+                    continue;
+                }
+                Err(LeaseError::Unavailable(reason)) => {
+                    self.unavailable = Some(reason);
+                    continue;
+                }
+                Err(other) => {
+                    tracing::warn!(task = task.id, error = %other, "lease-service refused a task lease");
+                    continue;
+                }
+            };
+            granted
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push((task.id, lease.fence));
+            if task.attempts >= task.max_attempts {
+                let reason = format!(
+                    "attempts exhausted: the lease of attempt {} of {} ran out (processor {:?} stopped heartbeating)",
+                    task.attempts,
+                    task.max_attempts,
+                    task.processor.as_deref().unwrap_or("?")
+                );
+                let row = repo::mark_final(conn, task.id, "dead", Some(&reason)).await?;
+                self.exhausted.push((row, lease.fence));
+            } else {
+                let row =
+                    repo::mark_claimed(conn, task.id, processor, lease.fence, lease.expires_at)
+                        .await?;
+                self.claimed.push(row);
+            }
+        }
+        Ok(())
+    }
 }
 
 /// How a locked transition ended: a task to answer with, or a refusal that still committed a

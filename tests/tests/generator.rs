@@ -77,6 +77,7 @@ impl Stack {
                 all.push(Produced {
                     holder: generator["holder"].as_str().unwrap().to_owned(),
                     fence: generator["fence"].as_i64().unwrap(),
+                    term: generator["term"].as_str().unwrap().to_owned(),
                     sequence: generator["sequence"].as_u64().unwrap(),
                     key: task["idempotencyKey"].as_str().unwrap().to_owned(),
                     at: task["createdAt"].as_str().unwrap().parse().unwrap(),
@@ -94,6 +95,7 @@ impl Stack {
 struct Produced {
     holder: String,
     fence: i64,
+    term: String,
     sequence: u64,
     key: String,
     at: DateTime<Utc>,

@@ -618,3 +618,58 @@ async fn retention_deletes_only_old_finished_tasks_and_metrics_report() {
         assert!(metrics.contains(line), "metrics lack {line}:\n{metrics}");
     }
 }
+
+#[tokio::test]
+async fn a_lease_granted_to_a_claim_that_never_committed_does_not_block_its_task() {
+    let s = stack(&[]).await;
+    let id = s.create_id(json!({"task_data": {}})).await;
+    // lease-service granted the task's lease to "w", but the claim's transaction never
+    // committed (its answer timed out, or the database failed): the task is still pending.
+    let stray = s
+        .leases
+        .post(
+            "/api/leases",
+            &json!({"resource": format!("task:{id}"), "holder": "w"}),
+        )
+        .await;
+    assert_eq!(stray.status, 201);
+    let stray_fence = stray.body["fence"].as_i64().unwrap();
+    assert_eq!(
+        s.claim("other").await.status,
+        200,
+        "another name must wait for the lease"
+    );
+    let claimed = s.claim("w").await;
+    assert_eq!(
+        claimed.status, 202,
+        "no worker knows the stray fence: claim under it"
+    );
+    assert_eq!(claimed.body["id"].as_i64(), Some(id));
+    assert_eq!(claimed.body["fence"].as_i64(), Some(stray_fence));
+    let done = s
+        .complete(
+            id,
+            json!({"processor": "w", "fence": stray_fence, "task_output": 1}),
+        )
+        .await;
+    assert_eq!(done.status, 202);
+}
+
+#[tokio::test]
+async fn a_lapsed_task_still_leased_does_not_crowd_out_due_ones() {
+    let s = stack(&[]).await;
+    let first = s.create_id(json!({"task_data": {"n": 1}})).await;
+    let second = s.create_id(json!({"task_data": {"n": 2}})).await;
+    assert_eq!(s.claim("w1").await.body["id"].as_i64(), Some(first));
+    // The task row thinks w1's lease ran out; lease-service knows it did not.
+    execute(&s.task_db, &format!("UPDATE tasks SET must_heartbeat_before = now() - interval '1 second' WHERE id = {first}")).await;
+    let claimed = s.claim("w2").await;
+    assert_eq!(claimed.status, 202, "{:?}", claimed.body);
+    assert_eq!(claimed.body["id"].as_i64(), Some(second));
+    // And the lapsed task's recorded expiry moved to the holder's, so it is not retried at once.
+    let task = s.task(first).await;
+    assert_eq!(task["processor"], "w1");
+    assert!(
+        task["mustHeartBeatBefore"].as_str().unwrap() > task["lastHeartBeatAt"].as_str().unwrap()
+    );
+}
