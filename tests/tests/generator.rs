@@ -108,11 +108,14 @@ fn check_one_producer_at_a_time(
 ) -> Vec<(i64, String, DateTime<Utc>, DateTime<Utc>)> {
     let keys: HashSet<&str> = tasks.iter().map(|t| t.key.as_str()).collect();
     assert_eq!(keys.len(), tasks.len(), "an idempotency key was used twice");
-    let pairs: HashSet<(i64, u64)> = tasks.iter().map(|t| (t.fence, t.sequence)).collect();
+    let triples: HashSet<(i64, &str, u64)> = tasks
+        .iter()
+        .map(|t| (t.fence, t.term.as_str(), t.sequence))
+        .collect();
     assert_eq!(
-        pairs.len(),
+        triples.len(),
         tasks.len(),
-        "a (fence, sequence) was produced twice"
+        "a (fence, term, sequence) was produced twice"
     );
     let mut terms: BTreeMap<i64, (String, DateTime<Utc>, DateTime<Utc>)> = BTreeMap::new();
     for task in tasks {
