@@ -99,6 +99,11 @@ pub async fn create(
             Ok(row)
         })
         .await?;
+    if let Some(row) = &inserted {
+        let span = tracing::Span::current();
+        span.record("task.id", row.id);
+        span.record("task.queue", row.queue.as_str());
+    }
     if let Some(row) = inserted {
         engine
             .metrics

@@ -87,10 +87,14 @@ fn port_of(env: &[(&str, String)], name: &str) -> u16 {
         .unwrap()
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread")]
 async fn runs_the_stack_on_a_private_postgres_and_stops_it_all_on_ctrl_c() {
     let home = std::env::temp_dir().join(format!("leasehold-stack-test-{}", std::process::id()));
-    let env = ports(&home);
+    // Given an OTLP endpoint, every process of the stack exports its spans there.
+    let receiver = tests::otlp::OtlpReceiver::start();
+    let mut env = ports(&home);
+    env.push(("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint()));
+    env.push(("OTEL_BSP_SCHEDULE_DELAY", "100".to_owned()));
     let [pg_port, lease_port, task_port, worker_port] = [
         "LEASEHOLD_PG_PORT",
         "LEASE_SERVICE_PORT",
@@ -168,6 +172,17 @@ async fn runs_the_stack_on_a_private_postgres_and_stops_it_all_on_ctrl_c() {
     }
 
     assert_eq!(interrupt_and_wait(&mut child).await, 0);
+    let services: std::collections::HashSet<String> = receiver
+        .spans()
+        .into_iter()
+        .map(|span| span.service)
+        .collect();
+    for service in ["lease-service", "task-service", "worker", "task-generator"] {
+        assert!(
+            services.contains(service),
+            "no spans from {service}: {services:?}"
+        );
+    }
     // Nothing it started is left listening.
     for port in [pg_port, lease_port, task_port, worker_port] {
         assert!(

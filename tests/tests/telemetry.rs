@@ -287,3 +287,85 @@ async fn metrics_equal_the_workload_and_an_unreachable_collector_slows_nothing()
     );
     assert_eq!(tasks.get("/readyz").await.status, 200);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_generated_task_has_one_creation_trace_from_generator_to_database() {
+    let receiver = OtlpReceiver::start();
+    let endpoint = receiver.endpoint();
+    let (leases, tasks, _worker) = stack(&endpoint).await;
+    let generator = Service::generator(
+        &tasks.base_url(),
+        &leases.base_url(),
+        "traced-generator",
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+            ("GENERATOR_SETTINGS_POLL_MS", "200"),
+        ],
+    )
+    .await;
+    let started = tasks
+        .post("/api/generator/start", &json!({"rate_per_second": 5}))
+        .await;
+    assert_eq!(started.status, 200);
+    let mut trace = Vec::new();
+    eventually(
+        Duration::from_secs(20),
+        "a creation trace through task-service's database",
+        || {
+            let spans = receiver.spans();
+            trace = spans
+                .iter()
+                .filter(|s| {
+                    s.service == "task-generator"
+                        && s.name == "generate task"
+                        && s.attributes.contains_key("task.id")
+                })
+                .map(|root| {
+                    spans
+                        .iter()
+                        .filter(|s| s.trace_id == root.trace_id)
+                        .cloned()
+                        .collect::<Vec<_>>()
+                })
+                .find(|trace| {
+                    trace.iter().any(|s| {
+                        s.service == "task-service"
+                            && s.attributes.get("db.operation.name").map(String::as_str)
+                                == Some("INSERT")
+                    })
+                })
+                .unwrap_or_default();
+            let found = !trace.is_empty();
+            async move { found }
+        },
+    )
+    .await;
+    let root = trace.iter().find(|s| s.name == "generate task").unwrap();
+    let id = root.attributes.get("task.id").unwrap();
+    let create = trace
+        .iter()
+        .find(|s| s.service == "task-service" && s.name == "create task")
+        .expect("task-service's create span");
+    assert_eq!(
+        create.attributes.get("task.id"),
+        Some(id),
+        "tagged with the task it created"
+    );
+    let server = trace
+        .iter()
+        .find(|s| s.service == "task-service" && s.kind == SERVER)
+        .unwrap();
+    let client = trace
+        .iter()
+        .find(|s| s.span_id == server.parent_span_id)
+        .unwrap();
+    assert_eq!(
+        (client.service.as_str(), client.kind),
+        ("task-generator", CLIENT)
+    );
+    assert_eq!(client.parent_span_id, root.span_id);
+    let _ = tasks.post("/api/generator/stop", &json!({})).await;
+    drop(generator);
+    receiver.stop().await;
+}
