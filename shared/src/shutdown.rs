@@ -31,3 +31,14 @@ pub async fn signal() {
         std::future::pending::<()>().await;
     }
 }
+
+/// A token cancelled on the first SIGTERM or SIGINT (see [`signal`]). Call it inside a runtime.
+pub fn token() -> tokio_util::sync::CancellationToken {
+    let token = tokio_util::sync::CancellationToken::new();
+    let cancel = token.clone();
+    tokio::spawn(async move {
+        signal().await;
+        cancel.cancel();
+    });
+    token
+}

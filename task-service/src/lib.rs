@@ -20,8 +20,7 @@ pub mod tasks;
 use std::net::TcpListener;
 use std::time::Duration;
 
-use actix_web::middleware::{NormalizePath, TrailingSlash, from_fn};
-use actix_web::{App, HttpServer, web};
+use actix_web::web;
 use anyhow::Context;
 use diesel_migrations::{EmbeddedMigrations, embed_migrations};
 use shared::server::db;
@@ -53,13 +52,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     }
     let listener = TcpListener::bind(config.listen_addr)
         .with_context(|| format!("binding {}", config.listen_addr))?;
-    let stop = CancellationToken::new();
-    let signal_stop = stop.clone();
-    actix_web::rt::spawn(async move {
-        shared::shutdown::signal().await;
-        signal_stop.cancel();
-    });
-    run(config, listener, stop).await
+    run(config, listener, shared::shutdown::token()).await
 }
 
 /// Serves on `listener` until `stop` is cancelled, then finishes in-flight requests (up to the
@@ -91,29 +84,21 @@ pub async fn run(
         lease_service_health: format!("{lease_url}/healthz"),
         http: reqwest::Client::new(),
     });
-    let http_metrics = web::Data::new(metrics.http.clone());
     let address = listener
         .local_addr()
         .context("reading the listen address")?;
-
-    let mut server = HttpServer::new(move || {
-        App::new()
-            .app_data(state.clone())
-            .app_data(http_metrics.clone())
-            .wrap(NormalizePath::new(TrailingSlash::Trim))
-            .wrap(from_fn(server_http::record_metrics))
-            .wrap(from_fn(server_http::trace_requests))
-            .configure(http::configure)
-            .default_service(web::to(server_http::not_found))
-    })
-    .disable_signals()
-    .shutdown_timeout(config.shutdown_grace_seconds)
-    .listen(listener)
+    let server = server_http::serve(
+        listener,
+        config.http_workers,
+        config.shutdown_grace_seconds,
+        metrics.http.clone(),
+        stop.clone(),
+        move |cfg| {
+            cfg.app_data(state.clone());
+            http::configure(cfg);
+        },
+    )
     .context("listening")?;
-    if config.http_workers > 0 {
-        server = server.workers(config.http_workers);
-    }
-    let server = server.run();
     tracing::info!(%address, lease_service = %lease_url, "task-service listening");
 
     let sweeper = actix_web::rt::spawn(sweeper::run(
@@ -130,14 +115,6 @@ pub async fn run(
         },
         stop.clone(),
     ));
-
-    let handle = server.handle();
-    let stopper = stop.clone();
-    actix_web::rt::spawn(async move {
-        stopper.cancelled().await;
-        tracing::info!("stopping: finishing in-flight requests");
-        handle.stop(true).await;
-    });
 
     let served = server.await.context("serving HTTP");
     stop.cancel();

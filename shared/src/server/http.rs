@@ -13,6 +13,45 @@ use serde::Serialize;
 
 use super::error::ApiError;
 
+/// Starts a service's HTTP server on `listener`: `configure` mounts its routes and state, with
+/// request tracing, request metrics, trailing-slash normalisation and JSON 404s around them.
+/// It stops gracefully (in-flight requests get `grace_seconds`) when `stop` is cancelled; the
+/// caller awaits the returned server. `workers` 0 means one per core.
+pub fn serve(
+    listener: std::net::TcpListener,
+    workers: usize,
+    grace_seconds: u64,
+    metrics: HttpMetrics,
+    stop: tokio_util::sync::CancellationToken,
+    configure: impl Fn(&mut web::ServiceConfig) + Clone + Send + 'static,
+) -> std::io::Result<actix_web::dev::Server> {
+    use actix_web::middleware::{NormalizePath, TrailingSlash, from_fn};
+    let metrics = web::Data::new(metrics);
+    let mut server = actix_web::HttpServer::new(move || {
+        actix_web::App::new()
+            .app_data(metrics.clone())
+            .wrap(NormalizePath::new(TrailingSlash::Trim))
+            .wrap(from_fn(record_metrics))
+            .wrap(from_fn(trace_requests))
+            .configure(configure.clone())
+            .default_service(web::to(not_found))
+    })
+    .disable_signals()
+    .shutdown_timeout(grace_seconds)
+    .listen(listener)?;
+    if workers > 0 {
+        server = server.workers(workers);
+    }
+    let server = server.run();
+    let handle = server.handle();
+    actix_web::rt::spawn(async move {
+        stop.cancelled().await;
+        tracing::info!("stopping: finishing in-flight requests");
+        handle.stop(true).await;
+    });
+    Ok(server)
+}
+
 /// Registers the JSON, path and query extractor configurations on a service.
 pub fn extractors(cfg: &mut web::ServiceConfig, max_body_bytes: usize) {
     cfg.app_data(json_config(max_body_bytes))
