@@ -12,6 +12,7 @@
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
 pub mod otlp;
+pub mod tools;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
