@@ -203,6 +203,8 @@ fn validate_new(engine: &Engine, request: CreateTask) -> Result<NewTask, ApiErro
     })
 }
 
+/// A JSON document the tasks table can store: at most [`MAX_DATA_BYTES`], and no NUL character
+/// in any string or key (valid JSON, but PostgreSQL's `jsonb` cannot hold it).
 fn check_size(field: &'static str, value: &serde_json::Value) -> Result<(), ApiError> {
     let size = serde_json::to_vec(value)
         .map(|v| v.len())
@@ -214,7 +216,25 @@ fn check_size(field: &'static str, value: &serde_json::Value) -> Result<(), ApiE
             format!("{field} is {size} bytes; at most {MAX_DATA_BYTES} are accepted"),
         ));
     }
+    if contains_nul(value) {
+        return Err(ApiError::invalid(
+            "invalid_field",
+            field,
+            format!("{field} must not contain NUL characters (\\u0000)"),
+        ));
+    }
     Ok(())
+}
+
+fn contains_nul(value: &serde_json::Value) -> bool {
+    match value {
+        serde_json::Value::String(s) => s.contains('\0'),
+        serde_json::Value::Array(items) => items.iter().any(contains_nul),
+        serde_json::Value::Object(map) => map
+            .iter()
+            .any(|(key, value)| key.contains('\0') || contains_nul(value)),
+        _ => false,
+    }
 }
 
 /// Claims up to `limit` due tasks (1 when not given) for `processor`.
@@ -518,7 +538,13 @@ pub async fn fail(
     request: &FailTask,
 ) -> Result<Task, ApiError> {
     validate_name("processor", &request.processor)?;
-    let error: String = request.error.chars().take(MAX_ERROR_BYTES / 4).collect();
+    // PostgreSQL text cannot hold NUL; the error is for people, so it is cleaned, not refused.
+    let error: String = request
+        .error
+        .chars()
+        .filter(|c| *c != '\0')
+        .take(MAX_ERROR_BYTES / 4)
+        .collect();
     let processor = request.processor.as_str();
     let outcome = conn
         .transaction::<_, ApiError, _>(async |conn| {

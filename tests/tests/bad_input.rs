@@ -360,6 +360,14 @@ async fn task_service_refuses_bad_requests_with_the_right_error_and_writes_nothi
             "invalid_field",
         ),
         case(
+            "NUL inside task_data",
+            "POST",
+            "/api/tasks",
+            r#"{"task_data":{"a":"x\u0000y"}}"#,
+            400,
+            "invalid_field",
+        ),
+        case(
             "task_data too large",
             "POST",
             "/api/tasks",
