@@ -83,6 +83,16 @@ pub struct ServeConfig {
     /// Seconds to let in-flight requests finish after SIGTERM or SIGINT.
     #[arg(long, env = "SHUTDOWN_GRACE_SECONDS", default_value_t = 10)]
     pub shutdown_grace_seconds: u64,
+
+    /// TESTS ONLY: acquire without its expiry check, so another holder can take a live lease.
+    /// It exists to show that the invariant checker catches a broken build; never set it.
+    #[arg(
+        long,
+        env = "LEASEHOLD_TEST_BREAK_ACQUIRE",
+        hide = true,
+        default_value_t = false
+    )]
+    pub test_break_acquire: bool,
 }
 
 impl ServeConfig {

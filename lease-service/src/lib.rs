@@ -38,6 +38,12 @@ use crate::sweeper::SweeperConfig;
 /// Runs lease-service until SIGTERM or SIGINT: migrates (unless told not to), listens, sweeps.
 pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     config.validate().map_err(anyhow::Error::msg)?;
+    if config.test_break_acquire {
+        tracing::error!(
+            "LEASEHOLD_TEST_BREAK_ACQUIRE is set: acquire ignores expiry; leases are NOT exclusive"
+        );
+        repo::BREAK_ACQUIRE.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
     if !config.skip_migrations {
         db::migrate(&config.database_url).await?;
     }

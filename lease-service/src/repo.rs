@@ -120,6 +120,20 @@ WHERE id IN (SELECT id FROM leases
              LIMIT $2)
   AND COALESCE(released_at, expires_at) < now() - make_interval(secs => $1)";
 
+/// Set once at start by the hidden test-only switch: acquire skips its expiry check.
+pub static BREAK_ACQUIRE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// [`ACQUIRE`] without its expiry check: it takes over live leases (tests of the checker only).
+const ACQUIRE_BROKEN: &str = "\
+INSERT INTO leases AS l (resource, holder, fence, ttl_seconds, created_at, expires_at)
+VALUES ($1, $2, nextval('leases_fence_seq'), $3, now(), now() + make_interval(secs => $3))
+ON CONFLICT (resource) DO UPDATE SET
+    fence = nextval('leases_fence_seq'), created_at = now(), renewed_at = NULL,
+    holder = EXCLUDED.holder, released_at = NULL, ttl_seconds = EXCLUDED.ttl_seconds,
+    expires_at = EXCLUDED.expires_at
+RETURNING id, resource, holder, fence, ttl_seconds, created_at, renewed_at, released_at,
+          expires_at, now() AS db_now, (renewed_at IS NULL) AS fresh";
+
 #[derive(Debug)]
 pub enum Acquired {
     New(LeaseRow),
@@ -162,7 +176,15 @@ pub async fn acquire(
     // If the holder's lease ends between the refused upsert and the read that reports it, the
     // upsert is simply tried again; twice more is plenty.
     for _ in 0..3 {
-        let acquired: Option<AcquiredRow> = diesel::sql_query(ACQUIRE)
+        let statement = if std::sync::atomic::AtomicBool::load(
+            &BREAK_ACQUIRE,
+            std::sync::atomic::Ordering::Relaxed,
+        ) {
+            ACQUIRE_BROKEN
+        } else {
+            ACQUIRE
+        };
+        let acquired: Option<AcquiredRow> = diesel::sql_query(statement)
             .bind::<Text, _>(resource)
             .bind::<Text, _>(holder)
             .bind::<Integer, _>(ttl_seconds)
@@ -279,6 +301,17 @@ pub async fn sweep(
     diesel::sql_query(SWEEP)
         .bind::<BigInt, _>(retention_seconds)
         .bind::<BigInt, _>(batch)
+        .execute(conn)
+        .await
+}
+
+/// Deletes history older than the retention age, as the rows it describes are.
+pub async fn prune_history(
+    conn: &mut AsyncPgConnection,
+    retention_seconds: i64,
+) -> Result<usize, DieselError> {
+    diesel::sql_query("DELETE FROM lease_events WHERE at < now() - make_interval(secs => $1)")
+        .bind::<diesel::sql_types::Double, _>(retention_seconds as f64)
         .execute(conn)
         .await
 }

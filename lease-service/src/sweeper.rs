@@ -73,6 +73,7 @@ async fn round(
         Acquired::New(_) | Acquired::Reentrant(_) => {}
         Acquired::Held(_) | Acquired::Contended => return Ok(None),
     }
+    repo::prune_history(&mut conn, config.retention_seconds).await?;
     let mut deleted = 0u64;
     loop {
         let batch = repo::sweep(&mut conn, config.retention_seconds, BATCH).await?;

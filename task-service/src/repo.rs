@@ -378,6 +378,14 @@ pub async fn sweep(conn: &mut Db, retention_seconds: i64, batch: i64) -> Result<
     .await
 }
 
+/// Deletes history older than the retention age, as the rows it describes are.
+pub async fn prune_history(conn: &mut Db, retention_seconds: i64) -> Result<usize> {
+    diesel::sql_query("DELETE FROM task_events WHERE at < now() - make_interval(secs => $1)")
+        .bind::<diesel::sql_types::Double, _>(retention_seconds as f64)
+        .execute(conn)
+        .await
+}
+
 pub async fn ping(conn: &mut Db) -> Result<()> {
     diesel::sql_query("SELECT 1")
         .execute(conn)

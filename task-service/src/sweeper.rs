@@ -75,6 +75,7 @@ pub async fn run(
 
 async fn sweep(pool: &DbPool, retention_seconds: i64) -> Result<u64, ApiError> {
     let mut conn = db::connection(pool).await?;
+    repo::prune_history(&mut conn, retention_seconds).await?;
     let mut deleted = 0u64;
     loop {
         let batch = repo::sweep(&mut conn, retention_seconds, BATCH).await?;

@@ -11,6 +11,7 @@
 //! ```
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
+pub mod checker;
 pub mod otlp;
 pub mod tools;
 

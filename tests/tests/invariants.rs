@@ -1,0 +1,151 @@
+//! The invariant checker on real runs: a busy run with faults keeps every invariant, and a
+//! deliberately broken build (acquire without its expiry check) is caught.
+#![allow(clippy::unwrap_used, clippy::print_stdout)]
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tests::checker;
+use tests::{Service, fresh_database};
+
+async fn eventually<F, Fut>(timeout: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    while !check().await {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_busy_run_with_crashes_and_pauses_keeps_every_invariant() {
+    let lease_db = fresh_database().await;
+    let task_db = fresh_database().await;
+    let leases = Service::lease_service(&lease_db, &[]).await;
+    let tasks = Service::task_service(
+        &task_db,
+        &leases.base_url(),
+        &[("TASK_LEASE_TTL_SECONDS", "2")],
+    )
+    .await;
+    let worker_env = [
+        ("LEASE_TTL_SECONDS", "2"),
+        ("HEARTBEAT_INTERVAL_SECONDS", "0.5"),
+        ("POLL_MAX_MS", "200"),
+        ("WORKER_CONCURRENCY", "3"),
+    ];
+    let mut workers = Vec::new();
+    for _ in 0..4 {
+        workers.push(Service::worker(&tasks.base_url(), &worker_env).await);
+    }
+    let generator_env = [
+        ("GENERATOR_LEASE_TTL_SECONDS", "2"),
+        ("GENERATOR_RETRY_INTERVAL_SECONDS", "0.5"),
+        ("GENERATOR_SETTINGS_POLL_MS", "200"),
+    ];
+    let mut generators = Vec::new();
+    for id in ["g1", "g2", "g3"] {
+        generators.push(
+            Service::generator(&tasks.base_url(), &leases.base_url(), id, &generator_env).await,
+        );
+    }
+    let start = json!({"rate_per_second": 15, "min_sleep_seconds": 0, "max_sleep_seconds": 1});
+    assert_eq!(tasks.post("/api/generator/start", &start).await.status, 200);
+
+    // Faults: kill -9 a worker mid-task, pause the generators' leader past its lease, kill it.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    workers[0].kill();
+    let leader = tasks.get("/api/generator/status").await.body["leader"]["holder"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let leading = generators
+        .iter()
+        .position(|g| g.log_text().contains(&format!("holder={leader}")))
+        .unwrap_or(0);
+    generators[leading].pause();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    workers[1].pause();
+    generators[leading].resume();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    workers[1].resume();
+    let leader = tasks.get("/api/generator/status").await.body["leader"]["holder"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned();
+    if let Some(g) = generators
+        .iter_mut()
+        .find(|g| g.log_text().contains(&format!("holder={leader}")))
+    {
+        g.kill();
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        tasks.post("/api/generator/stop", &json!({})).await.status,
+        200
+    );
+
+    eventually(Duration::from_secs(90), "every task final", || async {
+        let total = tasks.get("/api/tasks/counts").await.body["total"].clone();
+        total["pending"] == 0 && total["running"] == 0
+    })
+    .await;
+    let report = checker::check(&lease_db, Some(&task_db), true).await;
+    println!("{report:?}");
+    assert!(report.generated_tasks > 50, "{report:?}");
+    assert!(report.terms > report.generated_tasks / 2, "{report:?}");
+    assert!(
+        report.violations.is_empty(),
+        "violations:\n{}",
+        report.violations.join("\n")
+    );
+}
+
+#[tokio::test]
+async fn the_checker_catches_an_acquire_without_its_expiry_check() {
+    for broken in [false, true] {
+        let db = fresh_database().await;
+        let env: &[(&str, &str)] = if broken {
+            &[("LEASEHOLD_TEST_BREAK_ACQUIRE", "true")]
+        } else {
+            &[]
+        };
+        let svc = Service::lease_service(&db, env).await;
+        let attempts = (0..16).map(|i| {
+            let svc = &svc;
+            async move {
+                svc.post(
+                    "/api/leases",
+                    &json!({"resource": "contended", "holder": format!("h{i}")}),
+                )
+                .await
+            }
+        });
+        let granted = futures_util::future::join_all(attempts)
+            .await
+            .iter()
+            .filter(|a| a.status == 201)
+            .count();
+        let report = checker::check(&db, None, false).await;
+        if broken {
+            assert!(granted > 1, "the broken build grants a live lease again");
+            assert!(
+                report
+                    .violations
+                    .iter()
+                    .any(|v| v.starts_with("overlap on contended")),
+                "the checker missed the broken build: {report:?}"
+            );
+        } else {
+            assert_eq!(granted, 1);
+            assert!(report.violations.is_empty(), "{report:?}");
+        }
+    }
+}
