@@ -84,6 +84,11 @@ pub struct ServeConfig {
     #[arg(long, env = "SHUTDOWN_GRACE_SECONDS", default_value_t = 10)]
     pub shutdown_grace_seconds: u64,
 
+    /// A client that has not sent a request's headers within this time gets 408 and is
+    /// disconnected, so slow clients cannot hold connections open.
+    #[arg(long, env = "CLIENT_REQUEST_TIMEOUT_MS", default_value_t = 5000)]
+    pub client_request_timeout_ms: u64,
+
     /// TESTS ONLY: acquire without its expiry check, so another holder can take a live lease.
     /// It exists to show that the invariant checker catches a broken build; never set it.
     #[arg(

@@ -77,6 +77,7 @@ pub async fn run(
         listener,
         config.http_workers,
         config.shutdown_grace_seconds,
+        Duration::from_millis(config.client_request_timeout_ms),
         metrics.http.clone(),
         stop.clone(),
         move |cfg| {

@@ -29,6 +29,7 @@ fn help_documents_every_setting_with_its_environment_variable() {
         "TASK_SWEEP_INTERVAL_SECONDS",
         "INSTANCE_ID",
         "SHUTDOWN_GRACE_SECONDS",
+        "CLIENT_REQUEST_TIMEOUT_MS",
     ] {
         assert!(
             help.contains(&format!("env: {env}")),

@@ -571,3 +571,35 @@ async fn task_service_refuses_bad_requests_with_the_right_error_and_writes_nothi
     );
     assert_eq!(tasks.get("/healthz").await.status, 200);
 }
+
+#[tokio::test]
+async fn a_client_too_slow_to_send_its_headers_is_cut_off_and_the_service_keeps_serving() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let db = fresh_database().await;
+    let svc = Service::lease_service(&db, &[("CLIENT_REQUEST_TIMEOUT_MS", "500")]).await;
+    let mut slow = tokio::net::TcpStream::connect(("127.0.0.1", svc.port))
+        .await
+        .unwrap();
+    // Half a request, then nothing: a slowloris.
+    slow.write_all(b"POST /api/leases HTTP/1.1\r\nHost: leasehold\r\n")
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut answer = Vec::new();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        slow.read_to_end(&mut answer),
+    )
+    .await
+    .expect("the slow client is disconnected")
+    .unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(svc.get("/healthz").await.status, 200);
+}

@@ -16,11 +16,13 @@ use super::error::ApiError;
 /// Starts a service's HTTP server on `listener`: `configure` mounts its routes and state, with
 /// request tracing, request metrics, trailing-slash normalisation and JSON 404s around them.
 /// It stops gracefully (in-flight requests get `grace_seconds`) when `stop` is cancelled; the
-/// caller awaits the returned server. `workers` 0 means one per core.
+/// caller awaits the returned server. `workers` 0 means one per core; a client that has not sent
+/// its request headers within `client_request_timeout` gets 408 and is disconnected.
 pub fn serve(
     listener: std::net::TcpListener,
     workers: usize,
     grace_seconds: u64,
+    client_request_timeout: std::time::Duration,
     metrics: HttpMetrics,
     stop: tokio_util::sync::CancellationToken,
     configure: impl Fn(&mut web::ServiceConfig) + Clone + Send + 'static,
@@ -38,6 +40,7 @@ pub fn serve(
     })
     .disable_signals()
     .shutdown_timeout(grace_seconds)
+    .client_request_timeout(client_request_timeout)
     .listen(listener)?;
     if workers > 0 {
         server = server.workers(workers);
