@@ -438,6 +438,25 @@ enum Transition {
     Cancelled(TaskRow),
 }
 
+/// Locks the task for a transition by its worker: refused unless `processor` (with `fence`)
+/// owns it; `Ok(Err(..))` when a cancellation asked for meanwhile ends it instead (recording
+/// `error`, if given); `Ok(Ok(task))` to go on.
+async fn owned(
+    conn: &mut Db,
+    id: i64,
+    processor: &str,
+    fence: Option<i64>,
+    error: Option<&str>,
+) -> Result<Result<TaskRow, Transition>, ApiError> {
+    let task = locked(conn, id).await?;
+    check_owner(&task, processor, fence)?;
+    if task.cancel_requested {
+        let row = repo::mark_final(conn, id, "cancelled", error).await?;
+        return Ok(Err(Transition::Cancelled(row)));
+    }
+    Ok(Ok(task))
+}
+
 #[tracing::instrument(name = "heartbeat task", skip_all, fields(
     task.id = id,
     task.processor = %request.processor,
@@ -455,13 +474,10 @@ pub async fn heartbeat(
     let processor = request.processor.as_str();
     let outcome = conn
         .transaction::<_, ApiError, _>(async |conn| {
-            let task = locked(conn, id).await?;
-            check_owner(&task, processor, request.fence)?;
-            if task.cancel_requested {
-                return Ok(Transition::Cancelled(
-                    repo::mark_final(conn, id, "cancelled", None).await?,
-                ));
-            }
+            let task = match owned(conn, id, processor, request.fence, None).await? {
+                Ok(task) => task,
+                Err(cancelled) => return Ok(cancelled),
+            };
             let lease = engine
                 .leases
                 .renew(&engine.resource(id), processor, task.fence, None)
@@ -493,13 +509,10 @@ pub async fn complete(
     let processor = request.processor.as_str();
     let outcome = conn
         .transaction::<_, ApiError, _>(async |conn| {
-            let task = locked(conn, id).await?;
-            check_owner(&task, processor, request.fence)?;
-            if task.cancel_requested {
-                return Ok(Transition::Cancelled(
-                    repo::mark_final(conn, id, "cancelled", None).await?,
-                ));
-            }
+            let task = match owned(conn, id, processor, request.fence, None).await? {
+                Ok(task) => task,
+                Err(cancelled) => return Ok(cancelled),
+            };
             engine
                 .leases
                 .release(&engine.resource(id), processor, task.fence)
@@ -548,13 +561,10 @@ pub async fn fail(
     let processor = request.processor.as_str();
     let outcome = conn
         .transaction::<_, ApiError, _>(async |conn| {
-            let task = locked(conn, id).await?;
-            check_owner(&task, processor, request.fence)?;
-            if task.cancel_requested {
-                return Ok(Transition::Cancelled(
-                    repo::mark_final(conn, id, "cancelled", Some(&error)).await?,
-                ));
-            }
+            let task = match owned(conn, id, processor, request.fence, Some(&error)).await? {
+                Ok(task) => task,
+                Err(cancelled) => return Ok(cancelled),
+            };
             engine
                 .leases
                 .release(&engine.resource(id), processor, task.fence)
