@@ -165,7 +165,7 @@ impl LeaseClient {
             holder: holder.to_owned(),
             ttl_seconds: ttl.map(ttl_seconds),
         };
-        self.call(reqwest::Method::POST, "/api/leases", &body)
+        self.call(reqwest::Method::POST, "/api/leases", &[], Some(&body))
             .await
             .map(|(_, lease)| lease)
             .map_err(|(status, err)| refusal(resource, status, err))
@@ -185,7 +185,7 @@ impl LeaseClient {
             holder: holder.to_owned(),
             ttl_seconds: ttl.map(ttl_seconds),
         };
-        self.call(reqwest::Method::POST, "/api/leases", &body)
+        self.call(reqwest::Method::POST, "/api/leases", &[], Some(&body))
             .await
             .map(|(status, lease)| (lease, status == StatusCode::CREATED))
             .map_err(|(status, err)| refusal(resource, status, err))
@@ -249,7 +249,7 @@ impl LeaseClient {
             fence,
             ttl_seconds: ttl.map(ttl_seconds),
         };
-        self.call(reqwest::Method::PUT, "/api/leases/renew", &body)
+        self.call(reqwest::Method::PUT, "/api/leases/renew", &[], Some(&body))
             .await
             .map(|(_, lease)| lease)
             .map_err(|(status, err)| refusal(resource, status, err))
@@ -267,41 +267,30 @@ impl LeaseClient {
             holder: holder.to_owned(),
             fence,
         };
-        self.call(reqwest::Method::DELETE, "/api/leases/release", &body)
-            .await
-            .map(|(_, lease)| lease)
-            .map_err(|(status, err)| refusal(resource, status, err))
+        self.call(
+            reqwest::Method::DELETE,
+            "/api/leases/release",
+            &[],
+            Some(&body),
+        )
+        .await
+        .map(|(_, lease)| lease)
+        .map_err(|(status, err)| refusal(resource, status, err))
     }
 
     /// The unexpired, unreleased lease on `resource`, if any.
     pub async fn current(&self, resource: &str) -> Result<Option<Lease>, LeaseError> {
-        let url = format!("{}/api/leases/active", self.base_url);
-        let mut attempt = 0u32;
-        loop {
-            attempt = attempt.saturating_add(1);
-            let answer = self
-                .http
-                .get(&url)
-                .headers(crate::telemetry::inject())
-                .query(&[("resource_prefix", resource), ("limit", "1000")])
-                .send()
-                .await;
-            let failure = match answer {
-                Ok(answer) if answer.status().is_success() => {
-                    let leases: Vec<Lease> = answer
-                        .json()
-                        .await
-                        .map_err(|err| LeaseError::Unavailable(describe(&err)))?;
-                    return Ok(leases.into_iter().find(|lease| lease.resource == resource));
-                }
-                Ok(answer) => format!("lease-service answered {}", answer.status()),
-                Err(err) => describe(&err),
-            };
-            if attempt >= self.retry.max_attempts {
-                return Err(LeaseError::Unavailable(failure));
-            }
-            tokio::time::sleep(self.retry.delay(attempt)).await;
-        }
+        let query = [("resource_prefix", resource), ("limit", "1000")];
+        let (_, leases): (_, Vec<Lease>) = self
+            .call(
+                reqwest::Method::GET,
+                "/api/leases/active",
+                &query,
+                None::<&()>,
+            )
+            .await
+            .map_err(|(status, err)| refusal(resource, status, err))?;
+        Ok(leases.into_iter().find(|lease| lease.resource == resource))
     }
 
     /// Sends one request, retrying transient failures; a refusal comes back as `Err(Some(..))`,
@@ -310,13 +299,14 @@ impl LeaseClient {
         &self,
         method: reqwest::Method,
         path: &str,
-        body: &B,
+        query: &[(&str, &str)],
+        body: Option<&B>,
     ) -> Result<(StatusCode, T), (Option<StatusCode>, Result<ErrorBody, String>)> {
         let url = format!("{}{}", self.base_url, path);
         let mut attempt = 0u32;
         loop {
             attempt = attempt.saturating_add(1);
-            match self.exchange(method.clone(), &url, body).await {
+            match self.exchange(method.clone(), &url, query, body).await {
                 Outcome::Ok(status, value) => return Ok((status, value)),
                 Outcome::Refused(status, err) => return Err((Some(status), Ok(err))),
                 Outcome::Transient(reason) => {
@@ -334,17 +324,21 @@ impl LeaseClient {
         &self,
         method: reqwest::Method,
         url: &str,
-        body: &B,
+        query: &[(&str, &str)],
+        body: Option<&B>,
     ) -> Outcome<T> {
         use tracing::Instrument;
         let span = crate::telemetry::client_span(method.as_str(), url);
         let sent = async {
-            self.http
+            let mut request = self
+                .http
                 .request(method, url)
                 .headers(crate::telemetry::inject())
-                .json(body)
-                .send()
-                .await
+                .query(query);
+            if let Some(body) = body {
+                request = request.json(body);
+            }
+            request.send().await
         }
         .instrument(span.clone())
         .await;

@@ -70,7 +70,8 @@ pub fn init(service_name: &'static str) -> Telemetry {
     }
     let mut builder = SdkTracerProvider::builder().with_resource(resource.build());
     let mut export_error = None;
-    if export_requested() {
+    let requested = export_requested();
+    if requested {
         match opentelemetry_otlp::SpanExporter::builder()
             .with_http()
             .build()
@@ -80,7 +81,7 @@ pub fn init(service_name: &'static str) -> Telemetry {
         }
     }
     let provider = builder.build();
-    let exporting = export_requested() && export_error.is_none();
+    let exporting = requested && export_error.is_none();
     let otel = tracing_opentelemetry::layer().with_tracer(provider.tracer(service_name));
 
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
