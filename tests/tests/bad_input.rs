@@ -15,6 +15,40 @@ struct Case {
     code: &'static str,
 }
 
+/// Sends every case: each must get its status and `code` with a human `error`, and leave
+/// `table` of `db` as `before`.
+async fn refuse_all(svc: &Service, cases: &[Case], db: &str, table: &str, before: &[String]) {
+    for case in cases {
+        let answer = svc
+            .raw(
+                case.method,
+                &case.path,
+                case.content_type,
+                case.body.clone(),
+            )
+            .await;
+        assert_eq!(
+            (answer.status, answer.code()),
+            (case.status, case.code),
+            "{}: {:?}",
+            case.name,
+            answer.body
+        );
+        assert!(
+            answer.body["error"].as_str().is_some_and(|e| !e.is_empty()),
+            "{}: a human-readable error: {:?}",
+            case.name,
+            answer.body
+        );
+        assert_eq!(
+            snapshot(db, table).await,
+            before,
+            "{} wrote to {table}",
+            case.name
+        );
+    }
+}
+
 fn case(
     name: &'static str,
     method: &'static str,
@@ -263,35 +297,7 @@ async fn a_table_of_bad_requests_each_gets_the_right_error_and_writes_nothing() 
         },
     ];
     assert!(cases.len() >= 12);
-    for case in &cases {
-        let answer = svc
-            .raw(
-                case.method,
-                &case.path,
-                case.content_type,
-                case.body.clone(),
-            )
-            .await;
-        assert_eq!(
-            (answer.status, answer.code()),
-            (case.status, case.code),
-            "{}: {:?}",
-            case.name,
-            answer.body
-        );
-        assert!(
-            answer.body["error"].as_str().is_some_and(|e| !e.is_empty()),
-            "{}: a human-readable error: {:?}",
-            case.name,
-            answer.body
-        );
-        assert_eq!(
-            snapshot(&db, "leases").await,
-            before,
-            "{} wrote something",
-            case.name
-        );
-    }
+    refuse_all(&svc, &cases, &db, "leases", &before).await;
     // Still serving.
     assert_eq!(svc.get("/healthz").await.status, 200);
     let ok = svc
@@ -536,34 +542,7 @@ async fn task_service_refuses_bad_requests_with_the_right_error_and_writes_nothi
             "not_found",
         ),
     ];
-    for case in &cases {
-        let answer = tasks
-            .raw(
-                case.method,
-                &case.path,
-                case.content_type,
-                case.body.clone(),
-            )
-            .await;
-        assert_eq!(
-            (answer.status, answer.code()),
-            (case.status, case.code),
-            "{}: {:?}",
-            case.name,
-            answer.body
-        );
-        assert!(
-            answer.body["error"].as_str().is_some_and(|e| !e.is_empty()),
-            "{}",
-            case.name
-        );
-        assert_eq!(
-            snapshot(&task_db, "tasks").await,
-            before,
-            "{} wrote a task",
-            case.name
-        );
-    }
+    refuse_all(&tasks, &cases, &task_db, "tasks", &before).await;
     assert_eq!(
         snapshot(&lease_db, "leases").await,
         leases_before,
