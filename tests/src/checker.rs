@@ -4,6 +4,7 @@
 //! first. Both databases must share one server (one clock), as they do in the tests.
 
 use std::collections::BTreeMap;
+use std::fmt;
 
 use chrono::{DateTime, Utc};
 use diesel::QueryableByName;
@@ -20,6 +21,67 @@ pub struct Term {
     pub end: DateTime<Utc>,
 }
 
+/// The invariants the checker proves, in the words of SPEC.md.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Invariant {
+    /// Every new acquisition of a resource has a greater fence than the one before.
+    FencesRise,
+    /// Renewals and releases keep the fence and the holder of the acquisition they belong to.
+    OneHolderPerFence,
+    /// No two holders' lease intervals overlap on one resource.
+    Exclusive,
+    /// No task was completed twice.
+    AtMostOneCompletion,
+    /// A completion comes from the worker (and fence) of the task's last claim.
+    CompletedByItsClaimant,
+    /// No task was completed under a lease that a newer acquisition had superseded.
+    NotSuperseded,
+    /// Every task reached a terminal state (when the run asked for it).
+    AllFinal,
+    /// No generator produced outside its own term of the generator lease.
+    OneGenerator,
+}
+
+impl Invariant {
+    pub const ALL: [Invariant; 8] = [
+        Invariant::FencesRise,
+        Invariant::OneHolderPerFence,
+        Invariant::Exclusive,
+        Invariant::AtMostOneCompletion,
+        Invariant::CompletedByItsClaimant,
+        Invariant::NotSuperseded,
+        Invariant::AllFinal,
+        Invariant::OneGenerator,
+    ];
+
+    /// What the invariant says, and what its count in [`Report::checked`] counts.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::FencesRise => "fences only rise (acquisitions)",
+            Self::OneHolderPerFence => "one holder per fence (renewals and releases)",
+            Self::Exclusive => "no overlapping terms on a resource (consecutive terms)",
+            Self::AtMostOneCompletion => "no task completed twice (tasks)",
+            Self::CompletedByItsClaimant => "completed by its last claimant (completions)",
+            Self::NotSuperseded => "no completion under a superseded lease (completions)",
+            Self::AllFinal => "every task terminal after the faults (tasks)",
+            Self::OneGenerator => "no generator output outside its term (generated tasks)",
+        }
+    }
+}
+
+/// One broken invariant, with the evidence from the history.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    pub invariant: Invariant,
+    pub evidence: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}: {}", self.invariant, self.evidence)
+    }
+}
+
 /// What a check looked at, and what it found.
 #[derive(Debug, Default)]
 pub struct Report {
@@ -28,7 +90,57 @@ pub struct Report {
     pub task_events: usize,
     pub tasks: usize,
     pub generated_tasks: usize,
-    pub violations: Vec<String>,
+    /// Tasks per status at the end of the run.
+    pub tasks_by_status: BTreeMap<String, usize>,
+    /// Per invariant, how many cases it was checked over.
+    pub checked: BTreeMap<Invariant, usize>,
+    pub violations: Vec<Violation>,
+}
+
+impl Report {
+    fn checked(&mut self, invariant: Invariant) {
+        *self.checked.entry(invariant).or_default() += 1;
+    }
+
+    fn violated(&mut self, invariant: Invariant, evidence: String) {
+        self.violations.push(Violation {
+            invariant,
+            evidence,
+        });
+    }
+
+    /// The violations of one invariant.
+    pub fn violations_of(&self, invariant: Invariant) -> impl Iterator<Item = &Violation> {
+        self.violations
+            .iter()
+            .filter(move |v| v.invariant == invariant)
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "history: {} lease events, {} terms, {} task events, {} tasks ({} generated)",
+            self.lease_events, self.terms, self.task_events, self.tasks, self.generated_tasks
+        )?;
+        for invariant in Invariant::ALL {
+            let Some(cases) = self.checked.get(&invariant) else {
+                continue;
+            };
+            let broken = self.violations_of(invariant).count();
+            let verdict = if broken == 0 {
+                "ok".to_owned()
+            } else {
+                format!("VIOLATED {broken} times")
+            };
+            writeln!(f, "  {:<62} {cases:>7}  {verdict}", invariant.describe())?;
+        }
+        for violation in &self.violations {
+            writeln!(f, "  violation: {violation}")?;
+        }
+        Ok(())
+    }
 }
 
 #[derive(QueryableByName)]
@@ -77,15 +189,16 @@ struct TaskRow {
 
 /// Lease terms per resource, in acquisition order, with violations of "fences only rise" and
 /// "one holder per fence".
-fn terms(events: &[LeaseEvent], violations: &mut Vec<String>) -> BTreeMap<String, Vec<Term>> {
+fn terms(events: &[LeaseEvent], report: &mut Report) -> BTreeMap<String, Vec<Term>> {
     let mut by_resource: BTreeMap<String, Vec<Term>> = BTreeMap::new();
     for event in events {
         let terms = by_resource.entry(event.resource.clone()).or_default();
         if event.kind == "acquired" {
+            report.checked(Invariant::FencesRise);
             if let Some(last) = terms.last()
                 && event.fence <= last.fence
             {
-                violations.push(format!(
+                report.violated(Invariant::FencesRise, format!(
                     "fence did not rise on {}: {} (holder {}) acquired after {} (holder {})",
                     event.resource, event.fence, event.holder, last.fence, last.holder
                 ));
@@ -99,30 +212,38 @@ fn terms(events: &[LeaseEvent], violations: &mut Vec<String>) -> BTreeMap<String
             });
             continue;
         }
+        report.checked(Invariant::OneHolderPerFence);
         match terms.iter_mut().rev().find(|t| t.fence == event.fence) {
             Some(term) if term.holder == event.holder => {
                 term.end = event.released_at.unwrap_or(event.expires_at);
             }
-            Some(term) => violations.push(format!(
-                "fence {} on {} changed holder from {} to {}",
-                event.fence, event.resource, term.holder, event.holder
-            )),
-            None => violations.push(format!(
-                "{} of fence {} on {} that was never acquired",
-                event.kind, event.fence, event.resource
-            )),
+            Some(term) => {
+                let evidence = format!(
+                    "fence {} on {} changed holder from {} to {}",
+                    event.fence, event.resource, term.holder, event.holder
+                );
+                report.violated(Invariant::OneHolderPerFence, evidence);
+            }
+            None => report.violated(
+                Invariant::OneHolderPerFence,
+                format!(
+                    "{} of fence {} on {} that was never acquired",
+                    event.kind, event.fence, event.resource
+                ),
+            ),
         }
     }
     by_resource
 }
 
 /// "No two holders' lease intervals overlap on one resource."
-fn check_exclusive(terms: &BTreeMap<String, Vec<Term>>, violations: &mut Vec<String>) {
+fn check_exclusive(terms: &BTreeMap<String, Vec<Term>>, report: &mut Report) {
     for list in terms.values() {
         for pair in list.windows(2) {
             let (earlier, later) = (&pair[0], &pair[1]);
+            report.checked(Invariant::Exclusive);
             if later.start < earlier.end {
-                violations.push(format!(
+                report.violated(Invariant::Exclusive, format!(
                     "overlap on {}: {} (fence {}) held until {} but {} (fence {}) acquired at {}",
                     earlier.resource,
                     earlier.holder,
@@ -152,9 +273,9 @@ pub async fn check(lease_db: &str, task_db: Option<&str>, all_final: bool) -> Re
     .await
     .unwrap_or_else(|e| panic!("{e}"));
     report.lease_events = events.len();
-    let terms = terms(&events, &mut report.violations);
+    let terms = terms(&events, &mut report);
     report.terms = terms.values().map(Vec::len).sum();
-    check_exclusive(&terms, &mut report.violations);
+    check_exclusive(&terms, &mut report);
 
     let Some(task_db) = task_db else {
         return report;
@@ -178,24 +299,28 @@ pub async fn check(lease_db: &str, task_db: Option<&str>, all_final: bool) -> Re
             .iter()
             .filter(|e| e.to_status == "succeeded")
             .collect();
+        report.checked(Invariant::AtMostOneCompletion);
         if completions.len() > 1 {
-            report.violations.push(format!(
-                "task {id} was completed {} times",
-                completions.len()
-            ));
+            report.violated(
+                Invariant::AtMostOneCompletion,
+                format!("task {id} was completed {} times", completions.len()),
+            );
         }
         for completion in completions {
+            report.checked(Invariant::CompletedByItsClaimant);
+            report.checked(Invariant::NotSuperseded);
             let claim = events
                 .iter()
                 .rfind(|e| e.to_status == "running" && e.at <= completion.at);
             let Some(claim) = claim else {
-                report
-                    .violations
-                    .push(format!("task {id} completed without a claim"));
+                report.violated(
+                    Invariant::CompletedByItsClaimant,
+                    format!("task {id} completed without a claim"),
+                );
                 continue;
             };
             if claim.fence != completion.fence || claim.processor != completion.processor {
-                report.violations.push(format!(
+                report.violated(Invariant::CompletedByItsClaimant, format!(
                     "task {id} completed by {:?} under fence {:?}, but its last claim was {:?} under {:?}",
                     completion.processor, completion.fence, claim.processor, claim.fence
                 ));
@@ -205,7 +330,7 @@ pub async fn check(lease_db: &str, task_db: Option<&str>, all_final: bool) -> Re
                 list.iter()
                     .find(|t| Some(t.fence) > completion.fence && t.start < completion.at)
             }) {
-                report.violations.push(format!(
+                report.violated(Invariant::NotSuperseded, format!(
                     "task {id} completed under fence {:?} at {} after fence {} ({}) was acquired at {}",
                     completion.fence, completion.at, newer.fence, newer.holder, newer.start
                 ));
@@ -221,10 +346,15 @@ pub async fn check(lease_db: &str, task_db: Option<&str>, all_final: bool) -> Re
     report.tasks = tasks.len();
     let generator_terms = terms.get("task-generator").cloned().unwrap_or_default();
     for task in &tasks {
-        if all_final && !matches!(task.status.as_str(), "succeeded" | "dead" | "cancelled") {
-            report
-                .violations
-                .push(format!("task {} ended the run {}", task.id, task.status));
+        *report.tasks_by_status.entry(task.status.clone()).or_default() += 1;
+        if all_final {
+            report.checked(Invariant::AllFinal);
+            if !matches!(task.status.as_str(), "succeeded" | "dead" | "cancelled") {
+                report.violated(
+                    Invariant::AllFinal,
+                    format!("task {} ended the run {}", task.id, task.status),
+                );
+            }
         }
         let Some(fence) = task
             .idempotency_key
@@ -236,11 +366,12 @@ pub async fn check(lease_db: &str, task_db: Option<&str>, all_final: bool) -> Re
             continue;
         };
         report.generated_tasks += 1;
+        report.checked(Invariant::OneGenerator);
         let within = generator_terms
             .iter()
             .any(|t| t.fence == fence && t.start <= task.created_at && task.created_at <= t.end);
         if !within {
-            report.violations.push(format!(
+            report.violated(Invariant::OneGenerator, format!(
                 "task {} was generated under fence {fence} at {}, outside that fence's term",
                 task.id, task.created_at
             ));

@@ -13,6 +13,8 @@
 
 pub mod checker;
 pub mod otlp;
+pub mod proxy;
+pub mod soak;
 pub mod tools;
 
 use std::fs::File;
@@ -84,7 +86,7 @@ pub fn free_port() -> u16 {
 }
 
 /// A folder for this run's service logs, so a failing test can point at them.
-fn log_dir() -> PathBuf {
+pub fn log_dir() -> PathBuf {
     let dir = std::env::temp_dir().join(format!("leasehold-test-logs-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir

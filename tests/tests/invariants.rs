@@ -98,14 +98,10 @@ async fn a_busy_run_with_crashes_and_pauses_keeps_every_invariant() {
     })
     .await;
     let report = checker::check(&lease_db, Some(&task_db), true).await;
-    println!("{report:?}");
+    println!("{report}");
     assert!(report.generated_tasks > 50, "{report:?}");
     assert!(report.terms > report.generated_tasks / 2, "{report:?}");
-    assert!(
-        report.violations.is_empty(),
-        "violations:\n{}",
-        report.violations.join("\n")
-    );
+    assert!(report.violations.is_empty(), "{report}");
 }
 
 #[tokio::test]
@@ -138,9 +134,8 @@ async fn the_checker_catches_an_acquire_without_its_expiry_check() {
             assert!(granted > 1, "the broken build grants a live lease again");
             assert!(
                 report
-                    .violations
-                    .iter()
-                    .any(|v| v.starts_with("overlap on contended")),
+                    .violations_of(checker::Invariant::Exclusive)
+                    .any(|v| v.evidence.starts_with("overlap on contended")),
                 "the checker missed the broken build: {report:?}"
             );
         } else {
