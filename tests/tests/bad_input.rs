@@ -582,3 +582,55 @@ async fn a_client_too_slow_to_send_its_headers_is_cut_off_and_the_service_keeps_
     );
     assert_eq!(svc.get("/healthz").await.status, 200);
 }
+
+#[tokio::test]
+async fn a_client_too_slow_to_send_its_body_gets_408_and_a_prompt_one_is_served() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let db = fresh_database().await;
+    let svc = Service::lease_service(&db, &[("CLIENT_REQUEST_TIMEOUT_MS", "500")]).await;
+    let body = br#"{"resource": "slow-body", "holder": "h"}"#;
+    let head = format!(
+        "POST /api/leases HTTP/1.1\r\nHost: leasehold\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n",
+        body.len()
+    );
+
+    // Headers at once, then half the body, then nothing.
+    let mut slow = tokio::net::TcpStream::connect(("127.0.0.1", svc.port))
+        .await
+        .unwrap();
+    slow.write_all(head.as_bytes()).await.unwrap();
+    slow.write_all(&body[..10]).await.unwrap();
+    let started = std::time::Instant::now();
+    let mut answer = Vec::new();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        slow.read_to_end(&mut answer),
+    )
+    .await
+    .expect("the slow client is answered and disconnected")
+    .unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains(r#""code":"request_timeout""#), "{answer}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(snapshot(&db, "leases").await, Vec::<String>::new());
+
+    // The same request sent in two halves, within the time, is served.
+    let mut prompt = tokio::net::TcpStream::connect(("127.0.0.1", svc.port))
+        .await
+        .unwrap();
+    prompt.write_all(head.as_bytes()).await.unwrap();
+    prompt.write_all(&body[..10]).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+    prompt.write_all(&body[10..]).await.unwrap();
+    let mut first_line = [0u8; 12];
+    prompt.read_exact(&mut first_line).await.unwrap();
+    assert_eq!(&first_line, b"HTTP/1.1 201");
+    assert_eq!(svc.get("/healthz").await.status, 200);
+}

@@ -39,6 +39,9 @@ pub enum ApiError {
     PayloadTooLarge { limit: usize },
     #[error("expected a JSON body (Content-Type: application/json)")]
     UnsupportedMediaType,
+    /// The client did not send its whole body in time.
+    #[error("the request body did not arrive within {timeout_ms} ms")]
+    BodyTimeout { timeout_ms: u128 },
     /// The database (or another dependency) cannot be reached; retrying later may work.
     #[error("{0}")]
     Unavailable(String),
@@ -65,6 +68,7 @@ impl ApiError {
             Self::MethodNotAllowed => "method_not_allowed",
             Self::PayloadTooLarge { .. } => "payload_too_large",
             Self::UnsupportedMediaType => "unsupported_media_type",
+            Self::BodyTimeout { .. } => "request_timeout",
             Self::Unavailable(_) => "unavailable",
             Self::Internal(_) => "internal",
         }
@@ -108,6 +112,7 @@ impl ResponseError for ApiError {
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -131,7 +136,12 @@ impl ResponseError for ApiError {
             Self::Unavailable(detail) => tracing::warn!(%detail, "dependency unavailable"),
             _ => {}
         }
-        HttpResponse::build(self.status_code()).json(body)
+        let mut response = HttpResponse::build(self.status_code());
+        if let Self::BodyTimeout { .. } = self {
+            // The rest of the body may still be on its way: do not read it as the next request.
+            response.force_close();
+        }
+        response.json(body)
     }
 }
 

@@ -17,7 +17,8 @@ use super::error::ApiError;
 /// request tracing, request metrics, trailing-slash normalisation and JSON 404s around them.
 /// It stops gracefully (in-flight requests get `grace_seconds`) when `stop` is cancelled; the
 /// caller awaits the returned server. `workers` 0 means one per core; a client that has not sent
-/// its request headers within `client_request_timeout` gets 408 and is disconnected.
+/// its request headers within `client_request_timeout`, or then its body within as long again,
+/// gets 408 and is disconnected, so slow clients cannot hold the service's connections.
 pub fn serve(
     listener: std::net::TcpListener,
     workers: usize,
@@ -29,9 +30,12 @@ pub fn serve(
 ) -> std::io::Result<actix_web::dev::Server> {
     use actix_web::middleware::{NormalizePath, TrailingSlash, from_fn};
     let metrics = web::Data::new(metrics);
+    let body_timeout = web::Data::new(BodyTimeout(client_request_timeout));
     let mut server = actix_web::HttpServer::new(move || {
         actix_web::App::new()
             .app_data(metrics.clone())
+            .app_data(body_timeout.clone())
+            .wrap(from_fn(body_deadline))
             .wrap(NormalizePath::new(TrailingSlash::Trim))
             .wrap(from_fn(record_metrics))
             .wrap(from_fn(trace_requests))
@@ -54,6 +58,50 @@ pub fn serve(
     });
     Ok(server)
 }
+
+/// How long a client may take to send a request's body once its headers arrived.
+#[derive(Debug, Clone, Copy)]
+struct BodyTimeout(std::time::Duration);
+
+/// Puts a deadline on the request's body: a read past it fails with a timed-out I/O error, which
+/// the JSON extractor's error handler turns into 408 (see `json_error`). actix-web's own
+/// `client_request_timeout` covers only the headers.
+async fn body_deadline(
+    mut request: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    use actix_web::HttpMessage;
+    use actix_web::dev::Payload;
+    use actix_web::error::PayloadError;
+    use futures_util::StreamExt;
+
+    let timeout = request
+        .app_data::<web::Data<BodyTimeout>>()
+        .map(|t| t.0)
+        .unwrap_or(std::time::Duration::from_secs(5));
+    let deadline = tokio::time::Instant::now() + timeout;
+    let payload = request.take_payload();
+    let bounded = futures_util::stream::unfold(Some(payload), move |payload| async move {
+        let mut payload = payload?;
+        match tokio::time::timeout_at(deadline, payload.next()).await {
+            Ok(Some(chunk)) => Some((chunk, Some(payload))),
+            Ok(None) => None,
+            Err(_) => {
+                let late = std::io::Error::new(std::io::ErrorKind::TimedOut, BodyTimedOut(timeout));
+                Some((Err(PayloadError::Io(late)), None))
+            }
+        }
+    });
+    request.set_payload(Payload::Stream {
+        payload: Box::pin(bounded),
+    });
+    next.call(request).await
+}
+
+/// The error inside the I/O error of a body that came too slowly; it carries the timeout.
+#[derive(Debug, thiserror::Error)]
+#[error("request body not received within {0:?}")]
+struct BodyTimedOut(std::time::Duration);
 
 /// Registers the JSON, path and query extractor configurations on a service.
 pub fn extractors(cfg: &mut web::ServiceConfig, max_body_bytes: usize) {
@@ -105,6 +153,17 @@ fn json_error(err: JsonPayloadError, limit: usize) -> ApiError {
             ApiError::PayloadTooLarge { limit }
         }
         JsonPayloadError::ContentType => ApiError::UnsupportedMediaType,
+        JsonPayloadError::Payload(actix_web::error::PayloadError::Io(io))
+            if io.kind() == std::io::ErrorKind::TimedOut =>
+        {
+            let timeout = io
+                .get_ref()
+                .and_then(|inner| inner.downcast_ref::<BodyTimedOut>())
+                .map_or(0, |late| late.0.as_millis());
+            ApiError::BodyTimeout {
+                timeout_ms: timeout,
+            }
+        }
         JsonPayloadError::Deserialize(err) if err.is_data() => {
             let message = err.to_string();
             let code = if message.starts_with("missing field") {

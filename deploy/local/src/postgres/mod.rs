@@ -142,6 +142,8 @@ pub struct PrivatePostgres {
     port: u16,
     run_as: Option<RunAs>,
     kind: Kind,
+    /// Acknowledge a commit only once its WAL is written (`synchronous_commit=on`).
+    crash_safe: bool,
 }
 
 // Test harnesses keep one in a `static`.
@@ -194,6 +196,8 @@ impl PrivatePostgres {
             port,
             run_as,
             kind: Kind::Persistent { running: false },
+            // Started by `pg_ctl` with the cluster's own (durable) settings.
+            crash_safe: true,
         };
         if !initialised {
             tracing::info!(data_dir = %pg.data_dir.display(), "initialising a new PostgreSQL cluster");
@@ -233,6 +237,18 @@ impl PrivatePostgres {
     /// Tuned for tests: `fsync`, `synchronous_commit` and `full_page_writes`
     /// off, `max_connections=400`, `shared_buffers=128MB`.
     pub fn start_ephemeral() -> Result<Self, PgError> {
+        Self::ephemeral(false)
+    }
+
+    /// Like [`start_ephemeral`](Self::start_ephemeral), but a commit is acknowledged only once
+    /// its WAL is written (`synchronous_commit=on`), so an immediate shutdown (a crash of
+    /// PostgreSQL, not of the machine: `fsync` stays off) loses nothing it acknowledged. For
+    /// tests that crash the server and count what survived.
+    pub fn start_ephemeral_crash_safe() -> Result<Self, PgError> {
+        Self::ephemeral(true)
+    }
+
+    fn ephemeral(crash_safe: bool) -> Result<Self, PgError> {
         let bindir = find_server_binaries()?;
         let run_as = RunAs::current()?;
         let base = ephemeral_base_dir(run_as.as_ref())?;
@@ -262,6 +278,7 @@ impl PrivatePostgres {
                 instance_dir,
                 postmaster: None,
             },
+            crash_safe,
         };
         prepare_data_dir(&pg.data_dir, pg.run_as.as_ref())?;
         pg.initdb(true)?;
@@ -518,6 +535,10 @@ impl PrivatePostgres {
             .args(["-c", "listen_addresses=127.0.0.1"])
             .args(["-c", "unix_socket_directories="]);
         for (name, value) in TEST_SETTINGS {
+            let value = match *name {
+                "synchronous_commit" if self.crash_safe => "on",
+                _ => value,
+            };
             command.arg("-c").arg(format!("{name}={value}"));
         }
         command.stdout(log).stderr(log_err);
