@@ -88,6 +88,57 @@ pub async fn insert(conn: &mut Db, task: &NewTask) -> Result<Option<TaskRow>> {
     .optional()
 }
 
+/// Inserts a generator's task and counts it, in one statement (so its own commit), only while
+/// the database's clock is before `deadline`; `None` if the key is taken or the deadline passed.
+/// The task's `created_at` is the moment of the insert, not of the transaction's start.
+#[tracing::instrument(name = "INSERT tasks", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "INSERT", db.collection.name = "tasks"))]
+pub async fn insert_before(
+    conn: &mut Db,
+    task: &NewTask,
+    deadline: DateTime<Utc>,
+) -> Result<Option<TaskRow>> {
+    diesel::sql_query(format!(
+        "WITH inserted AS (
+             INSERT INTO tasks (task_data, scheduled_at, queue, priority, max_attempts,
+                                idempotency_key, created_at, updated_at)
+             SELECT $1, COALESCE($2, clock_timestamp()), $3, $4, $5, $6,
+                    clock_timestamp(), clock_timestamp()
+             WHERE clock_timestamp() < $7
+             ON CONFLICT (idempotency_key) DO NOTHING
+             RETURNING {COLUMNS}
+         ), counted AS (
+             UPDATE generator_settings SET produced = produced + (SELECT count(*) FROM inserted)
+             WHERE id = 1
+         )
+         SELECT {COLUMNS} FROM inserted"
+    ))
+    .bind::<Jsonb, _>(&task.task_data)
+    .bind::<Nullable<Timestamptz>, _>(task.scheduled_at)
+    .bind::<Text, _>(&task.queue)
+    .bind::<Integer, _>(task.priority)
+    .bind::<Integer, _>(task.max_attempts)
+    .bind::<Nullable<Text>, _>(task.idempotency_key.as_deref())
+    .bind::<Timestamptz, _>(deadline)
+    .get_result(conn)
+    .await
+    .optional()
+}
+
+#[derive(QueryableByName)]
+struct Clock {
+    #[diesel(sql_type = Timestamptz)]
+    now: DateTime<Utc>,
+}
+
+/// The database's clock right now (`clock_timestamp()`, not the transaction's `now()`).
+#[tracing::instrument(name = "SELECT clock_timestamp", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT"))]
+pub async fn clock(conn: &mut Db) -> Result<DateTime<Utc>> {
+    diesel::sql_query("SELECT clock_timestamp() AS now")
+        .get_result::<Clock>(conn)
+        .await
+        .map(|row| row.now)
+}
+
 #[tracing::instrument(name = "SELECT tasks", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "tasks"))]
 pub async fn find_by_idempotency_key(conn: &mut Db, key: &str) -> Result<Option<TaskRow>> {
     diesel::sql_query(format!(
@@ -444,12 +495,4 @@ pub async fn set_generator(
     .bind::<Nullable<Double>, _>(max_sleep_seconds)
     .get_result(conn)
     .await
-}
-
-/// Counts one task created by the generator.
-pub async fn count_generated(conn: &mut Db) -> Result<()> {
-    diesel::sql_query("UPDATE generator_settings SET produced = produced + 1 WHERE id = 1")
-        .execute(conn)
-        .await
-        .map(|_| ())
 }

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use diesel_async::AsyncConnection;
 use rand::Rng;
+use shared::api::LeaseStatus;
 use shared::server::{ApiError, validate_name, validate_name_within};
 use shared::tasks::{ClaimTasks, CompleteTask, CreateTask, FailTask, Heartbeat, Task, TaskStatus};
 use shared::{LeaseClient, LeaseError};
@@ -86,19 +87,31 @@ pub async fn create(
     request: CreateTask,
 ) -> Result<Created, ApiError> {
     let task = validate_new(engine, request)?;
-    let generated = generator_fence(engine, task.idempotency_key.as_deref());
-    if let Some(fence) = generated {
-        check_generator_fence(engine, fence).await?;
-    }
-    let inserted = conn
-        .transaction::<_, ApiError, _>(async |conn| {
-            let row = repo::insert(conn, &task).await?;
-            if row.is_some() && generated.is_some() {
-                repo::count_generated(conn).await?;
+    let inserted = match generator_fence(engine, task.idempotency_key.as_deref()) {
+        Some(fence) => {
+            // The lease is good for at least `remaining` after the clock was read (it was
+            // measured later), so an insert the database makes before `deadline` falls inside
+            // the term, however long this process or the network stalls in between.
+            let read_at = repo::clock(conn).await?;
+            let remaining = check_generator_fence(engine, fence).await?;
+            let deadline = read_at + remaining - GENERATOR_DEADLINE_MARGIN;
+            let row = repo::insert_before(conn, &task, deadline).await?;
+            if row.is_none() {
+                let key = task.idempotency_key.as_deref().unwrap_or_default();
+                if repo::find_by_idempotency_key(conn, key).await?.is_none() {
+                    return Err(ApiError::Conflict {
+                        code: "stale_generator",
+                        message: format!(
+                            "the generator lease of fence {fence} ran out before the task was \
+                             stored"
+                        ),
+                    });
+                }
             }
-            Ok(row)
-        })
-        .await?;
+            row
+        }
+        None => repo::insert(conn, &task).await?,
+    };
     if let Some(row) = &inserted {
         let span = tracing::Span::current();
         span.record("task.id", row.id);
@@ -141,9 +154,14 @@ fn generator_fence(engine: &Engine, key: Option<&str>) -> Option<i64> {
     rest.split(':').next()?.parse().ok()
 }
 
+/// Taken off a generator lease's remaining time, for the rate at which two databases' clocks
+/// may drift apart over one lease term.
+const GENERATOR_DEADLINE_MARGIN: chrono::TimeDelta = chrono::TimeDelta::milliseconds(50);
+
 /// A generator replica may create tasks only under the generator lease's current fence: a
 /// replica that lost the lease (paused, partitioned) and has not noticed yet is refused.
-async fn check_generator_fence(engine: &Engine, fence: i64) -> Result<(), ApiError> {
+/// Returns how long the lease has left by lease-service's clock.
+async fn check_generator_fence(engine: &Engine, fence: i64) -> Result<chrono::TimeDelta, ApiError> {
     let current = engine
         .leases_retrying
         .current(&engine.generator_resource)
@@ -152,7 +170,9 @@ async fn check_generator_fence(engine: &Engine, fence: i64) -> Result<(), ApiErr
             ApiError::Unavailable(format!("cannot check the generator's lease: {err}"))
         })?;
     match current {
-        Some(lease) if lease.fence == fence => Ok(()),
+        Some(lease) if lease.fence == fence && lease.status == LeaseStatus::Active => {
+            Ok(chrono::TimeDelta::milliseconds(lease.expires_in_ms))
+        }
         other => Err(ApiError::Conflict {
             code: "stale_generator",
             message: format!(

@@ -198,10 +198,13 @@ fn terms(events: &[LeaseEvent], report: &mut Report) -> BTreeMap<String, Vec<Ter
             if let Some(last) = terms.last()
                 && event.fence <= last.fence
             {
-                report.violated(Invariant::FencesRise, format!(
-                    "fence did not rise on {}: {} (holder {}) acquired after {} (holder {})",
-                    event.resource, event.fence, event.holder, last.fence, last.holder
-                ));
+                report.violated(
+                    Invariant::FencesRise,
+                    format!(
+                        "fence did not rise on {}: {} (holder {}) acquired after {} (holder {})",
+                        event.resource, event.fence, event.holder, last.fence, last.holder
+                    ),
+                );
             }
             terms.push(Term {
                 resource: event.resource.clone(),
@@ -346,7 +349,10 @@ pub async fn check(lease_db: &str, task_db: Option<&str>, all_final: bool) -> Re
     report.tasks = tasks.len();
     let generator_terms = terms.get("task-generator").cloned().unwrap_or_default();
     for task in &tasks {
-        *report.tasks_by_status.entry(task.status.clone()).or_default() += 1;
+        *report
+            .tasks_by_status
+            .entry(task.status.clone())
+            .or_default() += 1;
         if all_final {
             report.checked(Invariant::AllFinal);
             if !matches!(task.status.as_str(), "succeeded" | "dead" | "cancelled") {
@@ -371,10 +377,13 @@ pub async fn check(lease_db: &str, task_db: Option<&str>, all_final: bool) -> Re
             .iter()
             .any(|t| t.fence == fence && t.start <= task.created_at && task.created_at <= t.end);
         if !within {
-            report.violated(Invariant::OneGenerator, format!(
-                "task {} was generated under fence {fence} at {}, outside that fence's term",
-                task.id, task.created_at
-            ));
+            report.violated(
+                Invariant::OneGenerator,
+                format!(
+                    "task {} was generated under fence {fence} at {}, outside that fence's term",
+                    task.id, task.created_at
+                ),
+            );
         }
     }
     report

@@ -49,8 +49,7 @@ impl Proxy {
                         {
                             let _ = upstream.set_nodelay(true);
                             let (mut client, mut upstream) = (client, upstream);
-                            let _ =
-                                tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                            let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
                             return;
                         }
                     }

@@ -56,12 +56,12 @@ pub struct SoakOptions {
 }
 
 impl SoakOptions {
-    /// The CI mode: two minutes of faults, one every 0.3 s on average.
+    /// The CI mode: two minutes of faults, one every 0.25 s on average.
     pub fn ci(seed: u64) -> SoakOptions {
         SoakOptions {
             duration: Duration::from_secs(120),
             seed,
-            mean_fault_interval: Duration::from_millis(300),
+            mean_fault_interval: Duration::from_millis(250),
             workers: 4,
             generators: 3,
             generator_rate: 10,
@@ -145,6 +145,8 @@ pub struct Summary {
     pub fault_errors: Vec<String>,
     /// Tasks the producer's requests created (the generator's are in the report).
     pub produced: usize,
+    /// Tasks whose creation was acknowledged but that are not in the table: lost.
+    pub lost: Vec<i64>,
     /// How long the stack took to finish every task once the faults stopped, if it did.
     pub drained_in: Option<Duration>,
     pub report: Report,
@@ -160,6 +162,7 @@ impl Summary {
     /// No violation, every task finished, every fault recovered from.
     pub fn passed(&self) -> bool {
         self.report.violations.is_empty()
+            && self.lost.is_empty()
             && self.fault_errors.is_empty()
             && self.drained_in.is_some()
     }
@@ -194,6 +197,16 @@ impl fmt::Display for Summary {
             self.produced,
             statuses.join(", ")
         )?;
+        if self.lost.is_empty() {
+            writeln!(f, "every acknowledged create is in the table")?;
+        } else {
+            writeln!(
+                f,
+                "LOST: {} acknowledged tasks are missing: {:?}",
+                self.lost.len(),
+                self.lost
+            )?;
+        }
         match self.drained_in {
             Some(took) => writeln!(f, "drained {took:.1?} after the faults stopped")?,
             None => writeln!(
@@ -234,7 +247,8 @@ fn secs(seconds: f64) -> String {
 
 impl Stack {
     async fn start(options: &SoakOptions) -> Stack {
-        let postgres = tokio::task::spawn_blocking(PrivatePostgres::start_ephemeral)
+        // Crash-safe commits: the soak crashes PostgreSQL and then counts what survived.
+        let postgres = tokio::task::spawn_blocking(PrivatePostgres::start_ephemeral_crash_safe)
             .await
             .unwrap()
             .unwrap_or_else(|err| panic!("cannot start the soak's PostgreSQL: {err}"));
@@ -270,8 +284,7 @@ impl Stack {
         ];
         let mut task_replicas = Vec::new();
         for _ in 0..2 {
-            let replica =
-                Service::task_service(&task_db, &lease_proxy.base_url(), &task_env).await;
+            let replica = Service::task_service(&task_db, &lease_proxy.base_url(), &task_env).await;
             task_replicas.push(replica);
         }
         let task_proxy = Proxy::start(task_replicas.iter().map(|s| s.port).collect()).await;
@@ -342,7 +355,10 @@ impl Stack {
     fn claim(&self, fault: Fault, pick: usize) -> Option<Vec<OwnedMutexGuard<Service>>> {
         let group = self.targets(fault);
         if fault == Fault::LeaseServicePauseBeyondTtl {
-            return group.iter().map(|s| Arc::clone(s).try_lock_owned().ok()).collect();
+            return group
+                .iter()
+                .map(|s| Arc::clone(s).try_lock_owned().ok())
+                .collect();
         }
         if group.is_empty() {
             return Some(Vec::new());
@@ -386,7 +402,10 @@ async fn inject(
                 target.resume();
             }
         }
-        Fault::WorkerKill | Fault::GeneratorKill | Fault::LeaseReplicaKill | Fault::TaskReplicaKill => {
+        Fault::WorkerKill
+        | Fault::GeneratorKill
+        | Fault::LeaseReplicaKill
+        | Fault::TaskReplicaKill => {
             let target = &mut targets[0];
             target.kill();
             tokio::time::sleep(hold).await;
@@ -432,10 +451,9 @@ async fn start_again(target: &mut Service, gate: &RwLock<()>) -> Result<(), Stri
     let name = format!("{} on port {}", target.name, target.port);
     // `start_again` panics with the log's tail when the process will not come up; keep that
     // message as the error.
-    let outcome = futures_util::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(
-        target.start_again(),
-    ))
-    .await;
+    let outcome =
+        futures_util::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(target.start_again()))
+            .await;
     outcome.map_err(|panic| {
         let message = panic
             .downcast_ref::<String>()
@@ -472,14 +490,20 @@ fn draw_hold(fault: Fault, rng: &mut StdRng) -> Duration {
     Duration::from_secs_f64(seconds)
 }
 
-/// Adds tasks at `rate` per second until `stop`; some fail on purpose, some for good.
-async fn produce(task_url: String, rate: u32, seed: u64, stop: tokio_util::sync::CancellationToken) -> usize {
+/// Adds tasks at `rate` per second until `stop`; some fail on purpose, some for good. Returns
+/// the ids of the tasks whose creation was acknowledged.
+async fn produce(
+    task_url: String,
+    rate: u32,
+    seed: u64,
+    stop: tokio_util::sync::CancellationToken,
+) -> Vec<i64> {
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(2))
         .build()
         .unwrap();
     let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed);
-    let mut created = 0;
+    let mut created = Vec::new();
     let period = Duration::from_secs_f64(1.0 / f64::from(rate.max(1)));
     let mut ticker = tokio::time::interval(period);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -504,11 +528,37 @@ async fn produce(task_url: String, rate: u32, seed: u64, stop: tokio_util::sync:
             .send()
             .await
             && response.status().is_success()
+            && let Ok(task) = response.json::<Value>().await
+            && let Some(id) = task["id"].as_i64()
         {
-            created += 1;
+            created.push(id);
         }
     }
     created
+}
+
+#[derive(diesel::QueryableByName)]
+struct TaskId {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    id: i64,
+}
+
+/// The ids in `acknowledged` that the tasks table does not have.
+async fn missing_tasks(task_db: &str, acknowledged: &[i64]) -> Vec<i64> {
+    use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+    let mut conn = AsyncPgConnection::establish(task_db).await.unwrap();
+    let present: std::collections::HashSet<i64> = diesel::sql_query("SELECT id FROM tasks")
+        .load::<TaskId>(&mut conn)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|row| row.id)
+        .collect();
+    acknowledged
+        .iter()
+        .copied()
+        .filter(|id| !present.contains(id))
+        .collect()
 }
 
 /// Sends `body` to `path` through `base` until it is answered 200, or `timeout` passes.
@@ -537,7 +587,10 @@ async fn drain(task_url: &str, timeout: Duration) -> Option<Duration> {
         .unwrap();
     let start = Instant::now();
     while start.elapsed() < timeout {
-        if let Ok(response) = http.get(format!("{task_url}/api/tasks/counts")).send().await
+        if let Ok(response) = http
+            .get(format!("{task_url}/api/tasks/counts"))
+            .send()
+            .await
             && let Ok(counts) = response.json::<Value>().await
         {
             let total = &counts["total"];
@@ -558,7 +611,13 @@ pub async fn run(options: SoakOptions) -> Summary {
 
     let settings = json!({"rate_per_second": options.generator_rate, "min_sleep_seconds": 0, "max_sleep_seconds": 1});
     assert!(
-        post_until_ok(&task_url, "/api/generator/start", &settings, Duration::from_secs(30)).await,
+        post_until_ok(
+            &task_url,
+            "/api/generator/start",
+            &settings,
+            Duration::from_secs(30)
+        )
+        .await,
         "the generator would not start"
     );
     let stop_producing = tokio_util::sync::CancellationToken::new();
@@ -603,12 +662,31 @@ pub async fn run(options: SoakOptions) -> Summary {
     }
 
     stop_producing.cancel();
-    let produced = producer.await.unwrap_or(0);
-    if !post_until_ok(&task_url, "/api/generator/stop", &json!({}), Duration::from_secs(30)).await {
+    let produced = producer.await.unwrap_or_default();
+    if !post_until_ok(
+        &task_url,
+        "/api/generator/stop",
+        &json!({}),
+        Duration::from_secs(30),
+    )
+    .await
+    {
         fault_errors.push("the generator could not be stopped after the faults".to_owned());
     }
     let drained_in = drain(&task_url, options.drain_timeout).await;
+    // Every replica's pool works again, whether or not it was restarted after PostgreSQL was.
+    for replica in stack.lease_replicas.iter().chain(&stack.task_replicas) {
+        let replica = replica.lock().await;
+        let ready = replica.get("/readyz").await;
+        if ready.status != 200 {
+            fault_errors.push(format!(
+                "{} on port {} is not ready after the faults: {} {}",
+                replica.name, replica.port, ready.status, ready.body
+            ));
+        }
+    }
     let report = checker::check(&stack.lease_db, Some(&stack.task_db), true).await;
+    let lost = missing_tasks(&stack.task_db, &produced).await;
     let log_dir = crate::log_dir().display().to_string();
     drop(stack);
     Summary {
@@ -616,7 +694,8 @@ pub async fn run(options: SoakOptions) -> Summary {
         options,
         faults,
         fault_errors,
-        produced,
+        produced: produced.len(),
+        lost,
         drained_in,
         report,
         log_dir,

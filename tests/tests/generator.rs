@@ -400,3 +400,109 @@ async fn status_is_the_same_through_every_replica_and_start_stop_work_through_ei
     assert_eq!((bad.status, bad.code()), (400, "malformed_json"));
     assert_eq!(s.tasks.get("/api/generator/settings").await.body, before);
 }
+
+/// A generator's task: `task-generator:<fence>:<term>:<seq>`, as task-generator names them.
+fn generated_task(fence: i64, seq: u32) -> Value {
+    json!({
+        "task_name": "sleep",
+        "task_data": {"sleep_duration_seconds": 0},
+        "idempotency_key": format!("task-generator:{fence}:1:{seq}"),
+    })
+}
+
+#[tokio::test]
+async fn task_service_stores_a_generators_task_only_under_a_live_current_fence() {
+    let lease_db = fresh_database().await;
+    let task_db = fresh_database().await;
+    let leases = Service::lease_service(&lease_db, &[]).await;
+    let tasks = Service::task_service(&task_db, &leases.base_url(), &[]).await;
+    let take = |holder: &'static str| {
+        let leases = &leases;
+        async move {
+            let body = json!({"resource": "task-generator", "holder": holder, "ttl_seconds": 5});
+            let answer = leases.post("/api/leases", &body).await;
+            assert_eq!(answer.status, 201, "{:?}", answer.body);
+            answer.body["fence"].as_i64().unwrap()
+        }
+    };
+
+    let old = take("g1").await;
+    assert_eq!(
+        tasks
+            .post("/api/tasks", &generated_task(old, 1))
+            .await
+            .status,
+        201
+    );
+    // g1's lease ends; g2 takes over with a higher fence.
+    tests::execute(
+        &lease_db,
+        "UPDATE leases SET expires_at = now() - interval '1 second'",
+    )
+    .await;
+    let new = take("g2").await;
+    assert!(new > old);
+    let before = tests::snapshot(&task_db, "tasks").await;
+    let stale = tasks.post("/api/tasks", &generated_task(old, 2)).await;
+    assert_eq!(
+        (stale.status, stale.code()),
+        (409, "stale_generator"),
+        "{:?}",
+        stale.body
+    );
+    assert_eq!(
+        tests::snapshot(&task_db, "tasks").await,
+        before,
+        "nothing stored"
+    );
+    assert_eq!(
+        tasks
+            .post("/api/tasks", &generated_task(new, 1))
+            .await
+            .status,
+        201
+    );
+
+    // The current fence, but expired: refused too.
+    tests::execute(
+        &lease_db,
+        "UPDATE leases SET expires_at = now() - interval '1 second'",
+    )
+    .await;
+    let expired = tasks.post("/api/tasks", &generated_task(new, 2)).await;
+    assert_eq!(
+        (expired.status, expired.code()),
+        (409, "stale_generator"),
+        "{:?}",
+        expired.body
+    );
+
+    // A lease with less time left than the insert's safety margin: the check passes, but the
+    // insert's deadline on the database's clock has already gone, so nothing is stored.
+    let mut ran_out = false;
+    for seq in 3..40 {
+        tests::execute(
+            &lease_db,
+            "UPDATE leases SET expires_at = clock_timestamp() + interval '45 milliseconds'",
+        )
+        .await;
+        let late = tasks.post("/api/tasks", &generated_task(new, seq)).await;
+        assert_eq!(
+            (late.status, late.code()),
+            (409, "stale_generator"),
+            "{:?}",
+            late.body
+        );
+        if late.body["error"].as_str().unwrap().contains("ran out") {
+            ran_out = true;
+            break;
+        }
+    }
+    assert!(ran_out, "the check never passed with a lease about to end");
+    let kept: Vec<String> = tests::snapshot(&task_db, "tasks").await;
+    assert_eq!(
+        kept.len(),
+        2,
+        "only the two tasks made under live fences: {kept:?}"
+    );
+}

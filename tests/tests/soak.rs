@@ -5,10 +5,15 @@
 
 use std::time::Duration;
 
+use tests::checker::Invariant;
 use tests::soak::{self, Fault, SoakOptions};
+
+/// One soak at a time: each runs a whole stack, and two would only slow each other down.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_minutes_of_faults_keep_every_invariant() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let seed = std::env::var("SOAK_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -36,5 +41,24 @@ async fn two_minutes_of_faults_keep_every_invariant() {
     assert!(
         summary.report.generated_tasks > 100 && summary.produced > 100,
         "too little load:\n{summary}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_soak_catches_a_build_whose_acquire_skips_the_expiry_check() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let mut options = SoakOptions::ci(rand::random());
+    options.duration = Duration::from_secs(15);
+    options.break_acquire = true;
+    let summary = soak::run(options).await;
+    println!("{summary}");
+    assert!(!summary.passed(), "the broken build passed:\n{summary}");
+    assert!(
+        summary
+            .report
+            .violations_of(Invariant::Exclusive)
+            .next()
+            .is_some(),
+        "no overlap found:\n{summary}"
     );
 }

@@ -21,7 +21,7 @@ struct Cli {
     #[arg(long)]
     seed: Option<u64>,
     /// Mean milliseconds between faults.
-    #[arg(long, default_value_t = 300)]
+    #[arg(long, default_value_t = 250)]
     fault_interval_ms: u64,
     /// Worker processes (each runs 3 tasks at a time).
     #[arg(long, default_value_t = 4)]
