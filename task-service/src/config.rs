@@ -110,8 +110,8 @@ pub struct ServeConfig {
     #[arg(long, env = "SHUTDOWN_GRACE_SECONDS", default_value_t = 10)]
     pub shutdown_grace_seconds: u64,
 
-    /// A client that has not sent a request's headers within this time gets 408 and is
-    /// disconnected, so slow clients cannot hold connections open.
+    /// A client that has not sent a request's headers within this time, or then its body within
+    /// as long again, gets 408 and is disconnected, so slow clients cannot hold connections.
     #[arg(long, env = "CLIENT_REQUEST_TIMEOUT_MS", default_value_t = 5000)]
     pub client_request_timeout_ms: u64,
 }
