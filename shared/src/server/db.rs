@@ -70,7 +70,8 @@ fn migrate_blocking(
     use diesel::RunQueryDsl;
     let mut conn = AsyncConnectionWrapper::<AsyncPgConnection>::establish(url)
         .context("connecting to the database")?;
-    diesel::sql_query(format!("SELECT pg_advisory_lock({lock_key})"))
+    diesel::sql_query("SELECT pg_advisory_lock($1)")
+        .bind::<diesel::sql_types::BigInt, _>(lock_key)
         .execute(&mut conn)
         .context("taking the migration lock")?;
     let applied: Vec<String> = conn
@@ -79,7 +80,8 @@ fn migrate_blocking(
         .iter()
         .map(ToString::to_string)
         .collect();
-    diesel::sql_query(format!("SELECT pg_advisory_unlock({lock_key})"))
+    diesel::sql_query("SELECT pg_advisory_unlock($1)")
+        .bind::<diesel::sql_types::BigInt, _>(lock_key)
         .execute(&mut conn)
         .context("releasing the migration lock")?;
     for version in &applied {
