@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 
 use clap::{Args, Parser, Subcommand};
+use shared::server::auth::Auth;
 
 /// Leasehold's lease service: time-bound, exclusive, renewable, fenced leases kept in PostgreSQL.
 #[derive(Debug, Parser)]
@@ -88,6 +89,18 @@ pub struct ServeConfig {
     /// as long again, gets 408 and is disconnected, so slow clients cannot hold connections.
     #[arg(long, env = "CLIENT_REQUEST_TIMEOUT_MS", default_value_t = 5000)]
     pub client_request_timeout_ms: u64,
+
+    /// Bearer tokens for the write routes: comma-separated `role[+role...]:token` entries,
+    /// tokens of 16 bytes or more. Roles: `leaseholder` (acquire, renew, release) and
+    /// `operator` (revoke anyone's lease). Unset: every route is open, and a warning says so.
+    #[arg(long, env = "AUTH_TOKENS", hide_env_values = true, default_value = "", hide_default_value = true, value_parser = Auth::parse)]
+    pub auth_tokens: Auth,
+
+    /// Renew, release and a reentrant acquire must present the lease's `secret` (returned by
+    /// the acquire), so a holder's name alone cannot release its lease. Off by default, so the
+    /// sample's clients, which send only `{resource, holder}`, keep working.
+    #[arg(long, env = "LEASE_REQUIRE_SECRET", default_value_t = false)]
+    pub require_secret: bool,
 
     /// TESTS ONLY: acquire without its expiry check, so another holder can take a live lease.
     /// It exists to show that the invariant checker catches a broken build; never set it.

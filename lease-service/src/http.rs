@@ -6,13 +6,14 @@ use std::time::Duration;
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 use shared::api::{AcquireLease, MAX_NAME_BYTES, ReleaseLease, RenewLease};
+use shared::server::auth::{Role, locked};
 use shared::server::http::{
     Page, extractors, get_only, healthz, method_not_allowed, metrics_response,
 };
 
 use crate::db::{self, DbPool};
 use crate::error::ApiError;
-use crate::leases::{self, AcquireOutcome, TtlPolicy};
+use crate::leases::{self, AcquireOutcome, SecretPolicy, TtlPolicy};
 use crate::metrics::Metrics;
 use crate::repo::{self, Listing};
 
@@ -23,6 +24,7 @@ pub const MAX_BODY_BYTES: usize = 16 * 1024;
 pub struct AppState {
     pub pool: DbPool,
     pub ttl: TtlPolicy,
+    pub secrets: SecretPolicy,
     pub metrics: Metrics,
 }
 
@@ -37,7 +39,9 @@ impl std::fmt::Debug for AppState {
 
 type State = web::Data<AppState>;
 
-/// Mounts every route. The caller adds the [`AppState`] as app data.
+/// Mounts every route. The caller adds the [`AppState`] and the
+/// [`shared::server::auth::Auth`] as app data. Writes need the `leaseholder` role, revoking
+/// another's lease the `operator` role; reads are open.
 pub fn configure(cfg: &mut web::ServiceConfig) {
     extractors(cfg, MAX_BODY_BYTES);
     cfg.service(
@@ -45,7 +49,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .service(
                 web::resource("")
                     .route(web::get().to(list_all))
-                    .route(web::post().to(acquire))
+                    .route(locked(web::post().to(acquire), Role::Leaseholder))
                     .default_service(web::to(method_not_allowed)),
             )
             .service(get_only("/active", list_active))
@@ -54,18 +58,23 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .service(get_only("/released", list_released))
             .service(
                 web::resource("/renew")
-                    .route(web::put().to(renew))
+                    .route(locked(web::put().to(renew), Role::Leaseholder))
                     .default_service(web::to(method_not_allowed)),
             )
             .service(
                 web::resource("/release")
-                    .route(web::delete().to(release))
+                    .route(locked(web::delete().to(release), Role::Leaseholder))
                     .default_service(web::to(method_not_allowed)),
             )
             .service(
                 web::resource("/{id}")
                     .route(web::get().to(get_by_id))
-                    .route(web::delete().to(release_by_id))
+                    .route(locked(web::delete().to(release_by_id), Role::Leaseholder))
+                    .default_service(web::to(method_not_allowed)),
+            )
+            .service(
+                web::resource("/{id}/revoke")
+                    .route(locked(web::post().to(revoke), Role::Operator))
                     .default_service(web::to(method_not_allowed)),
             ),
     )
@@ -77,7 +86,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 async fn acquire(state: State, body: web::Json<AcquireLease>) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
     Ok(
-        match leases::acquire(&mut conn, state.ttl, &state.metrics, &body).await? {
+        match leases::acquire(&mut conn, state.ttl, state.secrets, &state.metrics, &body).await? {
             AcquireOutcome::Acquired(lease) => HttpResponse::Created().json(lease),
             AcquireOutcome::Extended(lease) => HttpResponse::Ok().json(lease),
         },
@@ -86,13 +95,13 @@ async fn acquire(state: State, body: web::Json<AcquireLease>) -> Result<HttpResp
 
 async fn renew(state: State, body: web::Json<RenewLease>) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
-    let lease = leases::renew(&mut conn, state.ttl, &state.metrics, &body).await?;
+    let lease = leases::renew(&mut conn, state.ttl, state.secrets, &state.metrics, &body).await?;
     Ok(HttpResponse::Ok().json(lease))
 }
 
 async fn release(state: State, body: web::Json<ReleaseLease>) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
-    let lease = leases::release(&mut conn, &state.metrics, &body, None).await?;
+    let lease = leases::release(&mut conn, state.secrets, &state.metrics, &body, None).await?;
     Ok(HttpResponse::Ok().json(lease))
 }
 
@@ -102,8 +111,13 @@ async fn release_by_id(
     body: web::Json<ReleaseLease>,
 ) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
-    let lease = leases::release(&mut conn, &state.metrics, &body, Some(*id)).await?;
+    let lease = leases::release(&mut conn, state.secrets, &state.metrics, &body, Some(*id)).await?;
     Ok(HttpResponse::Ok().json(lease))
+}
+
+async fn revoke(state: State, id: web::Path<i64>) -> Result<HttpResponse, ApiError> {
+    let mut conn = db::connection(&state.pool).await?;
+    Ok(HttpResponse::Ok().json(leases::revoke(&mut conn, &state.metrics, *id).await?))
 }
 
 async fn get_by_id(state: State, id: web::Path<i64>) -> Result<HttpResponse, ApiError> {

@@ -2,12 +2,41 @@
 //! Plain functions over the repository, so the HTTP layer stays a thin translation.
 
 use diesel_async::AsyncPgConnection;
-use shared::api::{AcquireLease, Lease, LeaseStatus, ReleaseLease, RenewLease};
-use shared::server::validate_name;
+use rand::Rng;
+use shared::api::{AcquireLease, Lease, LeaseStatus, ReleaseLease, RenewLease, Secret};
+use shared::server::{sha256, validate_name};
 
 use crate::error::ApiError;
 use crate::metrics::Metrics;
-use crate::repo::{self, Acquired, LeaseRow};
+use crate::repo::{self, AcquireProof, Acquired, LeaseRow};
+
+/// Whether renew, release and a reentrant acquire must present the lease's secret
+/// (`LEASE_REQUIRE_SECRET`). When not required, a secret that is presented is still checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SecretPolicy {
+    pub required: bool,
+}
+
+impl SecretPolicy {
+    /// The digest of the presented secret, or a 400 when one is required and missing.
+    fn presented(self, secret: Option<&Secret>) -> Result<Option<[u8; 32]>, ApiError> {
+        match secret {
+            Some(secret) => Ok(Some(sha256(secret.expose()))),
+            None if self.required => Err(ApiError::invalid(
+                "secret_required",
+                "secret",
+                "this lease-service requires proof of holding: send the `secret` your acquire answered with",
+            )),
+            None => Ok(None),
+        }
+    }
+}
+
+/// A new acquisition's secret: 256 random bits, hex-encoded.
+fn new_secret() -> String {
+    let bytes: [u8; 32] = rand::rng().random();
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
 
 /// The TTLs a request may ask for, and the one it gets when it names none.
 #[derive(Debug, Clone, Copy)]
@@ -46,20 +75,51 @@ pub enum AcquireOutcome {
 pub async fn acquire(
     conn: &mut AsyncPgConnection,
     ttl: TtlPolicy,
+    secrets: SecretPolicy,
     metrics: &Metrics,
     request: &AcquireLease,
 ) -> Result<AcquireOutcome, ApiError> {
     validate_name("resource", &request.resource)?;
     validate_name("holder", &request.holder)?;
     let ttl_seconds = ttl.resolve(request.ttl_seconds)?;
-    match repo::acquire(conn, &request.resource, &request.holder, ttl_seconds).await? {
+    let secret = new_secret();
+    let new_secret_hash = sha256(&secret);
+    // Only a reentrant acquire needs proof, and whether it is one is known only inside the
+    // statement: a missing secret is refused there, not here.
+    let presented = request.secret.as_ref().map(|s| sha256(s.expose()));
+    let proof = AcquireProof {
+        new_secret_hash: &new_secret_hash,
+        presented_hash: presented.as_ref().map(<[u8; 32]>::as_slice),
+        require_secret: secrets.required,
+    };
+    match repo::acquire(conn, &request.resource, &request.holder, ttl_seconds, proof).await? {
         Acquired::New(row) => {
             metrics.acquisitions.with_label_values(&["new"]).inc();
-            Ok(AcquireOutcome::Acquired(to_api(row)))
+            let mut lease = to_api(row);
+            lease.secret = Some(Secret::new(secret));
+            Ok(AcquireOutcome::Acquired(lease))
         }
         Acquired::Reentrant(row) => {
             metrics.acquisitions.with_label_values(&["reentrant"]).inc();
-            Ok(AcquireOutcome::Extended(to_api(row)))
+            let mut lease = to_api(row);
+            // The statement checked it, so handing it back tells the caller nothing new.
+            lease.secret.clone_from(&request.secret);
+            Ok(AcquireOutcome::Extended(lease))
+        }
+        Acquired::Held(current) if current.holder == request.holder => {
+            // The holder's own live lease, without proof of holding it.
+            let refusal = match &request.secret {
+                None => secrets
+                    .presented(None)
+                    .err()
+                    .unwrap_or_else(|| wrong_secret("acquire")),
+                Some(_) => wrong_secret("acquire"),
+            };
+            metrics
+                .conflicts
+                .with_label_values(&["acquire", refusal.code()])
+                .inc();
+            Err(refusal)
         }
         Acquired::Held(current) => {
             metrics
@@ -78,11 +138,13 @@ pub async fn acquire(
 pub async fn renew(
     conn: &mut AsyncPgConnection,
     ttl: TtlPolicy,
+    secrets: SecretPolicy,
     metrics: &Metrics,
     request: &RenewLease,
 ) -> Result<Lease, ApiError> {
     validate_name("resource", &request.resource)?;
     validate_name("holder", &request.holder)?;
+    let presented = secrets.presented(request.secret.as_ref())?;
     let ttl_seconds = request
         .ttl_seconds
         .map(|seconds| ttl.resolve(Some(seconds)))
@@ -92,6 +154,7 @@ pub async fn renew(
         &request.resource,
         &request.holder,
         request.fence,
+        presented.as_ref().map(<[u8; 32]>::as_slice),
         ttl_seconds,
     )
     .await?;
@@ -100,7 +163,7 @@ pub async fn renew(
         return Ok(to_api(row));
     }
     let current = repo::find_by_resource(conn, &request.resource).await?;
-    let refusal = refusal("renew", current, &request.holder, request.fence);
+    let refusal = refusal("renew", current, &request.holder, request.fence, presented);
     metrics
         .conflicts
         .with_label_values(&["renew", refusal.code()])
@@ -115,14 +178,23 @@ pub async fn renew(
 /// and writes nothing, so it can never touch a newer lease.
 pub async fn release(
     conn: &mut AsyncPgConnection,
+    secrets: SecretPolicy,
     metrics: &Metrics,
     request: &ReleaseLease,
     id: Option<i64>,
 ) -> Result<Lease, ApiError> {
     validate_name("resource", &request.resource)?;
     validate_name("holder", &request.holder)?;
-    let released =
-        repo::release(conn, &request.resource, &request.holder, request.fence, id).await?;
+    let presented = secrets.presented(request.secret.as_ref())?;
+    let released = repo::release(
+        conn,
+        &request.resource,
+        &request.holder,
+        request.fence,
+        presented.as_ref().map(<[u8; 32]>::as_slice),
+        id,
+    )
+    .await?;
     if let Some(row) = released {
         metrics.releases.inc();
         return Ok(to_api(row));
@@ -140,15 +212,37 @@ pub async fn release(
         && row.holder == request.holder
         && row.is_released()
         && request.fence.is_none_or(|fence| fence == row.fence)
+        && secret_matches(row, presented)
     {
         return Ok(to_api(row.clone()));
     }
-    let refusal = refusal("release", current, &request.holder, request.fence);
+    let refusal = refusal(
+        "release",
+        current,
+        &request.holder,
+        request.fence,
+        presented,
+    );
     metrics
         .conflicts
         .with_label_values(&["release", refusal.code()])
         .inc();
     Err(refusal)
+}
+
+/// An operator's release of lease `id`, whoever holds it (`POST /api/leases/{id}/revoke`).
+/// Revoking a lease that already ended answers it as it is: the outcome asked for holds.
+pub async fn revoke(
+    conn: &mut AsyncPgConnection,
+    metrics: &Metrics,
+    id: i64,
+) -> Result<Lease, ApiError> {
+    if let Some(row) = repo::revoke(conn, id).await? {
+        metrics.releases.inc();
+        tracing::warn!(lease.id = id, lease.resource = %row.resource, lease.holder = %row.holder, lease.fence = row.fence, "lease revoked by an operator");
+        return Ok(to_api(row));
+    }
+    get(conn, id).await
 }
 
 pub async fn get(conn: &mut AsyncPgConnection, id: i64) -> Result<Lease, ApiError> {
@@ -161,12 +255,26 @@ pub async fn get(conn: &mut AsyncPgConnection, id: i64) -> Result<Lease, ApiErro
         })
 }
 
-/// Why a renew or release by `holder` (with `fence`) changed nothing, given the lease as it is.
+/// Whether the presented secret's digest (if any) is the lease's.
+fn secret_matches(row: &LeaseRow, presented: Option<[u8; 32]>) -> bool {
+    presented.is_none_or(|hash| row.secret_hash.as_deref() == Some(hash.as_slice()))
+}
+
+fn wrong_secret(operation: &str) -> ApiError {
+    ApiError::Conflict {
+        code: "wrong_secret",
+        message: format!("cannot {operation}: the secret is not this lease's"),
+    }
+}
+
+/// Why a renew or release by `holder` (with `fence` and a secret's digest) changed nothing,
+/// given the lease as it is.
 fn refusal(
     operation: &str,
     current: Option<LeaseRow>,
     holder: &str,
     fence: Option<i64>,
+    presented: Option<[u8; 32]>,
 ) -> ApiError {
     let Some(row) = current else {
         return ApiError::NotFound {
@@ -188,6 +296,8 @@ fn refusal(
                 row.fence
             ),
         )
+    } else if !secret_matches(&row, presented) {
+        return wrong_secret(operation);
     } else if row.is_released() {
         (
             "lease_released",
@@ -239,6 +349,7 @@ pub fn to_api(row: LeaseRow) -> Lease {
         released_at: row.released_at,
         expires_at: row.expires_at,
         expires_in_ms,
+        secret: None,
     }
 }
 
@@ -261,6 +372,7 @@ mod tests {
             released_at: released.then_some(now),
             expires_at: now + Duration::seconds(expires_in_seconds),
             db_now: now,
+            secret_hash: Some(sha256("s").to_vec()),
         }
     }
 
@@ -306,13 +418,29 @@ mod tests {
     #[test]
     fn refusals_name_the_first_reason_that_applies() {
         let code = |current: Option<LeaseRow>, holder: &str, fence: Option<i64>| {
-            refusal("renew", current, holder, fence).code()
+            refusal("renew", current, holder, fence, Some(sha256("s"))).code()
         };
         assert_eq!(code(None, "h", None), "lease_not_found");
         assert_eq!(code(Some(row(false, 5)), "other", Some(9)), "not_holder");
         assert_eq!(code(Some(row(false, 5)), "h", Some(8)), "stale_fence");
         assert_eq!(code(Some(row(true, 5)), "h", Some(9)), "lease_released");
         assert_eq!(code(Some(row(false, -1)), "h", None), "lease_expired");
+        let wrong = refusal(
+            "renew",
+            Some(row(false, 5)),
+            "h",
+            Some(9),
+            Some(sha256("x")),
+        );
+        assert_eq!(wrong.code(), "wrong_secret");
+        let stale_first = refusal(
+            "renew",
+            Some(row(false, 5)),
+            "h",
+            Some(8),
+            Some(sha256("x")),
+        );
+        assert_eq!(stale_first.code(), "stale_fence");
     }
 
     #[test]

@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::ServeConfig;
 use crate::http::AppState;
-use crate::leases::TtlPolicy;
+use crate::leases::{SecretPolicy, TtlPolicy};
 use crate::metrics::Metrics;
 use crate::sweeper::SweeperConfig;
 
@@ -68,8 +68,18 @@ pub async fn run(
             min_seconds: config.min_ttl_seconds,
             max_seconds: config.max_ttl_seconds,
         },
+        secrets: SecretPolicy {
+            required: config.require_secret,
+        },
         metrics: metrics.clone(),
     });
+    config.auth_tokens.announce("lease-service");
+    if !config.require_secret {
+        tracing::info!(
+            "renew and release without the lease's secret are accepted (the sample's clients); set LEASE_REQUIRE_SECRET=true to require proof of holding"
+        );
+    }
+    let auth = web::Data::new(config.auth_tokens.clone());
     let address = listener
         .local_addr()
         .context("reading the listen address")?;
@@ -81,7 +91,7 @@ pub async fn run(
         metrics.http.clone(),
         stop.clone(),
         move |cfg| {
-            cfg.app_data(state.clone());
+            cfg.app_data(state.clone()).app_data(auth.clone());
             http::configure(cfg);
         },
     )

@@ -4,7 +4,7 @@
 //! (`now()`); no host clock enters any expiry decision.
 
 use diesel::result::Error as DieselError;
-use diesel::sql_types::{BigInt, Bool, Integer, Nullable, Text, Timestamptz};
+use diesel::sql_types::{BigInt, Binary, Bool, Integer, Nullable, Text, Timestamptz};
 use diesel::{OptionalExtension, QueryableByName};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
@@ -33,6 +33,10 @@ pub struct LeaseRow {
     pub expires_at: DateTime<Utc>,
     #[diesel(sql_type = Timestamptz)]
     pub db_now: DateTime<Utc>,
+    /// SHA-256 of the acquisition's secret (never the secret itself); `None` for leases from
+    /// before secrets existed.
+    #[diesel(sql_type = Nullable<Binary>)]
+    pub secret_hash: Option<Vec<u8>>,
 }
 
 impl LeaseRow {
@@ -65,18 +69,20 @@ struct Count {
 }
 
 const COLUMNS: &str = "id, resource, holder, fence, ttl_seconds, created_at, renewed_at, \
-                       released_at, expires_at, now() AS db_now";
+                       released_at, expires_at, now() AS db_now, secret_hash";
 
-/// The sample's acquire statement, with a fence, a per-request TTL and reentrancy.
+/// The sample's acquire statement, with a fence, a per-request TTL, reentrancy and a secret.
 ///
 /// The row is taken over only if its lease expired or was released, or if the requester already
-/// holds it. A takeover draws a new fence from the sequence *inside* `DO UPDATE`, i.e. after the
-/// row lock is held, so it is greater than the fence of whoever held the row before. A reentrant
-/// acquire keeps fence and `created_at` and stamps `renewed_at`, which is how `fresh` tells the
-/// two apart: only a new acquisition has `renewed_at IS NULL`.
+/// holds it and proves it (`$5`, the digest of the secret it presents; with none, only when
+/// `$6`, "a secret is required", is false). A takeover draws a new fence from the sequence
+/// *inside* `DO UPDATE`, i.e. after the row lock is held, so it is greater than the fence of
+/// whoever held the row before, and stores the digest of a new secret (`$4`). A reentrant
+/// acquire keeps fence, secret and `created_at` and stamps `renewed_at`, which is how `fresh`
+/// tells the two apart: only a new acquisition has `renewed_at IS NULL`.
 const ACQUIRE: &str = "\
-INSERT INTO leases AS l (resource, holder, fence, ttl_seconds, created_at, expires_at)
-VALUES ($1, $2, nextval('leases_fence_seq'), $3, now(), now() + make_interval(secs => $3))
+INSERT INTO leases AS l (resource, holder, fence, ttl_seconds, created_at, expires_at, secret_hash)
+VALUES ($1, $2, nextval('leases_fence_seq'), $3, now(), now() + make_interval(secs => $3), $4)
 ON CONFLICT (resource) DO UPDATE SET
     fence = CASE WHEN l.holder = EXCLUDED.holder AND l.released_at IS NULL AND l.expires_at > now()
                  THEN l.fence ELSE nextval('leases_fence_seq') END,
@@ -84,13 +90,18 @@ ON CONFLICT (resource) DO UPDATE SET
                       THEN l.created_at ELSE now() END,
     renewed_at = CASE WHEN l.holder = EXCLUDED.holder AND l.released_at IS NULL AND l.expires_at > now()
                       THEN now() ELSE NULL END,
+    secret_hash = CASE WHEN l.holder = EXCLUDED.holder AND l.released_at IS NULL AND l.expires_at > now()
+                       THEN l.secret_hash ELSE EXCLUDED.secret_hash END,
     holder = EXCLUDED.holder,
     released_at = NULL,
     ttl_seconds = EXCLUDED.ttl_seconds,
     expires_at = EXCLUDED.expires_at
-WHERE l.expires_at <= now() OR l.released_at IS NOT NULL OR l.holder = EXCLUDED.holder
+WHERE l.expires_at <= now() OR l.released_at IS NOT NULL
+   OR (l.holder = EXCLUDED.holder
+       AND CASE WHEN $5::bytea IS NULL THEN NOT $6::boolean
+                ELSE COALESCE(l.secret_hash = $5::bytea, FALSE) END)
 RETURNING id, resource, holder, fence, ttl_seconds, created_at, renewed_at, released_at,
-          expires_at, now() AS db_now, (renewed_at IS NULL) AS fresh";
+          expires_at, now() AS db_now, secret_hash, (renewed_at IS NULL) AS fresh";
 
 const RENEW: &str = "\
 UPDATE leases SET
@@ -98,17 +109,28 @@ UPDATE leases SET
     ttl_seconds = COALESCE($4, ttl_seconds),
     expires_at = now() + make_interval(secs => COALESCE($4, ttl_seconds))
 WHERE resource = $1 AND holder = $2 AND ($3::bigint IS NULL OR fence = $3)
+  AND ($5::bytea IS NULL OR secret_hash = $5)
   AND released_at IS NULL AND expires_at > now()
 RETURNING id, resource, holder, fence, ttl_seconds, created_at, renewed_at, released_at,
-          expires_at, now() AS db_now";
+          expires_at, now() AS db_now, secret_hash";
 
 const RELEASE: &str = "\
 UPDATE leases SET released_at = now()
 WHERE resource = $1 AND holder = $2 AND ($3::bigint IS NULL OR fence = $3)
   AND ($4::bigint IS NULL OR id = $4)
+  AND ($5::bytea IS NULL OR secret_hash = $5)
   AND released_at IS NULL AND expires_at > now()
 RETURNING id, resource, holder, fence, ttl_seconds, created_at, renewed_at, released_at,
-          expires_at, now() AS db_now";
+          expires_at, now() AS db_now, secret_hash";
+
+/// An operator's release of whatever lease `id` is, whoever holds it: no secret, no holder.
+/// The next acquisition still gets a greater fence, so the evicted holder's late writes are
+/// refused wherever fences are checked.
+const REVOKE: &str = "\
+UPDATE leases SET released_at = now()
+WHERE id = $1 AND released_at IS NULL AND expires_at > now()
+RETURNING id, resource, holder, fence, ttl_seconds, created_at, renewed_at, released_at,
+          expires_at, now() AS db_now, secret_hash";
 
 /// Deletes a batch of leases that ended more than `$1` seconds ago. The age test is repeated on
 /// the target rows (not only in the subquery) so that a row re-acquired while the statement
@@ -125,14 +147,26 @@ pub static BREAK_ACQUIRE: std::sync::atomic::AtomicBool = std::sync::atomic::Ato
 
 /// [`ACQUIRE`] without its expiry check: it takes over live leases (tests of the checker only).
 const ACQUIRE_BROKEN: &str = "\
-INSERT INTO leases AS l (resource, holder, fence, ttl_seconds, created_at, expires_at)
-VALUES ($1, $2, nextval('leases_fence_seq'), $3, now(), now() + make_interval(secs => $3))
+INSERT INTO leases AS l (resource, holder, fence, ttl_seconds, created_at, expires_at, secret_hash)
+VALUES ($1, $2, nextval('leases_fence_seq'), $3, now(), now() + make_interval(secs => $3), $4)
 ON CONFLICT (resource) DO UPDATE SET
     fence = nextval('leases_fence_seq'), created_at = now(), renewed_at = NULL,
     holder = EXCLUDED.holder, released_at = NULL, ttl_seconds = EXCLUDED.ttl_seconds,
-    expires_at = EXCLUDED.expires_at
+    expires_at = EXCLUDED.expires_at, secret_hash = EXCLUDED.secret_hash
+WHERE $5::bytea IS NULL OR $6::boolean OR TRUE
 RETURNING id, resource, holder, fence, ttl_seconds, created_at, renewed_at, released_at,
-          expires_at, now() AS db_now, (renewed_at IS NULL) AS fresh";
+          expires_at, now() AS db_now, secret_hash, (renewed_at IS NULL) AS fresh";
+
+/// What an acquire proves and stores about secrets.
+#[derive(Debug, Clone, Copy)]
+pub struct AcquireProof<'a> {
+    /// Stored when the acquisition is new.
+    pub new_secret_hash: &'a [u8],
+    /// The digest of the secret the requester presented, for a reentrant acquire.
+    pub presented_hash: Option<&'a [u8]>,
+    /// A reentrant acquire without a secret is refused.
+    pub require_secret: bool,
+}
 
 #[derive(Debug)]
 pub enum Acquired {
@@ -172,6 +206,7 @@ pub async fn acquire(
     resource: &str,
     holder: &str,
     ttl_seconds: i32,
+    proof: AcquireProof<'_>,
 ) -> Result<Acquired, DieselError> {
     // If the holder's lease ends between the refused upsert and the read that reports it, the
     // upsert is simply tried again; twice more is plenty.
@@ -188,6 +223,9 @@ pub async fn acquire(
             .bind::<Text, _>(resource)
             .bind::<Text, _>(holder)
             .bind::<Integer, _>(ttl_seconds)
+            .bind::<Binary, _>(proof.new_secret_hash)
+            .bind::<Nullable<Binary>, _>(proof.presented_hash)
+            .bind::<Bool, _>(proof.require_secret)
             .get_result(conn)
             .await
             .optional()?;
@@ -215,6 +253,7 @@ pub async fn renew(
     resource: &str,
     holder: &str,
     fence: Option<i64>,
+    secret_hash: Option<&[u8]>,
     ttl_seconds: Option<i32>,
 ) -> Result<Option<LeaseRow>, DieselError> {
     diesel::sql_query(RENEW)
@@ -222,6 +261,7 @@ pub async fn renew(
         .bind::<Text, _>(holder)
         .bind::<Nullable<BigInt>, _>(fence)
         .bind::<Nullable<Integer>, _>(ttl_seconds)
+        .bind::<Nullable<Binary>, _>(secret_hash)
         .get_result(conn)
         .await
         .optional()
@@ -233,6 +273,7 @@ pub async fn release(
     resource: &str,
     holder: &str,
     fence: Option<i64>,
+    secret_hash: Option<&[u8]>,
     id: Option<i64>,
 ) -> Result<Option<LeaseRow>, DieselError> {
     diesel::sql_query(RELEASE)
@@ -240,6 +281,19 @@ pub async fn release(
         .bind::<Text, _>(holder)
         .bind::<Nullable<BigInt>, _>(fence)
         .bind::<Nullable<BigInt>, _>(id)
+        .bind::<Nullable<Binary>, _>(secret_hash)
+        .get_result(conn)
+        .await
+        .optional()
+}
+
+#[tracing::instrument(name = "UPDATE leases", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "leases"))]
+pub async fn revoke(
+    conn: &mut AsyncPgConnection,
+    id: i64,
+) -> Result<Option<LeaseRow>, DieselError> {
+    diesel::sql_query(REVOKE)
+        .bind::<BigInt, _>(id)
         .get_result(conn)
         .await
         .optional()

@@ -69,7 +69,22 @@ async fn round(
     ttl_seconds: i32,
 ) -> Result<Option<u64>, ApiError> {
     let mut conn = db::connection(pool).await?;
-    match repo::acquire(&mut conn, SWEEPER_RESOURCE, &config.holder, ttl_seconds).await? {
+    // In-process and trusted: it proves nothing, and its reentrant acquire needs no secret.
+    let secret_hash = shared::server::sha256(&config.holder);
+    let proof = repo::AcquireProof {
+        new_secret_hash: &secret_hash,
+        presented_hash: None,
+        require_secret: false,
+    };
+    match repo::acquire(
+        &mut conn,
+        SWEEPER_RESOURCE,
+        &config.holder,
+        ttl_seconds,
+        proof,
+    )
+    .await?
+    {
         Acquired::New(_) | Acquired::Reentrant(_) => {}
         Acquired::Held(_) | Acquired::Contended => return Ok(None),
     }
@@ -87,6 +102,6 @@ async fn round(
 /// Releases the sweeper lease at shutdown, so another replica takes over at its next round.
 async fn hand_over(pool: &DbPool, holder: &str) -> Result<(), ApiError> {
     let mut conn = db::connection(pool).await?;
-    repo::release(&mut conn, SWEEPER_RESOURCE, holder, None, None).await?;
+    repo::release(&mut conn, SWEEPER_RESOURCE, holder, None, None, None).await?;
     Ok(())
 }

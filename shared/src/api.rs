@@ -32,6 +32,98 @@ pub struct Lease {
     pub expires_at: DateTime<Utc>,
     /// Milliseconds until expiry by the database's clock; 0 once expired or released.
     pub expires_in_ms: i64,
+    /// Proof of holding, in the answer to a new acquisition only (and to a reentrant one that
+    /// presented it): renew and release present it, so that a holder's name alone is not
+    /// enough to release its lease. lease-service keeps only its digest; keep it secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<Secret>,
+}
+
+/// A lease's secret: shown to no `Debug` print and so to no log; [`Secret::expose`] to send it.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(secret: impl Into<String>) -> Secret {
+        Secret(secret.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+/// From configuration (a bearer token in an environment variable).
+impl std::str::FromStr for Secret {
+    type Err = std::convert::Infallible;
+
+    fn from_str(text: &str) -> Result<Secret, Self::Err> {
+        Ok(Secret::new(text))
+    }
+}
+
+impl Secret {
+    /// `Authorization: Bearer <this>` as default headers for a client: marked sensitive, so
+    /// neither reqwest's nor our own debug output shows it. `None` or empty: no header.
+    pub fn bearer_headers(token: Option<&Secret>) -> reqwest::header::HeaderMap {
+        let mut headers = reqwest::header::HeaderMap::new();
+        if let Some(token) = token.filter(|t| !t.0.is_empty())
+            && let Ok(mut value) =
+                reqwest::header::HeaderValue::from_str(&format!("Bearer {}", token.0))
+        {
+            value.set_sensitive(true);
+            headers.insert(reqwest::header::AUTHORIZATION, value);
+        }
+        headers
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(redacted)")
+    }
+}
+
+impl Lease {
+    /// What renew and release present to prove that they come from this lease's holder.
+    pub fn proof(&self) -> Proof<'_> {
+        Proof {
+            fence: Some(self.fence),
+            secret: self.secret.as_ref().map(Secret::expose),
+        }
+    }
+}
+
+/// What a renew or release presents besides the holder's name: the fence, refused unless it is
+/// the current one, and the secret the acquire answered with, refused unless it matches.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+pub struct Proof<'a> {
+    pub fence: Option<i64>,
+    pub secret: Option<&'a str>,
+}
+
+impl std::fmt::Debug for Proof<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Proof")
+            .field("fence", &self.fence)
+            .field("secret", &self.secret.map(|_| "redacted"))
+            .finish()
+    }
+}
+
+impl<'a> Proof<'a> {
+    /// The secret as a request field.
+    pub fn secret_field(&self) -> Option<Secret> {
+        self.secret.map(Secret::new)
+    }
+
+    pub fn fence(fence: Option<i64>) -> Proof<'a> {
+        Proof {
+            fence,
+            secret: None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -49,6 +141,9 @@ pub struct AcquireLease {
     pub holder: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttl_seconds: Option<i64>,
+    /// For a reentrant acquire: the secret of the lease the holder already has.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<Secret>,
 }
 
 /// `PUT /api/leases/renew`.
@@ -62,6 +157,9 @@ pub struct RenewLease {
     /// When given, the lease's TTL changes to this from now on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttl_seconds: Option<i64>,
+    /// The secret the acquire answered with; required when lease-service requires proof.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<Secret>,
 }
 
 /// `DELETE /api/leases/release` and `DELETE /api/leases/{id}`.
@@ -71,6 +169,9 @@ pub struct ReleaseLease {
     pub holder: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fence: Option<i64>,
+    /// The secret the acquire answered with; required when lease-service requires proof.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<Secret>,
 }
 
 /// Body of every non-2xx answer of every Leasehold service.

@@ -14,7 +14,7 @@ use reqwest::StatusCode;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::api::{AcquireLease, ErrorBody, Lease, ReleaseLease, RenewLease};
+use crate::api::{AcquireLease, ErrorBody, Lease, Proof, ReleaseLease, RenewLease, Secret};
 
 /// Why a lease call did not succeed.
 #[derive(Debug, thiserror::Error)]
@@ -108,6 +108,8 @@ pub struct LeaseClient {
     http: reqwest::Client,
     base_url: String,
     retry: RetryPolicy,
+    /// Sent as `Authorization: Bearer ...` when lease-service's write routes are locked.
+    bearer: Option<Secret>,
 }
 
 /// How one HTTP exchange ended, before it is turned into a [`LeaseError`].
@@ -140,7 +142,15 @@ impl LeaseClient {
             http,
             base_url,
             retry: RetryPolicy::default(),
+            bearer: None,
         }
+    }
+
+    /// Sends `token` as a bearer token on every call (a token with the `leaseholder` role, when
+    /// lease-service's `AUTH_TOKENS` is set). `None` or an empty token sends none.
+    pub fn with_bearer_token(mut self, token: Option<&str>) -> Self {
+        self.bearer = token.filter(|t| !t.is_empty()).map(Secret::new);
+        self
     }
 
     pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
@@ -164,6 +174,7 @@ impl LeaseClient {
             resource: resource.to_owned(),
             holder: holder.to_owned(),
             ttl_seconds: ttl.map(ttl_seconds),
+            secret: None,
         };
         self.call(reqwest::Method::POST, "/api/leases", &[], Some(&body))
             .await
@@ -180,10 +191,23 @@ impl LeaseClient {
         holder: &str,
         ttl: Option<Duration>,
     ) -> Result<(Lease, bool), LeaseError> {
+        self.acquire_proving(resource, holder, ttl, None).await
+    }
+
+    /// Like [`LeaseClient::acquire_telling`], presenting the secret of the lease `holder`
+    /// already has (if any): a reentrant acquire needs it when lease-service requires proof.
+    pub async fn acquire_proving(
+        &self,
+        resource: &str,
+        holder: &str,
+        ttl: Option<Duration>,
+        secret: Option<&Secret>,
+    ) -> Result<(Lease, bool), LeaseError> {
         let body = AcquireLease {
             resource: resource.to_owned(),
             holder: holder.to_owned(),
             ttl_seconds: ttl.map(ttl_seconds),
+            secret: secret.cloned(),
         };
         self.call(reqwest::Method::POST, "/api/leases", &[], Some(&body))
             .await
@@ -234,20 +258,22 @@ impl LeaseClient {
         }
     }
 
-    /// Renews the lease. `fence`, when given, must be the current fence. `ttl`, when given,
-    /// becomes the lease's TTL.
+    /// Renews the lease. The proof's fence, when given, must be the current fence, and its
+    /// secret the lease's ([`Lease::proof`] gives both). `ttl`, when given, becomes the
+    /// lease's TTL.
     pub async fn renew(
         &self,
         resource: &str,
         holder: &str,
-        fence: Option<i64>,
+        proof: Proof<'_>,
         ttl: Option<Duration>,
     ) -> Result<Lease, LeaseError> {
         let body = RenewLease {
             resource: resource.to_owned(),
             holder: holder.to_owned(),
-            fence,
+            fence: proof.fence,
             ttl_seconds: ttl.map(ttl_seconds),
+            secret: proof.secret_field(),
         };
         self.call(reqwest::Method::PUT, "/api/leases/renew", &[], Some(&body))
             .await
@@ -260,12 +286,13 @@ impl LeaseClient {
         &self,
         resource: &str,
         holder: &str,
-        fence: Option<i64>,
+        proof: Proof<'_>,
     ) -> Result<Lease, LeaseError> {
         let body = ReleaseLease {
             resource: resource.to_owned(),
             holder: holder.to_owned(),
-            fence,
+            fence: proof.fence,
+            secret: proof.secret_field(),
         };
         self.call(
             reqwest::Method::DELETE,
@@ -335,6 +362,9 @@ impl LeaseClient {
                 .request(method, url)
                 .headers(crate::telemetry::inject())
                 .query(query);
+            if let Some(token) = &self.bearer {
+                request = request.bearer_auth(token.expose());
+            }
             if let Some(body) = body {
                 request = request.json(body);
             }

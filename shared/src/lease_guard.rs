@@ -16,7 +16,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{DEFAULT_TTL_SECONDS, Lease};
+use crate::api::{DEFAULT_TTL_SECONDS, Lease, Proof, Secret};
 use crate::lease_client::{LeaseClient, LeaseError};
 
 /// What to hold and how to keep it.
@@ -291,7 +291,7 @@ impl LeaseGuard {
         self.stop_renewing().await;
         let lease = self.lease();
         self.client
-            .release(&lease.resource, &lease.holder, Some(lease.fence))
+            .release(&lease.resource, &lease.holder, lease.proof())
             .await
     }
 
@@ -360,7 +360,7 @@ impl Drop for LeaseGuard {
             let lease = self.lease();
             runtime.spawn(async move {
                 if let Err(err) = client
-                    .release(&lease.resource, &lease.holder, Some(lease.fence))
+                    .release(&lease.resource, &lease.holder, lease.proof())
                     .await
                 {
                     tracing::debug!(resource = %lease.resource, error = %err, "release on drop failed");
@@ -399,8 +399,13 @@ async fn keep_renewed(
         resource,
         holder,
         fence,
+        secret,
         ..
     } = shared.lease();
+    let proof = Proof {
+        fence: Some(fence),
+        secret: secret.as_ref().map(Secret::expose),
+    };
     let mut confirmed_until = deadline(sent, timing.ttl, timing.margin);
     let mut next_renewal = sent + timing.interval;
     let mut last_error: Option<String> = None;
@@ -411,10 +416,7 @@ async fn keep_renewed(
         let renewal = async {
             tokio::time::sleep_until(next_renewal).await;
             let sent = Instant::now();
-            (
-                sent,
-                client.renew(&resource, &holder, Some(fence), None).await,
-            )
+            (sent, client.renew(&resource, &holder, proof, None).await)
         };
         tokio::select! {
             biased;
@@ -424,7 +426,9 @@ async fn keep_renewed(
                 return;
             }
             (sent, result) = renewal => match result {
-                Ok(lease) => {
+                Ok(mut lease) => {
+                    // Renewals do not repeat the secret; keep the acquire's.
+                    lease.secret.clone_from(&secret);
                     confirmed_until = deadline(sent, lease_ttl(&lease), timing.margin);
                     *shared.confirmed_until.lock().unwrap_or_else(PoisonError::into_inner) = confirmed_until;
                     next_renewal = sent + timing.interval;

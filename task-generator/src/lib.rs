@@ -36,6 +36,12 @@ pub struct GeneratorConfig {
     #[arg(long, env = "LEASE_SERVICE_URL")]
     pub lease_service_url: String,
 
+    /// Bearer token sent to both services: it needs the `leaseholder` role in lease-service's
+    /// `AUTH_TOKENS` and the `producer` role in task-service's, when they are set. Unset: none
+    /// is sent.
+    #[arg(long, env = "AUTH_TOKEN", hide_env_values = true)]
+    pub auth_token: Option<shared::api::Secret>,
+
     /// This replica's name, the holder of the lease while it leads (default: host name, process
     /// id and a random suffix).
     #[arg(long, env = "GENERATOR_ID")]
@@ -160,6 +166,9 @@ pub async fn run(config: GeneratorConfig, shutdown: CancellationToken) -> anyhow
 
     let producer = Producer {
         http: reqwest::Client::builder()
+            .default_headers(shared::api::Secret::bearer_headers(
+                config.auth_token.as_ref(),
+            ))
             .timeout(Duration::from_secs(5))
             .build()
             .context("building the HTTP client")?,
@@ -170,7 +179,8 @@ pub async fn run(config: GeneratorConfig, shutdown: CancellationToken) -> anyhow
     };
     let observed = metrics.clone();
     let singleton = Singleton::new(
-        LeaseClient::new(config.lease_service_url.trim_end_matches('/')),
+        LeaseClient::new(config.lease_service_url.trim_end_matches('/'))
+            .with_bearer_token(config.auth_token.as_ref().map(shared::api::Secret::expose)),
         GuardConfig::new(&config.lease_resource, &holder)
             .ttl(Duration::from_secs(config.lease_ttl_seconds)),
         Duration::from_secs_f64(config.retry_interval_seconds),

@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 
 use clap::{Args, Parser, Subcommand};
+use shared::server::auth::Auth;
 
 /// Leasehold's task service: a PostgreSQL task queue whose claims are leases from lease-service.
 #[derive(Debug, Parser)]
@@ -62,6 +63,18 @@ pub struct ServeConfig {
     /// Length of the lease behind each claim; workers must heartbeat well within it.
     #[arg(long, env = "TASK_LEASE_TTL_SECONDS", default_value_t = 30)]
     pub lease_ttl_seconds: u64,
+
+    /// Bearer token sent to lease-service (a token with the `leaseholder` role there, when its
+    /// `AUTH_TOKENS` is set). Unset: none is sent.
+    #[arg(long, env = "LEASE_SERVICE_TOKEN", hide_env_values = true)]
+    pub lease_service_token: Option<shared::api::Secret>,
+
+    /// Bearer tokens for the write routes: comma-separated `role[+role...]:token` entries,
+    /// tokens of 16 bytes or more. Roles: `producer` (create tasks), `worker` (claim,
+    /// heartbeat, complete, fail), `operator` (cancel tasks, start and stop the generator).
+    /// Unset: every route is open, and a warning says so at start.
+    #[arg(long, env = "AUTH_TOKENS", hide_env_values = true, default_value = "", hide_default_value = true, value_parser = Auth::parse)]
+    pub auth_tokens: Auth,
 
     /// Timeout of a lease-service call made while task rows are locked.
     #[arg(long, env = "LEASE_CALL_TIMEOUT_MS", default_value_t = 2000)]

@@ -7,6 +7,7 @@ use std::time::Duration;
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 use shared::generator::StartGenerator;
+use shared::server::auth::{Role, locked};
 use shared::server::db::{self, DbPool};
 use shared::server::http::{
     Page, extractors, get_only, healthz, method_not_allowed, metrics_response,
@@ -42,6 +43,9 @@ impl std::fmt::Debug for AppState {
 
 type State = web::Data<AppState>;
 
+/// Mounts every route. The caller adds the [`AppState`] and the
+/// [`shared::server::auth::Auth`] as app data. Each write route needs its role (producer,
+/// worker or operator); reads are open.
 pub fn configure(cfg: &mut web::ServiceConfig) {
     extractors(cfg, MAX_BODY_BYTES);
     cfg.service(
@@ -49,7 +53,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .service(
                 web::resource("")
                     .route(web::get().to(list_all))
-                    .route(web::post().to(create))
+                    .route(locked(web::post().to(create), Role::Producer))
                     .default_service(web::to(method_not_allowed)),
             )
             .service(get_only("/processed", list_processed))
@@ -57,28 +61,28 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .service(get_only("/counts", counts))
             .service(
                 web::resource("/next")
-                    .route(web::post().to(next))
+                    .route(locked(web::post().to(next), Role::Worker))
                     .default_service(web::to(method_not_allowed)),
             )
             .service(get_only("/{id}", get_by_id))
             .service(
                 web::resource("/{id}/heartbeat")
-                    .route(web::put().to(heartbeat))
+                    .route(locked(web::put().to(heartbeat), Role::Worker))
                     .default_service(web::to(method_not_allowed)),
             )
             .service(
                 web::resource("/{id}/complete")
-                    .route(web::put().to(complete))
+                    .route(locked(web::put().to(complete), Role::Worker))
                     .default_service(web::to(method_not_allowed)),
             )
             .service(
                 web::resource("/{id}/fail")
-                    .route(web::put().to(fail))
+                    .route(locked(web::put().to(fail), Role::Worker))
                     .default_service(web::to(method_not_allowed)),
             )
             .service(
                 web::resource("/{id}/cancel")
-                    .route(web::post().to(cancel))
+                    .route(locked(web::post().to(cancel), Role::Operator))
                     .default_service(web::to(method_not_allowed)),
             ),
     )
@@ -88,12 +92,12 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .service(get_only("/settings", generator_settings))
             .service(
                 web::resource("/start")
-                    .route(web::post().to(generator_start))
+                    .route(locked(web::post().to(generator_start), Role::Operator))
                     .default_service(web::to(method_not_allowed)),
             )
             .service(
                 web::resource("/stop")
-                    .route(web::post().to(generator_stop))
+                    .route(locked(web::post().to(generator_stop), Role::Operator))
                     .default_service(web::to(method_not_allowed)),
             ),
     )

@@ -66,9 +66,16 @@ pub async fn run(
     let metrics = Metrics::new().context("registering metrics")?;
     let lease_url = config.lease_service_url.trim_end_matches('/').to_owned();
     let call_timeout = Duration::from_millis(config.lease_call_timeout_ms);
+    let token = config
+        .lease_service_token
+        .as_ref()
+        .map(shared::api::Secret::expose);
     let engine = Engine {
-        leases: LeaseClient::with_timeout(&lease_url, call_timeout).with_retry(RetryPolicy::none()),
-        leases_retrying: LeaseClient::with_timeout(&lease_url, call_timeout),
+        leases: LeaseClient::with_timeout(&lease_url, call_timeout)
+            .with_retry(RetryPolicy::none())
+            .with_bearer_token(token),
+        leases_retrying: LeaseClient::with_timeout(&lease_url, call_timeout)
+            .with_bearer_token(token),
         lease_ttl: Duration::from_secs(config.lease_ttl_seconds),
         lease_prefix: config.lease_prefix.clone(),
         generator_resource: config.generator_resource.clone(),
@@ -84,6 +91,8 @@ pub async fn run(
         lease_service_health: format!("{lease_url}/healthz"),
         http: reqwest::Client::new(),
     });
+    config.auth_tokens.announce("task-service");
+    let auth = web::Data::new(config.auth_tokens.clone());
     let address = listener
         .local_addr()
         .context("reading the listen address")?;
@@ -95,7 +104,7 @@ pub async fn run(
         metrics.http.clone(),
         stop.clone(),
         move |cfg| {
-            cfg.app_data(state.clone());
+            cfg.app_data(state.clone()).app_data(auth.clone());
             http::configure(cfg);
         },
     )

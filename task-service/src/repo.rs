@@ -4,6 +4,7 @@ use chrono::{DateTime, Utc};
 use diesel::sql_types::{Array, BigInt, Bool, Double, Integer, Jsonb, Nullable, Text, Timestamptz};
 use diesel::{OptionalExtension, QueryableByName};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use shared::api::{Proof, Secret};
 
 pub type Db = AsyncPgConnection;
 type Result<T> = std::result::Result<T, diesel::result::Error>;
@@ -51,6 +52,19 @@ pub struct TaskRow {
     pub created_at: DateTime<Utc>,
     #[diesel(sql_type = Timestamptz)]
     pub updated_at: DateTime<Utc>,
+    /// The secret of the lease of the claim in `fence` (see the migration that added it).
+    #[diesel(sql_type = Nullable<Text>)]
+    pub lease_secret: Option<Secret>,
+}
+
+impl TaskRow {
+    /// What renew and release present for this task's current lease.
+    pub fn lease_proof(&self) -> Proof<'_> {
+        Proof {
+            fence: self.fence,
+            secret: self.lease_secret.as_ref().map(Secret::expose),
+        }
+    }
 }
 
 /// What `POST /api/tasks` inserts, validated.
@@ -66,7 +80,8 @@ pub struct NewTask {
 
 const COLUMNS: &str = "id, task_data, queue, priority, status, scheduled_at, processor, fence, \
     attempts, max_attempts, last_heartbeat_at, must_heartbeat_before, started_at, processed_at, \
-    task_output, last_error, cancel_requested, idempotency_key, created_at, updated_at";
+    task_output, last_error, cancel_requested, idempotency_key, created_at, updated_at, \
+    lease_secret";
 
 /// Inserts the task, or nothing if its idempotency key is taken (then `None`).
 #[tracing::instrument(name = "INSERT tasks", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "INSERT", db.collection.name = "tasks"))]
@@ -218,10 +233,12 @@ pub async fn mark_claimed(
     id: i64,
     processor: &str,
     fence: i64,
+    lease_secret: Option<&Secret>,
     lease_expiry: DateTime<Utc>,
 ) -> Result<TaskRow> {
     diesel::sql_query(format!(
-        "UPDATE tasks SET status = 'running', processor = $2, fence = $3, attempts = attempts + 1,
+        "UPDATE tasks SET status = 'running', processor = $2, fence = $3, lease_secret = $5,
+                attempts = attempts + 1,
                 started_at = now(), last_heartbeat_at = now(), must_heartbeat_before = $4,
                 updated_at = now()
          WHERE id = $1
@@ -231,6 +248,7 @@ pub async fn mark_claimed(
     .bind::<Text, _>(processor)
     .bind::<BigInt, _>(fence)
     .bind::<Timestamptz, _>(lease_expiry)
+    .bind::<Nullable<Text>, _>(lease_secret.map(Secret::expose))
     .get_result(conn)
     .await
 }

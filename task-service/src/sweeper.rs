@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use rand::Rng;
+use shared::api::{Proof, Secret};
 use shared::server::ApiError;
 use shared::server::db::{self, DbPool};
 use shared::{LeaseClient, LeaseError};
@@ -37,6 +38,9 @@ pub async fn run(
         .interval
         .saturating_mul(3)
         .max(Duration::from_secs(1));
+    // The secret of the sweeper lease while this replica holds it: its next round's reentrant
+    // acquire, and its release, must present it when lease-service requires proof.
+    let mut secret: Option<Secret> = None;
     loop {
         let jitter = rand::rng().random_range(0.9..1.1);
         tokio::select! {
@@ -44,23 +48,31 @@ pub async fn run(
             () = tokio::time::sleep(config.interval.mul_f64(jitter)) => {}
         }
         let outcome = match leases
-            .acquire(SWEEPER_RESOURCE, &config.holder, Some(ttl))
+            .acquire_proving(SWEEPER_RESOURCE, &config.holder, Some(ttl), secret.as_ref())
             .await
         {
-            Ok(_) => match sweep(&pool, config.retention_seconds).await {
-                Ok(deleted) => {
-                    metrics.swept.inc_by(deleted);
-                    if deleted > 0 {
-                        tracing::info!(deleted, "retention sweeper deleted finished tasks");
+            Ok((lease, _)) => {
+                if lease.secret.is_some() {
+                    secret = lease.secret;
+                }
+                match sweep(&pool, config.retention_seconds).await {
+                    Ok(deleted) => {
+                        metrics.swept.inc_by(deleted);
+                        if deleted > 0 {
+                            tracing::info!(deleted, "retention sweeper deleted finished tasks");
+                        }
+                        "swept"
                     }
-                    "swept"
+                    Err(err) => {
+                        tracing::warn!(error = %err, "task retention sweep failed");
+                        "failed"
+                    }
                 }
-                Err(err) => {
-                    tracing::warn!(error = %err, "task retention sweep failed");
-                    "failed"
-                }
-            },
-            Err(LeaseError::Held { .. }) => "standby",
+            }
+            Err(LeaseError::Held { .. }) => {
+                secret = None;
+                "standby"
+            }
             Err(err) => {
                 tracing::debug!(error = %err, "could not take the sweeper lease");
                 "failed"
@@ -68,7 +80,14 @@ pub async fn run(
         };
         metrics.sweeps.with_label_values(&[outcome]).inc();
     }
-    if let Err(err) = leases.release(SWEEPER_RESOURCE, &config.holder, None).await {
+    let proof = Proof {
+        fence: None,
+        secret: secret.as_ref().map(Secret::expose),
+    };
+    if let Err(err) = leases
+        .release(SWEEPER_RESOURCE, &config.holder, proof)
+        .await
+    {
         tracing::debug!(error = %err, "sweeper lease not released; it will expire");
     }
 }

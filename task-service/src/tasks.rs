@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use diesel_async::AsyncConnection;
 use rand::Rng;
-use shared::api::LeaseStatus;
+use shared::api::{Lease, LeaseStatus, Proof};
 use shared::server::{ApiError, validate_name, validate_name_within};
 use shared::tasks::{ClaimTasks, CompleteTask, CreateTask, FailTask, Heartbeat, Task, TaskStatus};
 use shared::{LeaseClient, LeaseError};
@@ -62,10 +62,10 @@ impl Engine {
 
     /// Releases a lease after the transaction that ended its task committed. A failure only
     /// means the lease runs out by itself.
-    async fn release_after_commit(&self, id: i64, processor: &str, fence: Option<i64>) {
+    async fn release_after_commit(&self, id: i64, processor: &str, proof: Proof<'_>) {
         if let Err(err) = self
             .leases_retrying
-            .release(&self.resource(id), processor, fence)
+            .release(&self.resource(id), processor, proof)
             .await
         {
             tracing::debug!(task = id, error = %err, "lease release after commit failed; it will expire");
@@ -330,22 +330,22 @@ pub async fn claim(
         Err(err) => {
             let granted =
                 std::mem::take(&mut *granted.lock().unwrap_or_else(PoisonError::into_inner));
-            for (id, fence) in granted {
+            for (id, lease) in granted {
                 engine
-                    .release_after_commit(id, processor, Some(fence))
+                    .release_after_commit(id, processor, lease.proof())
                     .await;
             }
             return Err(err);
         }
     };
-    for (row, fence) in &exhausted {
+    for (row, lease) in &exhausted {
         engine
             .metrics
             .dead
             .with_label_values(&[row.queue.as_str(), "attempts_exhausted"])
             .inc();
         engine
-            .release_after_commit(row.id, processor, Some(*fence))
+            .release_after_commit(row.id, processor, lease.proof())
             .await;
     }
     for row in &claimed {
@@ -375,8 +375,8 @@ pub async fn claim(
 #[derive(Default)]
 struct Round {
     claimed: Vec<TaskRow>,
-    /// Tasks marked dead, with the fence of the lease to release after commit.
-    exhausted: Vec<(TaskRow, i64)>,
+    /// Tasks marked dead, with the lease to release after commit.
+    exhausted: Vec<(TaskRow, Lease)>,
     unavailable: Option<String>,
 }
 
@@ -392,7 +392,7 @@ impl Round {
         engine: &Engine,
         processor: &str,
         candidates: Vec<TaskRow>,
-        granted: &std::sync::Mutex<Vec<(i64, i64)>>,
+        granted: &std::sync::Mutex<Vec<(i64, Lease)>>,
     ) -> Result<(), ApiError> {
         let ttl = Some(engine.lease_ttl);
         let answers = futures_util::future::join_all(candidates.iter().map(|task| {
@@ -422,6 +422,14 @@ impl Round {
                     self.unavailable = Some(reason);
                     continue;
                 }
+                Err(
+                    err @ LeaseError::Rejected {
+                        status: 401 | 403, ..
+                    },
+                ) => {
+                    self.unavailable = Some(credentials_refused(&err));
+                    continue;
+                }
                 Err(other) => {
                     tracing::warn!(task = task.id, error = %other, "lease-service refused a task lease");
                     continue;
@@ -430,7 +438,7 @@ impl Round {
             granted
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .push((task.id, lease.fence));
+                .push((task.id, lease.clone()));
             if task.attempts >= task.max_attempts {
                 let reason = format!(
                     "attempts exhausted: the lease of attempt {} of {} ran out (processor {:?} stopped heartbeating)",
@@ -439,11 +447,17 @@ impl Round {
                     task.processor.as_deref().unwrap_or("?")
                 );
                 let row = repo::mark_final(conn, task.id, "dead", Some(&reason)).await?;
-                self.exhausted.push((row, lease.fence));
+                self.exhausted.push((row, lease));
             } else {
-                let row =
-                    repo::mark_claimed(conn, task.id, processor, lease.fence, lease.expires_at)
-                        .await?;
+                let row = repo::mark_claimed(
+                    conn,
+                    task.id,
+                    processor,
+                    lease.fence,
+                    lease.secret.as_ref(),
+                    lease.expires_at,
+                )
+                .await?;
                 self.claimed.push(row);
             }
         }
@@ -500,7 +514,7 @@ pub async fn heartbeat(
             };
             let lease = engine
                 .leases
-                .renew(&engine.resource(id), processor, task.fence, None)
+                .renew(&engine.resource(id), processor, task.lease_proof(), None)
                 .await
                 .map_err(|err| lease_refusal(engine, "heartbeat", err))?;
             Ok(Transition::Done(
@@ -535,7 +549,7 @@ pub async fn complete(
             };
             engine
                 .leases
-                .release(&engine.resource(id), processor, task.fence)
+                .release(&engine.resource(id), processor, task.lease_proof())
                 .await
                 .map_err(|err| lease_refusal(engine, "complete", err))?;
             let (row, took) = repo::mark_succeeded(conn, id, &request.task_output).await?;
@@ -587,7 +601,7 @@ pub async fn fail(
             };
             engine
                 .leases
-                .release(&engine.resource(id), processor, task.fence)
+                .release(&engine.resource(id), processor, task.lease_proof())
                 .await
                 .map_err(|err| lease_refusal(engine, "fail", err))?;
             let queue = task.queue.as_str();
@@ -691,7 +705,7 @@ async fn finish(engine: &Engine, outcome: Transition, processor: &str) -> Result
                 .with_label_values(&[row.queue.as_str()])
                 .inc();
             engine
-                .release_after_commit(row.id, processor, row.fence)
+                .release_after_commit(row.id, processor, row.lease_proof())
                 .await;
             Err(ApiError::Conflict {
                 code: "cancelled",
@@ -757,8 +771,21 @@ fn lease_refusal(engine: &Engine, operation: &str, err: LeaseError) -> ApiError 
                 message: format!("the task's lease was lost: {err}"),
             }
         }
+        LeaseError::Rejected {
+            status: 401 | 403, ..
+        } => ApiError::Unavailable(credentials_refused(&err)),
         other => ApiError::Internal(format!("lease-service refused: {other}")),
     }
+}
+
+/// lease-service does not accept task-service's token: every task lease call will fail until
+/// an operator fixes the configuration, so it is reported as unavailability, loudly.
+fn credentials_refused(err: &LeaseError) -> String {
+    let message = format!(
+        "lease-service refused task-service's credentials (check LEASE_SERVICE_TOKEN): {err}"
+    );
+    tracing::error!("{message}");
+    message
 }
 
 fn parse_status(status: &str) -> TaskStatus {

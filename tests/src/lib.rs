@@ -380,6 +380,27 @@ impl Service {
         self.send(self.http.delete(self.url(path)).json(body)).await
     }
 
+    /// `method path` with `body` as JSON (if any) and `token` as a bearer token (if any).
+    pub async fn send_as(
+        &self,
+        token: Option<&str>,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Answer {
+        let mut request = self.http.request(
+            reqwest::Method::from_bytes(method.as_bytes()).unwrap(),
+            self.url(path),
+        );
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        self.send(request).await
+    }
+
     /// Sends anything: for requests the helpers above cannot express (bad bodies, odd methods).
     pub async fn raw(
         &self,

@@ -284,6 +284,30 @@ async fn a_table_of_bad_requests_each_gets_the_right_error_and_writes_nothing() 
             400,
             "invalid_id",
         ),
+        case(
+            "revoke of an unknown lease",
+            "POST",
+            "/api/leases/424242/revoke",
+            "",
+            404,
+            "lease_not_found",
+        ),
+        case(
+            "revoke of a non-numeric id",
+            "POST",
+            "/api/leases/abc/revoke",
+            "",
+            400,
+            "invalid_id",
+        ),
+        case(
+            "wrong method on revoke",
+            "DELETE",
+            "/api/leases/1/revoke",
+            "",
+            405,
+            "method_not_allowed",
+        ),
         Case {
             content_type: Some("text/xml"),
             ..case(

@@ -198,7 +198,7 @@ async fn lease_service_survives_generated_hostile_requests() {
             .await;
         assert_eq!(answer.status, 201);
     }
-    let lease = json!({"resource": "a", "holder": "h", "ttl_seconds": 30, "fence": 1});
+    let lease = json!({"resource": "a", "holder": "h", "ttl_seconds": 30, "fence": 1, "secret": "00ff"});
     let strategy = prop_oneof![
         body(lease.clone()).prop_map(|body| Target {
             method: "POST",
@@ -218,6 +218,11 @@ async fn lease_service_survives_generated_hostile_requests() {
         (id_segment(), body(lease.clone())).prop_map(|(id, body)| Target {
             method: "DELETE",
             path: format!("/api/leases/{id}"),
+            body
+        }),
+        (id_segment(), body(lease.clone())).prop_map(|(id, body)| Target {
+            method: "POST",
+            path: format!("/api/leases/{id}/revoke"),
             body
         }),
         id_segment().prop_map(|id| Target {

@@ -238,7 +238,7 @@ async fn a_dropped_guard_releases_its_lease_and_errors_are_typed() {
         "a dropped guard releases its lease in the background"
     );
 
-    match client.renew("dropped", "h", None, None).await {
+    match client.renew("dropped", "h", Default::default(), None).await {
         Err(LeaseError::Lost { code, .. }) => assert_eq!(code, "lease_released"),
         other => panic!("expected Lost, got {other:?}"),
     }

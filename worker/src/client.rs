@@ -56,9 +56,15 @@ pub struct TaskClient {
 }
 
 impl TaskClient {
-    /// `urls` without trailing slashes; `timeout` bounds each request.
-    pub fn new(urls: Vec<String>, timeout: Duration) -> Result<Self, reqwest::Error> {
+    /// `urls` without trailing slashes; `timeout` bounds each request; `token`, if any, is sent
+    /// as a bearer token with every request.
+    pub fn new(
+        urls: Vec<String>,
+        timeout: Duration,
+        token: Option<&shared::api::Secret>,
+    ) -> Result<Self, reqwest::Error> {
         let http = reqwest::Client::builder()
+            .default_headers(shared::api::Secret::bearer_headers(token))
             .timeout(timeout)
             .connect_timeout(timeout.min(Duration::from_secs(2)))
             .build()?;
@@ -359,6 +365,7 @@ mod tests {
                 "http://127.0.0.1:2".to_owned(),
             ],
             Duration::from_millis(500),
+            None,
         )
         .unwrap();
         assert_eq!(client.current_url(), "http://127.0.0.1:1");

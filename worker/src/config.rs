@@ -66,6 +66,11 @@ pub struct WorkerConfig {
     )]
     pub task_service_urls: Vec<String>,
 
+    /// Bearer token sent to task-service (a token with the `worker` role, when task-service's
+    /// `AUTH_TOKENS` is set). Unset: none is sent.
+    #[arg(long, env = "AUTH_TOKEN", hide_env_values = true)]
+    pub auth_token: Option<shared::api::Secret>,
+
     /// This worker's name, sent as `processor` with every call (default: host name, process id
     /// and a random hex suffix, unique per process).
     #[arg(long, env = "WORKER_ID")]
@@ -142,6 +147,8 @@ pub struct Chaos {
 pub struct Settings {
     /// Base URLs without a trailing slash, in rotation order.
     pub task_service_urls: Vec<String>,
+    /// Bearer token for task-service, if its write routes are locked.
+    pub auth_token: Option<shared::api::Secret>,
     /// Sent as `processor`.
     pub worker_id: String,
     pub queue: Option<String>,
@@ -168,6 +175,7 @@ impl WorkerConfig {
     {
         Self {
             task_service_urls: task_service_urls.into_iter().map(Into::into).collect(),
+            auth_token: None,
             worker_id: None,
             queue: None,
             concurrency: defaults::CONCURRENCY,
@@ -273,6 +281,7 @@ impl WorkerConfig {
         )?;
         Ok(Settings {
             task_service_urls,
+            auth_token: self.auth_token.clone(),
             worker_id,
             queue: self.queue.clone(),
             concurrency: self.concurrency,

@@ -74,8 +74,12 @@ pub async fn run_with_settings<H: TaskHandler>(
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let metrics = Metrics::new().context("registering metrics")?;
-    let client = TaskClient::new(settings.task_service_urls.clone(), settings.request_timeout)
-        .context("building the HTTP client")?;
+    let client = TaskClient::new(
+        settings.task_service_urls.clone(),
+        settings.request_timeout,
+        settings.auth_token.as_ref(),
+    )
+    .context("building the HTTP client")?;
     let metrics_server = match settings.metrics_addr {
         Some(address) => Some(MetricsServer::start(address, metrics.registry())?),
         None => None,

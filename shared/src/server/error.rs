@@ -33,6 +33,12 @@ pub enum ApiError {
     Unprocessable { code: &'static str, message: String },
     #[error("{message}")]
     NotFound { code: &'static str, message: String },
+    /// No bearer token, a malformed one, or one the service does not know.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// A known token without the role the route needs.
+    #[error("{0}")]
+    Forbidden(String),
     #[error("method not allowed")]
     MethodNotAllowed,
     #[error("request body too large (limit {limit} bytes)")]
@@ -65,6 +71,8 @@ impl ApiError {
             | Self::Unprocessable { code, .. }
             | Self::NotFound { code, .. } => code,
             Self::Held { .. } => "lease_held",
+            Self::Unauthorized(_) => "unauthorized",
+            Self::Forbidden(_) => "forbidden",
             Self::MethodNotAllowed => "method_not_allowed",
             Self::PayloadTooLarge { .. } => "payload_too_large",
             Self::UnsupportedMediaType => "unsupported_media_type",
@@ -109,6 +117,8 @@ impl ResponseError for ApiError {
             Self::Held { .. } | Self::Conflict { .. } => StatusCode::CONFLICT,
             Self::Unprocessable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             Self::NotFound { .. } => StatusCode::NOT_FOUND,
+            Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -137,6 +147,12 @@ impl ResponseError for ApiError {
             _ => {}
         }
         let mut response = HttpResponse::build(self.status_code());
+        if let Self::Unauthorized(_) = self {
+            response.insert_header((
+                actix_web::http::header::WWW_AUTHENTICATE,
+                "Bearer realm=\"leasehold\"",
+            ));
+        }
         if let Self::BodyTimeout { .. } = self {
             // The rest of the body may still be on its way: do not read it as the next request.
             response.force_close();

@@ -1,0 +1,674 @@
+//! The locked front door, against real processes: bearer tokens with roles on every write route
+//! of both services, a service token from task-service to lease-service, proof of holding for a
+//! lease's renew and release, and no secret in any log or trace.
+#![allow(clippy::unwrap_used)]
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tests::otlp::OtlpReceiver;
+use tests::{Answer, Service, fresh_database, snapshot};
+
+/// task-service's token at lease-service.
+const SERVICE: &str = "task-service-to-lease-service-7f3a";
+/// The generator's one token: leaseholder at lease-service, producer at task-service.
+const GENERATOR: &str = "generator-token-9c1d2e3f";
+const PRODUCER: &str = "producer-token-0a1b2c3d";
+const WORKER: &str = "worker-token-4e5f6a7b";
+const OPERATOR: &str = "operator-token-8c9d0e1f";
+const UNKNOWN: &str = "nobody-knows-this-token-1234";
+
+async fn eventually<F, Fut>(timeout: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    while !check().await {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A refusal by authentication: 401 (no or unknown token, with `WWW-Authenticate`) or 403
+/// (a known token without the role), as JSON with a message that names the role.
+fn assert_refused(answer: &Answer, status: u16, what: &str) {
+    assert_eq!(answer.status, status, "{what}: {:?}", answer.body);
+    let code = if status == 401 {
+        "unauthorized"
+    } else {
+        "forbidden"
+    };
+    assert_eq!(answer.code(), code, "{what}");
+    let message = answer.body["error"].as_str().unwrap_or("");
+    assert!(message.len() > 20, "{what}: a clear message: {message:?}");
+    if status == 401 {
+        assert!(
+            answer.headers.contains_key("www-authenticate"),
+            "{what}: 401 says how to authenticate"
+        );
+    }
+}
+
+#[tokio::test]
+async fn lease_service_write_routes_need_the_leaseholder_role_and_revoke_the_operator_role() {
+    let db = fresh_database().await;
+    let tokens = format!("leaseholder:{SERVICE},operator:{OPERATOR},worker:{WORKER}");
+    let leases = Service::lease_service(&db, &[("AUTH_TOKENS", tokens.as_str())]).await;
+    assert!(
+        leases
+            .log_text()
+            .contains("write routes need a bearer token")
+    );
+
+    let acquired = leases
+        .send_as(
+            Some(SERVICE),
+            "POST",
+            "/api/leases",
+            Some(&json!({"resource": "r", "holder": "h"})),
+        )
+        .await;
+    assert_eq!(acquired.status, 201, "{:?}", acquired.body);
+    let id = acquired.body["id"].as_i64().unwrap();
+    let secret = acquired.body["secret"].as_str().unwrap().to_owned();
+    let holder = json!({"resource": "r", "holder": "h", "secret": secret});
+    let routes: Vec<(&str, String, Value, &str)> = vec![
+        (
+            "POST",
+            "/api/leases".to_owned(),
+            json!({"resource": "other", "holder": "h"}),
+            "leaseholder",
+        ),
+        (
+            "PUT",
+            "/api/leases/renew".to_owned(),
+            holder.clone(),
+            "leaseholder",
+        ),
+        (
+            "DELETE",
+            "/api/leases/release".to_owned(),
+            holder.clone(),
+            "leaseholder",
+        ),
+        (
+            "DELETE",
+            format!("/api/leases/{id}"),
+            holder.clone(),
+            "leaseholder",
+        ),
+        (
+            "POST",
+            format!("/api/leases/{id}/revoke"),
+            json!({}),
+            "operator",
+        ),
+    ];
+    let before = snapshot(&db, "leases").await;
+    for (method, path, body, role) in &routes {
+        let what = format!("{method} {path}");
+        let none = leases.send_as(None, method, path, Some(body)).await;
+        assert_refused(&none, 401, &format!("{what} without a token"));
+        assert!(
+            none.body["error"].as_str().unwrap().contains(role),
+            "{what}: the message names the role: {:?}",
+            none.body
+        );
+        let unknown = leases
+            .send_as(Some(UNKNOWN), method, path, Some(body))
+            .await;
+        assert_refused(&unknown, 401, &format!("{what} with an unknown token"));
+        let wrong_role = if *role == "operator" { SERVICE } else { WORKER };
+        let forbidden = leases
+            .send_as(Some(wrong_role), method, path, Some(body))
+            .await;
+        assert_refused(&forbidden, 403, &format!("{what} with the wrong role"));
+        // Authentication comes before the body is even read: garbage gets 401 too.
+        let garbage = leases
+            .raw(method, path, Some("application/json"), "{not json")
+            .await;
+        assert_refused(&garbage, 401, &format!("{what} with a bad body"));
+    }
+    assert_eq!(
+        before,
+        snapshot(&db, "leases").await,
+        "refusals wrote nothing"
+    );
+
+    // Reads stay open.
+    for path in [
+        "/api/leases",
+        "/api/leases/active",
+        &format!("/api/leases/{id}"),
+        "/healthz",
+        "/readyz",
+        "/metrics",
+    ] {
+        let answer = leases.send_as(None, "GET", path, None).await;
+        assert_eq!(answer.status, 200, "GET {path} is open");
+    }
+
+    // With the right role each write does its job.
+    for (method, path, body, role) in &routes[..3] {
+        let token = if *role == "operator" {
+            OPERATOR
+        } else {
+            SERVICE
+        };
+        let answer = leases.send_as(Some(token), method, path, Some(body)).await;
+        assert!(
+            (200..300).contains(&answer.status),
+            "{method} {path}: {:?}",
+            answer.body
+        );
+    }
+    let again = leases
+        .send_as(
+            Some(SERVICE),
+            "POST",
+            "/api/leases",
+            Some(&json!({"resource": "r", "holder": "h2"})),
+        )
+        .await;
+    assert_eq!(again.status, 201);
+    let revoked = leases
+        .send_as(
+            Some(OPERATOR),
+            "POST",
+            &format!("/api/leases/{}/revoke", again.body["id"]),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (revoked.status, revoked.body["status"].as_str()),
+        (200, Some("released")),
+        "{:?}",
+        revoked.body
+    );
+}
+
+/// lease-service and task-service, both locked; task-service calls lease-service with
+/// `service_token`.
+async fn locked_stack(service_token: &str) -> (Service, Service, String, String) {
+    let lease_db = fresh_database().await;
+    let task_db = fresh_database().await;
+    let lease_tokens = format!("leaseholder:{SERVICE}");
+    let leases = Service::lease_service(
+        &lease_db,
+        &[
+            ("AUTH_TOKENS", lease_tokens.as_str()),
+            ("LEASE_REQUIRE_SECRET", "true"),
+        ],
+    )
+    .await;
+    let task_tokens = format!("producer:{PRODUCER},worker:{WORKER},operator:{OPERATOR}");
+    let tasks = Service::task_service(
+        &task_db,
+        &leases.base_url(),
+        &[
+            ("AUTH_TOKENS", task_tokens.as_str()),
+            ("LEASE_SERVICE_TOKEN", service_token),
+        ],
+    )
+    .await;
+    (leases, tasks, lease_db, task_db)
+}
+
+#[tokio::test]
+async fn each_task_service_role_does_exactly_what_it_may() {
+    let (_leases, tasks, lease_db, task_db) = locked_stack(SERVICE).await;
+    let create = |token| {
+        let tasks = &tasks;
+        async move {
+            tasks
+                .send_as(
+                    token,
+                    "POST",
+                    "/api/tasks",
+                    Some(&json!({"task_data": {"sleep_duration_seconds": 0}})),
+                )
+                .await
+        }
+    };
+    let first = create(Some(PRODUCER)).await;
+    assert_eq!(first.status, 201, "{:?}", first.body);
+    let id = first.body["id"].as_i64().unwrap();
+
+    let routes: Vec<(&str, String, Value, &str)> = vec![
+        (
+            "POST",
+            "/api/tasks".to_owned(),
+            json!({"task_data": {}}),
+            PRODUCER,
+        ),
+        (
+            "POST",
+            "/api/tasks/next".to_owned(),
+            json!({"processor": "w"}),
+            WORKER,
+        ),
+        (
+            "PUT",
+            format!("/api/tasks/{id}/heartbeat"),
+            json!({"processor": "w"}),
+            WORKER,
+        ),
+        (
+            "PUT",
+            format!("/api/tasks/{id}/complete"),
+            json!({"processor": "w", "task_output": {}}),
+            WORKER,
+        ),
+        (
+            "PUT",
+            format!("/api/tasks/{id}/fail"),
+            json!({"processor": "w", "error": "x"}),
+            WORKER,
+        ),
+        (
+            "POST",
+            format!("/api/tasks/{id}/cancel"),
+            json!({}),
+            OPERATOR,
+        ),
+        (
+            "POST",
+            "/api/generator/start".to_owned(),
+            json!({"rate_per_second": 1}),
+            OPERATOR,
+        ),
+        (
+            "POST",
+            "/api/generator/stop".to_owned(),
+            json!({}),
+            OPERATOR,
+        ),
+    ];
+    let tables = ["tasks", "generator_settings", "task_events"];
+    let mut before = Vec::new();
+    for table in tables {
+        before.push(snapshot(&task_db, table).await);
+    }
+    let leases_before = snapshot(&lease_db, "leases").await;
+    let mut refusals = 0;
+    for (method, path, body, allowed) in &routes {
+        let what = format!("{method} {path}");
+        assert_refused(
+            &tasks.send_as(None, method, path, Some(body)).await,
+            401,
+            &format!("{what} without a token"),
+        );
+        assert_refused(
+            &tasks.send_as(Some(UNKNOWN), method, path, Some(body)).await,
+            401,
+            &format!("{what} with an unknown token"),
+        );
+        // A lease-service token is no task-service token.
+        assert_refused(
+            &tasks.send_as(Some(SERVICE), method, path, Some(body)).await,
+            401,
+            &format!("{what} with lease-service's token"),
+        );
+        for token in [PRODUCER, WORKER, OPERATOR] {
+            if token == *allowed {
+                continue;
+            }
+            let answer = tasks.send_as(Some(token), method, path, Some(body)).await;
+            assert_refused(&answer, 403, &format!("{what} with {token}"));
+            refusals += 1;
+        }
+    }
+    assert_eq!(refusals, 16);
+    for (table, rows) in tables.iter().zip(&before) {
+        assert_eq!(rows, &snapshot(&task_db, table).await, "{table} unchanged");
+    }
+    assert_eq!(leases_before, snapshot(&lease_db, "leases").await);
+
+    // Each role, doing its own work, succeeds: a worker claims, heartbeats and completes
+    // (task-service renewing and releasing with the lease's secret, which lease-service
+    // requires here), a producer creates, an operator cancels and runs the generator.
+    let claim = tasks
+        .send_as(
+            Some(WORKER),
+            "POST",
+            "/api/tasks/next",
+            Some(&json!({"processor": "w"})),
+        )
+        .await;
+    assert_eq!(claim.status, 202, "{:?}", claim.body);
+    assert_eq!(claim.body["id"].as_i64(), Some(id));
+    assert!(
+        !claim.body.to_string().contains("secret"),
+        "the task's lease secret is task-service's: {}",
+        claim.body
+    );
+    for (method, path, body, _) in &routes[2..4] {
+        let answer = tasks.send_as(Some(WORKER), method, path, Some(body)).await;
+        assert_eq!(answer.status, 202, "{method} {path}: {:?}", answer.body);
+    }
+    assert_eq!(
+        tasks.get(&format!("/api/tasks/{id}")).await.body["status"],
+        "succeeded"
+    );
+    let second = create(Some(PRODUCER)).await;
+    let second_id = second.body["id"].as_i64().unwrap();
+    let cancelled = tasks
+        .send_as(
+            Some(OPERATOR),
+            "POST",
+            &format!("/api/tasks/{second_id}/cancel"),
+            None,
+        )
+        .await;
+    assert_eq!(cancelled.status, 200, "{:?}", cancelled.body);
+    for (method, path, body, _) in &routes[6..] {
+        let answer = tasks
+            .send_as(Some(OPERATOR), method, path, Some(body))
+            .await;
+        assert_eq!(answer.status, 200, "{method} {path}: {:?}", answer.body);
+    }
+}
+
+#[tokio::test]
+async fn a_task_service_whose_lease_token_is_refused_says_so_and_claims_nothing() {
+    let (_leases, tasks, lease_db, _) = locked_stack("a-token-lease-service-refuses").await;
+    let created = tasks
+        .send_as(
+            Some(PRODUCER),
+            "POST",
+            "/api/tasks",
+            Some(&json!({"task_data": {}})),
+        )
+        .await;
+    let id = created.body["id"].as_i64().unwrap();
+    let claim = tasks
+        .send_as(
+            Some(WORKER),
+            "POST",
+            "/api/tasks/next",
+            Some(&json!({"processor": "w"})),
+        )
+        .await;
+    assert_eq!((claim.status, claim.code()), (503, "unavailable"));
+    assert!(
+        claim.body["error"]
+            .as_str()
+            .unwrap()
+            .contains("LEASE_SERVICE_TOKEN"),
+        "{:?}",
+        claim.body
+    );
+    assert_eq!(
+        tasks.get(&format!("/api/tasks/{id}")).await.body["status"],
+        "pending"
+    );
+    assert!(snapshot(&lease_db, "leases").await.is_empty());
+}
+
+#[tokio::test]
+async fn with_proof_required_a_holders_name_alone_cannot_renew_or_release_its_lease() {
+    let db = fresh_database().await;
+    let leases = Service::lease_service(&db, &[("LEASE_REQUIRE_SECRET", "true")]).await;
+    let acquired = leases
+        .post("/api/leases", &json!({"resource": "r", "holder": "h"}))
+        .await;
+    assert_eq!(acquired.status, 201);
+    let id = acquired.body["id"].as_i64().unwrap();
+    let fence = acquired.body["fence"].as_i64().unwrap();
+    let secret = acquired.body["secret"].as_str().unwrap().to_owned();
+    assert_eq!(secret.len(), 64, "256 random bits, hex");
+    assert!(secret.chars().all(|c| c.is_ascii_hexdigit()));
+
+    // The secret is in no read and not in the table (only its digest is).
+    for path in [
+        "/api/leases",
+        "/api/leases/active",
+        &format!("/api/leases/{id}"),
+    ] {
+        let text = leases.get(path).await.body.to_string();
+        assert!(!text.contains("secret"), "GET {path}: {text}");
+    }
+    let before = snapshot(&db, "leases").await;
+    assert!(!before.concat().contains(&secret));
+
+    // The sample's request shape, and the holder's name with its fence, prove nothing.
+    let name_only = json!({"resource": "r", "holder": "h"});
+    let with_fence = json!({"resource": "r", "holder": "h", "fence": fence});
+    let wrong = json!({"resource": "r", "holder": "h", "secret": "0".repeat(64)});
+    let attempts = [
+        ("PUT", "/api/leases/renew".to_owned()),
+        ("DELETE", "/api/leases/release".to_owned()),
+        ("DELETE", format!("/api/leases/{id}")),
+        ("POST", "/api/leases".to_owned()),
+    ];
+    for (method, path) in &attempts {
+        for body in [&name_only, &with_fence] {
+            let answer = leases.send_as(None, method, path, Some(body)).await;
+            assert_eq!(
+                (answer.status, answer.code(), answer.body["field"].as_str()),
+                (400, "secret_required", Some("secret")),
+                "{method} {path} {body}"
+            );
+        }
+        let answer = leases.send_as(None, method, path, Some(&wrong)).await;
+        assert_eq!(
+            (answer.status, answer.code()),
+            (409, "wrong_secret"),
+            "{method} {path}"
+        );
+    }
+    assert_eq!(before, snapshot(&db, "leases").await, "nothing changed");
+
+    // With the secret: reentrant acquire (same fence, secret echoed), renew, release, and a
+    // repeated release answers as the first did.
+    let proven = json!({"resource": "r", "holder": "h", "secret": secret});
+    let reentrant = leases.post("/api/leases", &proven).await;
+    assert_eq!(
+        (
+            reentrant.status,
+            reentrant.body["fence"].as_i64(),
+            reentrant.body["secret"].as_str()
+        ),
+        (200, Some(fence), Some(secret.as_str()))
+    );
+    let renewed = leases.put("/api/leases/renew", &proven).await;
+    assert_eq!(renewed.status, 200, "{:?}", renewed.body);
+    assert!(renewed.body.get("secret").is_none());
+    for _ in 0..2 {
+        let released = leases.delete("/api/leases/release", &proven).await;
+        assert_eq!(
+            (released.status, released.body["status"].as_str()),
+            (200, Some("released"))
+        );
+    }
+    // The next holder gets a new secret; the old one proves nothing about the new lease.
+    let next = leases
+        .post("/api/leases", &json!({"resource": "r", "holder": "h"}))
+        .await;
+    assert_eq!(next.status, 201);
+    assert_ne!(next.body["secret"].as_str(), Some(secret.as_str()));
+    let stale = leases.put("/api/leases/renew", &proven).await;
+    assert_eq!((stale.status, stale.code()), (409, "wrong_secret"));
+}
+
+#[tokio::test]
+async fn without_proof_required_the_samples_requests_work_and_a_wrong_secret_is_still_refused() {
+    let db = fresh_database().await;
+    let leases = Service::lease_service(&db, &[]).await;
+    let acquired = leases
+        .post("/api/leases", &json!({"resource": "r", "holder": "h"}))
+        .await;
+    assert_eq!(acquired.status, 201);
+    assert!(acquired.body["secret"].is_string());
+    let name_only = json!({"resource": "r", "holder": "h"});
+    let wrong = json!({"resource": "r", "holder": "h", "secret": "nope"});
+    assert_eq!(leases.post("/api/leases", &name_only).await.status, 200);
+    assert_eq!(
+        leases.put("/api/leases/renew", &name_only).await.status,
+        200
+    );
+    let refused = leases.put("/api/leases/renew", &wrong).await;
+    assert_eq!((refused.status, refused.code()), (409, "wrong_secret"));
+    let refused = leases.delete("/api/leases/release", &wrong).await;
+    assert_eq!((refused.status, refused.code()), (409, "wrong_secret"));
+    let refused = leases.post("/api/leases", &wrong).await;
+    assert_eq!((refused.status, refused.code()), (409, "wrong_secret"));
+    assert_eq!(
+        leases
+            .delete("/api/leases/release", &name_only)
+            .await
+            .status,
+        200
+    );
+}
+
+/// Every string in `secrets` that occurs in `text`.
+fn leaked<'a>(text: &str, secrets: &'a [String]) -> Vec<&'a str> {
+    secrets
+        .iter()
+        .filter(|s| text.contains(s.as_str()))
+        .map(String::as_str)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_locked_stack_runs_tasks_and_generator_and_no_secret_reaches_a_log_or_a_trace() {
+    let receiver = OtlpReceiver::start();
+    let endpoint = receiver.endpoint();
+    let otel = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+        ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        (
+            "RUST_LOG",
+            "debug,h2=info,hyper=info,reqwest=info,tokio_postgres=info",
+        ),
+    ];
+    let lease_db = fresh_database().await;
+    let task_db = fresh_database().await;
+    let lease_tokens = format!("leaseholder:{SERVICE},leaseholder:{GENERATOR}");
+    let mut env = vec![
+        ("AUTH_TOKENS", lease_tokens.as_str()),
+        ("LEASE_REQUIRE_SECRET", "true"),
+    ];
+    env.extend_from_slice(&otel);
+    let leases = Service::lease_service(&lease_db, &env).await;
+    let task_tokens =
+        format!("producer:{PRODUCER},worker:{WORKER},operator:{OPERATOR},producer:{GENERATOR}");
+    let mut env = vec![
+        ("AUTH_TOKENS", task_tokens.as_str()),
+        ("LEASE_SERVICE_TOKEN", SERVICE),
+        ("TASK_LEASE_TTL_SECONDS", "3"),
+    ];
+    env.extend_from_slice(&otel);
+    let tasks = Service::task_service(&task_db, &leases.base_url(), &env).await;
+    let mut env = vec![
+        ("AUTH_TOKEN", WORKER),
+        ("WORKER_ID", "locked-worker"),
+        ("LEASE_TTL_SECONDS", "3"),
+        ("HEARTBEAT_INTERVAL_SECONDS", "0.5"),
+        ("POLL_MAX_MS", "200"),
+    ];
+    env.extend_from_slice(&otel);
+    let worker = Service::worker(&tasks.base_url(), &env).await;
+    let mut env = vec![
+        ("AUTH_TOKEN", GENERATOR),
+        ("GENERATOR_LEASE_TTL_SECONDS", "3"),
+        ("GENERATOR_RETRY_INTERVAL_SECONDS", "0.5"),
+        ("GENERATOR_SETTINGS_POLL_MS", "200"),
+    ];
+    env.extend_from_slice(&otel);
+    let generator = Service::generator(&tasks.base_url(), &leases.base_url(), "g1", &env).await;
+
+    for _ in 0..5 {
+        let created = tasks
+            .send_as(
+                Some(PRODUCER),
+                "POST",
+                "/api/tasks",
+                Some(&json!({"task_data": {"sleep_duration_seconds": 1}})),
+            )
+            .await;
+        assert_eq!(created.status, 201, "{:?}", created.body);
+    }
+    let started = tasks
+        .send_as(
+            Some(OPERATOR),
+            "POST",
+            "/api/generator/start",
+            Some(&json!({"rate_per_second": 4, "min_sleep_seconds": 0, "max_sleep_seconds": 0.2})),
+        )
+        .await;
+    assert_eq!(started.status, 200, "{:?}", started.body);
+    eventually(
+        Duration::from_secs(30),
+        "the generator's tasks and ours done",
+        || async {
+            let counts = tasks.get("/api/tasks/counts").await.body;
+            counts["total"]["succeeded"].as_i64().unwrap_or(0) >= 10
+        },
+    )
+    .await;
+    let stopped = tasks
+        .send_as(Some(OPERATOR), "POST", "/api/generator/stop", None)
+        .await;
+    assert_eq!(stopped.status, 200);
+    eventually(Duration::from_secs(30), "every task done", || async {
+        let counts = tasks.get("/api/tasks/counts").await.body;
+        counts["total"]["pending"].as_i64() == Some(0)
+            && counts["total"]["running"].as_i64() == Some(0)
+    })
+    .await;
+    let counts = tasks.get("/api/tasks/counts").await.body;
+    assert_eq!(counts["total"]["dead"].as_i64().unwrap_or(0), 0, "{counts}");
+
+    // Every secret there is: the bearer tokens, and every task lease's secret that task-service
+    // stored (the generator's own lease secret never leaves its process but in requests).
+    let mut secrets: Vec<String> = [SERVICE, GENERATOR, PRODUCER, WORKER, OPERATOR]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+    for row in snapshot(&task_db, "tasks").await {
+        let row: Value = serde_json::from_str(&row).unwrap();
+        if let Some(secret) = row["lease_secret"].as_str() {
+            secrets.push(secret.to_owned());
+        }
+    }
+    assert!(
+        secrets.len() >= 15,
+        "every task had a lease secret: {}",
+        secrets.len()
+    );
+
+    tokio::time::sleep(Duration::from_secs(1)).await; // the last spans' export
+    let spans = receiver.spans();
+    for service in ["lease-service", "task-service", "worker"] {
+        assert!(
+            spans.iter().any(|s| s.service == service),
+            "spans from {service}: the check below is not vacuous"
+        );
+    }
+    let span_text: String = spans
+        .iter()
+        .map(|s| format!("{} {:?}\n", s.name, s.attributes))
+        .collect();
+    assert!(
+        leaked(&span_text, &secrets).is_empty(),
+        "secrets in spans: {:?}",
+        leaked(&span_text, &secrets)
+    );
+    for service in [&leases, &tasks, &worker, &generator] {
+        let log = service.log_text();
+        assert!(log.len() > 1000, "{} logged at debug", service.name);
+        assert!(
+            leaked(&log, &secrets).is_empty(),
+            "secrets in {}'s log: {:?}",
+            service.name,
+            leaked(&log, &secrets)
+        );
+    }
+}
