@@ -343,10 +343,12 @@ async fn sigterm_hands_unfinished_work_back_and_exits_zero() {
 async fn a_chaos_crash_kills_the_worker_mid_task_and_the_task_survives() {
     use std::os::unix::process::ExitStatusExt;
     let s = stack("2").await;
-    let id = s.create(json!({"sleep_duration_seconds": 1})).await;
+    // The worker starts before the task exists: it would otherwise claim and crash before
+    // its first health check answered, and the start-up would look like a failure.
     let mut crasher = s
         .worker("crasher", "2", &[("CHAOS_CRASH_PROBABILITY", "1")])
         .await;
+    let id = s.create(json!({"sleep_duration_seconds": 1})).await;
     let status = crasher
         .wait_exit(Duration::from_secs(10))
         .await
