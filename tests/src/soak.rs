@@ -34,6 +34,30 @@ use crate::proxy::Proxy;
 /// than it are cheap to inject.
 const TTL_SECONDS: f64 = 2.0;
 
+/// The soak runs with the front door locked, as production would: every write carries a
+/// bearer token with its role, and lease-service requires proof of holding (the lease's
+/// secret) for renew and release.
+mod tokens {
+    /// task-service's token at lease-service.
+    pub const SERVICE: &str = "soak-task-service-token-0001";
+    /// The generators' one token: leaseholder at lease-service, producer at task-service.
+    pub const GENERATOR: &str = "soak-generator-token-0001";
+    pub const PRODUCER: &str = "soak-producer-token-0001";
+    pub const WORKER: &str = "soak-worker-token-0001";
+    pub const OPERATOR: &str = "soak-operator-token-0001";
+}
+
+/// An HTTP client that sends `token` with every request.
+fn client_with(token: &str) -> reqwest::Client {
+    reqwest::Client::builder()
+        .default_headers(shared::api::Secret::bearer_headers(Some(
+            &shared::api::Secret::new(token),
+        )))
+        .timeout(Duration::from_secs(2))
+        .build()
+        .unwrap()
+}
+
 /// What to run, and for how long.
 #[derive(Debug, Clone)]
 pub struct SoakOptions {
@@ -258,7 +282,14 @@ impl Stack {
         let task_db = postgres.url("tasks");
         let ttl = secs(TTL_SECONDS);
 
+        let lease_tokens = format!(
+            "leaseholder:{},leaseholder:{}",
+            tokens::SERVICE,
+            tokens::GENERATOR
+        );
         let mut lease_env = vec![
+            ("AUTH_TOKENS", lease_tokens.as_str()),
+            ("LEASE_REQUIRE_SECRET", "true"),
             ("LEASE_SWEEP_INTERVAL_SECONDS", "5"),
             ("LEASE_RETENTION_SECONDS", "604800"),
             ("SHUTDOWN_GRACE_SECONDS", "2"),
@@ -273,7 +304,16 @@ impl Stack {
         }
         let lease_proxy = Proxy::start(lease_replicas.iter().map(|s| s.port).collect()).await;
 
+        let task_tokens = format!(
+            "producer:{},worker:{},operator:{},producer:{}",
+            tokens::PRODUCER,
+            tokens::WORKER,
+            tokens::OPERATOR,
+            tokens::GENERATOR
+        );
         let task_env = [
+            ("AUTH_TOKENS", task_tokens.as_str()),
+            ("LEASE_SERVICE_TOKEN", tokens::SERVICE),
             ("TASK_LEASE_TTL_SECONDS", ttl.as_str()),
             ("LEASE_CALL_TIMEOUT_MS", "1000"),
             ("TASK_SWEEP_INTERVAL_SECONDS", "5"),
@@ -290,6 +330,7 @@ impl Stack {
         let task_proxy = Proxy::start(task_replicas.iter().map(|s| s.port).collect()).await;
 
         let worker_env = [
+            ("AUTH_TOKEN", tokens::WORKER),
             ("LEASE_TTL_SECONDS", ttl.as_str()),
             ("HEARTBEAT_INTERVAL_SECONDS", "0.5"),
             ("POLL_MAX_MS", "200"),
@@ -301,6 +342,7 @@ impl Stack {
             workers.push(Service::worker(&task_proxy.base_url(), &worker_env).await);
         }
         let generator_env = [
+            ("AUTH_TOKEN", tokens::GENERATOR),
             ("GENERATOR_LEASE_TTL_SECONDS", ttl.as_str()),
             ("GENERATOR_RETRY_INTERVAL_SECONDS", "0.5"),
             ("GENERATOR_SETTINGS_POLL_MS", "200"),
@@ -498,10 +540,7 @@ async fn produce(
     seed: u64,
     stop: tokio_util::sync::CancellationToken,
 ) -> Vec<i64> {
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(2))
-        .build()
-        .unwrap();
+    let http = client_with(tokens::PRODUCER);
     let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed);
     let mut created = Vec::new();
     let period = Duration::from_secs_f64(1.0 / f64::from(rate.max(1)));
@@ -561,12 +600,10 @@ async fn missing_tasks(task_db: &str, acknowledged: &[i64]) -> Vec<i64> {
         .collect()
 }
 
-/// Sends `body` to `path` through `base` until it is answered 200, or `timeout` passes.
+/// Sends `body` to `path` through `base`, as an operator, until it is answered 200, or
+/// `timeout` passes.
 async fn post_until_ok(base: &str, path: &str, body: &Value, timeout: Duration) -> bool {
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(2))
-        .build()
-        .unwrap();
+    let http = client_with(tokens::OPERATOR);
     let deadline = Instant::now() + timeout;
     while Instant::now() < deadline {
         if let Ok(response) = http.post(format!("{base}{path}")).json(body).send().await
