@@ -198,7 +198,8 @@ async fn lease_service_survives_generated_hostile_requests() {
             .await;
         assert_eq!(answer.status, 201);
     }
-    let lease = json!({"resource": "a", "holder": "h", "ttl_seconds": 30, "fence": 1, "secret": "00ff"});
+    let lease =
+        json!({"resource": "a", "holder": "h", "ttl_seconds": 30, "fence": 1, "secret": "00ff"});
     let strategy = prop_oneof![
         body(lease.clone()).prop_map(|body| Target {
             method: "POST",
