@@ -216,7 +216,21 @@ async fn uses_database_url_when_given() {
     let lease_port = port_of(&env, "LEASE_SERVICE_PORT");
     let mut child = stack(&env);
     wait_until_leases_answer(lease_port, &mut child).await;
-    let rows = tests::snapshot(&db, "leases").await;
+    let rows = tests::snapshot(&db, "leasehold_leases.leases").await;
     assert_eq!(rows.len(), 1, "the lease landed in the given database");
+    // task-service migrated its own schema of the same database, and works.
+    let task_port = port_of(&env, "TASK_SERVICE_PORT");
+    let created = reqwest::Client::new()
+        .post(format!("http://127.0.0.1:{task_port}/api/tasks"))
+        .json(&json!({"task_data": {"sleep_duration_seconds": 0}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status().as_u16(), 201);
+    assert_eq!(
+        tests::snapshot(&db, "leasehold_tasks.tasks").await.len(),
+        1,
+        "the task landed in the given database"
+    );
     assert_eq!(interrupt_and_wait(&mut child).await, 0);
 }

@@ -123,11 +123,16 @@ impl StackConfig {
     }
 
     /// Database URLs the services get.
+    ///
+    /// With `DATABASE_URL`, both services share that one database, each in a schema of its
+    /// own (named like the private databases), chosen by the connection's `search_path`: their
+    /// tables never meet, and neither do their migration histories (diesel keeps one
+    /// `__diesel_schema_migrations` per schema, and the two services' version numbers overlap).
     pub fn databases(&self) -> Databases {
         match &self.database_url {
             Some(url) => Databases {
-                leases: url.clone(),
-                tasks: url.clone(),
+                leases: with_search_path(url, LEASES_DATABASE),
+                tasks: with_search_path(url, TASKS_DATABASE),
             },
             None => {
                 let url = |database: &str| {
@@ -379,7 +384,12 @@ impl Stack {
 
         match &config.database_url {
             Some(url) => {
-                tracing::info!(url = %redact_url(url), "using DATABASE_URL for every service; not starting PostgreSQL");
+                tracing::info!(url = %redact_url(url), "using DATABASE_URL for every service (schemas leasehold_leases and leasehold_tasks); not starting PostgreSQL");
+                for schema in DATABASES {
+                    crate::postgres::create_schema(url, schema)
+                        .await
+                        .with_context(|| format!("could not create the schema {schema}"))?;
+                }
             }
             None => self.start_postgres(config).await?,
         }
@@ -716,6 +726,13 @@ pub async fn http_get_status(address: SocketAddr, path: &str) -> io::Result<u16>
     }
 }
 
+/// `url` with its connections' `search_path` set to `schema` (a libpq `options` parameter,
+/// which tokio-postgres honours too).
+fn with_search_path(url: &str, schema: &str) -> String {
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}options=-csearch_path%3D{schema}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -736,14 +753,28 @@ mod tests {
     }
 
     #[test]
-    fn database_url_is_used_for_everything() {
+    fn database_url_is_used_for_everything_one_schema_per_service() {
         let config = StackConfig {
             database_url: Some("postgres://u:p@db/x".to_owned()),
             ..StackConfig::new()
         };
         let databases = config.databases();
-        assert_eq!(databases.leases, "postgres://u:p@db/x");
-        assert_eq!(databases.tasks, "postgres://u:p@db/x");
+        assert_eq!(
+            databases.leases,
+            "postgres://u:p@db/x?options=-csearch_path%3Dleasehold_leases"
+        );
+        assert_eq!(
+            databases.tasks,
+            "postgres://u:p@db/x?options=-csearch_path%3Dleasehold_tasks"
+        );
+        let config = StackConfig {
+            database_url: Some("postgres://db/x?sslmode=disable".to_owned()),
+            ..StackConfig::new()
+        };
+        assert_eq!(
+            config.databases().tasks,
+            "postgres://db/x?sslmode=disable&options=-csearch_path%3Dleasehold_tasks"
+        );
     }
 
     #[test]

@@ -33,7 +33,7 @@ use nix::unistd::{Gid, Uid, User};
 
 pub use self::binaries::{INSTALL_COMMAND, find_server_binaries};
 pub use self::error::PgError;
-pub use self::sql::{create_database_at, ping, redact_url, validate_database_name};
+pub use self::sql::{create_database_at, create_schema, ping, redact_url, validate_database_name};
 use crate::process::{pid_alive, send_signal, spawn_tied_to_process};
 
 /// The superuser created by `initdb`, and the system user the server runs
@@ -144,6 +144,9 @@ pub struct PrivatePostgres {
     kind: Kind,
     /// Acknowledge a commit only once its WAL is written (`synchronous_commit=on`).
     crash_safe: bool,
+    /// PostgreSQL's own durable defaults (`fsync`, `synchronous_commit`, `full_page_writes`
+    /// on): for benchmarks, whose figures must be what production would see.
+    durable: bool,
 }
 
 // Test harnesses keep one in a `static`.
@@ -198,6 +201,7 @@ impl PrivatePostgres {
             kind: Kind::Persistent { running: false },
             // Started by `pg_ctl` with the cluster's own (durable) settings.
             crash_safe: true,
+            durable: true,
         };
         if !initialised {
             tracing::info!(data_dir = %pg.data_dir.display(), "initialising a new PostgreSQL cluster");
@@ -237,7 +241,7 @@ impl PrivatePostgres {
     /// Tuned for tests: `fsync`, `synchronous_commit` and `full_page_writes`
     /// off, `max_connections=400`, `shared_buffers=128MB`.
     pub fn start_ephemeral() -> Result<Self, PgError> {
-        Self::ephemeral(false)
+        Self::ephemeral(false, false)
     }
 
     /// Like [`start_ephemeral`](Self::start_ephemeral), but a commit is acknowledged only once
@@ -245,10 +249,16 @@ impl PrivatePostgres {
     /// PostgreSQL, not of the machine: `fsync` stays off) loses nothing it acknowledged. For
     /// tests that crash the server and count what survived.
     pub fn start_ephemeral_crash_safe() -> Result<Self, PgError> {
-        Self::ephemeral(true)
+        Self::ephemeral(true, false)
     }
 
-    fn ephemeral(crash_safe: bool) -> Result<Self, PgError> {
+    /// Like [`start_ephemeral`](Self::start_ephemeral), but with PostgreSQL's default, durable
+    /// settings: every commit waits for its WAL to reach the disk (`fsync`). For benchmarks.
+    pub fn start_ephemeral_durable() -> Result<Self, PgError> {
+        Self::ephemeral(true, true)
+    }
+
+    fn ephemeral(crash_safe: bool, durable: bool) -> Result<Self, PgError> {
         let bindir = find_server_binaries()?;
         let run_as = RunAs::current()?;
         let base = ephemeral_base_dir(run_as.as_ref())?;
@@ -279,6 +289,7 @@ impl PrivatePostgres {
                 postmaster: None,
             },
             crash_safe,
+            durable,
         };
         prepare_data_dir(&pg.data_dir, pg.run_as.as_ref())?;
         pg.initdb(true)?;
@@ -535,6 +546,10 @@ impl PrivatePostgres {
             .args(["-c", "listen_addresses=127.0.0.1"])
             .args(["-c", "unix_socket_directories="]);
         for (name, value) in TEST_SETTINGS {
+            let durability = matches!(*name, "fsync" | "synchronous_commit" | "full_page_writes");
+            if self.durable && durability {
+                continue;
+            }
             let value = match *name {
                 "synchronous_commit" if self.crash_safe => "on",
                 _ => value,

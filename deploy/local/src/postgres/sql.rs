@@ -39,6 +39,24 @@ pub(crate) async fn probe_data_directory(url: &str) -> Result<String, PgError> {
         .map_err(|source| query_error("SHOW data_directory", source))
 }
 
+/// Creates schema `name` in the database at `url`, unless it exists. `name` must match
+/// `[a-z0-9_]+`.
+pub async fn create_schema(url: &str, name: &str) -> Result<(), PgError> {
+    validate_database_name(name)?;
+    let mut conn = connect(url).await?;
+    // The name was validated above, so quoting it is safe.
+    let sql = format!("CREATE SCHEMA IF NOT EXISTS \"{name}\"");
+    diesel::sql_query(&sql)
+        .execute(&mut conn)
+        .await
+        .map_err(|source| PgError::Query {
+            what: sql.clone(),
+            url: redact_url(url),
+            source,
+        })?;
+    Ok(())
+}
+
 /// Creates database `name` on the server reached through `server_url` (a URL
 /// of any existing database on that server, usually `.../postgres`). Does
 /// nothing if the database already exists, also when another process creates
