@@ -11,6 +11,7 @@
 //! ```
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
+pub mod bench;
 pub mod checker;
 pub mod otlp;
 pub mod proxy;
@@ -74,6 +75,22 @@ pub fn binary(name: &str) -> PathBuf {
         path.display()
     );
     path
+}
+
+/// Polls `check` every 100 ms until it holds; panics naming `what` after `timeout`.
+pub async fn eventually<F, Fut>(timeout: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    while !check().await {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// A free TCP port on loopback (free when asked; the service binds it right after).

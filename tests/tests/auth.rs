@@ -3,12 +3,11 @@
 //! lease's renew and release, and no secret in any log or trace.
 #![allow(clippy::unwrap_used)]
 
-use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use tests::otlp::OtlpReceiver;
-use tests::{Answer, Service, fresh_database, snapshot};
+use tests::{Answer, Service, eventually, fresh_database, snapshot};
 
 /// task-service's token at lease-service.
 const SERVICE: &str = "task-service-to-lease-service-7f3a";
@@ -18,21 +17,6 @@ const PRODUCER: &str = "producer-token-0a1b2c3d";
 const WORKER: &str = "worker-token-4e5f6a7b";
 const OPERATOR: &str = "operator-token-8c9d0e1f";
 const UNKNOWN: &str = "nobody-knows-this-token-1234";
-
-async fn eventually<F, Fut>(timeout: Duration, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = Instant::now() + timeout;
-    while !check().await {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 /// A refusal by authentication: 401 (no or unknown token, with `WWW-Authenticate`) or 403
 /// (a known token without the role), as JSON with a message that names the role.

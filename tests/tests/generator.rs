@@ -3,12 +3,11 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::future::Future;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
-use tests::{Service, fresh_database};
+use tests::{Service, eventually, fresh_database};
 
 const TTL: &str = "2";
 const RETRY: &str = "0.5";
@@ -147,21 +146,6 @@ fn check_one_producer_at_a_time(
         );
     }
     terms
-}
-
-async fn eventually<F, Fut>(timeout: Duration, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = Instant::now() + timeout;
-    while !check().await {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 fn produced_metric(text: &str) -> u64 {

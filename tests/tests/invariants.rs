@@ -2,27 +2,11 @@
 //! deliberately broken build (acquire without its expiry check) is caught.
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
-use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::json;
 use tests::checker;
-use tests::{Service, fresh_database};
-
-async fn eventually<F, Fut>(timeout: Duration, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = Instant::now() + timeout;
-    while !check().await {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
+use tests::{Service, eventually, fresh_database};
 
 #[tokio::test]
 async fn a_busy_run_with_crashes_and_pauses_keeps_every_invariant() {

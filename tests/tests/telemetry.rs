@@ -4,30 +4,14 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 use tests::otlp::{OtlpReceiver, ReceivedSpan};
-use tests::{Service, fresh_database};
+use tests::{Service, eventually, fresh_database};
 
 const SERVER: i32 = 2;
 const CLIENT: i32 = 3;
-
-async fn eventually<F, Fut>(timeout: Duration, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = Instant::now() + timeout;
-    while !check().await {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 /// lease-service, task-service and one worker, all exporting to `endpoint`.
 async fn stack(endpoint: &str) -> (Service, Service, Service) {

@@ -3,11 +3,10 @@
 //! lease, a shared worker name, lease-service down, graceful shutdown).
 #![allow(clippy::unwrap_used)]
 
-use std::future::Future;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tests::{Service, fresh_database};
+use tests::{Service, eventually, fresh_database};
 
 struct Stack {
     leases: Service,
@@ -75,21 +74,6 @@ impl Stack {
             .filter(|l| l.starts_with("tasks_completed_total{"))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
             .sum()
-    }
-}
-
-async fn eventually<F, Fut>(timeout: Duration, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = Instant::now() + timeout;
-    while !check().await {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

@@ -1,0 +1,48 @@
+//! The benchmark harness in its quick mode, so that it keeps working: every section produces
+//! its figures, and the JSON report parses. No time is asserted: performance is shown by the
+//! harness's own output (`cargo run --release -p tests --bin bench`), never by a timed test.
+#![allow(clippy::unwrap_used, clippy::print_stdout)]
+
+use tests::bench::{self, BenchOptions};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_quick_benchmark_produces_every_figure() {
+    let options = BenchOptions::quick();
+    let report = bench::run(&options).await;
+    println!("{}", report.markdown());
+    for &clients in &options.lease_concurrency {
+        for section in [
+            "leases through HTTP",
+            "leases as direct SQL (the physical limit)",
+        ] {
+            for operation in ["acquire", "renew", "release"] {
+                let figure = report
+                    .find(section, operation, clients)
+                    .unwrap_or_else(|| panic!("no {section} {operation} at {clients}"));
+                assert!(figure.ops > 0, "{figure:?}");
+                assert_eq!(figure.errors, 0, "{figure:?}");
+            }
+        }
+    }
+    let sections: std::collections::BTreeSet<&str> =
+        report.figures.iter().map(|f| f.section.as_str()).collect();
+    assert_eq!(sections.len(), 7, "{sections:?}");
+    for figure in &report.figures {
+        assert!(figure.ops > 0, "a figure without operations: {figure:?}");
+    }
+    let e2e = report
+        .figures
+        .iter()
+        .filter(|f| f.name.contains("claim → complete"))
+        .collect::<Vec<_>>();
+    assert_eq!(e2e.len(), 2);
+    for figure in e2e {
+        assert_eq!(figure.ops, options.e2e_tasks, "every task done: {figure:?}");
+    }
+    let expected_ratios = options.lease_concurrency.len() * 3
+        + options.backlog_sizes.len()
+        + (options.growth_sizes.len() - 1) * 2;
+    assert_eq!(report.ratios.len(), expected_ratios, "{:?}", report.ratios);
+    let json = serde_json::to_value(&report).unwrap();
+    assert!(json["figures"].as_array().unwrap().len() > 10);
+}
