@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
-use shared::api::{AcquireLease, MAX_NAME_BYTES, ReleaseLease, RenewLease};
+use shared::api::{AcquireLease, AcquireLeases, MAX_NAME_BYTES, ReleaseLease, RenewLease};
 use shared::server::auth::{Role, locked};
 use shared::server::http::{
     Page, extractors, get_only, healthz, method_not_allowed, metrics_response,
@@ -52,6 +52,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                     .route(locked(web::post().to(acquire), Role::Leaseholder))
                     .default_service(web::to(method_not_allowed)),
             )
+            .service(
+                web::resource("/batch")
+                    .route(locked(web::post().to(acquire_many), Role::Leaseholder))
+                    .default_service(web::to(method_not_allowed)),
+            )
             .service(get_only("/active", list_active))
             .service(get_only("/expired", list_expired))
             .service(get_only("/renewed", list_renewed))
@@ -91,6 +96,16 @@ async fn acquire(state: State, body: web::Json<AcquireLease>) -> Result<HttpResp
             AcquireOutcome::Extended(lease) => HttpResponse::Ok().json(lease),
         },
     )
+}
+
+async fn acquire_many(
+    state: State,
+    body: web::Json<AcquireLeases>,
+) -> Result<HttpResponse, ApiError> {
+    let mut conn = db::connection(&state.pool).await?;
+    let answer =
+        leases::acquire_many(&mut conn, state.ttl, state.secrets, &state.metrics, &body).await?;
+    Ok(HttpResponse::Ok().json(answer))
 }
 
 async fn renew(state: State, body: web::Json<RenewLease>) -> Result<HttpResponse, ApiError> {

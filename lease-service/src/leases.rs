@@ -3,7 +3,10 @@
 
 use diesel_async::AsyncPgConnection;
 use rand::Rng;
-use shared::api::{AcquireLease, Lease, LeaseStatus, ReleaseLease, RenewLease, Secret};
+use shared::api::{
+    AcquireLease, AcquireLeases, AcquiredLeases, HeldLease, Lease, LeaseStatus,
+    MAX_BATCH_RESOURCES, ReleaseLease, RenewLease, Secret,
+};
 use shared::server::{sha256, validate_name};
 
 use crate::error::ApiError;
@@ -133,6 +136,102 @@ pub async fn acquire(
             request.resource
         ))),
     }
+}
+
+/// Acquires many resources for one holder in one statement (`POST /api/leases/batch`).
+pub async fn acquire_many(
+    conn: &mut AsyncPgConnection,
+    ttl: TtlPolicy,
+    secrets: SecretPolicy,
+    metrics: &Metrics,
+    request: &AcquireLeases,
+) -> Result<AcquiredLeases, ApiError> {
+    validate_name("holder", &request.holder)?;
+    if request.resources.is_empty() || request.resources.len() > MAX_BATCH_RESOURCES {
+        return Err(ApiError::invalid(
+            "invalid_batch",
+            "resources",
+            format!(
+                "resources must list 1 to {MAX_BATCH_RESOURCES} resources, got {}",
+                request.resources.len()
+            ),
+        ));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for resource in &request.resources {
+        validate_name("resource", resource)?;
+        if !seen.insert(resource.as_str()) {
+            return Err(ApiError::invalid(
+                "duplicate_resource",
+                "resources",
+                format!("resource {resource:?} is listed twice"),
+            ));
+        }
+    }
+    let ttl_seconds = ttl.resolve(request.ttl_seconds)?;
+    let new_secrets: Vec<String> = request.resources.iter().map(|_| new_secret()).collect();
+    let hashes: Vec<Vec<u8>> = new_secrets.iter().map(|s| sha256(s).to_vec()).collect();
+    let rows = repo::acquire_many(
+        conn,
+        &request.resources,
+        &request.holder,
+        ttl_seconds,
+        &hashes,
+        secrets.required,
+    )
+    .await?;
+    let mut answer = AcquiredLeases {
+        acquired: Vec::new(),
+        extended: Vec::new(),
+        held: Vec::new(),
+    };
+    for (row, fresh) in rows {
+        if fresh {
+            let index = request.resources.iter().position(|r| *r == row.resource);
+            let mut lease = to_api(row);
+            lease.secret = index
+                .and_then(|i| new_secrets.get(i))
+                .cloned()
+                .map(Secret::new);
+            answer.acquired.push(lease);
+        } else {
+            answer.extended.push(to_api(row));
+        }
+    }
+    let taken = answer.acquired.len() + answer.extended.len();
+    if taken < request.resources.len() {
+        let missing: Vec<String> = request
+            .resources
+            .iter()
+            .filter(|r| {
+                !answer.acquired.iter().any(|l| l.resource == **r)
+                    && !answer.extended.iter().any(|l| l.resource == **r)
+            })
+            .cloned()
+            .collect();
+        for row in repo::find_active(conn, &missing).await? {
+            answer.held.push(HeldLease {
+                expires_in_ms: (row.expires_at - row.db_now).num_milliseconds().max(0),
+                resource: row.resource,
+                holder: row.holder,
+                expires_at: row.expires_at,
+            });
+        }
+    }
+    let count = |n: usize| u64::try_from(n).unwrap_or(0);
+    metrics
+        .acquisitions
+        .with_label_values(&["new"])
+        .inc_by(count(answer.acquired.len()));
+    metrics
+        .acquisitions
+        .with_label_values(&["reentrant"])
+        .inc_by(count(answer.extended.len()));
+    metrics
+        .conflicts
+        .with_label_values(&["acquire", "lease_held"])
+        .inc_by(count(answer.held.len()));
+    Ok(answer)
 }
 
 pub async fn renew(

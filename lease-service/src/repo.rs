@@ -103,6 +103,35 @@ WHERE l.expires_at <= now() OR l.released_at IS NOT NULL
 RETURNING id, resource, holder, fence, ttl_seconds, created_at, renewed_at, released_at,
           expires_at, now() AS db_now, secret_hash, (renewed_at IS NULL) AS fresh";
 
+/// [`ACQUIRE`] for many resources of one holder: one statement, one commit. Rows are taken in
+/// resource order, so two batches that share resources lock them in the same order and cannot
+/// deadlock. A reentrant acquire here cannot present a secret, so it is allowed only when
+/// secrets are not required (`$5`). A fence drawn by the `SELECT` for a row that then conflicts
+/// is simply skipped: the sequence only rises.
+const ACQUIRE_MANY: &str = "\
+INSERT INTO leases AS l (resource, holder, fence, ttl_seconds, created_at, expires_at, secret_hash)
+SELECT r.resource, $2, nextval('leases_fence_seq'), $3, now(), now() + make_interval(secs => $3),
+       r.secret_hash
+FROM unnest($1::text[], $4::bytea[]) AS r(resource, secret_hash)
+ORDER BY r.resource
+ON CONFLICT (resource) DO UPDATE SET
+    fence = CASE WHEN l.holder = EXCLUDED.holder AND l.released_at IS NULL AND l.expires_at > now()
+                 THEN l.fence ELSE nextval('leases_fence_seq') END,
+    created_at = CASE WHEN l.holder = EXCLUDED.holder AND l.released_at IS NULL AND l.expires_at > now()
+                      THEN l.created_at ELSE now() END,
+    renewed_at = CASE WHEN l.holder = EXCLUDED.holder AND l.released_at IS NULL AND l.expires_at > now()
+                      THEN now() ELSE NULL END,
+    secret_hash = CASE WHEN l.holder = EXCLUDED.holder AND l.released_at IS NULL AND l.expires_at > now()
+                       THEN l.secret_hash ELSE EXCLUDED.secret_hash END,
+    holder = EXCLUDED.holder,
+    released_at = NULL,
+    ttl_seconds = EXCLUDED.ttl_seconds,
+    expires_at = EXCLUDED.expires_at
+WHERE l.expires_at <= now() OR l.released_at IS NOT NULL
+   OR (l.holder = EXCLUDED.holder AND NOT $5::boolean)
+RETURNING id, resource, holder, fence, ttl_seconds, created_at, renewed_at, released_at,
+          expires_at, now() AS db_now, secret_hash, (renewed_at IS NULL) AS fresh";
+
 const RENEW: &str = "\
 UPDATE leases SET
     renewed_at = now(),
@@ -245,6 +274,48 @@ pub async fn acquire(
         }
     }
     Ok(Acquired::Contended)
+}
+
+/// What [`acquire_many`] did with each resource it took: `(row, fresh)`.
+pub type AcquiredMany = Vec<(LeaseRow, bool)>;
+
+/// Acquires `resources` (distinct) for `holder`; `secret_hashes[i]` is stored with a new
+/// acquisition of `resources[i]`. Returns what it acquired or extended; the caller finds the
+/// rest with [`find_active`].
+#[tracing::instrument(name = "INSERT leases", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "INSERT", db.collection.name = "leases", db.operation.batch.size = resources.len()))]
+pub async fn acquire_many(
+    conn: &mut AsyncPgConnection,
+    resources: &[String],
+    holder: &str,
+    ttl_seconds: i32,
+    secret_hashes: &[Vec<u8>],
+    require_secret: bool,
+) -> Result<AcquiredMany, DieselError> {
+    use diesel::sql_types::Array;
+    let rows: Vec<AcquiredRow> = diesel::sql_query(ACQUIRE_MANY)
+        .bind::<Array<Text>, _>(resources)
+        .bind::<Text, _>(holder)
+        .bind::<Integer, _>(ttl_seconds)
+        .bind::<Array<Binary>, _>(secret_hashes)
+        .bind::<Bool, _>(require_secret)
+        .load(conn)
+        .await?;
+    Ok(rows.into_iter().map(|row| (row.lease, row.fresh)).collect())
+}
+
+/// The live leases among `resources`.
+#[tracing::instrument(name = "SELECT leases", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "leases"))]
+pub async fn find_active(
+    conn: &mut AsyncPgConnection,
+    resources: &[String],
+) -> Result<Vec<LeaseRow>, DieselError> {
+    diesel::sql_query(format!(
+        "SELECT {COLUMNS} FROM leases WHERE resource = ANY($1) \
+         AND released_at IS NULL AND expires_at > now()"
+    ))
+    .bind::<diesel::sql_types::Array<Text>, _>(resources)
+    .load(conn)
+    .await
 }
 
 #[tracing::instrument(name = "UPDATE leases", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "leases"))]

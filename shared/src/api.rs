@@ -146,6 +146,40 @@ pub struct AcquireLease {
     pub secret: Option<Secret>,
 }
 
+/// Most resources one `POST /api/leases/batch` may acquire.
+pub const MAX_BATCH_RESOURCES: usize = 100;
+
+/// `POST /api/leases/batch`: acquire many resources for one holder in one statement (how
+/// task-service claims a batch of tasks with one call and one commit). Each resource is
+/// acquired as `POST /api/leases` would acquire it alone; there is no all-or-nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AcquireLeases {
+    pub resources: Vec<String>,
+    pub holder: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_seconds: Option<i64>,
+}
+
+/// The answer to [`AcquireLeases`]: which resources were newly acquired (each with its own
+/// fence and secret), which the holder already held (extended, fence kept; reentrant, so
+/// refused when lease-service requires secrets), and which someone holds. A resource in none
+/// of the three changed hands while the statement ran; ask again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AcquiredLeases {
+    pub acquired: Vec<Lease>,
+    pub extended: Vec<Lease>,
+    pub held: Vec<HeldLease>,
+}
+
+/// Someone else's live lease, as a refused acquire reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldLease {
+    pub resource: String,
+    pub holder: String,
+    pub expires_at: DateTime<Utc>,
+    pub expires_in_ms: i64,
+}
+
 /// `PUT /api/leases/renew`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RenewLease {

@@ -14,7 +14,10 @@ use reqwest::StatusCode;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::api::{AcquireLease, ErrorBody, Lease, Proof, ReleaseLease, RenewLease, Secret};
+use crate::api::{
+    AcquireLease, AcquireLeases, AcquiredLeases, ErrorBody, Lease, Proof, ReleaseLease, RenewLease,
+    Secret,
+};
 
 /// Why a lease call did not succeed.
 #[derive(Debug, thiserror::Error)]
@@ -213,6 +216,26 @@ impl LeaseClient {
             .await
             .map(|(status, lease)| (lease, status == StatusCode::CREATED))
             .map_err(|(status, err)| refusal(resource, status, err))
+    }
+
+    /// Acquires many resources for `holder` with one call and one commit (at most
+    /// [`crate::api::MAX_BATCH_RESOURCES`], all distinct): each is acquired, extended (the holder
+    /// had it) or reported held, independently of the others.
+    pub async fn acquire_many(
+        &self,
+        resources: &[String],
+        holder: &str,
+        ttl: Option<Duration>,
+    ) -> Result<AcquiredLeases, LeaseError> {
+        let body = AcquireLeases {
+            resources: resources.to_vec(),
+            holder: holder.to_owned(),
+            ttl_seconds: ttl.map(ttl_seconds),
+        };
+        self.call(reqwest::Method::POST, "/api/leases/batch", &[], Some(&body))
+            .await
+            .map(|(_, answer)| answer)
+            .map_err(|(status, err)| refusal("(batch)", status, err))
     }
 
     /// Tries to acquire until it succeeds or `timeout` passes (seed 001's acquire timeout).

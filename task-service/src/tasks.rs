@@ -394,46 +394,54 @@ impl Round {
         candidates: Vec<TaskRow>,
         granted: &std::sync::Mutex<Vec<(i64, Lease)>>,
     ) -> Result<(), ApiError> {
-        let ttl = Some(engine.lease_ttl);
-        let answers = futures_util::future::join_all(candidates.iter().map(|task| {
-            let resource = engine.resource(task.id);
-            async move {
-                engine
-                    .leases
-                    .acquire_telling(&resource, processor, ttl)
-                    .await
+        if candidates.is_empty() {
+            return Ok(());
+        }
+        // One call and one commit in lease-service for the whole batch.
+        let resources: Vec<String> = candidates.iter().map(|t| engine.resource(t.id)).collect();
+        let mut answer = match engine
+            .leases
+            .acquire_many(&resources, processor, Some(engine.lease_ttl))
+            .await
+        {
+            Ok(answer) => answer,
+            Err(LeaseError::Unavailable(reason)) => {
+                self.unavailable = Some(reason);
+                return Ok(());
             }
-        }))
-        .await;
-        for (task, answer) in candidates.into_iter().zip(answers) {
-            let lease = match answer {
-                Ok((lease, fresh)) if fresh || task.fence != Some(lease.fence) => lease,
-                // The same name already works on it under this fence.
-                Ok(_) => continue,
-                Err(LeaseError::Held { expires_at, .. }) => {
-                    if task.status == "running"
-                        && let Some(expires_at) = expires_at
-                    {
-                        repo::postpone_lapse(conn, task.id, expires_at).await?;
-                    }
+            Err(
+                err @ LeaseError::Rejected {
+                    status: 401 | 403, ..
+                },
+            ) => {
+                self.unavailable = Some(credentials_refused(&err));
+                return Ok(());
+            }
+            Err(other) => {
+                tracing::warn!(error = %other, "lease-service refused a batch of task leases");
+                return Ok(());
+            }
+        };
+        for (task, resource) in candidates.into_iter().zip(resources) {
+            let take = |leases: &mut Vec<Lease>| {
+                let at = leases.iter().position(|l| l.resource == resource)?;
+                Some(leases.swap_remove(at))
+            };
+            let lease = if let Some(lease) = take(&mut answer.acquired) {
+                lease
+            } else if let Some(lease) = take(&mut answer.extended) {
+                // The same name already works on it under this fence: not handed out twice.
+                if task.fence == Some(lease.fence) {
                     continue;
                 }
-                Err(LeaseError::Unavailable(reason)) => {
-                    self.unavailable = Some(reason);
-                    continue;
+                lease
+            } else {
+                if task.status == "running"
+                    && let Some(held) = answer.held.iter().find(|h| h.resource == resource)
+                {
+                    repo::postpone_lapse(conn, task.id, held.expires_at).await?;
                 }
-                Err(
-                    err @ LeaseError::Rejected {
-                        status: 401 | 403, ..
-                    },
-                ) => {
-                    self.unavailable = Some(credentials_refused(&err));
-                    continue;
-                }
-                Err(other) => {
-                    tracing::warn!(task = task.id, error = %other, "lease-service refused a task lease");
-                    continue;
-                }
+                continue;
             };
             granted
                 .lock()

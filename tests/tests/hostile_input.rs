@@ -226,6 +226,13 @@ async fn lease_service_survives_generated_hostile_requests() {
             path: format!("/api/leases/{id}/revoke"),
             body
         }),
+        body(json!({"resources": ["a", "b", "new"], "holder": "h", "ttl_seconds": 30})).prop_map(
+            |body| Target {
+                method: "POST",
+                path: "/api/leases/batch".into(),
+                body
+            }
+        ),
         id_segment().prop_map(|id| Target {
             method: "GET",
             path: format!("/api/leases/{id}"),

@@ -622,3 +622,125 @@ async fn migrations_run_by_subcommand_and_can_be_skipped_at_start() {
     assert_eq!(answer.status, 500);
     assert_eq!(answer.code(), "internal");
 }
+
+#[tokio::test]
+async fn a_batch_acquires_each_free_resource_extends_its_own_and_reports_the_held() {
+    let db = fresh_database().await;
+    let svc = Service::lease_service(&db, &[]).await;
+    assert_eq!(
+        svc.post("/api/leases", &lease("b", "other")).await.status,
+        201
+    );
+    let mine = svc.post("/api/leases", &lease("c", "me")).await;
+    let batch = json!({"resources": ["a", "b", "c"], "holder": "me", "ttl_seconds": 60});
+    let answer = svc.post("/api/leases/batch", &batch).await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    let acquired = answer.body["acquired"].as_array().unwrap();
+    assert_eq!(acquired.len(), 1);
+    assert_eq!(acquired[0]["resource"], "a");
+    assert_eq!(acquired[0]["ttl_seconds"], 60);
+    assert_eq!(acquired[0]["secret"].as_str().map(str::len), Some(64));
+    let extended = answer.body["extended"].as_array().unwrap();
+    assert_eq!(extended.len(), 1);
+    assert_eq!(
+        extended[0]["fence"], mine.body["fence"],
+        "reentrant keeps the fence"
+    );
+    let held = answer.body["held"].as_array().unwrap();
+    assert_eq!(held.len(), 1);
+    assert_eq!(
+        (held[0]["resource"].as_str(), held[0]["holder"].as_str()),
+        (Some("b"), Some("other"))
+    );
+    assert!(held[0]["expires_in_ms"].as_i64().unwrap() > 0);
+
+    // The acquired lease is an ordinary lease: its secret renews and releases it.
+    let proven = json!({"resource": "a", "holder": "me", "secret": acquired[0]["secret"]});
+    assert_eq!(svc.put("/api/leases/renew", &proven).await.status, 200);
+    assert_eq!(svc.delete("/api/leases/release", &proven).await.status, 200);
+
+    // Bad batches write nothing.
+    let before = snapshot(&db, "leases").await;
+    let too_many: Vec<String> = (0..101).map(|i| format!("r{i}")).collect();
+    for (body, code) in [
+        (json!({"resources": [], "holder": "me"}), "invalid_batch"),
+        (
+            json!({"resources": too_many, "holder": "me"}),
+            "invalid_batch",
+        ),
+        (
+            json!({"resources": ["x", "x"], "holder": "me"}),
+            "duplicate_resource",
+        ),
+        (
+            json!({"resources": ["x", ""], "holder": "me"}),
+            "invalid_field",
+        ),
+        (
+            json!({"resources": ["x"], "holder": "me", "ttl_seconds": 0}),
+            "invalid_ttl",
+        ),
+    ] {
+        let refused = svc.post("/api/leases/batch", &body).await;
+        assert_eq!((refused.status, refused.code()), (400, code), "{body}");
+    }
+    assert_eq!(before, snapshot(&db, "leases").await);
+}
+
+#[tokio::test]
+async fn with_secrets_required_a_batch_does_not_extend_a_lease_it_cannot_prove() {
+    let db = fresh_database().await;
+    let svc = Service::lease_service(&db, &[("LEASE_REQUIRE_SECRET", "true")]).await;
+    assert_eq!(svc.post("/api/leases", &lease("c", "me")).await.status, 201);
+    let answer = svc
+        .post(
+            "/api/leases/batch",
+            &json!({"resources": ["c"], "holder": "me"}),
+        )
+        .await;
+    assert_eq!(answer.status, 200);
+    assert!(answer.body["extended"].as_array().unwrap().is_empty());
+    assert_eq!(answer.body["held"][0]["holder"], "me");
+}
+
+#[tokio::test]
+async fn concurrent_overlapping_batches_never_deadlock_and_give_each_resource_one_holder() {
+    use rand::seq::SliceRandom;
+    let db = fresh_database().await;
+    let svc = Service::lease_service(&db, &[]).await;
+    let resources: Vec<String> = (0..60).map(|i| format!("shared-{i}")).collect();
+    let answers = futures_util::future::join_all((0..12).map(|k| {
+        let mut mine = resources.clone();
+        mine.shuffle(&mut rand::rng());
+        mine.truncate(40);
+        let svc = &svc;
+        async move {
+            svc.post(
+                "/api/leases/batch",
+                &json!({"resources": mine, "holder": format!("h{k}")}),
+            )
+            .await
+        }
+    }))
+    .await;
+    let mut winners = std::collections::HashMap::new();
+    for answer in &answers {
+        assert_eq!(answer.status, 200, "{:?}", answer.body);
+        for lease in answer.body["acquired"].as_array().unwrap() {
+            let previous = winners.insert(
+                lease["resource"].as_str().unwrap().to_owned(),
+                lease["holder"].as_str().unwrap().to_owned(),
+            );
+            assert!(previous.is_none(), "{lease} acquired twice");
+        }
+    }
+    let active = svc.get("/api/leases/active?limit=1000").await.body;
+    for lease in active.as_array().unwrap() {
+        let resource = lease["resource"].as_str().unwrap();
+        assert_eq!(
+            winners.get(resource).map(String::as_str),
+            lease["holder"].as_str()
+        );
+    }
+    assert_eq!(active.as_array().unwrap().len(), winners.len());
+}
