@@ -3,9 +3,12 @@
 
 use std::time::Duration;
 
-use actix_web::{HttpRequest, HttpResponse, web};
+use actix_web::{HttpRequest, HttpResponse, ResponseError, web};
 use serde::Deserialize;
-use shared::api::{AcquireLease, AcquireLeases, MAX_NAME_BYTES, ReleaseLease, RenewLease};
+use shared::api::{
+    AcquireLease, AcquireLeases, ErrorBody, MAX_BATCH_RESOURCES, MAX_NAME_BYTES, ReleaseLease,
+    ReleaseLeases, ReleaseResult, ReleasedLeases, RenewLease,
+};
 use shared::server::auth::{Role, locked};
 use shared::server::http::{
     Page, extractors, get_only, healthz, method_not_allowed, metrics_response,
@@ -57,6 +60,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                     .route(locked(web::post().to(acquire_many), Role::Leaseholder))
                     .default_service(web::to(method_not_allowed)),
             )
+            .service(
+                web::resource("/batch/release")
+                    .route(locked(web::post().to(release_many), Role::Leaseholder))
+                    .default_service(web::to(method_not_allowed)),
+            )
             .service(get_only("/active", list_active))
             .service(get_only("/expired", list_expired))
             .service(get_only("/renewed", list_renewed))
@@ -106,6 +114,54 @@ async fn acquire_many(
     let answer =
         leases::acquire_many(&mut conn, state.ttl, state.secrets, &state.metrics, &body).await?;
     Ok(HttpResponse::Ok().json(answer))
+}
+
+/// Releases in one transaction: one commit for the batch. A refusal is that item's answer; only
+/// a failure of the database fails the whole request (and then nothing was released).
+async fn release_many(
+    state: State,
+    body: web::Json<ReleaseLeases>,
+) -> Result<HttpResponse, ApiError> {
+    use diesel_async::AsyncConnection;
+    let requests = body.into_inner().leases;
+    if requests.is_empty() || requests.len() > MAX_BATCH_RESOURCES {
+        return Err(ApiError::invalid(
+            "invalid_batch",
+            "leases",
+            format!(
+                "leases must list 1 to {MAX_BATCH_RESOURCES} releases, got {}",
+                requests.len()
+            ),
+        ));
+    }
+    let mut conn = db::connection(&state.pool).await?;
+    let secrets = state.secrets;
+    let metrics = &state.metrics;
+    let results = conn
+        .transaction::<_, ApiError, _>(async |conn| {
+            let mut results = Vec::with_capacity(requests.len());
+            for request in &requests {
+                let outcome = leases::release(conn, secrets, metrics, request, None).await;
+                results.push(match outcome {
+                    Ok(lease) => ReleaseResult {
+                        resource: request.resource.clone(),
+                        status: 200,
+                        lease: Some(lease),
+                        error: None,
+                    },
+                    Err(err) if err.status_code().is_client_error() => ReleaseResult {
+                        resource: request.resource.clone(),
+                        status: err.status_code().as_u16(),
+                        lease: None,
+                        error: Some(ErrorBody::new(err.code(), err.to_string())),
+                    },
+                    Err(err) => return Err(err),
+                });
+            }
+            Ok(results)
+        })
+        .await?;
+    Ok(HttpResponse::Ok().json(ReleasedLeases { results }))
 }
 
 async fn renew(state: State, body: web::Json<RenewLease>) -> Result<HttpResponse, ApiError> {

@@ -171,6 +171,31 @@ pub struct AcquiredLeases {
     pub held: Vec<HeldLease>,
 }
 
+/// `POST /api/leases/batch/release`: many releases in one transaction (one commit), each
+/// judged as `DELETE /api/leases/release` would judge it alone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleaseLeases {
+    pub leases: Vec<ReleaseLease>,
+}
+
+/// The answer to [`ReleaseLeases`]: one result per release, in the request's order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleasedLeases {
+    pub results: Vec<ReleaseResult>,
+}
+
+/// One release's outcome: the released lease (status 200), or the refusal it would have got
+/// alone (its status and error body).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleaseResult {
+    pub resource: String,
+    pub status: u16,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<Lease>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorBody>,
+}
+
 /// Someone else's live lease, as a refused acquire reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HeldLease {

@@ -15,8 +15,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::api::{
-    AcquireLease, AcquireLeases, AcquiredLeases, ErrorBody, Lease, Proof, ReleaseLease, RenewLease,
-    Secret,
+    AcquireLease, AcquireLeases, AcquiredLeases, ErrorBody, Lease, Proof, ReleaseLease,
+    ReleaseLeases, ReleasedLeases, RenewLease, Secret,
 };
 
 /// Why a lease call did not succeed.
@@ -326,6 +326,47 @@ impl LeaseClient {
         .await
         .map(|(_, lease)| lease)
         .map_err(|(status, err)| refusal(resource, status, err))
+    }
+
+    /// Releases many leases of one or more holders in one call and one commit (at most
+    /// [`crate::api::MAX_BATCH_RESOURCES`]): one outcome per `(resource, holder, proof)`, in
+    /// order, each as [`LeaseClient::release`] would have had it alone.
+    pub async fn release_many(
+        &self,
+        leases: &[(String, String, Proof<'_>)],
+    ) -> Result<Vec<Result<Lease, LeaseError>>, LeaseError> {
+        let body = ReleaseLeases {
+            leases: leases
+                .iter()
+                .map(|(resource, holder, proof)| ReleaseLease {
+                    resource: resource.clone(),
+                    holder: holder.clone(),
+                    fence: proof.fence,
+                    secret: proof.secret_field(),
+                })
+                .collect(),
+        };
+        let (_, answer): (_, ReleasedLeases) = self
+            .call(
+                reqwest::Method::POST,
+                "/api/leases/batch/release",
+                &[],
+                Some(&body),
+            )
+            .await
+            .map_err(|(status, err)| refusal("(batch)", status, err))?;
+        Ok(answer
+            .results
+            .into_iter()
+            .map(|result| match (result.lease, result.error) {
+                (Some(lease), _) => Ok(lease),
+                (None, error) => Err(refusal(
+                    &result.resource,
+                    StatusCode::from_u16(result.status).ok(),
+                    Ok(error.unwrap_or_else(|| ErrorBody::new("unknown", "no answer"))),
+                )),
+            })
+            .collect())
     }
 
     /// The unexpired, unreleased lease on `resource`, if any.

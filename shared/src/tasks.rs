@@ -125,6 +125,43 @@ pub struct CompleteTask {
     pub fence: Option<i64>,
 }
 
+/// `PUT /api/tasks/complete`: a worker's completions of several tasks in one request (one
+/// transaction and one lease-service call). Each is judged as `PUT /{id}/complete` would judge
+/// it alone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompleteTasks {
+    pub processor: String,
+    pub tasks: Vec<CompleteItem>,
+}
+
+/// One completion of a [`CompleteTasks`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompleteItem {
+    pub id: i64,
+    #[serde(default)]
+    pub task_output: serde_json::Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence: Option<i64>,
+}
+
+/// The answer to [`CompleteTasks`]: one result per completion, in the request's order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompletedTasks {
+    pub results: Vec<ItemResult>,
+}
+
+/// One completion's outcome: the task (status 202), or the refusal it would have got alone
+/// (its status and error body).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ItemResult {
+    pub id: i64,
+    pub status: u16,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<Task>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<crate::api::ErrorBody>,
+}
+
 /// `PUT /api/tasks/{id}/fail`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FailTask {

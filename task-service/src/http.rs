@@ -14,7 +14,8 @@ use shared::server::http::{
 };
 use shared::server::{ApiError, validate_name_within};
 use shared::tasks::{
-    ClaimTasks, CompleteTask, CreateTask, FailTask, Heartbeat, NoTask, TaskStatus,
+    ClaimTasks, CompleteTask, CompleteTasks, CompletedTasks, CreateTask, FailTask, Heartbeat,
+    NoTask, TaskStatus,
 };
 
 use crate::tasks::{self, Created, Engine};
@@ -62,6 +63,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .service(
                 web::resource("/next")
                     .route(locked(web::post().to(next), Role::Worker))
+                    .default_service(web::to(method_not_allowed)),
+            )
+            .service(
+                web::resource("/complete")
+                    .route(locked(web::put().to(complete_many), Role::Worker))
                     .default_service(web::to(method_not_allowed)),
             )
             .service(get_only("/{id}", get_by_id))
@@ -127,6 +133,16 @@ async fn next(state: State, body: web::Json<ClaimTasks>) -> Result<HttpResponse,
         (false, true) => HttpResponse::Accepted().json(claimed),
         (false, false) => HttpResponse::Accepted().json(claimed.swap_remove(0)),
     })
+}
+
+/// 200 with one result per completion (each with its own status: 202, 409, 404, ...).
+async fn complete_many(
+    state: State,
+    body: web::Json<CompleteTasks>,
+) -> Result<HttpResponse, ApiError> {
+    let mut conn = db::connection(&state.pool).await?;
+    let results = tasks::complete_many(&mut conn, &state.engine, &body).await?;
+    Ok(HttpResponse::Ok().json(CompletedTasks { results }))
 }
 
 async fn heartbeat(

@@ -186,6 +186,17 @@ pub async fn lock(conn: &mut Db, id: i64) -> Result<Option<TaskRow>> {
     .optional()
 }
 
+/// The tasks among `ids`, locked in id order (so that two batches cannot deadlock).
+#[tracing::instrument(name = "SELECT tasks", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "tasks"))]
+pub async fn lock_many(conn: &mut Db, ids: &[i64]) -> Result<Vec<TaskRow>> {
+    diesel::sql_query(format!(
+        "SELECT {COLUMNS} FROM tasks WHERE id = ANY($1) ORDER BY id FOR UPDATE"
+    ))
+    .bind::<Array<BigInt>, _>(ids)
+    .load(conn)
+    .await
+}
+
 /// Running tasks whose lease has run out by the recorded expiry, oldest first, locked; rows
 /// another transaction holds are skipped, never waited for.
 #[tracing::instrument(name = "SELECT tasks", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "tasks"))]

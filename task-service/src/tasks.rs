@@ -14,7 +14,10 @@ use diesel_async::AsyncConnection;
 use rand::Rng;
 use shared::api::{Lease, LeaseStatus, Proof};
 use shared::server::{ApiError, validate_name, validate_name_within};
-use shared::tasks::{ClaimTasks, CompleteTask, CreateTask, FailTask, Heartbeat, Task, TaskStatus};
+use shared::tasks::{
+    ClaimTasks, CompleteTask, CompleteTasks, CreateTask, FailTask, Heartbeat, ItemResult, Task,
+    TaskStatus,
+};
 use shared::{LeaseClient, LeaseError};
 use tracing::field::Empty;
 
@@ -579,6 +582,155 @@ pub async fn complete(
     finish(engine, outcome, processor).await
 }
 
+#[tracing::instrument(name = "complete tasks", skip_all, fields(
+    task.processor = %request.processor,
+    task.ids = Empty,
+))]
+/// A worker's completions of several tasks: one transaction, one lease-service call (a batch
+/// release), one commit. Each item is judged as [`complete`] would judge it alone, and answered
+/// with its own status; only a request that is wrong as a whole, or a database failure, fails
+/// the request.
+pub async fn complete_many(
+    conn: &mut Db,
+    engine: &Engine,
+    request: &CompleteTasks,
+) -> Result<Vec<ItemResult>, ApiError> {
+    validate_name("processor", &request.processor)?;
+    let items = &request.tasks;
+    if items.is_empty() || items.len() > usize::try_from(MAX_CLAIM).unwrap_or(100) {
+        return Err(ApiError::invalid(
+            "invalid_batch",
+            "tasks",
+            format!(
+                "tasks must list 1 to {MAX_CLAIM} completions, got {}",
+                items.len()
+            ),
+        ));
+    }
+    let mut seen = std::collections::HashSet::new();
+    if let Some(item) = items.iter().find(|item| !seen.insert(item.id)) {
+        return Err(ApiError::invalid(
+            "duplicate_task",
+            "tasks",
+            format!("task {} is listed twice", item.id),
+        ));
+    }
+    let ids: Vec<i64> = items.iter().map(|item| item.id).collect();
+    tracing::Span::current().record(
+        "task.ids",
+        ids.iter().map(i64::to_string).collect::<Vec<_>>().join(","),
+    );
+    let processor = request.processor.as_str();
+    let outcomes = conn
+        .transaction::<_, ApiError, _>(async |conn| {
+            let mut locked: std::collections::HashMap<i64, TaskRow> = repo::lock_many(conn, &ids)
+                .await?
+                .into_iter()
+                .map(|row| (row.id, row))
+                .collect();
+            let mut outcomes: Vec<Option<Result<Transition, ApiError>>> =
+                items.iter().map(|_| None).collect();
+            let mut releasing: Vec<(usize, TaskRow)> = Vec::new();
+            for (index, item) in items.iter().enumerate() {
+                let verdict = match check_size("task_output", &item.task_output) {
+                    Err(err) => Err(err),
+                    Ok(()) => match locked.remove(&item.id) {
+                        None => Err(task_not_found(item.id)),
+                        Some(task) => match check_owner(&task, processor, item.fence) {
+                            Err(err) => Err(err),
+                            Ok(()) if task.cancel_requested => Ok(Transition::Cancelled(
+                                repo::mark_final(conn, task.id, "cancelled", None).await?,
+                            )),
+                            Ok(()) => {
+                                releasing.push((index, task));
+                                continue;
+                            }
+                        },
+                    },
+                };
+                outcomes[index] = Some(verdict);
+            }
+            if releasing.is_empty() {
+                return Ok(outcomes);
+            }
+            let leases: Vec<(String, String, Proof<'_>)> = releasing
+                .iter()
+                .map(|(_, task)| {
+                    (
+                        engine.resource(task.id),
+                        processor.to_owned(),
+                        task.lease_proof(),
+                    )
+                })
+                .collect();
+            match engine.leases.release_many(&leases).await {
+                Err(err) => {
+                    let refusal = lease_refusal(engine, "complete", err);
+                    for (index, _) in &releasing {
+                        outcomes[*index] = Some(Err(ApiError::Unavailable(refusal.to_string())));
+                    }
+                }
+                Ok(answers) => {
+                    for ((index, task), answer) in releasing.iter().zip(answers) {
+                        outcomes[*index] = Some(match answer {
+                            Err(err) => Err(lease_refusal(engine, "complete", err)),
+                            Ok(_) => {
+                                let (row, took) =
+                                    repo::mark_succeeded(conn, task.id, &items[*index].task_output)
+                                        .await?;
+                                engine
+                                    .metrics
+                                    .claim_to_complete
+                                    .with_label_values(&[row.queue.as_str()])
+                                    .observe(took);
+                                Ok(Transition::Done(row))
+                            }
+                        });
+                    }
+                }
+            }
+            Ok(outcomes)
+        })
+        .await?;
+    let mut results = Vec::with_capacity(items.len());
+    for (item, outcome) in items.iter().zip(outcomes) {
+        let outcome = outcome.unwrap_or_else(|| {
+            Err(ApiError::Internal(format!(
+                "task {} was not judged",
+                item.id
+            )))
+        });
+        let answered = match outcome {
+            Ok(transition) => {
+                if let Transition::Done(row) = &transition {
+                    engine
+                        .metrics
+                        .completed
+                        .with_label_values(&[row.queue.as_str()])
+                        .inc();
+                }
+                finish(engine, transition, processor).await
+            }
+            Err(err) => Err(err),
+        };
+        results.push(match answered {
+            Ok(task) => ItemResult {
+                id: item.id,
+                status: 202,
+                task: Some(task),
+                error: None,
+            },
+            Err(err) => ItemResult {
+                id: item.id,
+                status: actix_web::ResponseError::status_code(&err).as_u16(),
+                task: None,
+                error: Some(shared::api::ErrorBody::new(err.code(), err.to_string())),
+            },
+        });
+    }
+    Ok(results)
+}
+
 #[tracing::instrument(name = "fail task", skip_all, fields(
     task.id = id,
     task.processor = %request.processor,
@@ -688,10 +840,14 @@ async fn locked(conn: &mut Db, id: i64) -> Result<TaskRow, ApiError> {
 }
 
 fn locked_or_missing(row: Option<TaskRow>, id: i64) -> Result<TaskRow, ApiError> {
-    row.ok_or_else(|| ApiError::NotFound {
+    row.ok_or_else(|| task_not_found(id))
+}
+
+fn task_not_found(id: i64) -> ApiError {
+    ApiError::NotFound {
         code: "task_not_found",
         message: format!("no task with id {id}"),
-    })
+    }
 }
 
 /// After the transition's commit: release the lease of a task that a cancellation ended, and

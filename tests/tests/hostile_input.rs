@@ -305,6 +305,15 @@ async fn task_service_survives_generated_hostile_requests() {
                 path: format!("/api/tasks/{id}/{action}"),
                 body
             }),
+        body(
+            json!({"processor": "p", "tasks": [{"id": 1, "fence": 1, "task_output": {}},
+                                                 {"id": 2, "task_output": null}]})
+        )
+        .prop_map(|body| Target {
+            method: "PUT",
+            path: "/api/tasks/complete".into(),
+            body
+        }),
         id_segment().prop_map(|id| Target {
             method: "GET",
             path: format!("/api/tasks/{id}"),

@@ -673,3 +673,112 @@ async fn a_lapsed_task_still_leased_does_not_crowd_out_due_ones() {
         task["mustHeartBeatBefore"].as_str().unwrap() > task["lastHeartBeatAt"].as_str().unwrap()
     );
 }
+
+#[tokio::test]
+async fn a_batch_of_completions_judges_each_as_alone_in_one_request() {
+    let s = stack(&[]).await;
+    let mut ids = Vec::new();
+    for _ in 0..4 {
+        ids.push(s.create_id(json!({"task_data": {}})).await);
+    }
+    let claimed = s
+        .tasks
+        .post("/api/tasks/next", &json!({"processor": "w", "limit": 4}))
+        .await;
+    assert_eq!(claimed.status, 202);
+    let fence_of = |id: i64| {
+        claimed
+            .body
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["id"] == id)
+            .unwrap()["fence"]
+            .as_i64()
+            .unwrap()
+    };
+    let [done, stale, cancelled, too_big] = [ids[0], ids[1], ids[2], ids[3]];
+    assert_eq!(
+        s.tasks
+            .post(&format!("/api/tasks/{cancelled}/cancel"), &json!({}))
+            .await
+            .status,
+        202
+    );
+    let big = "x".repeat(70 * 1024);
+    let batch = json!({"processor": "w", "tasks": [
+        {"id": done, "fence": fence_of(done), "task_output": {"ok": 1}},
+        {"id": stale, "fence": fence_of(stale) + 1000, "task_output": {}},
+        {"id": cancelled, "task_output": {}},
+        {"id": too_big, "task_output": {"big": big}},
+        {"id": 987_654, "task_output": {}},
+    ]});
+    let answer = s.tasks.put("/api/tasks/complete", &batch).await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    let results = answer.body["results"].as_array().unwrap();
+    let verdicts: Vec<(i64, &str)> = results
+        .iter()
+        .map(|r| {
+            (
+                r["status"].as_i64().unwrap(),
+                r["error"]["code"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(
+        verdicts,
+        vec![
+            (202, ""),
+            (409, "lease_lost"),
+            (409, "cancelled"),
+            (400, "too_large"),
+            (404, "task_not_found"),
+        ]
+    );
+    assert_eq!(results[0]["task"]["status"], "succeeded");
+    assert_eq!(results[0]["task"]["taskOutput"], json!({"ok": 1}));
+    let status = |id: i64| {
+        let tasks = &s.tasks;
+        async move { tasks.get(&format!("/api/tasks/{id}")).await.body["status"].clone() }
+    };
+    assert_eq!(status(done).await, "succeeded");
+    assert_eq!(
+        status(stale).await,
+        "running",
+        "a refused item changes nothing"
+    );
+    assert_eq!(status(cancelled).await, "cancelled");
+    assert_eq!(status(too_big).await, "running");
+    // Each completed or cancelled task's lease is released; the others' are kept.
+    let active = s.leases.get("/api/leases/active").await.body;
+    let mut held: Vec<String> = active
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["resource"].as_str().unwrap().to_owned())
+        .collect();
+    held.sort();
+    let mut expected = vec![format!("task:{stale}"), format!("task:{too_big}")];
+    expected.sort();
+    assert_eq!(held, expected);
+
+    // Again: the completed one is finished now; whole-batch errors write nothing.
+    let again = s.tasks.put("/api/tasks/complete", &batch).await;
+    assert_eq!(again.body["results"][0]["error"]["code"], "task_finished");
+    let before = snapshot(&s.task_db, "tasks").await;
+    for (body, code) in [
+        (json!({"processor": "w", "tasks": []}), "invalid_batch"),
+        (
+            json!({"processor": "w", "tasks": [{"id": stale}, {"id": stale}]}),
+            "duplicate_task",
+        ),
+        (
+            json!({"processor": "", "tasks": [{"id": stale}]}),
+            "invalid_field",
+        ),
+    ] {
+        let refused = s.tasks.put("/api/tasks/complete", &body).await;
+        assert_eq!((refused.status, refused.code()), (400, code), "{body}");
+    }
+    assert_eq!(before, snapshot(&s.task_db, "tasks").await);
+}

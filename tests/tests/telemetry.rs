@@ -140,7 +140,8 @@ async fn one_trace_follows_a_claim_from_worker_to_task_service_to_lease_service(
             .attributes
             .get("http.route")
             .map(String::as_str),
-        Some("/api/leases")
+        Some("/api/leases/batch"),
+        "a claim acquires its tasks' leases in one batch call"
     );
     let lease_caller =
         parent(lease_server).expect("lease-service's span has a parent in task-service");

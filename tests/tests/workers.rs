@@ -423,3 +423,52 @@ async fn a_dead_task_service_url_is_skipped_and_the_log_names_each_task() {
     assert!(log.contains(&format!("claimed task {id}")), "{log}");
     assert!(log.contains(&format!("completed task {id}")), "{log}");
 }
+
+#[tokio::test]
+async fn completions_ready_together_travel_in_one_request_and_each_counts_once() {
+    let s = stack("10").await;
+    let creates = (0..300).map(|i| {
+        let tasks = &s.tasks;
+        async move {
+            let body = json!({"task_data": {"sleep_duration_seconds": 0, "n": i}});
+            assert_eq!(tasks.post("/api/tasks", &body).await.status, 201);
+        }
+    });
+    futures_util::future::join_all(creates).await;
+    let _wide = s
+        .worker("wide", "10", &[("WORKER_CONCURRENCY", "32")])
+        .await;
+    eventually(Duration::from_secs(60), "300 succeeded tasks", || async {
+        s.counts().await["succeeded"] == 300
+    })
+    .await;
+    assert_eq!(s.accepted_completions().await, 300);
+    let metrics = reqwest::get(s.tasks.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let batches: u64 = metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("http_requests_total{")
+                && l.contains("route=\"/api/tasks/complete\"")
+                && l.contains("status=\"200\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    let singles: u64 = metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("http_requests_total{")
+                && l.contains("route=\"/api/tasks/{id}/complete\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    assert!(batches > 0, "no batched completion:\n{metrics}");
+    assert!(
+        batches + singles < 300,
+        "{batches} batches and {singles} single completions for 300 tasks"
+    );
+}

@@ -14,7 +14,10 @@ use reqwest::StatusCode;
 use serde::Serialize;
 use serde_json::Value;
 use shared::ErrorBody;
-use shared::tasks::{ClaimTasks, CompleteTask, FailTask, Heartbeat, Task};
+use shared::tasks::{
+    ClaimTasks, CompleteItem, CompleteTask, CompleteTasks, CompletedTasks, FailTask, Heartbeat,
+    Task,
+};
 
 /// Why a call did not succeed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -153,6 +156,63 @@ impl TaskClient {
         self.update(format!("/api/tasks/{id}/complete"), &body)
             .instrument(task_span("complete task", id, processor, fence))
             .await
+    }
+
+    /// `PUT /api/tasks/complete`: several completions in one request. One result per item, in
+    /// order: `Ok` for an accepted completion, the refusal it got otherwise. A failure of the
+    /// whole exchange is the `Err`.
+    pub async fn complete_many(
+        &self,
+        processor: &str,
+        tasks: Vec<CompleteItem>,
+    ) -> Result<Vec<Result<Option<Task>, CallError>>, CallError> {
+        let ids: Vec<String> = tasks.iter().map(|t| t.id.to_string()).collect();
+        let span = tracing::info_span!(
+            parent: None,
+            "tasks",
+            otel.name = "complete tasks",
+            task.ids = %ids.join(","),
+            task.processor = %processor,
+        );
+        let body = CompleteTasks {
+            processor: processor.to_owned(),
+            tasks,
+        };
+        let bytes = self
+            .send(
+                reqwest::Method::PUT,
+                "/api/tasks/complete".to_owned(),
+                &body,
+            )
+            .instrument(span)
+            .await?;
+        let answer: CompletedTasks = serde_json::from_slice(&bytes).map_err(|err| {
+            CallError::Transient(format!("unreadable answer to a batch completion: {err}"))
+        })?;
+        Ok(answer
+            .results
+            .into_iter()
+            .map(|result| {
+                if (200..300).contains(&result.status) {
+                    return Ok(result.task);
+                }
+                let error = result
+                    .error
+                    .unwrap_or_else(|| ErrorBody::new("unknown", ""));
+                if result.status >= 500 || result.status == 429 {
+                    Err(CallError::Transient(format!(
+                        "task-service answered {} ({}: {})",
+                        result.status, error.code, error.error
+                    )))
+                } else {
+                    Err(CallError::Refused {
+                        status: result.status,
+                        code: error.code,
+                        error: error.error,
+                    })
+                }
+            })
+            .collect())
     }
 
     /// `PUT /api/tasks/{id}/fail`. `requeue` hands the task back without charging the attempt.

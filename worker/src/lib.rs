@@ -34,6 +34,7 @@
 
 pub mod backoff;
 pub mod client;
+pub mod completions;
 pub mod config;
 pub mod handler;
 pub mod metrics;

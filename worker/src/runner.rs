@@ -17,7 +17,8 @@
 //!    completion after the loss.
 //! 5. The handler's output is sent with `complete`, its failure with `fail`, each retried on
 //!    transient errors until the lease deadline (heartbeats continue meanwhile). A 409/404
-//!    answer drops the task.
+//!    answer drops the task. Completions that are ready at the same moment travel together in
+//!    one `PUT /api/tasks/complete` ([`crate::completions`]), each still answered on its own.
 //! 6. On shutdown the claimer stops at once; runners get `SHUTDOWN_GRACE_SECONDS` to finish;
 //!    then the rest are cancelled and handed back with `fail` + `requeue: true`, so they are
 //!    claimable again at once and no attempt is charged.
@@ -38,6 +39,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
 use crate::client::{CallError, TaskClient};
+use crate::completions::Completer;
 use crate::config::{Settings, WorkerConfig};
 use crate::handler::{SleepHandler, TaskFailure, TaskHandler};
 use crate::metrics::{Metrics, MetricsServer};
@@ -101,9 +103,12 @@ pub async fn run_with_settings<H: TaskHandler>(
             "chaos testing is on"
         );
     }
+    let client = Arc::new(client);
+    let completer = Completer::start(client.clone(), settings.worker_id.clone());
     let ctx = Arc::new(Ctx {
         settings,
         client,
+        completer,
         metrics,
     });
     claim_loop(ctx, Arc::new(handler), shutdown).await;
@@ -117,7 +122,9 @@ pub async fn run_with_settings<H: TaskHandler>(
 /// What every runner shares.
 struct Ctx {
     settings: Settings,
-    client: TaskClient,
+    client: Arc<TaskClient>,
+    /// Sends completions, in batches when several are ready at once.
+    completer: Completer,
     metrics: Metrics,
 }
 
@@ -385,7 +392,7 @@ async fn complete(
 ) {
     let processor = ctx.settings.worker_id.as_str();
     let delivery = deliver(ctx, id, "complete", lease, None, || {
-        ctx.client.complete(id, processor, fence, output.clone())
+        ctx.completer.complete(id, fence, output.clone())
     })
     .await;
     match delivery {
