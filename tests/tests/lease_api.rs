@@ -744,3 +744,46 @@ async fn concurrent_overlapping_batches_never_deadlock_and_give_each_resource_on
     }
     assert_eq!(active.as_array().unwrap().len(), winners.len());
 }
+
+#[tokio::test]
+async fn a_batch_release_answers_each_release_as_alone_in_one_transaction() {
+    let db = fresh_database().await;
+    let svc = Service::lease_service(&db, &[]).await;
+    let mine = svc.post("/api/leases", &lease("mine", "me")).await;
+    assert_eq!(
+        svc.post("/api/leases", &lease("theirs", "other"))
+            .await
+            .status,
+        201
+    );
+    let body = json!({"leases": [
+        {"resource": "mine", "holder": "me", "fence": mine.body["fence"], "secret": mine.body["secret"]},
+        {"resource": "theirs", "holder": "me"},
+        {"resource": "nowhere", "holder": "me"},
+    ]});
+    let answer = svc.post("/api/leases/batch/release", &body).await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    let verdicts: Vec<(i64, &str)> = answer.body["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["status"].as_i64().unwrap(),
+                r["error"]["code"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(
+        verdicts,
+        vec![(200, ""), (409, "not_holder"), (404, "lease_not_found")]
+    );
+    assert_eq!(answer.body["results"][0]["lease"]["status"], "released");
+    let active = svc.get("/api/leases/active").await.body;
+    assert_eq!(active.as_array().unwrap().len(), 1);
+    assert_eq!(active[0]["resource"], "theirs");
+    let empty = svc
+        .post("/api/leases/batch/release", &json!({"leases": []}))
+        .await;
+    assert_eq!((empty.status, empty.code()), (400, "invalid_batch"));
+}
