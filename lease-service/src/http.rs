@@ -3,11 +3,11 @@
 
 use std::time::Duration;
 
-use actix_web::{HttpRequest, HttpResponse, ResponseError, web};
+use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 use shared::api::{
-    AcquireLease, AcquireLeases, ErrorBody, MAX_BATCH_RESOURCES, MAX_NAME_BYTES, ReleaseLease,
-    ReleaseLeases, ReleaseResult, ReleasedLeases, RenewLease,
+    AcquireLease, AcquireLeases, MAX_NAME_BYTES, ReleaseLease, ReleaseLeases, ReleasedLeases,
+    RenewLease,
 };
 use shared::server::auth::{Role, locked};
 use shared::server::http::{
@@ -124,41 +124,12 @@ async fn release_many(
 ) -> Result<HttpResponse, ApiError> {
     use diesel_async::AsyncConnection;
     let requests = body.into_inner().leases;
-    if requests.is_empty() || requests.len() > MAX_BATCH_RESOURCES {
-        return Err(ApiError::invalid(
-            "invalid_batch",
-            "leases",
-            format!(
-                "leases must list 1 to {MAX_BATCH_RESOURCES} releases, got {}",
-                requests.len()
-            ),
-        ));
-    }
     let mut conn = db::connection(&state.pool).await?;
     let secrets = state.secrets;
     let metrics = &state.metrics;
     let results = conn
         .transaction::<_, ApiError, _>(async |conn| {
-            let mut results = Vec::with_capacity(requests.len());
-            for request in &requests {
-                let outcome = leases::release(conn, secrets, metrics, request, None).await;
-                results.push(match outcome {
-                    Ok(lease) => ReleaseResult {
-                        resource: request.resource.clone(),
-                        status: 200,
-                        lease: Some(lease),
-                        error: None,
-                    },
-                    Err(err) if err.status_code().is_client_error() => ReleaseResult {
-                        resource: request.resource.clone(),
-                        status: err.status_code().as_u16(),
-                        lease: None,
-                        error: Some(ErrorBody::new(err.code(), err.to_string())),
-                    },
-                    Err(err) => return Err(err),
-                });
-            }
-            Ok(results)
+            leases::release_many(conn, secrets, metrics, &requests).await
         })
         .await?;
     Ok(HttpResponse::Ok().json(ReleasedLeases { results }))

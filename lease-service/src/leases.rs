@@ -4,8 +4,8 @@
 use diesel_async::AsyncPgConnection;
 use rand::Rng;
 use shared::api::{
-    AcquireLease, AcquireLeases, AcquiredLeases, HeldLease, Lease, LeaseStatus,
-    MAX_BATCH_RESOURCES, ReleaseLease, RenewLease, Secret,
+    AcquireLease, AcquireLeases, AcquiredLeases, ErrorBody, HeldLease, Lease, LeaseStatus,
+    MAX_BATCH_RESOURCES, ReleaseLease, ReleaseResult, RenewLease, Secret,
 };
 use shared::server::{sha256, validate_name};
 
@@ -327,6 +327,96 @@ pub async fn release(
         .with_label_values(&["release", refusal.code()])
         .inc();
     Err(refusal)
+}
+
+/// Many releases (`POST /api/leases/batch/release`), to run inside one transaction: one
+/// statement releases every lease it can, then whatever it did not release is judged alone by
+/// [`release`] (a refusal with its reason, or a repeated release answered as the first). Only a
+/// database failure fails the whole batch.
+pub async fn release_many(
+    conn: &mut AsyncPgConnection,
+    secrets: SecretPolicy,
+    metrics: &Metrics,
+    requests: &[ReleaseLease],
+) -> Result<Vec<ReleaseResult>, ApiError> {
+    use actix_web::ResponseError;
+    if requests.is_empty() || requests.len() > MAX_BATCH_RESOURCES {
+        return Err(ApiError::invalid(
+            "invalid_batch",
+            "leases",
+            format!(
+                "leases must list 1 to {MAX_BATCH_RESOURCES} releases, got {}",
+                requests.len()
+            ),
+        ));
+    }
+    let refused = |request: &ReleaseLease, err: &ApiError| ReleaseResult {
+        resource: request.resource.clone(),
+        status: err.status_code().as_u16(),
+        lease: None,
+        error: Some(ErrorBody::new(err.code(), err.to_string())),
+    };
+    let released = |request: &ReleaseLease, lease: Lease| ReleaseResult {
+        resource: request.resource.clone(),
+        status: 200,
+        lease: Some(lease),
+        error: None,
+    };
+    let mut results: Vec<Option<ReleaseResult>> = requests.iter().map(|_| None).collect();
+    let mut eligible: Vec<(usize, Option<[u8; 32]>)> = Vec::new();
+    for (index, request) in requests.iter().enumerate() {
+        let checked = validate_name("resource", &request.resource)
+            .and_then(|()| validate_name("holder", &request.holder))
+            .and_then(|()| secrets.presented(request.secret.as_ref()));
+        match checked {
+            Ok(digest) => eligible.push((index, digest)),
+            Err(err) => results[index] = Some(refused(request, &err)),
+        }
+    }
+    let resources: Vec<&str> = eligible
+        .iter()
+        .map(|(i, _)| requests[*i].resource.as_str())
+        .collect();
+    let holders: Vec<&str> = eligible
+        .iter()
+        .map(|(i, _)| requests[*i].holder.as_str())
+        .collect();
+    let fences: Vec<Option<i64>> = eligible.iter().map(|(i, _)| requests[*i].fence).collect();
+    let digests: Vec<Option<Vec<u8>>> = eligible
+        .iter()
+        .map(|(_, digest)| digest.map(|d| d.to_vec()))
+        .collect();
+    if !eligible.is_empty() {
+        for row in repo::release_many(conn, &resources, &holders, &fences, &digests).await? {
+            let matching = eligible.iter().find(|(i, _)| {
+                results[*i].is_none()
+                    && requests[*i].resource == row.resource
+                    && requests[*i].holder == row.holder
+            });
+            if let Some((index, _)) = matching {
+                metrics.releases.inc();
+                results[*index] = Some(released(&requests[*index], to_api(row)));
+            }
+        }
+    }
+    for (index, _) in &eligible {
+        if results[*index].is_some() {
+            continue;
+        }
+        let request = &requests[*index];
+        results[*index] = Some(match release(conn, secrets, metrics, request, None).await {
+            Ok(lease) => released(request, lease),
+            Err(err) if err.status_code().is_client_error() => refused(request, &err),
+            Err(err) => return Err(err),
+        });
+    }
+    Ok(results
+        .into_iter()
+        .zip(requests)
+        .map(|(result, request)| {
+            result.unwrap_or_else(|| refused(request, &ApiError::Internal("not judged".to_owned())))
+        })
+        .collect())
 }
 
 /// An operator's release of lease `id`, whoever holds it (`POST /api/leases/{id}/revoke`).

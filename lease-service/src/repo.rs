@@ -358,6 +358,36 @@ pub async fn release(
         .optional()
 }
 
+/// [`release`] for many leases in one statement: each `(resource, holder, fence, secret
+/// digest)` releases its lease under the same conditions. Returns the released rows, in no
+/// particular order; the caller judges the rest one by one.
+#[tracing::instrument(name = "UPDATE leases", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "leases", db.operation.batch.size = resources.len()))]
+pub async fn release_many(
+    conn: &mut AsyncPgConnection,
+    resources: &[&str],
+    holders: &[&str],
+    fences: &[Option<i64>],
+    secret_hashes: &[Option<Vec<u8>>],
+) -> Result<Vec<LeaseRow>, DieselError> {
+    use diesel::sql_types::Array;
+    diesel::sql_query(format!(
+        "UPDATE leases SET released_at = now()
+         FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bytea[])
+              AS r(rel_resource, rel_holder, rel_fence, rel_hash)
+         WHERE resource = r.rel_resource AND holder = r.rel_holder
+           AND (r.rel_fence IS NULL OR fence = r.rel_fence)
+           AND (r.rel_hash IS NULL OR secret_hash = r.rel_hash)
+           AND released_at IS NULL AND expires_at > now()
+         RETURNING {COLUMNS}"
+    ))
+    .bind::<Array<Text>, _>(resources)
+    .bind::<Array<Text>, _>(holders)
+    .bind::<Array<Nullable<BigInt>>, _>(fences)
+    .bind::<Array<Nullable<Binary>>, _>(secret_hashes)
+    .load(conn)
+    .await
+}
+
 #[tracing::instrument(name = "UPDATE leases", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "leases"))]
 pub async fn revoke(
     conn: &mut AsyncPgConnection,

@@ -237,30 +237,46 @@ pub async fn lock_due(conn: &mut Db, queue: Option<&str>, limit: i64) -> Result<
     .await
 }
 
-/// Records a claim: one more attempt, owned by `processor` under `fence` until `lease_expiry`.
-#[tracing::instrument(name = "UPDATE tasks", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "tasks"))]
+/// One claim to record: the task, the fence and secret of its new lease, the lease's expiry.
+#[derive(Debug)]
+pub struct Claim<'a> {
+    pub id: i64,
+    pub fence: i64,
+    pub lease_secret: Option<&'a Secret>,
+    pub lease_expiry: DateTime<Utc>,
+}
+
+/// Records claims by `processor`, one statement for all: one more attempt each, owned under
+/// its fence until its lease's expiry. Rows come back in no particular order.
+#[tracing::instrument(name = "UPDATE tasks", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "tasks", db.operation.batch.size = claims.len()))]
 pub async fn mark_claimed(
     conn: &mut Db,
-    id: i64,
     processor: &str,
-    fence: i64,
-    lease_secret: Option<&Secret>,
-    lease_expiry: DateTime<Utc>,
-) -> Result<TaskRow> {
+    claims: &[Claim<'_>],
+) -> Result<Vec<TaskRow>> {
+    let ids: Vec<i64> = claims.iter().map(|c| c.id).collect();
+    let fences: Vec<i64> = claims.iter().map(|c| c.fence).collect();
+    let secrets: Vec<Option<&str>> = claims
+        .iter()
+        .map(|c| c.lease_secret.map(Secret::expose))
+        .collect();
+    let expiries: Vec<DateTime<Utc>> = claims.iter().map(|c| c.lease_expiry).collect();
     diesel::sql_query(format!(
-        "UPDATE tasks SET status = 'running', processor = $2, fence = $3, lease_secret = $5,
-                attempts = attempts + 1,
-                started_at = now(), last_heartbeat_at = now(), must_heartbeat_before = $4,
-                updated_at = now()
-         WHERE id = $1
+        "UPDATE tasks SET status = 'running', processor = $2, fence = c.claim_fence,
+                lease_secret = c.claim_secret, attempts = attempts + 1,
+                started_at = now(), last_heartbeat_at = now(),
+                must_heartbeat_before = c.claim_expiry, updated_at = now()
+         FROM unnest($1::bigint[], $3::bigint[], $4::text[], $5::timestamptz[])
+              AS c(claim_id, claim_fence, claim_secret, claim_expiry)
+         WHERE id = c.claim_id
          RETURNING {COLUMNS}"
     ))
-    .bind::<BigInt, _>(id)
+    .bind::<Array<BigInt>, _>(&ids)
     .bind::<Text, _>(processor)
-    .bind::<BigInt, _>(fence)
-    .bind::<Timestamptz, _>(lease_expiry)
-    .bind::<Nullable<Text>, _>(lease_secret.map(Secret::expose))
-    .get_result(conn)
+    .bind::<Array<BigInt>, _>(&fences)
+    .bind::<Array<Nullable<Text>>, _>(&secrets)
+    .bind::<Array<Timestamptz>, _>(&expiries)
+    .load(conn)
     .await
 }
 
@@ -321,6 +337,36 @@ pub async fn mark_succeeded(
     .get_result(conn)
     .await?;
     Ok((done.task, done.took))
+}
+
+/// [`mark_succeeded`] for several tasks in one statement; rows in no particular order.
+#[tracing::instrument(name = "UPDATE tasks", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "tasks", db.operation.batch.size = done.len()))]
+pub async fn mark_succeeded_many(
+    conn: &mut Db,
+    done: &[(i64, &serde_json::Value)],
+) -> Result<Vec<(TaskRow, f64)>> {
+    #[derive(QueryableByName)]
+    struct Completed {
+        #[diesel(embed)]
+        task: TaskRow,
+        #[diesel(sql_type = Double)]
+        took: f64,
+    }
+    let ids: Vec<i64> = done.iter().map(|(id, _)| *id).collect();
+    let outputs: Vec<&serde_json::Value> = done.iter().map(|(_, output)| *output).collect();
+    let rows: Vec<Completed> = diesel::sql_query(format!(
+        "UPDATE tasks SET status = 'succeeded', processed_at = now(), last_heartbeat_at = now(),
+                task_output = c.done_output, updated_at = now()
+         FROM unnest($1::bigint[], $2::jsonb[]) AS c(done_id, done_output)
+         WHERE id = c.done_id
+         RETURNING {COLUMNS},
+                   COALESCE(EXTRACT(EPOCH FROM now() - started_at), 0)::float8 AS took"
+    ))
+    .bind::<Array<BigInt>, _>(&ids)
+    .bind::<Array<Jsonb>, _>(&outputs)
+    .load(conn)
+    .await?;
+    Ok(rows.into_iter().map(|row| (row.task, row.took)).collect())
 }
 
 /// Ends the task in `status` (`dead` or `cancelled`), recording `error` when given.

@@ -425,6 +425,7 @@ impl Round {
                 return Ok(());
             }
         };
+        let mut to_claim: Vec<(i64, Lease)> = Vec::new();
         for (task, resource) in candidates.into_iter().zip(resources) {
             let take = |leases: &mut Vec<Lease>| {
                 let at = leases.iter().position(|l| l.resource == resource)?;
@@ -460,17 +461,23 @@ impl Round {
                 let row = repo::mark_final(conn, task.id, "dead", Some(&reason)).await?;
                 self.exhausted.push((row, lease));
             } else {
-                let row = repo::mark_claimed(
-                    conn,
-                    task.id,
-                    processor,
-                    lease.fence,
-                    lease.secret.as_ref(),
-                    lease.expires_at,
-                )
-                .await?;
-                self.claimed.push(row);
+                to_claim.push((task.id, lease));
             }
+        }
+        if !to_claim.is_empty() {
+            let claims: Vec<repo::Claim<'_>> = to_claim
+                .iter()
+                .map(|(id, lease)| repo::Claim {
+                    id: *id,
+                    fence: lease.fence,
+                    lease_secret: lease.secret.as_ref(),
+                    lease_expiry: lease.expires_at,
+                })
+                .collect();
+            let mut rows = repo::mark_claimed(conn, processor, &claims).await?;
+            // In the order the candidates came: priority, then schedule.
+            rows.sort_by_key(|row| to_claim.iter().position(|(id, _)| *id == row.id));
+            self.claimed.extend(rows);
         }
         Ok(())
     }
@@ -671,21 +678,34 @@ pub async fn complete_many(
                     }
                 }
                 Ok(answers) => {
+                    let mut succeeded: Vec<(usize, i64)> = Vec::new();
                     for ((index, task), answer) in releasing.iter().zip(answers) {
-                        outcomes[*index] = Some(match answer {
-                            Err(err) => Err(lease_refusal(engine, "complete", err)),
-                            Ok(_) => {
-                                let (row, took) =
-                                    repo::mark_succeeded(conn, task.id, &items[*index].task_output)
-                                        .await?;
-                                engine
-                                    .metrics
-                                    .claim_to_complete
-                                    .with_label_values(&[row.queue.as_str()])
-                                    .observe(took);
-                                Ok(Transition::Done(row))
+                        match answer {
+                            Err(err) => {
+                                outcomes[*index] =
+                                    Some(Err(lease_refusal(engine, "complete", err)));
                             }
-                        });
+                            Ok(_) => succeeded.push((*index, task.id)),
+                        }
+                    }
+                    let done: Vec<(i64, &serde_json::Value)> = succeeded
+                        .iter()
+                        .map(|(index, id)| (*id, &items[*index].task_output))
+                        .collect();
+                    let rows = if done.is_empty() {
+                        Vec::new()
+                    } else {
+                        repo::mark_succeeded_many(conn, &done).await?
+                    };
+                    for (row, took) in rows {
+                        engine
+                            .metrics
+                            .claim_to_complete
+                            .with_label_values(&[row.queue.as_str()])
+                            .observe(took);
+                        if let Some((index, _)) = succeeded.iter().find(|(_, id)| *id == row.id) {
+                            outcomes[*index] = Some(Ok(Transition::Done(row)));
+                        }
                     }
                 }
             }
