@@ -90,6 +90,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 web::resource("/{id}/cancel")
                     .route(locked(web::post().to(cancel), Role::Operator))
                     .default_service(web::to(method_not_allowed)),
+            )
+            .service(
+                web::resource("/{id}/retry")
+                    .route(locked(web::post().to(retry), Role::Operator))
+                    .default_service(web::to(method_not_allowed)),
             ),
     )
     .service(
@@ -184,6 +189,11 @@ async fn cancel(state: State, id: web::Path<i64>) -> Result<HttpResponse, ApiErr
     } else {
         HttpResponse::Accepted().json(task)
     })
+}
+
+async fn retry(state: State, id: web::Path<i64>) -> Result<HttpResponse, ApiError> {
+    let mut conn = db::connection(&state.pool).await?;
+    Ok(HttpResponse::Ok().json(tasks::retry(&mut conn, &state.engine, *id).await?))
 }
 
 async fn get_by_id(state: State, id: web::Path<i64>) -> Result<HttpResponse, ApiError> {

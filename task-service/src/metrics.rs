@@ -19,6 +19,7 @@ pub struct Metrics {
     pub failed: IntCounterVec,
     pub dead: IntCounterVec,
     pub cancelled: IntCounterVec,
+    pub retried: IntCounterVec,
     pub lease_lost: IntCounterVec,
     pub claim_to_complete: HistogramVec,
     pub tasks: IntGaugeVec,
@@ -78,6 +79,12 @@ impl Metrics {
             "Tasks cancelled, by queue.",
             &["queue"],
         )?;
+        let retried = counter(
+            &registry,
+            "tasks_retried_total",
+            "Dead tasks put back in their queue by an operator, by queue.",
+            &["queue"],
+        )?;
         let lease_lost = counter(
             &registry,
             "task_lease_losses_total",
@@ -128,6 +135,7 @@ impl Metrics {
             failed,
             dead,
             cancelled,
+            retried,
             lease_lost,
             claim_to_complete,
             tasks,

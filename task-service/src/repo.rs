@@ -312,31 +312,15 @@ pub async fn record_heartbeat(
 }
 
 /// Marks the task succeeded; also returns seconds from claim to completion.
-#[tracing::instrument(name = "UPDATE tasks", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "tasks"))]
 pub async fn mark_succeeded(
     conn: &mut Db,
     id: i64,
     output: &serde_json::Value,
 ) -> Result<(TaskRow, f64)> {
-    #[derive(QueryableByName)]
-    struct Completed {
-        #[diesel(embed)]
-        task: TaskRow,
-        #[diesel(sql_type = Double)]
-        took: f64,
-    }
-    let done: Completed = diesel::sql_query(format!(
-        "UPDATE tasks SET status = 'succeeded', processed_at = now(), last_heartbeat_at = now(),
-                task_output = $2, updated_at = now()
-         WHERE id = $1
-         RETURNING {COLUMNS},
-                   COALESCE(EXTRACT(EPOCH FROM now() - started_at), 0)::float8 AS took"
-    ))
-    .bind::<BigInt, _>(id)
-    .bind::<Jsonb, _>(output)
-    .get_result(conn)
-    .await?;
-    Ok((done.task, done.took))
+    mark_succeeded_many(conn, &[(id, output)])
+        .await?
+        .pop()
+        .ok_or(diesel::result::Error::NotFound)
 }
 
 /// [`mark_succeeded`] for several tasks in one statement; rows in no particular order.
@@ -419,6 +403,22 @@ pub async fn mark_retry(
 pub async fn request_cancel(conn: &mut Db, id: i64) -> Result<TaskRow> {
     diesel::sql_query(format!(
         "UPDATE tasks SET cancel_requested = true, updated_at = now() WHERE id = $1
+         RETURNING {COLUMNS}"
+    ))
+    .bind::<BigInt, _>(id)
+    .get_result(conn)
+    .await
+}
+
+/// Puts a dead task back in its queue: due now, with all its attempts again. Its history
+/// (processor, fence, last error) stays until a new claim replaces it.
+#[tracing::instrument(name = "UPDATE tasks", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "tasks"))]
+pub async fn requeue_dead(conn: &mut Db, id: i64) -> Result<TaskRow> {
+    diesel::sql_query(format!(
+        "UPDATE tasks SET status = 'pending', attempts = 0, scheduled_at = now(),
+                processed_at = NULL, must_heartbeat_before = NULL, cancel_requested = false,
+                updated_at = now()
+         WHERE id = $1
          RETURNING {COLUMNS}"
     ))
     .bind::<BigInt, _>(id)

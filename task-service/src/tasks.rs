@@ -826,6 +826,36 @@ pub async fn fail(
     finish(engine, outcome, processor).await
 }
 
+/// An operator's retry of a dead task (`POST /{id}/retry`): pending again, due now, with its
+/// attempts renewed; any other status is 409 `not_dead`.
+pub async fn retry(conn: &mut Db, engine: &Engine, id: i64) -> Result<Task, ApiError> {
+    let row = conn
+        .transaction::<_, ApiError, _>(async |conn| {
+            let task = locked(conn, id).await?;
+            match parse_status(&task.status) {
+                TaskStatus::Dead => Ok(repo::requeue_dead(conn, id).await?),
+                other => Err(ApiError::Conflict {
+                    code: "not_dead",
+                    message: format!(
+                        "task {id} is {}: only a dead task can be retried",
+                        other.as_str()
+                    ),
+                }),
+            }
+        })
+        .await?;
+    engine
+        .metrics
+        .retried
+        .with_label_values(&[row.queue.as_str()])
+        .inc();
+    tracing::info!(
+        task.id = id,
+        "dead task put back in its queue by an operator"
+    );
+    Ok(to_api(row))
+}
+
 /// A pending task is cancelled at once (200, `Ok(true)`); a running one is marked, and its
 /// worker's next heartbeat or completion ends it (202, `Ok(false)`).
 pub async fn cancel(conn: &mut Db, engine: &Engine, id: i64) -> Result<(Task, bool), ApiError> {

@@ -1,0 +1,20 @@
+//! The `leasehold` binary: parses the command line and runs it.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    let cli = leasehold_cli::Cli::parse();
+    match leasehold_cli::run(cli).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            #[allow(clippy::print_stderr)]
+            {
+                eprintln!("leasehold: {err:#}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,380 @@
+//! The `leasehold` command line, run as the real binary against a real stack: its human tables,
+//! its `--json` (parsed), its exit codes and messages, and the commands that wait on work.
+#![allow(clippy::unwrap_used)]
+
+use std::process::Output;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tests::{Service, binary, eventually, fresh_database};
+
+const TOKEN: &str = "cli-operator-token-0123456789";
+
+/// Runs `leasehold` with `args` against the given services.
+async fn leasehold(lease_url: &str, task_url: &str, token: Option<&str>, args: &[&str]) -> Output {
+    let mut command = tokio::process::Command::new(binary("leasehold"));
+    command
+        .args(args)
+        .env("LEASE_SERVICE_URL", lease_url)
+        .env("TASK_SERVICE_URL", task_url)
+        .env_remove("LEASEHOLD_TOKEN");
+    if let Some(token) = token {
+        command.env("LEASEHOLD_TOKEN", token);
+    }
+    tokio::time::timeout(Duration::from_secs(120), command.output())
+        .await
+        .expect("leasehold finished")
+        .unwrap()
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Every JSON document printed, in order.
+fn documents(output: &Output) -> Vec<Value> {
+    let text = stdout(output);
+    serde_json::Deserializer::from_str(&text)
+        .into_iter::<Value>()
+        .map(|doc| doc.unwrap_or_else(|err| panic!("{err}: {text}")))
+        .collect()
+}
+
+fn ok(output: &Output, what: &str) {
+    assert!(
+        output.status.success(),
+        "{what}: {:?}\nstdout: {}\nstderr: {}",
+        output.status,
+        stdout(output),
+        stderr(output)
+    );
+}
+
+#[tokio::test]
+async fn leases_acquire_list_show_renew_release_and_revoke_with_tables_and_json() {
+    let db = fresh_database().await;
+    let tokens = format!("leaseholder+operator:{TOKEN}");
+    let leases = Service::lease_service(&db, &[("AUTH_TOKENS", tokens.as_str())]).await;
+    let l = leases.base_url();
+    let t = "http://127.0.0.1:1";
+
+    let refused = leasehold(
+        &l,
+        t,
+        None,
+        &["leases", "acquire", "printer", "--holder", "alice"],
+    )
+    .await;
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(stderr(&refused).contains("401"), "{}", stderr(&refused));
+    assert!(stderr(&refused).contains("unauthorized"));
+
+    let acquired = leasehold(
+        &l,
+        t,
+        Some(TOKEN),
+        &[
+            "leases", "acquire", "printer", "--holder", "alice", "--ttl", "60", "--json",
+        ],
+    )
+    .await;
+    ok(&acquired, "acquire");
+    let lease = documents(&acquired).remove(0);
+    assert_eq!(lease["status"], "active");
+    assert_eq!(lease["ttl_seconds"], 60);
+    let secret = lease["secret"].as_str().unwrap().to_owned();
+    let id = lease["id"].as_i64().unwrap().to_string();
+
+    let table = leasehold(&l, t, None, &["leases", "list"]).await;
+    ok(&table, "list");
+    let text = stdout(&table);
+    let header = text.lines().next().unwrap();
+    for column in ["ID", "RESOURCE", "HOLDER", "FENCE", "STATUS", "LEFT"] {
+        assert!(header.contains(column), "{text}");
+    }
+    assert!(text.contains("printer") && text.contains("alice") && text.contains("active"));
+
+    let listed = leasehold(
+        &l,
+        t,
+        None,
+        &["leases", "list", "--status", "active", "--json"],
+    )
+    .await;
+    assert_eq!(documents(&listed)[0][0]["resource"], "printer");
+    let id_arg = id.as_str();
+    let shown = leasehold(&l, t, None, &["leases", "show", id_arg, "--json"]).await;
+    assert_eq!(documents(&shown)[0]["holder"], "alice");
+
+    let secret_arg = secret.as_str();
+    let renewed = leasehold(
+        &l,
+        t,
+        Some(TOKEN),
+        &[
+            "leases", "renew", "printer", "--holder", "alice", "--secret", secret_arg, "--json",
+        ],
+    )
+    .await;
+    ok(&renewed, "renew");
+    assert!(documents(&renewed)[0]["renewed_at"].is_string());
+
+    let not_holder = leasehold(
+        &l,
+        t,
+        Some(TOKEN),
+        &["leases", "release", "printer", "--holder", "bob"],
+    )
+    .await;
+    assert_eq!(not_holder.status.code(), Some(1));
+    assert!(
+        stderr(&not_holder).contains("not_holder"),
+        "{}",
+        stderr(&not_holder)
+    );
+
+    let released = leasehold(
+        &l,
+        t,
+        Some(TOKEN),
+        &[
+            "leases", "release", "printer", "--holder", "alice", "--secret", secret_arg, "--json",
+        ],
+    )
+    .await;
+    ok(&released, "release");
+    assert_eq!(documents(&released)[0]["status"], "released");
+
+    let other = leasehold(
+        &l,
+        t,
+        Some(TOKEN),
+        &[
+            "leases", "acquire", "scanner", "--holder", "carol", "--json",
+        ],
+    )
+    .await;
+    let other_id = documents(&other)[0]["id"].as_i64().unwrap().to_string();
+    let revoked = leasehold(
+        &l,
+        t,
+        Some(TOKEN),
+        &["leases", "revoke", &other_id, "--json"],
+    )
+    .await;
+    ok(&revoked, "revoke");
+    assert_eq!(documents(&revoked)[0]["status"], "released");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_are_created_watched_to_the_end_listed_shown_tailed_retried_and_cancelled() {
+    let lease_db = fresh_database().await;
+    let task_db = fresh_database().await;
+    let leases = Service::lease_service(&lease_db, &[]).await;
+    let tasks = Service::task_service(&task_db, &leases.base_url(), &[]).await;
+    let _worker = Service::worker(
+        &tasks.base_url(),
+        &[("WORKER_CONCURRENCY", "8"), ("POLL_MAX_MS", "100")],
+    )
+    .await;
+    let (l, t) = (leases.base_url(), tasks.base_url());
+
+    let created = leasehold(
+        &l,
+        &t,
+        None,
+        &[
+            "tasks",
+            "create",
+            "--count",
+            "40",
+            "--queue",
+            "cli",
+            "--data",
+            r#"{"sleep_duration_seconds": 0}"#,
+            "--wait",
+            "--json",
+        ],
+    )
+    .await;
+    ok(&created, "create --wait");
+    let docs = documents(&created);
+    assert_eq!(docs[0].as_array().unwrap().len(), 40, "the created tasks");
+    assert_eq!(
+        docs[1]["succeeded"], 40,
+        "the queue's final counts: {}",
+        docs[1]
+    );
+    let progress = stderr(&created);
+    assert!(progress.contains("created 40/40"), "{progress}");
+    assert!(progress.contains("succeeded 40"), "{progress}");
+
+    let listed = leasehold(&l, &t, None, &["tasks", "list", "--queue", "cli", "--json"]).await;
+    let listed = documents(&listed).remove(0);
+    assert_eq!(listed.as_array().unwrap().len(), 40);
+    assert!(
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["status"] == "succeeded")
+    );
+    let table = leasehold(
+        &l,
+        &t,
+        None,
+        &["tasks", "list", "--queue", "cli", "--limit", "5"],
+    )
+    .await;
+    let text = stdout(&table);
+    assert_eq!(text.lines().count(), 6, "a header and five rows: {text}");
+    assert!(text.lines().next().unwrap().contains("PROCESSOR"));
+    let id = listed[0]["id"].as_i64().unwrap().to_string();
+    let shown = leasehold(&l, &t, None, &["tasks", "show", &id]).await;
+    assert!(stdout(&shown).contains("succeeded"), "{}", stdout(&shown));
+
+    // A task that fails for good is dead; retry puts it back with fresh attempts.
+    let dead = tasks
+        .post(
+            "/api/tasks",
+            &json!({"task_data": {"sleep_duration_seconds": 0, "fail": "permanent"}, "queue": "doomed"}),
+        )
+        .await;
+    let dead_id = dead.body["id"].as_i64().unwrap();
+    eventually(Duration::from_secs(20), "the task dead", || async {
+        tasks.get(&format!("/api/tasks/{dead_id}")).await.body["status"] == "dead"
+    })
+    .await;
+    let retried = leasehold(
+        &l,
+        &t,
+        None,
+        &["tasks", "retry", &dead_id.to_string(), "--json"],
+    )
+    .await;
+    ok(&retried, "retry");
+    let retried = documents(&retried).remove(0);
+    assert_eq!(
+        (retried["status"].as_str(), retried["attempts"].as_i64()),
+        (Some("pending"), Some(0))
+    );
+    let not_dead = leasehold(&l, &t, None, &["tasks", "retry", &id]).await;
+    assert!(
+        stderr(&not_dead).contains("not_dead"),
+        "{}",
+        stderr(&not_dead)
+    );
+
+    // Cancel a task due next year.
+    let later = tasks
+        .post(
+            "/api/tasks",
+            &json!({"task_data": {}, "scheduled_at": "2099-01-01T00:00:00Z"}),
+        )
+        .await;
+    let later_id = later.body["id"].as_i64().unwrap().to_string();
+    let cancelled = leasehold(&l, &t, None, &["tasks", "cancel", &later_id, "--json"]).await;
+    assert_eq!(documents(&cancelled)[0]["status"], "cancelled");
+
+    // Tail: a task created while it runs shows up, then again when it has succeeded.
+    let tail = tokio::spawn({
+        let (l, t) = (l.clone(), t.clone());
+        async move {
+            leasehold(
+                &l,
+                &t,
+                None,
+                &[
+                    "tasks",
+                    "tail",
+                    "--seconds",
+                    "6",
+                    "--interval-ms",
+                    "200",
+                    "--json",
+                ],
+            )
+            .await
+        }
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let fresh = tasks
+        .post(
+            "/api/tasks",
+            &json!({"task_data": {"sleep_duration_seconds": 1}}),
+        )
+        .await;
+    let fresh_id = fresh.body["id"].clone();
+    let tail = tail.await.unwrap();
+    ok(&tail, "tail");
+    let seen: Vec<String> = documents(&tail)
+        .iter()
+        .filter(|task| task["id"] == fresh_id)
+        .map(|task| task["status"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        seen.first().map(String::as_str),
+        Some("pending"),
+        "{seen:?}"
+    );
+    assert_eq!(
+        seen.last().map(String::as_str),
+        Some("succeeded"),
+        "{seen:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_generator_is_started_stopped_and_shown() {
+    let lease_db = fresh_database().await;
+    let task_db = fresh_database().await;
+    let leases = Service::lease_service(&lease_db, &[]).await;
+    let tasks = Service::task_service(&task_db, &leases.base_url(), &[]).await;
+    let _generator = Service::generator(
+        &tasks.base_url(),
+        &leases.base_url(),
+        "cli-gen",
+        &[
+            ("GENERATOR_RETRY_INTERVAL_SECONDS", "0.2"),
+            ("GENERATOR_SETTINGS_POLL_MS", "200"),
+        ],
+    )
+    .await;
+    let (l, t) = (leases.base_url(), tasks.base_url());
+    let started = leasehold(
+        &l,
+        &t,
+        None,
+        &["generator", "start", "--rate", "4", "--json"],
+    )
+    .await;
+    ok(&started, "start");
+    let status = documents(&started).remove(0);
+    assert_eq!(status["status"], "STARTED");
+    assert_eq!(status["settings"]["rate_per_second"], 4.0);
+    eventually(
+        Duration::from_secs(15),
+        "the generator to lead and produce",
+        || {
+            let (l, t) = (l.clone(), t.clone());
+            async move {
+                let shown = leasehold(&l, &t, None, &["generator", "status", "--json"]).await;
+                let status = documents(&shown).remove(0);
+                status["leader"]["holder"] == "cli-gen" && status["produced"].as_i64() > Some(0)
+            }
+        },
+    )
+    .await;
+    let table = leasehold(&l, &t, None, &["generator", "status"]).await;
+    let text = stdout(&table);
+    assert!(
+        text.contains("STARTED") && text.contains("cli-gen"),
+        "{text}"
+    );
+    let stopped = leasehold(&l, &t, None, &["generator", "stop", "--json"]).await;
+    assert_eq!(documents(&stopped)[0]["status"], "STOPPED");
+}
