@@ -272,6 +272,12 @@ async fn each_task_service_role_does_exactly_what_it_may() {
             json!({}),
             OPERATOR,
         ),
+        (
+            "POST",
+            format!("/api/tasks/{id}/retry"),
+            json!({}),
+            OPERATOR,
+        ),
     ];
     let tables = ["tasks", "generator_settings", "task_events"];
     let mut before = Vec::new();
@@ -307,7 +313,7 @@ async fn each_task_service_role_does_exactly_what_it_may() {
             refusals += 1;
         }
     }
-    assert_eq!(refusals, 16);
+    assert_eq!(refusals, 18);
     for (table, rows) in tables.iter().zip(&before) {
         assert_eq!(rows, &snapshot(&task_db, table).await, "{table} unchanged");
     }
@@ -350,7 +356,7 @@ async fn each_task_service_role_does_exactly_what_it_may() {
         )
         .await;
     assert_eq!(cancelled.status, 200, "{:?}", cancelled.body);
-    for (method, path, body, _) in &routes[6..] {
+    for (method, path, body, _) in &routes[6..8] {
         let answer = tasks
             .send_as(Some(OPERATOR), method, path, Some(body))
             .await;

@@ -298,7 +298,7 @@ async fn task_service_survives_generated_hostile_requests() {
         (
             id_segment(),
             prop::sample::select(vec!["heartbeat", "complete", "fail"]),
-            body(update)
+            body(update.clone())
         )
             .prop_map(|(id, action, body)| Target {
                 method: "PUT",
