@@ -71,6 +71,37 @@ struct Count {
 const COLUMNS: &str = "id, resource, holder, fence, ttl_seconds, created_at, renewed_at, \
                        released_at, expires_at, now() AS db_now, secret_hash";
 
+/// What an acquire does to a row it may take (one text for [`ACQUIRE`] and [`ACQUIRE_MANY`], so
+/// their rules cannot drift apart). A row still held by the same holder is reentrant: fence,
+/// secret and `created_at` are kept, `renewed_at` is stamped. Any other row it may take gets a
+/// new fence, drawn here, after the row lock is held.
+macro_rules! takeover {
+    () => {
+        "ON CONFLICT (resource) DO UPDATE SET
+    fence = CASE WHEN l.holder = EXCLUDED.holder AND l.released_at IS NULL AND l.expires_at > now()
+                 THEN l.fence ELSE nextval('leases_fence_seq') END,
+    created_at = CASE WHEN l.holder = EXCLUDED.holder AND l.released_at IS NULL AND l.expires_at > now()
+                      THEN l.created_at ELSE now() END,
+    renewed_at = CASE WHEN l.holder = EXCLUDED.holder AND l.released_at IS NULL AND l.expires_at > now()
+                      THEN now() ELSE NULL END,
+    secret_hash = CASE WHEN l.holder = EXCLUDED.holder AND l.released_at IS NULL AND l.expires_at > now()
+                       THEN l.secret_hash ELSE EXCLUDED.secret_hash END,
+    holder = EXCLUDED.holder,
+    released_at = NULL,
+    ttl_seconds = EXCLUDED.ttl_seconds,
+    expires_at = EXCLUDED.expires_at
+"
+    };
+}
+
+/// The columns an acquire returns: the lease, the database's clock, and whether it is new.
+macro_rules! returning_acquired {
+    () => {
+        "RETURNING id, resource, holder, fence, ttl_seconds, created_at, renewed_at, released_at,
+          expires_at, now() AS db_now, secret_hash, (renewed_at IS NULL) AS fresh"
+    };
+}
+
 /// The sample's acquire statement, with a fence, a per-request TTL, reentrancy and a secret.
 ///
 /// The row is taken over only if its lease expired or was released, or if the requester already
@@ -80,57 +111,37 @@ const COLUMNS: &str = "id, resource, holder, fence, ttl_seconds, created_at, ren
 /// whoever held the row before, and stores the digest of a new secret (`$4`). A reentrant
 /// acquire keeps fence, secret and `created_at` and stamps `renewed_at`, which is how `fresh`
 /// tells the two apart: only a new acquisition has `renewed_at IS NULL`.
-const ACQUIRE: &str = "\
-INSERT INTO leases AS l (resource, holder, fence, ttl_seconds, created_at, expires_at, secret_hash)
+const ACQUIRE: &str = concat!(
+    "INSERT INTO leases AS l (resource, holder, fence, ttl_seconds, created_at, expires_at, secret_hash)
 VALUES ($1, $2, nextval('leases_fence_seq'), $3, now(), now() + make_interval(secs => $3), $4)
-ON CONFLICT (resource) DO UPDATE SET
-    fence = CASE WHEN l.holder = EXCLUDED.holder AND l.released_at IS NULL AND l.expires_at > now()
-                 THEN l.fence ELSE nextval('leases_fence_seq') END,
-    created_at = CASE WHEN l.holder = EXCLUDED.holder AND l.released_at IS NULL AND l.expires_at > now()
-                      THEN l.created_at ELSE now() END,
-    renewed_at = CASE WHEN l.holder = EXCLUDED.holder AND l.released_at IS NULL AND l.expires_at > now()
-                      THEN now() ELSE NULL END,
-    secret_hash = CASE WHEN l.holder = EXCLUDED.holder AND l.released_at IS NULL AND l.expires_at > now()
-                       THEN l.secret_hash ELSE EXCLUDED.secret_hash END,
-    holder = EXCLUDED.holder,
-    released_at = NULL,
-    ttl_seconds = EXCLUDED.ttl_seconds,
-    expires_at = EXCLUDED.expires_at
-WHERE l.expires_at <= now() OR l.released_at IS NOT NULL
+",
+    takeover!(),
+    "WHERE l.expires_at <= now() OR l.released_at IS NOT NULL
    OR (l.holder = EXCLUDED.holder
        AND CASE WHEN $5::bytea IS NULL THEN NOT $6::boolean
                 ELSE COALESCE(l.secret_hash = $5::bytea, FALSE) END)
-RETURNING id, resource, holder, fence, ttl_seconds, created_at, renewed_at, released_at,
-          expires_at, now() AS db_now, secret_hash, (renewed_at IS NULL) AS fresh";
+",
+    returning_acquired!()
+);
 
 /// [`ACQUIRE`] for many resources of one holder: one statement, one commit. Rows are taken in
 /// resource order, so two batches that share resources lock them in the same order and cannot
 /// deadlock. A reentrant acquire here cannot present a secret, so it is allowed only when
 /// secrets are not required (`$5`). A fence drawn by the `SELECT` for a row that then conflicts
 /// is simply skipped: the sequence only rises.
-const ACQUIRE_MANY: &str = "\
-INSERT INTO leases AS l (resource, holder, fence, ttl_seconds, created_at, expires_at, secret_hash)
+const ACQUIRE_MANY: &str = concat!(
+    "INSERT INTO leases AS l (resource, holder, fence, ttl_seconds, created_at, expires_at, secret_hash)
 SELECT r.resource, $2, nextval('leases_fence_seq'), $3, now(), now() + make_interval(secs => $3),
        r.secret_hash
 FROM unnest($1::text[], $4::bytea[]) AS r(resource, secret_hash)
 ORDER BY r.resource
-ON CONFLICT (resource) DO UPDATE SET
-    fence = CASE WHEN l.holder = EXCLUDED.holder AND l.released_at IS NULL AND l.expires_at > now()
-                 THEN l.fence ELSE nextval('leases_fence_seq') END,
-    created_at = CASE WHEN l.holder = EXCLUDED.holder AND l.released_at IS NULL AND l.expires_at > now()
-                      THEN l.created_at ELSE now() END,
-    renewed_at = CASE WHEN l.holder = EXCLUDED.holder AND l.released_at IS NULL AND l.expires_at > now()
-                      THEN now() ELSE NULL END,
-    secret_hash = CASE WHEN l.holder = EXCLUDED.holder AND l.released_at IS NULL AND l.expires_at > now()
-                       THEN l.secret_hash ELSE EXCLUDED.secret_hash END,
-    holder = EXCLUDED.holder,
-    released_at = NULL,
-    ttl_seconds = EXCLUDED.ttl_seconds,
-    expires_at = EXCLUDED.expires_at
-WHERE l.expires_at <= now() OR l.released_at IS NOT NULL
+",
+    takeover!(),
+    "WHERE l.expires_at <= now() OR l.released_at IS NOT NULL
    OR (l.holder = EXCLUDED.holder AND NOT $5::boolean)
-RETURNING id, resource, holder, fence, ttl_seconds, created_at, renewed_at, released_at,
-          expires_at, now() AS db_now, secret_hash, (renewed_at IS NULL) AS fresh";
+",
+    returning_acquired!()
+);
 
 const RENEW: &str = "\
 UPDATE leases SET
