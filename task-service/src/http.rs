@@ -30,6 +30,8 @@ pub struct AppState {
     pub engine: Engine,
     /// For `/readyz`: lease-service's health endpoint.
     pub lease_service_health: String,
+    /// lease-service's base URL, for the dashboard's lease views.
+    pub lease_service_url: String,
     pub http: reqwest::Client,
 }
 
@@ -42,7 +44,7 @@ impl std::fmt::Debug for AppState {
     }
 }
 
-type State = web::Data<AppState>;
+pub(crate) type State = web::Data<AppState>;
 
 /// Mounts every route. The caller adds the [`AppState`] and the
 /// [`shared::server::auth::Auth`] as app data. Each write route needs its role (producer,
@@ -71,6 +73,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                     .default_service(web::to(method_not_allowed)),
             )
             .service(get_only("/{id}", get_by_id))
+            .service(get_only("/{id}/events", crate::dashboard::task_events))
             .service(
                 web::resource("/{id}/heartbeat")
                     .route(locked(web::put().to(heartbeat), Role::Worker))
@@ -112,6 +115,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                     .default_service(web::to(method_not_allowed)),
             ),
     )
+    .configure(crate::dashboard::configure)
     .service(get_only("/healthz", healthz))
     .service(get_only("/readyz", readyz))
     .service(get_only("/metrics", metrics));

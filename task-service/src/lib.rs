@@ -10,6 +10,7 @@
 //! rules), [`http`] (routes), [`sweeper`] (retention) and [`metrics`].
 
 pub mod config;
+pub mod dashboard;
 pub mod generator;
 pub mod http;
 pub mod metrics;
@@ -89,6 +90,7 @@ pub async fn run(
         pool: pool.clone(),
         engine,
         lease_service_health: format!("{lease_url}/healthz"),
+        lease_service_url: lease_url.clone(),
         http: reqwest::Client::new(),
     });
     config.auth_tokens.announce("task-service");

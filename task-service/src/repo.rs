@@ -571,3 +571,88 @@ pub async fn set_generator(
     .get_result(conn)
     .await
 }
+
+/// Claims and completions per `bucket_seconds` over the last `window_seconds`, by the history
+/// table; bucket 0 is the newest.
+#[derive(Debug, Clone, QueryableByName, serde::Serialize)]
+pub struct ThroughputBucket {
+    #[diesel(sql_type = BigInt)]
+    pub seconds_ago: i64,
+    #[diesel(sql_type = BigInt)]
+    pub claimed: i64,
+    #[diesel(sql_type = BigInt)]
+    pub completed: i64,
+}
+
+#[tracing::instrument(name = "SELECT task_events", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "task_events"))]
+pub async fn throughput(
+    conn: &mut Db,
+    window_seconds: i64,
+    bucket_seconds: i64,
+) -> Result<Vec<ThroughputBucket>> {
+    diesel::sql_query(
+        "SELECT (floor(EXTRACT(EPOCH FROM now() - at) / $2) * $2)::bigint AS seconds_ago,
+                count(*) FILTER (WHERE to_status = 'running') AS claimed,
+                count(*) FILTER (WHERE to_status = 'succeeded') AS completed
+         FROM task_events WHERE at > now() - make_interval(secs => $1)
+         GROUP BY 1 ORDER BY 1",
+    )
+    .bind::<BigInt, _>(window_seconds)
+    .bind::<BigInt, _>(bucket_seconds)
+    .load(conn)
+    .await
+}
+
+/// A processor with tasks in flight.
+#[derive(Debug, Clone, QueryableByName, serde::Serialize)]
+pub struct Processor {
+    #[diesel(sql_type = Text)]
+    pub processor: String,
+    #[diesel(sql_type = BigInt)]
+    pub running: i64,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    pub last_heartbeat_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Double)]
+    pub since_heartbeat_seconds: f64,
+}
+
+#[tracing::instrument(name = "SELECT tasks", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "tasks"))]
+pub async fn processors(conn: &mut Db) -> Result<Vec<Processor>> {
+    diesel::sql_query(
+        "SELECT processor, count(*) AS running, max(last_heartbeat_at) AS last_heartbeat_at,
+                COALESCE(EXTRACT(EPOCH FROM now() - max(last_heartbeat_at)), 0)::float8
+                    AS since_heartbeat_seconds
+         FROM tasks WHERE status = 'running' AND processor IS NOT NULL
+         GROUP BY processor ORDER BY processor",
+    )
+    .load(conn)
+    .await
+}
+
+/// One entry of a task's history, for its detail view.
+#[derive(Debug, Clone, QueryableByName, serde::Serialize)]
+pub struct TaskEvent {
+    #[diesel(sql_type = Timestamptz)]
+    pub at: DateTime<Utc>,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub from_status: Option<String>,
+    #[diesel(sql_type = Text)]
+    pub to_status: String,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub processor: Option<String>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub fence: Option<i64>,
+    #[diesel(sql_type = Integer)]
+    pub attempts: i32,
+}
+
+#[tracing::instrument(name = "SELECT task_events", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "task_events"))]
+pub async fn events(conn: &mut Db, task_id: i64) -> Result<Vec<TaskEvent>> {
+    diesel::sql_query(
+        "SELECT at, from_status, to_status, processor, fence, attempts
+         FROM task_events WHERE task_id = $1 ORDER BY id LIMIT 1000",
+    )
+    .bind::<BigInt, _>(task_id)
+    .load(conn)
+    .await
+}

@@ -12,6 +12,7 @@
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
 pub mod bench;
+pub mod browser;
 pub mod checker;
 pub mod otlp;
 pub mod proxy;

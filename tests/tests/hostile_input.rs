@@ -319,6 +319,21 @@ async fn task_service_survives_generated_hostile_requests() {
             path: format!("/api/tasks/{id}"),
             body: Vec::new()
         }),
+        "[a-z0-9=&%,_-]{0,40}".prop_map(|query| Target {
+            method: "GET",
+            path: format!("/api/dashboard/leases?{query}"),
+            body: Vec::new()
+        }),
+        id_segment().prop_map(|id| Target {
+            method: "GET",
+            path: format!("/api/tasks/{id}/events"),
+            body: Vec::new()
+        }),
+        (id_segment(), body(json!({}))).prop_map(|(id, body)| Target {
+            method: "POST",
+            path: format!("/api/dashboard/leases/{id}/revoke"),
+            body
+        }),
         (
             prop::sample::select(vec!["", "/processed", "/started", "/counts"]),
             "[a-z0-9=&%,_-]{0,40}"
