@@ -241,6 +241,47 @@ async fn the_dashboard_shows_and_operates_a_live_stack() {
 
     let errors = browser.page_errors().await;
     assert!(errors.is_empty(), "the page met errors: {errors:?}");
+
+    // Another replica of task-service serves the same page and tells the same truth.
+    let other = Service::task_service(
+        &task_db,
+        &leases.base_url(),
+        &[
+            ("AUTH_TOKENS", task_tokens.as_str()),
+            ("LEASE_SERVICE_TOKEN", SERVICE),
+        ],
+    )
+    .await;
+    let number = |text: &str| {
+        text.chars()
+            .filter(char::is_ascii_digit)
+            .collect::<String>()
+            .parse::<i64>()
+            .unwrap_or(-1)
+    };
+    let succeeded = number(&browser.text("#count-succeeded").await.unwrap_or_default());
+    assert!(succeeded >= 1);
+    browser.goto(&other.url("/dashboard")).await;
+    browser.click("#tab-generator").await;
+    browser
+        .wait_for_text("#generator-status", Duration::from_secs(10), |s| {
+            s == "STOPPED"
+        })
+        .await;
+    let produced = browser.text("#generator-produced").await;
+    browser.click("#tab-tasks").await;
+    browser
+        .wait_for_text("#count-succeeded", Duration::from_secs(10), |t| {
+            number(t) >= succeeded
+        })
+        .await;
+    assert_ne!(
+        produced.as_deref(),
+        Some("0"),
+        "the production count is shared"
+    );
+    let errors = browser.page_errors().await;
+    assert!(errors.is_empty(), "the page met errors: {errors:?}");
     browser.quit().await;
     for page in ["tasks", "workers", "generator", "leases"] {
         let shot = screenshots().join(format!("{page}.png"));
