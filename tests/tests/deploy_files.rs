@@ -10,7 +10,13 @@ use std::process::{Command, Stdio};
 use serde_json::Value;
 use tests::{binary, tools};
 
-const BINARIES: [&str; 4] = ["lease-service", "task-service", "worker", "task-generator"];
+const BINARIES: [&str; 5] = [
+    "lease-service",
+    "task-service",
+    "worker",
+    "task-generator",
+    "leasehold",
+];
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
