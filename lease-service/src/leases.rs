@@ -4,7 +4,7 @@
 use diesel_async::AsyncPgConnection;
 use rand::Rng;
 use shared::api::{
-    AcquireLease, AcquireLeases, AcquiredLeases, ErrorBody, HeldLease, Lease, LeaseStatus,
+    AcquireLease, AcquireLeases, AcquiredLeases, HeldLease, Lease, LeaseStatus,
     MAX_BATCH_RESOURCES, ReleaseLease, ReleaseResult, RenewLease, Secret,
 };
 use shared::server::{sha256, validate_name};
@@ -354,7 +354,7 @@ pub async fn release_many(
         resource: request.resource.clone(),
         status: err.status_code().as_u16(),
         lease: None,
-        error: Some(ErrorBody::new(err.code(), err.to_string())),
+        error: Some(err.body()),
     };
     let released = |request: &ReleaseLease, lease: Lease| ReleaseResult {
         resource: request.resource.clone(),

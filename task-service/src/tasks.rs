@@ -744,7 +744,7 @@ pub async fn complete_many(
                 id: item.id,
                 status: actix_web::ResponseError::status_code(&err).as_u16(),
                 task: None,
-                error: Some(shared::api::ErrorBody::new(err.code(), err.to_string())),
+                error: Some(err.body()),
             },
         });
     }

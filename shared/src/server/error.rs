@@ -83,6 +83,29 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// The JSON body this error answers with: for a whole response, or for one item of a batch
+    /// answered item by item.
+    pub fn body(&self) -> ErrorBody {
+        let mut body = ErrorBody::new(self.code(), self.to_string());
+        match self {
+            Self::Held {
+                holder,
+                expires_at,
+                expires_in_ms,
+                ..
+            } => {
+                body.holder = Some(holder.clone());
+                body.expires_at = Some(*expires_at);
+                body.expires_in_ms = Some(*expires_in_ms);
+            }
+            Self::Invalid { field, .. } => body.field = field.map(str::to_owned),
+            _ => {}
+        }
+        body
+    }
+}
+
 impl From<diesel::result::Error> for ApiError {
     fn from(err: diesel::result::Error) -> Self {
         use diesel::result::{DatabaseErrorKind, Error};
@@ -129,23 +152,12 @@ impl ResponseError for ApiError {
     }
 
     fn error_response(&self) -> HttpResponse {
-        let mut body = ErrorBody::new(self.code(), self.to_string());
         match self {
-            Self::Held {
-                holder,
-                expires_at,
-                expires_in_ms,
-                ..
-            } => {
-                body.holder = Some(holder.clone());
-                body.expires_at = Some(*expires_at);
-                body.expires_in_ms = Some(*expires_in_ms);
-            }
-            Self::Invalid { field, .. } => body.field = field.map(str::to_owned),
             Self::Internal(detail) => tracing::error!(%detail, "internal error"),
             Self::Unavailable(detail) => tracing::warn!(%detail, "dependency unavailable"),
             _ => {}
         }
+        let body = self.body();
         let mut response = HttpResponse::build(self.status_code());
         if let Self::Unauthorized(_) = self {
             response.insert_header((
