@@ -7,7 +7,7 @@ use shared::api::{
     AcquireLease, AcquireLeases, AcquiredLeases, HeldLease, Lease, LeaseStatus,
     MAX_BATCH_RESOURCES, ReleaseLease, ReleaseResult, RenewLease, Secret,
 };
-use shared::server::{sha256, validate_name};
+use shared::server::{check_batch_size, first_duplicate, sha256, validate_name};
 
 use crate::error::ApiError;
 use crate::metrics::Metrics;
@@ -147,26 +147,21 @@ pub async fn acquire_many(
     request: &AcquireLeases,
 ) -> Result<AcquiredLeases, ApiError> {
     validate_name("holder", &request.holder)?;
-    if request.resources.is_empty() || request.resources.len() > MAX_BATCH_RESOURCES {
-        return Err(ApiError::invalid(
-            "invalid_batch",
-            "resources",
-            format!(
-                "resources must list 1 to {MAX_BATCH_RESOURCES} resources, got {}",
-                request.resources.len()
-            ),
-        ));
-    }
-    let mut seen = std::collections::HashSet::new();
+    check_batch_size(
+        "resources",
+        "resources",
+        request.resources.len(),
+        MAX_BATCH_RESOURCES,
+    )?;
     for resource in &request.resources {
         validate_name("resource", resource)?;
-        if !seen.insert(resource.as_str()) {
-            return Err(ApiError::invalid(
-                "duplicate_resource",
-                "resources",
-                format!("resource {resource:?} is listed twice"),
-            ));
-        }
+    }
+    if let Some(resource) = first_duplicate(&request.resources) {
+        return Err(ApiError::invalid(
+            "duplicate_resource",
+            "resources",
+            format!("resource {resource:?} is listed twice"),
+        ));
     }
     let ttl_seconds = ttl.resolve(request.ttl_seconds)?;
     let new_secrets: Vec<String> = request.resources.iter().map(|_| new_secret()).collect();
@@ -340,16 +335,7 @@ pub async fn release_many(
     requests: &[ReleaseLease],
 ) -> Result<Vec<ReleaseResult>, ApiError> {
     use actix_web::ResponseError;
-    if requests.is_empty() || requests.len() > MAX_BATCH_RESOURCES {
-        return Err(ApiError::invalid(
-            "invalid_batch",
-            "leases",
-            format!(
-                "leases must list 1 to {MAX_BATCH_RESOURCES} releases, got {}",
-                requests.len()
-            ),
-        ));
-    }
+    check_batch_size("leases", "releases", requests.len(), MAX_BATCH_RESOURCES)?;
     let refused = |request: &ReleaseLease, err: &ApiError| ReleaseResult {
         resource: request.resource.clone(),
         status: err.status_code().as_u16(),

@@ -13,7 +13,9 @@ use std::time::Duration;
 use diesel_async::AsyncConnection;
 use rand::Rng;
 use shared::api::{Lease, LeaseStatus, Proof};
-use shared::server::{ApiError, validate_name, validate_name_within};
+use shared::server::{
+    ApiError, check_batch_size, first_duplicate, validate_name, validate_name_within,
+};
 use shared::tasks::{
     ClaimTasks, CompleteTask, CompleteTasks, CreateTask, FailTask, Heartbeat, ItemResult, Task,
     TaskStatus,
@@ -604,22 +606,13 @@ pub async fn complete_many(
 ) -> Result<Vec<ItemResult>, ApiError> {
     validate_name("processor", &request.processor)?;
     let items = &request.tasks;
-    if items.is_empty() || items.len() > usize::try_from(MAX_CLAIM).unwrap_or(100) {
-        return Err(ApiError::invalid(
-            "invalid_batch",
-            "tasks",
-            format!(
-                "tasks must list 1 to {MAX_CLAIM} completions, got {}",
-                items.len()
-            ),
-        ));
-    }
-    let mut seen = std::collections::HashSet::new();
-    if let Some(item) = items.iter().find(|item| !seen.insert(item.id)) {
+    let max = usize::try_from(MAX_CLAIM).unwrap_or(100);
+    check_batch_size("tasks", "completions", items.len(), max)?;
+    if let Some(id) = first_duplicate(items.iter().map(|item| item.id)) {
         return Err(ApiError::invalid(
             "duplicate_task",
             "tasks",
-            format!("task {} is listed twice", item.id),
+            format!("task {id} is listed twice"),
         ));
     }
     let ids: Vec<i64> = items.iter().map(|item| item.id).collect();

@@ -10,6 +10,37 @@ pub mod http;
 
 pub use error::ApiError;
 
+/// A batch request lists 1 to `max` items: `field` with `len` of them (`what` names them in the
+/// message), else 400 `invalid_batch`.
+pub fn check_batch_size(
+    field: &'static str,
+    what: &str,
+    len: usize,
+    max: usize,
+) -> Result<(), ApiError> {
+    if (1..=max).contains(&len) {
+        return Ok(());
+    }
+    Err(ApiError::invalid(
+        "invalid_batch",
+        field,
+        format!("{field} must list 1 to {max} {what}, got {len}"),
+    ))
+}
+
+/// The first item of `items` seen before: a batch that names one thing twice is refused.
+pub fn first_duplicate<T: std::hash::Hash + Eq>(items: impl IntoIterator<Item = T>) -> Option<T> {
+    let mut seen = std::collections::HashSet::new();
+    items.into_iter().find_map(|item| {
+        if seen.contains(&item) {
+            Some(item)
+        } else {
+            seen.insert(item);
+            None
+        }
+    })
+}
+
 /// SHA-256 of `text`: how bearer tokens and lease secrets are kept and compared, so that
 /// neither sits in memory or in a table in a form that can be replayed.
 pub fn sha256(text: &str) -> [u8; 32] {
@@ -60,5 +91,23 @@ impl diesel::deserialize::FromSql<diesel::sql_types::Text, diesel::pg::Pg> for c
             value,
         )
         .map(crate::api::Secret::new)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_hold_one_to_max_distinct_items() {
+        assert!(check_batch_size("tasks", "completions", 1, 3).is_ok());
+        assert!(check_batch_size("tasks", "completions", 3, 3).is_ok());
+        for len in [0, 4] {
+            let err = check_batch_size("tasks", "completions", len, 3).err();
+            assert_eq!(err.map(|e| e.code()), Some("invalid_batch"), "{len}");
+        }
+        assert_eq!(first_duplicate([1, 2, 3]), None);
+        assert_eq!(first_duplicate([1, 2, 1, 2]), Some(1));
+        assert_eq!(first_duplicate(["a", "b", "b"]), Some("b"));
     }
 }
