@@ -25,18 +25,22 @@ impl SecretPolicy {
     fn presented(self, secret: Option<&Secret>) -> Result<Option<[u8; 32]>, ApiError> {
         match secret {
             Some(secret) => Ok(Some(sha256(secret.expose()))),
-            None if self.required => Err(ApiError::invalid(
-                "secret_required",
-                "secret",
-                "this lease-service requires proof of holding: send the `secret` your acquire answered with",
-            )),
+            None if self.required => Err(secret_required()),
             None => Ok(None),
         }
     }
 }
 
+fn secret_required() -> ApiError {
+    ApiError::invalid(
+        "secret_required",
+        "secret",
+        "this lease-service requires proof of holding: send the `secret` your acquire answered with",
+    )
+}
+
 /// A new acquisition's secret: 256 random bits, hex-encoded.
-fn new_secret() -> String {
+pub(crate) fn new_secret() -> String {
     let bytes: [u8; 32] = rand::rng().random();
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -111,12 +115,10 @@ pub async fn acquire(
         }
         Acquired::Held(current) if current.holder == request.holder => {
             // The holder's own live lease, without proof of holding it.
-            let refusal = match &request.secret {
-                None => secrets
-                    .presented(None)
-                    .err()
-                    .unwrap_or_else(|| wrong_secret("acquire")),
-                Some(_) => wrong_secret("acquire"),
+            let refusal = if request.secret.is_none() && secrets.required {
+                secret_required()
+            } else {
+                wrong_secret("acquire")
             };
             metrics
                 .conflicts

@@ -69,8 +69,10 @@ async fn round(
     ttl_seconds: i32,
 ) -> Result<Option<u64>, ApiError> {
     let mut conn = db::connection(pool).await?;
-    // In-process and trusted: it proves nothing, and its reentrant acquire needs no secret.
-    let secret_hash = shared::server::sha256(&config.holder);
+    // In-process and trusted: it proves nothing, and its reentrant acquire needs no secret. The
+    // stored digest is of a random secret nobody knows, so the lease cannot be renewed or
+    // released through the API by someone who knows only this replica's name.
+    let secret_hash = shared::server::sha256(&crate::leases::new_secret());
     let proof = repo::AcquireProof {
         new_secret_hash: &secret_hash,
         presented_hash: None,

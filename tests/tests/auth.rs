@@ -662,3 +662,39 @@ async fn a_locked_stack_runs_tasks_and_generator_and_no_secret_reaches_a_log_or_
         );
     }
 }
+
+#[tokio::test]
+async fn the_sweepers_lease_cannot_be_renewed_by_someone_who_knows_its_holders_name() {
+    let db = fresh_database().await;
+    let leases = Service::lease_service(
+        &db,
+        &[
+            ("INSTANCE_ID", "replica-a"),
+            ("LEASE_SWEEP_INTERVAL_SECONDS", "1"),
+            ("LEASE_REQUIRE_SECRET", "true"),
+        ],
+    )
+    .await;
+    let resource = "leasehold:lease-retention-sweeper";
+    eventually(Duration::from_secs(10), "the sweeper's lease", || async {
+        let active = leases.get("/api/leases/active").await.body;
+        active
+            .as_array()
+            .is_some_and(|list| list.iter().any(|l| l["resource"] == resource))
+    })
+    .await;
+    for guess in ["replica-a", "", "0"] {
+        let body = json!({"resource": resource, "holder": "replica-a", "secret": guess});
+        for (method, path) in [
+            ("PUT", "/api/leases/renew"),
+            ("DELETE", "/api/leases/release"),
+        ] {
+            let answer = leases.send_as(None, method, path, Some(&body)).await;
+            assert_eq!(
+                (answer.status, answer.code()),
+                (409, "wrong_secret"),
+                "{method} {path} with secret {guess:?}"
+            );
+        }
+    }
+}
