@@ -173,32 +173,15 @@ impl LeaseClient {
         holder: &str,
         ttl: Option<Duration>,
     ) -> Result<Lease, LeaseError> {
-        let body = AcquireLease {
-            resource: resource.to_owned(),
-            holder: holder.to_owned(),
-            ttl_seconds: ttl.map(ttl_seconds),
-            secret: None,
-        };
-        self.call(reqwest::Method::POST, "/api/leases", &[], Some(&body))
+        self.acquire_proving(resource, holder, ttl, None)
             .await
-            .map(|(_, lease)| lease)
-            .map_err(|(status, err)| refusal(resource, status, err))
+            .map(|(lease, _)| lease)
     }
 
     /// Like [`LeaseClient::acquire`], but says whether the acquisition is new (`true`, 201) or
     /// reentrant (`false`, 200: `holder` already held the lease, which was extended with its
-    /// fence kept). For callers that hand the fence out and must never hand one out twice.
-    pub async fn acquire_telling(
-        &self,
-        resource: &str,
-        holder: &str,
-        ttl: Option<Duration>,
-    ) -> Result<(Lease, bool), LeaseError> {
-        self.acquire_proving(resource, holder, ttl, None).await
-    }
-
-    /// Like [`LeaseClient::acquire_telling`], presenting the secret of the lease `holder`
-    /// already has (if any): a reentrant acquire needs it when lease-service requires proof.
+    /// fence kept), and presents the secret of the lease `holder` already has, if any: a
+    /// reentrant acquire needs it when lease-service requires proof.
     pub async fn acquire_proving(
         &self,
         resource: &str,
