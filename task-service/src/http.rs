@@ -28,9 +28,7 @@ pub const MAX_BODY_BYTES: usize = 256 * 1024;
 pub struct AppState {
     pub pool: DbPool,
     pub engine: Engine,
-    /// For `/readyz`: lease-service's health endpoint.
-    pub lease_service_health: String,
-    /// lease-service's base URL, for the dashboard's lease views.
+    /// lease-service's base URL: `/readyz` asks its `/healthz`, the dashboard its lease views.
     pub lease_service_url: String,
     pub http: reqwest::Client,
 }
@@ -39,7 +37,7 @@ impl std::fmt::Debug for AppState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AppState")
             .field("pool", &self.pool.status())
-            .field("lease_service_health", &self.lease_service_health)
+            .field("lease_service_url", &self.lease_service_url)
             .finish_non_exhaustive()
     }
 }
@@ -366,7 +364,7 @@ async fn readyz(state: State) -> Result<HttpResponse, ApiError> {
     }
     let leases = state
         .http
-        .get(&state.lease_service_health)
+        .get(format!("{}/healthz", state.lease_service_url))
         .timeout(Duration::from_secs(2))
         .send()
         .await;

@@ -89,7 +89,6 @@ pub async fn run(
     let state = web::Data::new(AppState {
         pool: pool.clone(),
         engine,
-        lease_service_health: format!("{lease_url}/healthz"),
         lease_service_url: lease_url.clone(),
         http: reqwest::Client::new(),
     });
