@@ -55,6 +55,8 @@ pub struct BenchOptions {
     pub growth_sizes: Vec<u64>,
     /// Concurrent claim-and-complete clients.
     pub claim_clients: usize,
+    /// The sections to run (all when empty): `leases`, `e2e`, `sample`, `growth`.
+    pub sections: Vec<String>,
 }
 
 impl BenchOptions {
@@ -69,6 +71,7 @@ impl BenchOptions {
             backlog_sizes: vec![10_000, 1_000_000],
             growth_sizes: vec![10_000, 100_000, 1_000_000],
             claim_clients: 8,
+            sections: Vec::new(),
         }
     }
 
@@ -84,6 +87,7 @@ impl BenchOptions {
             backlog_sizes: vec![300, 1_000],
             growth_sizes: vec![1_000, 3_000],
             claim_clients: 4,
+            sections: Vec::new(),
         }
     }
 }
@@ -296,10 +300,21 @@ impl Bench {
 pub async fn run(options: &BenchOptions) -> Report {
     let bench = Bench::start().await;
     let mut report = Report::default();
-    leases(&bench, options, &mut report).await;
-    end_to_end(&bench, options, &mut report).await;
-    sample_comparison(&bench, options, &mut report).await;
-    growth(&bench, options, &mut report).await;
+    let wanted = |section: &str| {
+        options.sections.is_empty() || options.sections.iter().any(|s| s == section)
+    };
+    if wanted("leases") {
+        leases(&bench, options, &mut report).await;
+    }
+    if wanted("e2e") {
+        end_to_end(&bench, options, &mut report).await;
+    }
+    if wanted("sample") {
+        sample_comparison(&bench, options, &mut report).await;
+    }
+    if wanted("growth") {
+        growth(&bench, options, &mut report).await;
+    }
     report
 }
 

@@ -38,6 +38,9 @@ struct Cli {
     /// Finished rows present for the growth figures, comma-separated.
     #[arg(long, value_delimiter = ',')]
     growth: Option<Vec<u64>>,
+    /// Run only these sections, comma-separated: leases, e2e, sample, growth (default: all).
+    #[arg(long, value_delimiter = ',', value_parser = ["leases", "e2e", "sample", "growth"])]
+    only: Vec<String>,
     /// Write the report as JSON to this file.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
@@ -72,6 +75,7 @@ async fn main() -> anyhow::Result<()> {
     if let Some(sizes) = cli.growth {
         options.growth_sizes = sizes;
     }
+    options.sections = cli.only;
     eprintln!("bench: {options:?}");
     let report = bench::run(&options).await;
     println!("{}", report.markdown());
