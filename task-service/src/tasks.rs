@@ -311,6 +311,7 @@ pub async fn claim(
     let outcome = conn
         .transaction::<_, ApiError, _>(async |conn| {
             let mut round = Round::default();
+            repo::claim_by_index_order(conn).await?;
             let lapsed = repo::lock_lapsed(conn, queue, limit).await?;
             round
                 .grant(conn, engine, processor, lapsed, &granted)
