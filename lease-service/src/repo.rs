@@ -7,6 +7,7 @@ use diesel::result::Error as DieselError;
 use diesel::sql_types::{BigInt, Binary, Bool, Integer, Nullable, Text, Timestamptz};
 use diesel::{OptionalExtension, QueryableByName};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use shared::server::db::Cache;
 
 use chrono::{DateTime, Utc};
 
@@ -266,6 +267,7 @@ pub async fn acquire(
             .bind::<Binary, _>(proof.new_secret_hash)
             .bind::<Nullable<Binary>, _>(proof.presented_hash)
             .bind::<Bool, _>(proof.require_secret)
+            .cached()
             .get_result(conn)
             .await
             .optional()?;
@@ -309,6 +311,7 @@ pub async fn acquire_many(
         .bind::<Integer, _>(ttl_seconds)
         .bind::<Array<Binary>, _>(secret_hashes)
         .bind::<Bool, _>(require_secret)
+        .cached()
         .load(conn)
         .await?;
     Ok(rows.into_iter().map(|row| (row.lease, row.fresh)).collect())
@@ -325,6 +328,7 @@ pub async fn find_active(
          AND released_at IS NULL AND expires_at > now()"
     ))
     .bind::<diesel::sql_types::Array<Text>, _>(resources)
+    .cached()
     .load(conn)
     .await
 }
@@ -344,6 +348,7 @@ pub async fn renew(
         .bind::<Nullable<BigInt>, _>(fence)
         .bind::<Nullable<Integer>, _>(ttl_seconds)
         .bind::<Nullable<Binary>, _>(secret_hash)
+        .cached()
         .get_result(conn)
         .await
         .optional()
@@ -364,6 +369,7 @@ pub async fn release(
         .bind::<Nullable<BigInt>, _>(fence)
         .bind::<Nullable<BigInt>, _>(id)
         .bind::<Nullable<Binary>, _>(secret_hash)
+        .cached()
         .get_result(conn)
         .await
         .optional()
@@ -395,6 +401,7 @@ pub async fn release_many(
     .bind::<Array<Text>, _>(holders)
     .bind::<Array<Nullable<BigInt>>, _>(fences)
     .bind::<Array<Nullable<Binary>>, _>(secret_hashes)
+    .cached()
     .load(conn)
     .await
 }
@@ -406,6 +413,7 @@ pub async fn revoke(
 ) -> Result<Option<LeaseRow>, DieselError> {
     diesel::sql_query(REVOKE)
         .bind::<BigInt, _>(id)
+        .cached()
         .get_result(conn)
         .await
         .optional()
@@ -418,6 +426,7 @@ pub async fn find_by_resource(
 ) -> Result<Option<LeaseRow>, DieselError> {
     diesel::sql_query(format!("SELECT {COLUMNS} FROM leases WHERE resource = $1"))
         .bind::<Text, _>(resource)
+        .cached()
         .get_result(conn)
         .await
         .optional()
@@ -430,6 +439,7 @@ pub async fn find_by_id(
 ) -> Result<Option<LeaseRow>, DieselError> {
     diesel::sql_query(format!("SELECT {COLUMNS} FROM leases WHERE id = $1"))
         .bind::<BigInt, _>(id)
+        .cached()
         .get_result(conn)
         .await
         .optional()
@@ -453,6 +463,7 @@ pub async fn list(
         .bind::<BigInt, _>(after)
         .bind::<Nullable<Text>, _>(resource_prefix)
         .bind::<BigInt, _>(limit)
+        .cached()
         .load(conn)
         .await
 }
@@ -467,6 +478,7 @@ pub async fn sweep(
     diesel::sql_query(SWEEP)
         .bind::<BigInt, _>(retention_seconds)
         .bind::<BigInt, _>(batch)
+        .cached()
         .execute(conn)
         .await
 }
@@ -478,12 +490,14 @@ pub async fn prune_history(
 ) -> Result<usize, DieselError> {
     diesel::sql_query("DELETE FROM lease_events WHERE at < now() - make_interval(secs => $1)")
         .bind::<diesel::sql_types::Double, _>(retention_seconds as f64)
+        .cached()
         .execute(conn)
         .await
 }
 
 pub async fn ping(conn: &mut AsyncPgConnection) -> Result<(), DieselError> {
     let row: Count = diesel::sql_query("SELECT 1::bigint AS count")
+        .cached()
         .get_result(conn)
         .await?;
     debug_assert_eq!(row.count, 1);

@@ -5,6 +5,7 @@ use diesel::sql_types::{Array, BigInt, Bool, Double, Integer, Jsonb, Nullable, T
 use diesel::{OptionalExtension, QueryableByName};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use shared::api::{Proof, Secret};
+use shared::server::db::Cache;
 
 pub type Db = AsyncPgConnection;
 type Result<T> = std::result::Result<T, diesel::result::Error>;
@@ -98,6 +99,7 @@ pub async fn insert(conn: &mut Db, task: &NewTask) -> Result<Option<TaskRow>> {
     .bind::<Integer, _>(task.priority)
     .bind::<Integer, _>(task.max_attempts)
     .bind::<Nullable<Text>, _>(task.idempotency_key.as_deref())
+    .cached()
     .get_result(conn)
     .await
     .optional()
@@ -134,6 +136,7 @@ pub async fn insert_before(
     .bind::<Integer, _>(task.max_attempts)
     .bind::<Nullable<Text>, _>(task.idempotency_key.as_deref())
     .bind::<Timestamptz, _>(deadline)
+    .cached()
     .get_result(conn)
     .await
     .optional()
@@ -149,6 +152,7 @@ struct Clock {
 #[tracing::instrument(name = "SELECT clock_timestamp", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT"))]
 pub async fn clock(conn: &mut Db) -> Result<DateTime<Utc>> {
     diesel::sql_query("SELECT clock_timestamp() AS now")
+        .cached()
         .get_result::<Clock>(conn)
         .await
         .map(|row| row.now)
@@ -160,6 +164,7 @@ pub async fn find_by_idempotency_key(conn: &mut Db, key: &str) -> Result<Option<
         "SELECT {COLUMNS} FROM tasks WHERE idempotency_key = $1"
     ))
     .bind::<Text, _>(key)
+    .cached()
     .get_result(conn)
     .await
     .optional()
@@ -169,6 +174,7 @@ pub async fn find_by_idempotency_key(conn: &mut Db, key: &str) -> Result<Option<
 pub async fn find(conn: &mut Db, id: i64) -> Result<Option<TaskRow>> {
     diesel::sql_query(format!("SELECT {COLUMNS} FROM tasks WHERE id = $1"))
         .bind::<BigInt, _>(id)
+        .cached()
         .get_result(conn)
         .await
         .optional()
@@ -181,6 +187,7 @@ pub async fn lock(conn: &mut Db, id: i64) -> Result<Option<TaskRow>> {
         "SELECT {COLUMNS} FROM tasks WHERE id = $1 FOR UPDATE"
     ))
     .bind::<BigInt, _>(id)
+    .cached()
     .get_result(conn)
     .await
     .optional()
@@ -193,6 +200,7 @@ pub async fn lock_many(conn: &mut Db, ids: &[i64]) -> Result<Vec<TaskRow>> {
         "SELECT {COLUMNS} FROM tasks WHERE id = ANY($1) ORDER BY id FOR UPDATE"
     ))
     .bind::<Array<BigInt>, _>(ids)
+    .cached()
     .load(conn)
     .await
 }
@@ -227,6 +235,7 @@ pub async fn lock_lapsed(conn: &mut Db, queue: Option<&str>, limit: i64) -> Resu
     ))
     .bind::<Nullable<Text>, _>(queue)
     .bind::<BigInt, _>(limit)
+    .cached()
     .load(conn)
     .await
 }
@@ -238,6 +247,7 @@ pub async fn lock_due(conn: &mut Db, queue: Option<&str>, limit: i64) -> Result<
     diesel::sql_query(due_sql(queue.is_some()))
         .bind::<Nullable<Text>, _>(queue)
         .bind::<BigInt, _>(limit)
+        .cached()
         .load(conn)
         .await
 }
@@ -297,6 +307,7 @@ pub async fn mark_claimed(
     .bind::<Array<BigInt>, _>(&fences)
     .bind::<Array<Nullable<Text>>, _>(&secrets)
     .bind::<Array<Timestamptz>, _>(&expiries)
+    .cached()
     .load(conn)
     .await
 }
@@ -310,6 +321,7 @@ pub async fn postpone_lapse(conn: &mut Db, id: i64, lease_expiry: DateTime<Utc>)
     )
     .bind::<BigInt, _>(id)
     .bind::<Timestamptz, _>(lease_expiry)
+    .cached()
     .execute(conn)
     .await
     .map(|_| ())
@@ -328,6 +340,7 @@ pub async fn record_heartbeat(
     ))
     .bind::<BigInt, _>(id)
     .bind::<Timestamptz, _>(lease_expiry)
+    .cached()
     .get_result(conn)
     .await
 }
@@ -369,6 +382,7 @@ pub async fn mark_succeeded_many(
     ))
     .bind::<Array<BigInt>, _>(&ids)
     .bind::<Array<Jsonb>, _>(&outputs)
+    .cached()
     .load(conn)
     .await?;
     Ok(rows.into_iter().map(|row| (row.task, row.took)).collect())
@@ -391,6 +405,7 @@ pub async fn mark_final(
     .bind::<BigInt, _>(id)
     .bind::<Text, _>(status)
     .bind::<Nullable<Text>, _>(error)
+    .cached()
     .get_result(conn)
     .await
 }
@@ -416,6 +431,7 @@ pub async fn mark_retry(
     .bind::<Text, _>(error)
     .bind::<Double, _>(delay_seconds)
     .bind::<Bool, _>(refund_attempt)
+    .cached()
     .get_result(conn)
     .await
 }
@@ -427,6 +443,7 @@ pub async fn request_cancel(conn: &mut Db, id: i64) -> Result<TaskRow> {
          RETURNING {COLUMNS}"
     ))
     .bind::<BigInt, _>(id)
+    .cached()
     .get_result(conn)
     .await
 }
@@ -443,6 +460,7 @@ pub async fn requeue_dead(conn: &mut Db, id: i64) -> Result<TaskRow> {
          RETURNING {COLUMNS}"
     ))
     .bind::<BigInt, _>(id)
+    .cached()
     .get_result(conn)
     .await
 }
@@ -466,6 +484,7 @@ pub async fn list(
     .bind::<Nullable<Text>, _>(queue)
     .bind::<BigInt, _>(after)
     .bind::<BigInt, _>(limit)
+    .cached()
     .load(conn)
     .await
 }
@@ -485,6 +504,7 @@ pub async fn counts(conn: &mut Db) -> Result<Vec<QueueCount>> {
     diesel::sql_query(
         "SELECT queue, status, count(*) AS count FROM tasks GROUP BY queue, status ORDER BY queue",
     )
+    .cached()
     .load(conn)
     .await
 }
@@ -504,6 +524,7 @@ pub async fn oldest_due(conn: &mut Db) -> Result<Vec<OldestDue>> {
         "SELECT queue, EXTRACT(EPOCH FROM now() - min(scheduled_at))::float8 AS age_seconds
          FROM tasks WHERE status = 'pending' AND scheduled_at <= now() GROUP BY queue",
     )
+    .cached()
     .load(conn)
     .await
 }
@@ -521,6 +542,7 @@ pub async fn sweep(conn: &mut Db, retention_seconds: i64, batch: i64) -> Result<
     )
     .bind::<Double, _>(retention_seconds as f64)
     .bind::<BigInt, _>(batch)
+    .cached()
     .execute(conn)
     .await
 }
@@ -529,12 +551,14 @@ pub async fn sweep(conn: &mut Db, retention_seconds: i64, batch: i64) -> Result<
 pub async fn prune_history(conn: &mut Db, retention_seconds: i64) -> Result<usize> {
     diesel::sql_query("DELETE FROM task_events WHERE at < now() - make_interval(secs => $1)")
         .bind::<diesel::sql_types::Double, _>(retention_seconds as f64)
+        .cached()
         .execute(conn)
         .await
 }
 
 pub async fn ping(conn: &mut Db) -> Result<()> {
     diesel::sql_query("SELECT 1")
+        .cached()
         .execute(conn)
         .await
         .map(|_| ())
@@ -564,6 +588,7 @@ pub async fn generator(conn: &mut Db) -> Result<GeneratorRow> {
     diesel::sql_query(format!(
         "SELECT {GENERATOR_COLUMNS} FROM generator_settings WHERE id = 1"
     ))
+    .cached()
     .get_result(conn)
     .await
 }
@@ -589,6 +614,7 @@ pub async fn set_generator(
     .bind::<Nullable<Double>, _>(rate_per_second)
     .bind::<Nullable<Double>, _>(min_sleep_seconds)
     .bind::<Nullable<Double>, _>(max_sleep_seconds)
+    .cached()
     .get_result(conn)
     .await
 }
@@ -620,6 +646,7 @@ pub async fn throughput(
     )
     .bind::<BigInt, _>(window_seconds)
     .bind::<BigInt, _>(bucket_seconds)
+    .cached()
     .load(conn)
     .await
 }
@@ -646,6 +673,7 @@ pub async fn processors(conn: &mut Db) -> Result<Vec<Processor>> {
          FROM tasks WHERE status = 'running' AND processor IS NOT NULL
          GROUP BY processor ORDER BY processor",
     )
+    .cached()
     .load(conn)
     .await
 }
@@ -674,6 +702,7 @@ pub async fn events(conn: &mut Db, task_id: i64) -> Result<Vec<TaskEvent>> {
          FROM task_events WHERE task_id = $1 ORDER BY id LIMIT 1000",
     )
     .bind::<BigInt, _>(task_id)
+    .cached()
     .load(conn)
     .await
 }
