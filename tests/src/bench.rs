@@ -46,7 +46,11 @@ pub struct BenchOptions {
     pub phase: Duration,
     /// Tasks in each end-to-end backlog.
     pub e2e_tasks: u64,
-    /// Worker processes, and slots per worker for the batched run.
+    /// Worker processes of the single-claim run, each with one slot: every claim and every
+    /// completion is a request for one task.
+    pub single_workers: usize,
+    /// Worker processes of the batched run, and slots per worker (each claim asks for as many
+    /// tasks as there are free slots; completions ready together go in one request).
     pub workers: usize,
     pub batch_concurrency: usize,
     /// Pending tasks in the claim comparison's backlogs (the sample's table and Leasehold's).
@@ -66,6 +70,7 @@ impl BenchOptions {
             lease_concurrency: vec![1, 8, 32, 128],
             phase: Duration::from_secs(5),
             e2e_tasks: 20_000,
+            single_workers: 16,
             workers: 4,
             batch_concurrency: 32,
             backlog_sizes: vec![10_000, 1_000_000],
@@ -82,6 +87,7 @@ impl BenchOptions {
             lease_concurrency: vec![1, 8],
             phase: Duration::from_millis(400),
             e2e_tasks: 200,
+            single_workers: 2,
             workers: 2,
             batch_concurrency: 8,
             backlog_sizes: vec![300, 1_000],
@@ -629,7 +635,7 @@ async fn drained(task_db: &str, queue: &str) -> Drain {
 async fn end_to_end(bench: &Bench, options: &BenchOptions, report: &mut Report) {
     let section = "tasks end to end (worker processes, no-op work)";
     for (name, workers, slots) in [
-        ("single claims", options.workers, 1),
+        ("single claims", options.single_workers, 1),
         ("batched claims", options.workers, options.batch_concurrency),
     ] {
         let queue = format!("e2e-{}", name.replace(' ', "-"));

@@ -26,7 +26,10 @@ struct Cli {
     /// Tasks in each end-to-end backlog.
     #[arg(long)]
     e2e_tasks: Option<u64>,
-    /// Worker processes of the end-to-end runs.
+    /// Worker processes (one slot each) of the single-claim end-to-end run.
+    #[arg(long)]
+    single_workers: Option<usize>,
+    /// Worker processes of the batched end-to-end run.
     #[arg(long)]
     workers: Option<usize>,
     /// Slots per worker in the batched end-to-end run.
@@ -62,6 +65,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if let Some(n) = cli.e2e_tasks {
         options.e2e_tasks = n;
+    }
+    if let Some(n) = cli.single_workers {
+        options.single_workers = n;
     }
     if let Some(n) = cli.workers {
         options.workers = n;
