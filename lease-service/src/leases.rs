@@ -140,7 +140,8 @@ pub async fn acquire(
     }
 }
 
-/// Acquires many resources for one holder in one statement (`POST /api/leases/batch`).
+/// Acquires many resources in one statement (`POST /api/leases/batch`), for one holder or for
+/// a holder each.
 pub async fn acquire_many(
     conn: &mut AsyncPgConnection,
     ttl: TtlPolicy,
@@ -148,7 +149,6 @@ pub async fn acquire_many(
     metrics: &Metrics,
     request: &AcquireLeases,
 ) -> Result<AcquiredLeases, ApiError> {
-    validate_name("holder", &request.holder)?;
     check_batch_size(
         "resources",
         "resources",
@@ -165,13 +165,50 @@ pub async fn acquire_many(
             format!("resource {resource:?} is listed twice"),
         ));
     }
+    let holders: Vec<&str> = match (&request.holder, &request.holders) {
+        (Some(holder), None) => {
+            validate_name("holder", holder)?;
+            request.resources.iter().map(|_| holder.as_str()).collect()
+        }
+        (None, Some(holders)) => {
+            if holders.len() != request.resources.len() {
+                return Err(ApiError::invalid(
+                    "invalid_batch",
+                    "holders",
+                    format!(
+                        "holders must name one holder per resource: {} holders for {} resources",
+                        holders.len(),
+                        request.resources.len()
+                    ),
+                ));
+            }
+            for holder in holders {
+                validate_name("holders", holder)?;
+            }
+            holders.iter().map(String::as_str).collect()
+        }
+        (None, None) => {
+            return Err(ApiError::invalid(
+                "missing_field",
+                "holder",
+                "missing field `holder` (or `holders`, one per resource)",
+            ));
+        }
+        (Some(_), Some(_)) => {
+            return Err(ApiError::invalid(
+                "invalid_batch",
+                "holders",
+                "give either `holder` or `holders`, not both",
+            ));
+        }
+    };
     let ttl_seconds = ttl.resolve(request.ttl_seconds)?;
     let new_secrets: Vec<String> = request.resources.iter().map(|_| new_secret()).collect();
     let hashes: Vec<Vec<u8>> = new_secrets.iter().map(|s| sha256(s).to_vec()).collect();
     let rows = repo::acquire_many(
         conn,
         &request.resources,
-        &request.holder,
+        &holders,
         ttl_seconds,
         &hashes,
         secrets.required,

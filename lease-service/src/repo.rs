@@ -125,16 +125,16 @@ VALUES ($1, $2, nextval('leases_fence_seq'), $3, now(), now() + make_interval(se
     returning_acquired!()
 );
 
-/// [`ACQUIRE`] for many resources of one holder: one statement, one commit. Rows are taken in
+/// [`ACQUIRE`] for many resources, each with its holder: one statement, one commit. Rows are taken in
 /// resource order, so two batches that share resources lock them in the same order and cannot
 /// deadlock. A reentrant acquire here cannot present a secret, so it is allowed only when
 /// secrets are not required (`$5`). A fence drawn by the `SELECT` for a row that then conflicts
 /// is simply skipped: the sequence only rises.
 const ACQUIRE_MANY: &str = concat!(
     "INSERT INTO leases AS l (resource, holder, fence, ttl_seconds, created_at, expires_at, secret_hash)
-SELECT r.resource, $2, nextval('leases_fence_seq'), $3, now(), now() + make_interval(secs => $3),
+SELECT r.resource, r.holder, nextval('leases_fence_seq'), $3, now(), now() + make_interval(secs => $3),
        r.secret_hash
-FROM unnest($1::text[], $4::bytea[]) AS r(resource, secret_hash)
+FROM unnest($1::text[], $2::text[], $4::bytea[]) AS r(resource, holder, secret_hash)
 ORDER BY r.resource
 ",
     takeover!(),
@@ -292,14 +292,14 @@ pub async fn acquire(
 /// What [`acquire_many`] did with each resource it took: `(row, fresh)`.
 pub type AcquiredMany = Vec<(LeaseRow, bool)>;
 
-/// Acquires `resources` (distinct) for `holder`; `secret_hashes[i]` is stored with a new
-/// acquisition of `resources[i]`. Returns what it acquired or extended; the caller finds the
+/// Acquires `resources` (distinct), `resources[i]` for `holders[i]`; `secret_hashes[i]` is
+/// stored with a new acquisition of `resources[i]`. Returns what it acquired or extended; the caller finds the
 /// rest with [`find_active`].
 #[tracing::instrument(name = "INSERT leases", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "INSERT", db.collection.name = "leases", db.operation.batch.size = resources.len()))]
 pub async fn acquire_many(
     conn: &mut AsyncPgConnection,
     resources: &[String],
-    holder: &str,
+    holders: &[&str],
     ttl_seconds: i32,
     secret_hashes: &[Vec<u8>],
     require_secret: bool,
@@ -307,7 +307,7 @@ pub async fn acquire_many(
     use diesel::sql_types::Array;
     let rows: Vec<AcquiredRow> = diesel::sql_query(ACQUIRE_MANY)
         .bind::<Array<Text>, _>(resources)
-        .bind::<Text, _>(holder)
+        .bind::<Array<Text>, _>(holders)
         .bind::<Integer, _>(ttl_seconds)
         .bind::<Array<Binary>, _>(secret_hashes)
         .bind::<Bool, _>(require_secret)

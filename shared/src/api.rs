@@ -149,13 +149,20 @@ pub struct AcquireLease {
 /// Most resources one `POST /api/leases/batch` may acquire.
 pub const MAX_BATCH_RESOURCES: usize = 100;
 
-/// `POST /api/leases/batch`: acquire many resources for one holder in one statement (how
-/// task-service claims a batch of tasks with one call and one commit). Each resource is
-/// acquired as `POST /api/leases` would acquire it alone; there is no all-or-nothing.
+/// `POST /api/leases/batch`: acquire many resources in one statement (how task-service claims
+/// a batch of tasks with one call and one commit). Each resource is acquired as
+/// `POST /api/leases` would acquire it alone; there is no all-or-nothing.
+///
+/// Either `holder` names one holder for every resource, or `holders` names each resource's
+/// holder (same length and order as `resources`): task-service's claims of several workers,
+/// gathered into one transaction, take their leases in one call.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AcquireLeases {
     pub resources: Vec<String>,
-    pub holder: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holders: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttl_seconds: Option<i64>,
 }

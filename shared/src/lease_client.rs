@@ -210,11 +210,32 @@ impl LeaseClient {
         holder: &str,
         ttl: Option<Duration>,
     ) -> Result<AcquiredLeases, LeaseError> {
-        let body = AcquireLeases {
+        self.acquire_batch(AcquireLeases {
             resources: resources.to_vec(),
-            holder: holder.to_owned(),
+            holder: Some(holder.to_owned()),
+            holders: None,
             ttl_seconds: ttl.map(ttl_seconds),
-        };
+        })
+        .await
+    }
+
+    /// [`Self::acquire_many`] with a holder per resource: `holders[i]` acquires `resources[i]`.
+    pub async fn acquire_each(
+        &self,
+        resources: &[String],
+        holders: &[String],
+        ttl: Option<Duration>,
+    ) -> Result<AcquiredLeases, LeaseError> {
+        self.acquire_batch(AcquireLeases {
+            resources: resources.to_vec(),
+            holder: None,
+            holders: Some(holders.to_vec()),
+            ttl_seconds: ttl.map(ttl_seconds),
+        })
+        .await
+    }
+
+    async fn acquire_batch(&self, body: AcquireLeases) -> Result<AcquiredLeases, LeaseError> {
         self.call(reqwest::Method::POST, "/api/leases/batch", &[], Some(&body))
             .await
             .map(|(_, answer)| answer)

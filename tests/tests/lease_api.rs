@@ -787,3 +787,56 @@ async fn a_batch_release_answers_each_release_as_alone_in_one_transaction() {
         .await;
     assert_eq!((empty.status, empty.code()), (400, "invalid_batch"));
 }
+
+#[tokio::test]
+async fn a_batch_may_name_a_holder_per_resource() {
+    let db = fresh_database().await;
+    let svc = Service::lease_service(&db, &[]).await;
+    assert_eq!(
+        svc.post("/api/leases", &lease("held", "other"))
+            .await
+            .status,
+        201
+    );
+    let answer = svc
+        .post(
+            "/api/leases/batch",
+            &json!({"resources": ["a", "b", "held"], "holders": ["w1", "w2", "w3"]}),
+        )
+        .await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    let acquired = answer.body["acquired"].as_array().unwrap();
+    let holder_of = |resource: &str| {
+        acquired
+            .iter()
+            .find(|l| l["resource"] == resource)
+            .map(|l| l["holder"].clone())
+    };
+    assert_eq!(holder_of("a"), Some(json!("w1")));
+    assert_eq!(holder_of("b"), Some(json!("w2")));
+    assert_eq!(answer.body["held"][0]["holder"], "other");
+    // Each holder's lease is its own: w2 cannot release w1's.
+    let refused = svc.delete("/api/leases/release", &lease("a", "w2")).await;
+    assert_eq!(refused.status, 409, "{:?}", refused.body);
+
+    let before = snapshot(&db, "leases").await;
+    for (body, code) in [
+        (
+            json!({"resources": ["x", "y"], "holders": ["w1"]}),
+            "invalid_batch",
+        ),
+        (
+            json!({"resources": ["x"], "holder": "w", "holders": ["w1"]}),
+            "invalid_batch",
+        ),
+        (json!({"resources": ["x"]}), "missing_field"),
+        (
+            json!({"resources": ["x"], "holders": [""]}),
+            "invalid_field",
+        ),
+    ] {
+        let refused = svc.post("/api/leases/batch", &body).await;
+        assert_eq!((refused.status, refused.code()), (400, code), "{body}");
+    }
+    assert_eq!(before, snapshot(&db, "leases").await);
+}
