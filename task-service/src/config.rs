@@ -56,6 +56,13 @@ pub struct ServeConfig {
     #[arg(long, env = "DATABASE_POOL_SIZE", default_value_t = 16)]
     pub database_pool_size: usize,
 
+    /// Claim transactions of one queue (and completion transactions) in flight at once on this
+    /// replica. Claims and single completions arriving while all are busy wait and then go
+    /// together, in one transaction and one lease-service call; 1 makes the largest groups,
+    /// which is fastest on few cores.
+    #[arg(long, env = "GROUPS_IN_FLIGHT", default_value_t = 1)]
+    pub groups_in_flight: usize,
+
     /// HTTP worker threads (0: one per CPU core).
     #[arg(long, env = "HTTP_WORKERS", default_value_t = 0)]
     pub http_workers: usize,
@@ -155,6 +162,9 @@ impl ServeConfig {
         }
         if self.database_pool_size == 0 {
             return Err("DATABASE_POOL_SIZE must be at least 1".to_owned());
+        }
+        if !(1..=self.database_pool_size).contains(&self.groups_in_flight) {
+            return Err("GROUPS_IN_FLIGHT must be between 1 and DATABASE_POOL_SIZE".to_owned());
         }
         // Services talk plain HTTP inside the deployment; TLS ends at the load balancer.
         if !self.lease_service_url.starts_with("http://") {

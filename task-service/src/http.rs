@@ -27,6 +27,9 @@ pub const MAX_BODY_BYTES: usize = 256 * 1024;
 /// What every handler can reach.
 pub struct AppState {
     pub pool: DbPool,
+    /// Claims and single completions, served in groups of those that arrive together.
+    pub claims: tasks::ClaimGroups,
+    pub completions: tasks::CompletionGroups,
     pub engine: Engine,
     /// lease-service's base URL: `/readyz` asks its `/healthz`, the dashboard its lease views.
     pub lease_service_url: String,
@@ -131,8 +134,7 @@ async fn create(state: State, body: web::Json<CreateTask>) -> Result<HttpRespons
 
 /// 202 with the task (a list when `limit` was given), or 200 `{message}` when none is due.
 async fn next(state: State, body: web::Json<ClaimTasks>) -> Result<HttpResponse, ApiError> {
-    let mut conn = db::connection(&state.pool).await?;
-    let mut claimed = tasks::claim(&mut conn, &state.engine, &body).await?;
+    let mut claimed = tasks::claim(&state.claims, &body).await?;
     Ok(match (claimed.is_empty(), body.limit.is_some()) {
         (true, _) => HttpResponse::Ok().json(NoTask {
             message: "No tasks available".to_owned(),
@@ -167,8 +169,7 @@ async fn complete(
     id: web::Path<i64>,
     body: web::Json<CompleteTask>,
 ) -> Result<HttpResponse, ApiError> {
-    let mut conn = db::connection(&state.pool).await?;
-    let task = tasks::complete(&mut conn, &state.engine, *id, &body).await?;
+    let task = tasks::complete(&state.completions, &state.engine, *id, body.into_inner()).await?;
     Ok(HttpResponse::Accepted().json(task))
 }
 

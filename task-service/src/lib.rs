@@ -9,6 +9,7 @@
 //! `main.rs` only parses configuration; [`serve`] wires [`repo`] (all SQL), [`tasks`] (the
 //! rules), [`http`] (routes), [`sweeper`] (retention) and [`metrics`].
 
+pub mod coalesce;
 pub mod config;
 pub mod dashboard;
 pub mod generator;
@@ -86,8 +87,11 @@ pub async fn run(
         metrics: metrics.clone(),
     };
     let sweeper_leases = engine.leases_retrying.clone();
+    let (claims, completions) = groups(&pool, &engine, config.groups_in_flight);
     let state = web::Data::new(AppState {
         pool: pool.clone(),
+        claims,
+        completions,
         engine,
         lease_service_url: lease_url.clone(),
         http: reqwest::Client::new(),
@@ -134,4 +138,52 @@ pub async fn run(
     }
     tracing::info!("task-service stopped");
     served
+}
+
+/// The claim and completion groups (see [`coalesce`]), `in_flight` of each at once (claims: per
+/// queue); each group runs on a connection of its own from `pool`.
+fn groups(
+    pool: &db::DbPool,
+    engine: &tasks::Engine,
+    in_flight: usize,
+) -> (tasks::ClaimGroups, tasks::CompletionGroups) {
+    let (claim_pool, claim_engine) = (pool.clone(), engine.clone());
+    let claims = tasks::ClaimGroups::new(
+        in_flight,
+        tasks::claims_per_group,
+        Box::new(move |queue: Option<String>, wants: Vec<tasks::Want>| {
+            let (pool, engine) = (claim_pool.clone(), claim_engine.clone());
+            Box::pin(async move {
+                let claimed = async {
+                    let mut conn = db::connection(&pool).await?;
+                    tasks::claim_group(&mut conn, &engine, queue.as_deref(), &wants).await
+                }
+                .await;
+                match claimed {
+                    Ok(per_want) => per_want.into_iter().map(Ok).collect(),
+                    Err(err) => wants.iter().map(|_| Err(err.clone())).collect(),
+                }
+            })
+        }),
+    );
+    let (complete_pool, complete_engine) = (pool.clone(), engine.clone());
+    let completions = tasks::CompletionGroups::new(
+        in_flight,
+        tasks::completions_per_group,
+        Box::new(move |(), completions: Vec<tasks::Completion>| {
+            let (pool, engine) = (complete_pool.clone(), complete_engine.clone());
+            Box::pin(async move {
+                let judged = async {
+                    let mut conn = db::connection(&pool).await?;
+                    tasks::complete_group(&mut conn, &engine, &completions).await
+                }
+                .await;
+                match judged {
+                    Ok(outcomes) => outcomes,
+                    Err(err) => completions.iter().map(|_| Err(err.clone())).collect(),
+                }
+            })
+        }),
+    );
+    (claims, completions)
 }

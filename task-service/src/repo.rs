@@ -268,24 +268,23 @@ pub fn due_sql(by_queue: bool) -> String {
     )
 }
 
-/// One claim to record: the task, the fence and secret of its new lease, the lease's expiry.
+/// One claim to record: the task, its processor, the fence and secret of its new lease, the
+/// lease's expiry.
 #[derive(Debug)]
 pub struct Claim<'a> {
     pub id: i64,
+    pub processor: &'a str,
     pub fence: i64,
     pub lease_secret: Option<&'a Secret>,
     pub lease_expiry: DateTime<Utc>,
 }
 
-/// Records claims by `processor`, one statement for all: one more attempt each, owned under
+/// Records claims, one statement for all: one more attempt each, owned by its processor under
 /// its fence until its lease's expiry. Rows come back in no particular order.
 #[tracing::instrument(name = "UPDATE tasks", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "tasks", db.operation.batch.size = claims.len()))]
-pub async fn mark_claimed(
-    conn: &mut Db,
-    processor: &str,
-    claims: &[Claim<'_>],
-) -> Result<Vec<TaskRow>> {
+pub async fn mark_claimed(conn: &mut Db, claims: &[Claim<'_>]) -> Result<Vec<TaskRow>> {
     let ids: Vec<i64> = claims.iter().map(|c| c.id).collect();
+    let processors: Vec<&str> = claims.iter().map(|c| c.processor).collect();
     let fences: Vec<i64> = claims.iter().map(|c| c.fence).collect();
     let secrets: Vec<Option<&str>> = claims
         .iter()
@@ -293,17 +292,17 @@ pub async fn mark_claimed(
         .collect();
     let expiries: Vec<DateTime<Utc>> = claims.iter().map(|c| c.lease_expiry).collect();
     diesel::sql_query(format!(
-        "UPDATE tasks SET status = 'running', processor = $2, fence = c.claim_fence,
+        "UPDATE tasks SET status = 'running', processor = c.claim_processor, fence = c.claim_fence,
                 lease_secret = c.claim_secret, attempts = attempts + 1,
                 started_at = now(), last_heartbeat_at = now(),
                 must_heartbeat_before = c.claim_expiry, updated_at = now()
-         FROM unnest($1::bigint[], $3::bigint[], $4::text[], $5::timestamptz[])
-              AS c(claim_id, claim_fence, claim_secret, claim_expiry)
+         FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::timestamptz[])
+              AS c(claim_id, claim_processor, claim_fence, claim_secret, claim_expiry)
          WHERE id = c.claim_id
          RETURNING {COLUMNS}"
     ))
     .bind::<Array<BigInt>, _>(&ids)
-    .bind::<Text, _>(processor)
+    .bind::<Array<Text>, _>(&processors)
     .bind::<Array<BigInt>, _>(&fences)
     .bind::<Array<Nullable<Text>>, _>(&secrets)
     .bind::<Array<Timestamptz>, _>(&expiries)

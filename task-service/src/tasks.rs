@@ -17,8 +17,8 @@ use shared::server::{
     ApiError, check_batch_size, first_duplicate, validate_name, validate_name_within,
 };
 use shared::tasks::{
-    ClaimTasks, CompleteTask, CompleteTasks, CreateTask, FailTask, Heartbeat, ItemResult, Task,
-    TaskStatus,
+    ClaimTasks, CompleteItem, CompleteTask, CompleteTasks, CreateTask, FailTask, Heartbeat,
+    ItemResult, Task, TaskStatus,
 };
 use shared::{LeaseClient, LeaseError};
 use tracing::field::Empty;
@@ -262,7 +262,49 @@ fn contains_nul(value: &serde_json::Value) -> bool {
     }
 }
 
-/// Claims up to `limit` due tasks (1 when not given) for `processor`.
+/// One claim request's part in a claim group: who claims, and at most how many tasks.
+#[derive(Debug, Clone)]
+pub struct Want {
+    pub processor: String,
+    pub limit: i64,
+}
+
+/// Checks a claim request; what it wants.
+pub fn want(request: &ClaimTasks) -> Result<Want, ApiError> {
+    validate_name("processor", &request.processor)?;
+    if let Some(queue) = &request.queue {
+        validate_name_within("queue", queue, MAX_QUEUE_BYTES)?;
+    }
+    let limit = request.limit.unwrap_or(1);
+    if !(1..=MAX_CLAIM).contains(&limit) {
+        return Err(ApiError::invalid(
+            "invalid_limit",
+            "limit",
+            format!("limit must be between 1 and {MAX_CLAIM}, got {limit}"),
+        ));
+    }
+    Ok(Want {
+        processor: request.processor.clone(),
+        limit,
+    })
+}
+
+/// How many waiting claims, from the front, go in one group: their limits add up to at most
+/// [`MAX_CLAIM`], one statement's and one lease batch's worth.
+pub fn claims_per_group(wants: &[Want]) -> usize {
+    let mut total = 0;
+    wants
+        .iter()
+        .take_while(|want| {
+            total += want.limit;
+            total <= MAX_CLAIM
+        })
+        .count()
+}
+
+/// Claims due tasks of `queue` for a group of claim requests in one transaction: each gets up
+/// to its `limit`, in the group's order, and the tasks of all of them take their leases in one
+/// lease-service call (each under its own claimant's name).
 ///
 /// Candidates are locked with `SKIP LOCKED`: running tasks whose lease ran out by the recorded
 /// expiry first, then, for the room left, due pending tasks by priority and schedule. Each
@@ -280,46 +322,29 @@ fn contains_nul(value: &serde_json::Value) -> bool {
 ///   proves the last attempt is over.
 ///
 /// If the transaction fails after leases were granted, they are released at once.
-#[tracing::instrument(name = "claim tasks", skip_all, fields(
-    task.processor = %request.processor,
-    task.queue = request.queue.as_deref().unwrap_or(""),
-    task.id = Empty,
-    task.ids = Empty,
-    task.fence = Empty,
+#[tracing::instrument(name = "claim group", skip_all, fields(
+    task.queue = queue.unwrap_or(""),
+    task.group.size = wants.len(),
 ))]
-pub async fn claim(
+pub async fn claim_group(
     conn: &mut Db,
     engine: &Engine,
-    request: &ClaimTasks,
-) -> Result<Vec<Task>, ApiError> {
-    validate_name("processor", &request.processor)?;
-    if let Some(queue) = &request.queue {
-        validate_name_within("queue", queue, MAX_QUEUE_BYTES)?;
-    }
-    let limit = request.limit.unwrap_or(1);
-    if !(1..=MAX_CLAIM).contains(&limit) {
-        return Err(ApiError::invalid(
-            "invalid_limit",
-            "limit",
-            format!("limit must be between 1 and {MAX_CLAIM}, got {limit}"),
-        ));
-    }
-    let processor = request.processor.as_str();
-    let queue = request.queue.as_deref();
+    queue: Option<&str>,
+    wants: &[Want],
+) -> Result<Vec<Vec<TaskRow>>, ApiError> {
+    let total: i64 = wants.iter().map(|want| want.limit).sum();
     // Leases granted inside the transaction, to release should it fail.
     let granted = std::sync::Mutex::new(Vec::new());
     let outcome = conn
         .transaction::<_, ApiError, _>(async |conn| {
-            let mut round = Round::default();
+            let mut round = Round::new(wants);
             repo::claim_by_index_order(conn).await?;
-            let lapsed = repo::lock_lapsed(conn, queue, limit).await?;
-            round
-                .grant(conn, engine, processor, lapsed, &granted)
-                .await?;
-            let room = limit - round.taken();
+            let lapsed = repo::lock_lapsed(conn, queue, total).await?;
+            round.grant(conn, engine, lapsed, &granted).await?;
+            let room = total - round.taken();
             if room > 0 {
                 let due = repo::lock_due(conn, queue, room).await?;
-                round.grant(conn, engine, processor, due, &granted).await?;
+                round.grant(conn, engine, due, &granted).await?;
             }
             if round.taken() == 0
                 && let Some(reason) = round.unavailable
@@ -336,37 +361,58 @@ pub async fn claim(
         Err(err) => {
             let granted =
                 std::mem::take(&mut *granted.lock().unwrap_or_else(PoisonError::into_inner));
-            for (id, lease) in granted {
+            for (id, holder, lease) in granted {
                 engine
-                    .release_after_commit(id, processor, lease.proof())
+                    .release_after_commit(id, &holder, lease.proof())
                     .await;
             }
             return Err(err);
         }
     };
-    for (row, lease) in &exhausted {
+    for (want, rows) in wants.iter().zip(&claimed) {
+        for row in rows {
+            engine
+                .metrics
+                .claimed
+                .with_label_values(&[row.queue.as_str()])
+                .inc();
+            tracing::info!(
+                task.id = row.id,
+                task.fence = row.fence,
+                task.attempts = row.attempts,
+                task.processor = %want.processor,
+                "task claimed"
+            );
+        }
+    }
+    for (row, holder, lease) in &exhausted {
         engine
             .metrics
             .dead
             .with_label_values(&[row.queue.as_str(), "attempts_exhausted"])
             .inc();
         engine
-            .release_after_commit(row.id, processor, lease.proof())
+            .release_after_commit(row.id, holder, lease.proof())
             .await;
     }
-    for row in &claimed {
-        engine
-            .metrics
-            .claimed
-            .with_label_values(&[row.queue.as_str()])
-            .inc();
-        tracing::info!(
-            task.id = row.id,
-            task.fence = row.fence,
-            task.attempts = row.attempts,
-            "task claimed"
-        );
-    }
+    Ok(claimed)
+}
+
+/// Claims due tasks for one request, in a group with the claims that arrive with it
+/// ([`claim_group`]).
+#[tracing::instrument(name = "claim tasks", skip_all, fields(
+    task.processor = %request.processor,
+    task.queue = request.queue.as_deref().unwrap_or(""),
+    task.id = Empty,
+    task.ids = Empty,
+    task.fence = Empty,
+))]
+pub async fn claim(claims: &ClaimGroups, request: &ClaimTasks) -> Result<Vec<Task>, ApiError> {
+    let want = want(request)?;
+    let claimed = claims
+        .submit(request.queue.clone(), want)
+        .await
+        .unwrap_or_else(|| Err(ApiError::Internal("the claim group failed".to_owned())))?;
     let span = tracing::Span::current();
     if let [row] = claimed.as_slice() {
         span.record("task.id", row.id);
@@ -377,37 +423,72 @@ pub async fn claim(
     Ok(claimed.into_iter().map(to_api).collect())
 }
 
-/// What one claim has taken so far.
-#[derive(Default)]
-struct Round {
-    claimed: Vec<TaskRow>,
-    /// Tasks marked dead, with the lease to release after commit.
-    exhausted: Vec<(TaskRow, Lease)>,
+/// Claim requests gathered by queue into [`claim_group`]s.
+pub type ClaimGroups =
+    crate::coalesce::Coalescer<Option<String>, Want, Result<Vec<TaskRow>, ApiError>>;
+
+/// What one claim group has taken so far, per request.
+struct Round<'w> {
+    wants: &'w [Want],
+    claimed: Vec<Vec<TaskRow>>,
+    /// Tasks each request has used its room on: claimed, or marked dead.
+    taken: Vec<i64>,
+    /// Tasks marked dead, with their holder and the lease to release after commit.
+    exhausted: Vec<(TaskRow, String, Lease)>,
     unavailable: Option<String>,
 }
 
-impl Round {
-    fn taken(&self) -> i64 {
-        i64::try_from(self.claimed.len() + self.exhausted.len()).unwrap_or(i64::MAX)
+impl<'w> Round<'w> {
+    fn new(wants: &'w [Want]) -> Self {
+        Round {
+            wants,
+            claimed: wants.iter().map(|_| Vec::new()).collect(),
+            taken: wants.iter().map(|_| 0).collect(),
+            exhausted: Vec::new(),
+            unavailable: None,
+        }
     }
 
-    /// Asks lease-service for every candidate's lease at once, and records the answers.
+    fn taken(&self) -> i64 {
+        self.taken.iter().sum()
+    }
+
+    /// Hands each candidate, in order, to the first request with room left, asks lease-service
+    /// for every candidate's lease at once, and records the answers.
     async fn grant(
         &mut self,
         conn: &mut Db,
         engine: &Engine,
-        processor: &str,
         candidates: Vec<TaskRow>,
-        granted: &std::sync::Mutex<Vec<(i64, Lease)>>,
+        granted: &std::sync::Mutex<Vec<(i64, String, Lease)>>,
     ) -> Result<(), ApiError> {
         if candidates.is_empty() {
             return Ok(());
         }
-        // One call and one commit in lease-service for the whole batch.
+        let mut room: Vec<i64> = self
+            .wants
+            .iter()
+            .zip(&self.taken)
+            .map(|(want, taken)| want.limit - taken)
+            .collect();
+        let mut owners: Vec<usize> = Vec::with_capacity(candidates.len());
+        for _ in &candidates {
+            let Some(owner) = room.iter().position(|left| *left > 0) else {
+                break;
+            };
+            room[owner] -= 1;
+            owners.push(owner);
+        }
+        let candidates: Vec<TaskRow> = candidates.into_iter().take(owners.len()).collect();
+        // One call and one commit in lease-service for the whole group.
         let resources: Vec<String> = candidates.iter().map(|t| engine.resource(t.id)).collect();
+        let holders: Vec<String> = owners
+            .iter()
+            .map(|owner| self.wants[*owner].processor.clone())
+            .collect();
         let mut answer = match engine
             .leases
-            .acquire_many(&resources, processor, Some(engine.lease_ttl))
+            .acquire_each(&resources, &holders, Some(engine.lease_ttl))
             .await
         {
             Ok(answer) => answer,
@@ -428,8 +509,8 @@ impl Round {
                 return Ok(());
             }
         };
-        let mut to_claim: Vec<(i64, Lease)> = Vec::new();
-        for (task, resource) in candidates.into_iter().zip(resources) {
+        let mut to_claim: Vec<(usize, i64, Lease)> = Vec::new();
+        for ((task, resource), owner) in candidates.into_iter().zip(resources).zip(owners) {
             let take = |leases: &mut Vec<Lease>| {
                 let at = leases.iter().position(|l| l.resource == resource)?;
                 Some(leases.swap_remove(at))
@@ -450,10 +531,12 @@ impl Round {
                 }
                 continue;
             };
+            let holder = &self.wants[owner].processor;
             granted
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .push((task.id, lease.clone()));
+                .push((task.id, holder.clone(), lease.clone()));
+            self.taken[owner] += 1;
             if task.attempts >= task.max_attempts {
                 let reason = format!(
                     "attempts exhausted: the lease of attempt {} of {} ran out (processor {:?} stopped heartbeating)",
@@ -462,25 +545,34 @@ impl Round {
                     task.processor.as_deref().unwrap_or("?")
                 );
                 let row = repo::mark_final(conn, task.id, "dead", Some(&reason)).await?;
-                self.exhausted.push((row, lease));
+                self.exhausted.push((row, holder.clone(), lease));
             } else {
-                to_claim.push((task.id, lease));
+                to_claim.push((owner, task.id, lease));
             }
         }
         if !to_claim.is_empty() {
             let claims: Vec<repo::Claim<'_>> = to_claim
                 .iter()
-                .map(|(id, lease)| repo::Claim {
+                .map(|(owner, id, lease)| repo::Claim {
                     id: *id,
+                    processor: &self.wants[*owner].processor,
                     fence: lease.fence,
                     lease_secret: lease.secret.as_ref(),
                     lease_expiry: lease.expires_at,
                 })
                 .collect();
-            let mut rows = repo::mark_claimed(conn, processor, &claims).await?;
-            // In the order the candidates came: priority, then schedule.
-            rows.sort_by_key(|row| to_claim.iter().position(|(id, _)| *id == row.id));
-            self.claimed.extend(rows);
+            let mut rows: std::collections::HashMap<i64, TaskRow> =
+                repo::mark_claimed(conn, &claims)
+                    .await?
+                    .into_iter()
+                    .map(|row| (row.id, row))
+                    .collect();
+            // Each request's tasks in the order the candidates came: priority, then schedule.
+            for (owner, id, _) in &to_claim {
+                if let Some(row) = rows.remove(id) {
+                    self.claimed[*owner].push(row);
+                }
+            }
         }
         Ok(())
     }
@@ -488,7 +580,8 @@ impl Round {
 
 /// How a locked transition ended: a task to answer with, or a refusal that still committed a
 /// change (a cancellation noticed on the way), whose lease must then be released.
-enum Transition {
+#[derive(Debug)]
+pub enum Transition {
     Done(TaskRow),
     Cancelled(TaskRow),
 }
@@ -546,6 +639,31 @@ pub async fn heartbeat(
     finish(engine, outcome, processor).await
 }
 
+/// One completion in a group: who completes which task, with what output.
+#[derive(Debug)]
+pub struct Completion {
+    pub processor: String,
+    pub item: CompleteItem,
+}
+
+/// Single completions gathered into groups of [`complete_group`].
+pub type CompletionGroups =
+    crate::coalesce::Coalescer<(), Completion, Result<Transition, ApiError>>;
+
+/// How many waiting completions, from the front, go in one group: at most [`MAX_CLAIM`], and
+/// never one task twice (a repeat waits for the next group, and is judged after the first).
+pub fn completions_per_group(waiting: &[Completion]) -> usize {
+    let max = usize::try_from(MAX_CLAIM).unwrap_or(100);
+    let mut seen = std::collections::HashSet::new();
+    waiting
+        .iter()
+        .take(max)
+        .take_while(|completion| seen.insert(completion.item.id))
+        .count()
+}
+
+/// A worker's completion of one task (`PUT /{id}/complete`), judged in a group with the
+/// completions that arrive with it ([`complete_group`]), exactly as it would be alone.
 #[tracing::instrument(name = "complete task", skip_all, fields(
     task.id = id,
     task.processor = %request.processor,
@@ -554,74 +672,114 @@ pub async fn heartbeat(
     task.status = Empty,
 ))]
 pub async fn complete(
-    conn: &mut Db,
+    groups: &CompletionGroups,
     engine: &Engine,
     id: i64,
-    request: &CompleteTask,
+    request: CompleteTask,
 ) -> Result<Task, ApiError> {
     validate_name("processor", &request.processor)?;
     check_size("task_output", &request.task_output)?;
-    let processor = request.processor.as_str();
-    let outcome = conn
-        .transaction::<_, ApiError, _>(async |conn| {
-            let task = match owned(conn, id, processor, request.fence, None).await? {
-                Ok(task) => task,
-                Err(cancelled) => return Ok(cancelled),
-            };
-            engine
-                .leases
-                .release(&engine.resource(id), processor, task.lease_proof())
-                .await
-                .map_err(|err| lease_refusal(engine, "complete", err))?;
-            let (row, took) = repo::mark_succeeded(conn, id, &request.task_output).await?;
-            engine
-                .metrics
-                .claim_to_complete
-                .with_label_values(&[row.queue.as_str()])
-                .observe(took);
-            Ok(Transition::Done(row))
-        })
-        .await?;
-    if let Transition::Done(row) = &outcome {
-        engine
-            .metrics
-            .completed
-            .with_label_values(&[row.queue.as_str()])
-            .inc();
-    }
-    finish(engine, outcome, processor).await
+    let completion = Completion {
+        processor: request.processor,
+        item: CompleteItem {
+            id,
+            task_output: request.task_output,
+            fence: request.fence,
+        },
+    };
+    let processor = completion.processor.clone();
+    let outcome = groups
+        .submit((), completion)
+        .await
+        .unwrap_or_else(|| Err(ApiError::Internal("the completion group failed".to_owned())));
+    answer(engine, outcome, &processor).await
 }
 
-#[tracing::instrument(name = "complete tasks", skip_all, fields(
-    task.processor = %request.processor,
-    task.ids = Empty,
-))]
-/// A worker's completions of several tasks: one transaction, one lease-service call (a batch
-/// release), one commit. Each item is judged as [`complete`] would judge it alone, and answered
-/// with its own status; only a request that is wrong as a whole, or a database failure, fails
-/// the request.
+/// A worker's completions of several tasks (`PUT /api/tasks/complete`): one group. Each item is
+/// answered with its own status; only a request that is wrong as a whole, or a database
+/// failure, fails the request.
+#[tracing::instrument(name = "complete tasks", skip_all, fields(task.processor = %request.processor))]
 pub async fn complete_many(
     conn: &mut Db,
     engine: &Engine,
     request: &CompleteTasks,
 ) -> Result<Vec<ItemResult>, ApiError> {
     validate_name("processor", &request.processor)?;
-    let items = &request.tasks;
     let max = usize::try_from(MAX_CLAIM).unwrap_or(100);
-    check_batch_size("tasks", "completions", items.len(), max)?;
-    if let Some(id) = first_duplicate(items.iter().map(|item| item.id)) {
+    check_batch_size("tasks", "completions", request.tasks.len(), max)?;
+    if let Some(id) = first_duplicate(request.tasks.iter().map(|item| item.id)) {
         return Err(ApiError::invalid(
             "duplicate_task",
             "tasks",
             format!("task {id} is listed twice"),
         ));
     }
-    let ids: Vec<i64> = items.iter().map(|item| item.id).collect();
+    let completions: Vec<Completion> = request
+        .tasks
+        .iter()
+        .map(|item| Completion {
+            processor: request.processor.clone(),
+            item: item.clone(),
+        })
+        .collect();
+    let outcomes = complete_group(conn, engine, &completions).await?;
+    let mut results = Vec::with_capacity(completions.len());
+    for (completion, outcome) in completions.iter().zip(outcomes) {
+        let id = completion.item.id;
+        results.push(match answer(engine, outcome, &completion.processor).await {
+            Ok(task) => ItemResult {
+                id,
+                status: 202,
+                task: Some(task),
+                error: None,
+            },
+            Err(err) => ItemResult {
+                id,
+                status: actix_web::ResponseError::status_code(&err).as_u16(),
+                task: None,
+                error: Some(err.body()),
+            },
+        });
+    }
+    Ok(results)
+}
+
+/// What a completion's transition answers: the task, or the refusal; counts completions.
+async fn answer(
+    engine: &Engine,
+    outcome: Result<Transition, ApiError>,
+    processor: &str,
+) -> Result<Task, ApiError> {
+    let transition = outcome?;
+    if let Transition::Done(row) = &transition {
+        engine
+            .metrics
+            .completed
+            .with_label_values(&[row.queue.as_str()])
+            .inc();
+    }
+    finish(engine, transition, processor).await
+}
+
+/// Completions of distinct tasks, each by its own processor: one transaction, one lease-service
+/// call (a batch release), one commit. Each is judged as if it came alone: refused unless its
+/// processor owns the task (with the fence, if given); ended as cancelled if a cancellation was
+/// asked for; else its lease is released, which is the final proof of ownership, and only then
+/// is the task marked succeeded.
+#[tracing::instrument(name = "complete group", skip_all, fields(
+    task.group.size = completions.len(),
+    task.ids = Empty,
+))]
+pub async fn complete_group(
+    conn: &mut Db,
+    engine: &Engine,
+    completions: &[Completion],
+) -> Result<Vec<Result<Transition, ApiError>>, ApiError> {
+    let ids: Vec<i64> = completions.iter().map(|c| c.item.id).collect();
     tracing::Span::current().record(
         "task.ids",
         ids.iter().map(i64::to_string).collect::<Vec<_>>().join(","),
     );
-    let processor = request.processor.as_str();
     let outcomes = conn
         .transaction::<_, ApiError, _>(async |conn| {
             let mut locked: std::collections::HashMap<i64, TaskRow> = repo::lock_many(conn, &ids)
@@ -630,14 +788,15 @@ pub async fn complete_many(
                 .map(|row| (row.id, row))
                 .collect();
             let mut outcomes: Vec<Option<Result<Transition, ApiError>>> =
-                items.iter().map(|_| None).collect();
+                completions.iter().map(|_| None).collect();
             let mut releasing: Vec<(usize, TaskRow)> = Vec::new();
-            for (index, item) in items.iter().enumerate() {
+            for (index, completion) in completions.iter().enumerate() {
+                let item = &completion.item;
                 let verdict = match check_size("task_output", &item.task_output) {
                     Err(err) => Err(err),
                     Ok(()) => match locked.remove(&item.id) {
                         None => Err(task_not_found(item.id)),
-                        Some(task) => match check_owner(&task, processor, item.fence) {
+                        Some(task) => match check_owner(&task, &completion.processor, item.fence) {
                             Err(err) => Err(err),
                             Ok(()) if task.cancel_requested => Ok(Transition::Cancelled(
                                 repo::mark_final(conn, task.id, "cancelled", None).await?,
@@ -656,10 +815,10 @@ pub async fn complete_many(
             }
             let leases: Vec<(String, String, Proof<'_>)> = releasing
                 .iter()
-                .map(|(_, task)| {
+                .map(|(index, task)| {
                     (
                         engine.resource(task.id),
-                        processor.to_owned(),
+                        completions[*index].processor.clone(),
                         task.lease_proof(),
                     )
                 })
@@ -668,7 +827,7 @@ pub async fn complete_many(
                 Err(err) => {
                     let refusal = lease_refusal(engine, "complete", err);
                     for (index, _) in &releasing {
-                        outcomes[*index] = Some(Err(ApiError::Unavailable(refusal.to_string())));
+                        outcomes[*index] = Some(Err(refusal.clone()));
                     }
                 }
                 Ok(answers) => {
@@ -684,7 +843,7 @@ pub async fn complete_many(
                     }
                     let done: Vec<(i64, &serde_json::Value)> = succeeded
                         .iter()
-                        .map(|(index, id)| (*id, &items[*index].task_output))
+                        .map(|(index, id)| (*id, &completions[*index].item.task_output))
                         .collect();
                     let rows = if done.is_empty() {
                         Vec::new()
@@ -706,43 +865,18 @@ pub async fn complete_many(
             Ok(outcomes)
         })
         .await?;
-    let mut results = Vec::with_capacity(items.len());
-    for (item, outcome) in items.iter().zip(outcomes) {
-        let outcome = outcome.unwrap_or_else(|| {
-            Err(ApiError::Internal(format!(
-                "task {} was not judged",
-                item.id
-            )))
-        });
-        let answered = match outcome {
-            Ok(transition) => {
-                if let Transition::Done(row) = &transition {
-                    engine
-                        .metrics
-                        .completed
-                        .with_label_values(&[row.queue.as_str()])
-                        .inc();
-                }
-                finish(engine, transition, processor).await
-            }
-            Err(err) => Err(err),
-        };
-        results.push(match answered {
-            Ok(task) => ItemResult {
-                id: item.id,
-                status: 202,
-                task: Some(task),
-                error: None,
-            },
-            Err(err) => ItemResult {
-                id: item.id,
-                status: actix_web::ResponseError::status_code(&err).as_u16(),
-                task: None,
-                error: Some(err.body()),
-            },
-        });
-    }
-    Ok(results)
+    Ok(completions
+        .iter()
+        .zip(outcomes)
+        .map(|(completion, outcome)| {
+            outcome.unwrap_or_else(|| {
+                Err(ApiError::Internal(format!(
+                    "task {} was not judged",
+                    completion.item.id
+                )))
+            })
+        })
+        .collect())
 }
 
 #[tracing::instrument(name = "fail task", skip_all, fields(

@@ -782,3 +782,113 @@ async fn a_batch_of_completions_judges_each_as_alone_in_one_request() {
     }
     assert_eq!(before, snapshot(&s.task_db, "tasks").await);
 }
+
+/// `http_request_duration_seconds_count` of one route, from a service's metrics.
+async fn requests_to(service: &Service, route: &str) -> f64 {
+    let text = reqwest::get(service.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .filter(|l| {
+            l.starts_with("http_request_duration_seconds_count{")
+                && l.contains(&format!("route=\"{route}\""))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_single_claims_and_completions_are_served_in_groups_each_as_alone() {
+    const WORKERS: usize = 48;
+    let s = stack(&[("GROUPS_IN_FLIGHT", "1")]).await;
+    for _ in 0..WORKERS {
+        s.create_id(json!({"task_data": {"n": 1}})).await;
+    }
+    let claims = futures_util::future::join_all((0..WORKERS).map(|w| {
+        let s = &s;
+        async move { (format!("w{w}"), s.claim(&format!("w{w}")).await) }
+    }))
+    .await;
+    // Every claimant got one task of its own, under its own name and fence.
+    let active = s.leases.get("/api/leases/active").await.body;
+    let lease_of = |id: i64| {
+        active
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["resource"] == format!("task:{id}"))
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    let mut ids = std::collections::HashSet::new();
+    let mut claimed = Vec::new();
+    for (processor, answer) in &claims {
+        assert_eq!(answer.status, 202, "{:?}", answer.body);
+        assert_eq!(answer.body["processor"], *processor);
+        let id = answer.body["id"].as_i64().unwrap();
+        assert!(ids.insert(id), "task {id} handed out twice");
+        let lease = lease_of(id);
+        assert_eq!(lease["holder"], *processor, "{lease}");
+        assert_eq!(lease["fence"], answer.body["fence"]);
+        claimed.push((id, processor.clone(), answer.body["fence"].clone()));
+    }
+    // They went to lease-service in fewer calls than there were claims.
+    let batches = requests_to(&s.leases, "/api/leases/batch").await;
+    assert!(
+        batches < WORKERS as f64,
+        "{batches} lease calls for {WORKERS} claims"
+    );
+
+    // Completions likewise, each answered as alone: a repeat of one is judged after it, and
+    // finds the task finished.
+    let (first_id, first_processor, first_fence) = claimed[0].clone();
+    let repeat =
+        json!({"processor": first_processor, "fence": first_fence, "task_output": {"ok": 1}});
+    let completions = futures_util::future::join_all(
+        claimed
+            .iter()
+            .map(|(id, processor, fence)| {
+                (
+                    *id,
+                    json!({"processor": processor, "fence": fence, "task_output": {"ok": 1}}),
+                )
+            })
+            .chain([(first_id, repeat)])
+            .map(|(id, body)| {
+                let s = &s;
+                async move { (id, s.complete(id, body).await) }
+            }),
+    )
+    .await;
+    let mut finished_twice = 0;
+    for (id, answer) in &completions {
+        if *id == first_id && answer.status == 409 {
+            assert_eq!(answer.code(), "task_finished", "{:?}", answer.body);
+            finished_twice += 1;
+        } else {
+            assert_eq!(answer.status, 202, "{:?}", answer.body);
+            assert_eq!(answer.body["status"], "succeeded");
+        }
+    }
+    assert_eq!(
+        finished_twice, 1,
+        "one of the two completions of task {first_id} is refused"
+    );
+    let releases = requests_to(&s.leases, "/api/leases/batch/release").await
+        + requests_to(&s.leases, "/api/leases/release").await;
+    assert!(
+        releases < WORKERS as f64,
+        "{releases} lease calls for {WORKERS} completions"
+    );
+    // Every lease was released by its own holder.
+    let active = s.leases.get("/api/leases/active").await;
+    assert_eq!(
+        active.body.as_array().map(Vec::len),
+        Some(0),
+        "{:?}",
+        active.body
+    );
+}
