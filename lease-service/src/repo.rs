@@ -311,7 +311,6 @@ pub async fn acquire_many(
         .bind::<Integer, _>(ttl_seconds)
         .bind::<Array<Binary>, _>(secret_hashes)
         .bind::<Bool, _>(require_secret)
-        .cached()
         .load(conn)
         .await?;
     Ok(rows.into_iter().map(|row| (row.lease, row.fresh)).collect())
@@ -328,7 +327,6 @@ pub async fn find_active(
          AND released_at IS NULL AND expires_at > now()"
     ))
     .bind::<diesel::sql_types::Array<Text>, _>(resources)
-    .cached()
     .load(conn)
     .await
 }
@@ -401,7 +399,6 @@ pub async fn release_many(
     .bind::<Array<Text>, _>(holders)
     .bind::<Array<Nullable<BigInt>>, _>(fences)
     .bind::<Array<Nullable<Binary>>, _>(secret_hashes)
-    .cached()
     .load(conn)
     .await
 }
@@ -478,7 +475,6 @@ pub async fn sweep(
     diesel::sql_query(SWEEP)
         .bind::<BigInt, _>(retention_seconds)
         .bind::<BigInt, _>(batch)
-        .cached()
         .execute(conn)
         .await
 }

@@ -200,7 +200,6 @@ pub async fn lock_many(conn: &mut Db, ids: &[i64]) -> Result<Vec<TaskRow>> {
         "SELECT {COLUMNS} FROM tasks WHERE id = ANY($1) ORDER BY id FOR UPDATE"
     ))
     .bind::<Array<BigInt>, _>(ids)
-    .cached()
     .load(conn)
     .await
 }
@@ -235,7 +234,6 @@ pub async fn lock_lapsed(conn: &mut Db, queue: Option<&str>, limit: i64) -> Resu
     ))
     .bind::<Nullable<Text>, _>(queue)
     .bind::<BigInt, _>(limit)
-    .cached()
     .load(conn)
     .await
 }
@@ -247,7 +245,6 @@ pub async fn lock_due(conn: &mut Db, queue: Option<&str>, limit: i64) -> Result<
     diesel::sql_query(due_sql(queue.is_some()))
         .bind::<Nullable<Text>, _>(queue)
         .bind::<BigInt, _>(limit)
-        .cached()
         .load(conn)
         .await
 }
@@ -306,7 +303,6 @@ pub async fn mark_claimed(conn: &mut Db, claims: &[Claim<'_>]) -> Result<Vec<Tas
     .bind::<Array<BigInt>, _>(&fences)
     .bind::<Array<Nullable<Text>>, _>(&secrets)
     .bind::<Array<Timestamptz>, _>(&expiries)
-    .cached()
     .load(conn)
     .await
 }
@@ -381,7 +377,6 @@ pub async fn mark_succeeded_many(
     ))
     .bind::<Array<BigInt>, _>(&ids)
     .bind::<Array<Jsonb>, _>(&outputs)
-    .cached()
     .load(conn)
     .await?;
     Ok(rows.into_iter().map(|row| (row.task, row.took)).collect())
@@ -483,7 +478,6 @@ pub async fn list(
     .bind::<Nullable<Text>, _>(queue)
     .bind::<BigInt, _>(after)
     .bind::<BigInt, _>(limit)
-    .cached()
     .load(conn)
     .await
 }
@@ -503,7 +497,6 @@ pub async fn counts(conn: &mut Db) -> Result<Vec<QueueCount>> {
     diesel::sql_query(
         "SELECT queue, status, count(*) AS count FROM tasks GROUP BY queue, status ORDER BY queue",
     )
-    .cached()
     .load(conn)
     .await
 }
@@ -523,7 +516,6 @@ pub async fn oldest_due(conn: &mut Db) -> Result<Vec<OldestDue>> {
         "SELECT queue, EXTRACT(EPOCH FROM now() - min(scheduled_at))::float8 AS age_seconds
          FROM tasks WHERE status = 'pending' AND scheduled_at <= now() GROUP BY queue",
     )
-    .cached()
     .load(conn)
     .await
 }
@@ -541,7 +533,6 @@ pub async fn sweep(conn: &mut Db, retention_seconds: i64, batch: i64) -> Result<
     )
     .bind::<Double, _>(retention_seconds as f64)
     .bind::<BigInt, _>(batch)
-    .cached()
     .execute(conn)
     .await
 }
@@ -550,7 +541,6 @@ pub async fn sweep(conn: &mut Db, retention_seconds: i64, batch: i64) -> Result<
 pub async fn prune_history(conn: &mut Db, retention_seconds: i64) -> Result<usize> {
     diesel::sql_query("DELETE FROM task_events WHERE at < now() - make_interval(secs => $1)")
         .bind::<diesel::sql_types::Double, _>(retention_seconds as f64)
-        .cached()
         .execute(conn)
         .await
 }
@@ -645,7 +635,6 @@ pub async fn throughput(
     )
     .bind::<BigInt, _>(window_seconds)
     .bind::<BigInt, _>(bucket_seconds)
-    .cached()
     .load(conn)
     .await
 }
@@ -672,7 +661,6 @@ pub async fn processors(conn: &mut Db) -> Result<Vec<Processor>> {
          FROM tasks WHERE status = 'running' AND processor IS NOT NULL
          GROUP BY processor ORDER BY processor",
     )
-    .cached()
     .load(conn)
     .await
 }
@@ -701,7 +689,6 @@ pub async fn events(conn: &mut Db, task_id: i64) -> Result<Vec<TaskEvent>> {
          FROM task_events WHERE task_id = $1 ORDER BY id LIMIT 1000",
     )
     .bind::<BigInt, _>(task_id)
-    .cached()
     .load(conn)
     .await
 }

@@ -116,6 +116,14 @@ pub struct Cached<Q>(Q);
 /// repositories' SQL is a fixed set of texts, never built from input (values are always bound),
 /// so each text is prepared once per connection and found again in diesel-async's statement
 /// cache, which keys statements without a static query id by their SQL text.
+///
+/// Only statements that touch one row by a unique key are kept: after five runs PostgreSQL may
+/// keep a generic plan for the session, made for the table as it was then, and for a key
+/// lookup that plan is the index at any size. A statement over a set (`unnest`, `ANY`, a
+/// `LIMIT` scan) is planned afresh on every call instead: its plan depends on the table's size,
+/// and the end-to-end benchmark caught a batch release whose kept plan, made while `leases` was
+/// nearly empty, scanned all 13,000 rows of it on every call. Set statements serve many rows
+/// per call, so their planning costs little.
 pub trait Cache: Sized {
     fn cached(self) -> Cached<Self> {
         Cached(self)
