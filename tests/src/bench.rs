@@ -15,7 +15,7 @@
 //!   connections: the physical limit, and the ratio HTTP / SQL.
 //! - **tasks end to end**: a backlog created over HTTP, drained by worker processes that do
 //!   nothing: single claims (32 one-slot workers, so every claim and every completion is a
-//!   request for one task) or batched claims (4 workers of 32 slots, each claim asking for the
+//!   request for one task) or batched claims (8 workers of 32 slots, each claim asking for the
 //!   free slots at once, completions ready together sent together); throughput and
 //!   claim-to-complete latency from the database's own timestamps.
 //! - **sample's claim**: the sample's algorithm (`ORDER BY scheduled_at OFFSET n LIMIT 1 FOR
@@ -73,7 +73,7 @@ impl BenchOptions {
             phase: Duration::from_secs(5),
             e2e_tasks: 20_000,
             single_workers: 32,
-            workers: 4,
+            workers: 8,
             batch_concurrency: 32,
             backlog_sizes: vec![10_000, 1_000_000],
             growth_sizes: vec![10_000, 100_000, 1_000_000],
@@ -959,6 +959,31 @@ async fn sample_comparison(bench: &Bench, options: &BenchOptions, report: &mut R
         );
         if half_load_rate == 0.0 {
             half_load_rate = ours.per_second / 2.0;
+        }
+        // The end-to-end rates (worker processes, the sample's own way of working) against the
+        // sample's claim on this backlog, when the end-to-end section ran.
+        for (what, workers) in [
+            ("single claims", options.single_workers),
+            (
+                "batched claims",
+                options.workers * options.batch_concurrency,
+            ),
+        ] {
+            let name = format!("{what}: claim → complete (claim-to-complete latency)");
+            let end_to_end = report
+                .find(
+                    "tasks end to end (worker processes, no-op work)",
+                    &name,
+                    workers,
+                )
+                .map(|figure| figure.per_second);
+            if let Some(rate) = end_to_end {
+                report.ratio(
+                    format!("end to end, {what} / sample claim-and-complete, {pending} pending"),
+                    rate,
+                    sample.per_second,
+                );
+            }
         }
         report.figures.push(sample);
         report.figures.push(ours);

@@ -39,8 +39,9 @@ async fn the_quick_benchmark_produces_every_figure() {
     for figure in e2e {
         assert_eq!(figure.ops, options.e2e_tasks, "every task done: {figure:?}");
     }
+    // Per backlog: Leasehold's claim cycle, single and batched end to end, against the sample's.
     let expected_ratios = options.lease_concurrency.len() * 3
-        + options.backlog_sizes.len()
+        + options.backlog_sizes.len() * 3
         + (options.growth_sizes.len() - 1) * 2;
     assert_eq!(report.ratios.len(), expected_ratios, "{:?}", report.ratios);
     let json = serde_json::to_value(&report).unwrap();
