@@ -1119,5 +1119,6 @@ async fn growth(bench: &Bench, options: &BenchOptions, report: &mut Report) {
 pub const LIMITS: &str = "\
 Every write is a durable commit (fsync of the WAL), shared by concurrent commits through
 PostgreSQL's group commit; both cores serve PostgreSQL, the services and the load generator at
-once. A claim is two services and three commits (task-service's transaction, lease-service's
-acquire inside it); a completion likewise with a release.";
+once. A claim is task-service's transaction with one lease-service call inside it (a batch
+acquire: one statement, one commit); a completion likewise with a batch release. Claims and
+single completions that arrive together are served as one group (GROUPS_IN_FLIGHT).";
