@@ -377,6 +377,16 @@ impl Service {
         None
     }
 
+    /// The service's metrics, in Prometheus's text format.
+    pub async fn metrics(&self) -> String {
+        reqwest::get(self.url("/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     /// The whole log so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
@@ -490,4 +500,14 @@ pub async fn snapshot(database_url: &str, table: &str) -> Vec<String> {
 pub async fn execute(database_url: &str, sql: &str) -> usize {
     let mut conn = AsyncPgConnection::establish(database_url).await.unwrap();
     diesel::sql_query(sql).execute(&mut conn).await.unwrap()
+}
+
+/// The sum of the samples in Prometheus text `metrics` whose line starts with `prefix` (a name,
+/// or a name with `{` and leading labels, to pick series).
+pub fn metric_sum(metrics: &str, prefix: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tests::{Answer, Service, execute, fresh_database, snapshot};
+use tests::{Answer, Service, execute, fresh_database, metric_sum, snapshot};
 
 struct Stack {
     task_db: String,
@@ -783,21 +783,11 @@ async fn a_batch_of_completions_judges_each_as_alone_in_one_request() {
     assert_eq!(before, snapshot(&s.task_db, "tasks").await);
 }
 
-/// `http_request_duration_seconds_count` of one route, from a service's metrics.
-async fn requests_to(service: &Service, route: &str) -> f64 {
-    let text = reqwest::get(service.url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .filter(|l| {
-            l.starts_with("http_request_duration_seconds_count{")
-                && l.contains(&format!("route=\"{route}\""))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+/// Requests a service has answered on one route.
+async fn requests_to(service: &Service, method: &str, route: &str) -> f64 {
+    let series =
+        format!("http_request_duration_seconds_count{{method=\"{method}\",route=\"{route}\"}}");
+    metric_sum(&service.metrics().await, &series)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -836,9 +826,9 @@ async fn concurrent_single_claims_and_completions_are_served_in_groups_each_as_a
         claimed.push((id, processor.clone(), answer.body["fence"].clone()));
     }
     // They went to lease-service in fewer calls than there were claims.
-    let batches = requests_to(&s.leases, "/api/leases/batch").await;
+    let batches = requests_to(&s.leases, "POST", "/api/leases/batch").await;
     assert!(
-        batches < WORKERS as f64,
+        (1.0..WORKERS as f64).contains(&batches),
         "{batches} lease calls for {WORKERS} claims"
     );
 
@@ -877,10 +867,10 @@ async fn concurrent_single_claims_and_completions_are_served_in_groups_each_as_a
         finished_twice, 1,
         "one of the two completions of task {first_id} is refused"
     );
-    let releases = requests_to(&s.leases, "/api/leases/batch/release").await
-        + requests_to(&s.leases, "/api/leases/release").await;
+    let releases = requests_to(&s.leases, "POST", "/api/leases/batch/release").await
+        + requests_to(&s.leases, "DELETE", "/api/leases/release").await;
     assert!(
-        releases < WORKERS as f64,
+        (1.0..WORKERS as f64).contains(&releases),
         "{releases} lease calls for {WORKERS} completions"
     );
     // Every lease was released by its own holder.

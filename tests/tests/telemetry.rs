@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use tests::otlp::{OtlpReceiver, ReceivedSpan};
-use tests::{Service, eventually, fresh_database};
+use tests::{Service, eventually, fresh_database, metric_sum};
 
 const SERVER: i32 = 2;
 const CLIENT: i32 = 3;
@@ -192,12 +192,6 @@ async fn one_trace_follows_a_claim_from_worker_to_task_service_to_lease_service(
 }
 
 /// The sum of a counter's samples whose line starts with `prefix`.
-fn counter(text: &str, prefix: &str) -> f64 {
-    text.lines()
-        .filter(|l| l.starts_with(prefix))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn metrics_equal_the_workload_and_an_unreachable_collector_slows_nothing() {
@@ -224,47 +218,46 @@ async fn metrics_equal_the_workload_and_an_unreachable_collector_slows_nothing()
         started.elapsed()
     );
 
-    let text = |service: &Service| {
-        let url = service.url("/metrics");
-        async move { reqwest::get(url).await.unwrap().text().await.unwrap() }
-    };
-    let task_metrics = text(&tasks).await;
-    assert_eq!(counter(&task_metrics, "tasks_created_total{"), 50.0);
-    assert_eq!(counter(&task_metrics, "tasks_claimed_total{"), 50.0);
-    assert_eq!(counter(&task_metrics, "tasks_completed_total{"), 50.0);
+    let task_metrics = tasks.metrics().await;
+    assert_eq!(metric_sum(&task_metrics, "tasks_created_total{"), 50.0);
+    assert_eq!(metric_sum(&task_metrics, "tasks_claimed_total{"), 50.0);
+    assert_eq!(metric_sum(&task_metrics, "tasks_completed_total{"), 50.0);
     assert_eq!(
-        counter(&task_metrics, "task_claim_to_complete_seconds_count{"),
+        metric_sum(&task_metrics, "task_claim_to_complete_seconds_count{"),
         50.0
     );
     assert_eq!(
-        counter(
+        metric_sum(
             &task_metrics,
             r#"tasks{queue="default",status="succeeded"}"#
         ),
         50.0
     );
     assert_eq!(
-        counter(
+        metric_sum(
             &task_metrics,
             r#"http_requests_total{method="POST",route="/api/tasks",status="201"}"#
         ),
         50.0
     );
-    let lease_metrics = text(&leases).await;
+    let lease_metrics = leases.metrics().await;
     assert_eq!(
-        counter(&lease_metrics, r#"lease_acquisitions_total{kind="new"}"#),
+        metric_sum(&lease_metrics, r#"lease_acquisitions_total{kind="new"}"#),
         50.0
     );
-    assert_eq!(counter(&lease_metrics, "lease_releases_total"), 50.0);
-    let worker_metrics = text(&worker).await;
-    assert_eq!(counter(&worker_metrics, "worker_tasks_claimed_total"), 50.0);
+    assert_eq!(metric_sum(&lease_metrics, "lease_releases_total"), 50.0);
+    let worker_metrics = worker.metrics().await;
     assert_eq!(
-        counter(&worker_metrics, "worker_tasks_completed_total"),
+        metric_sum(&worker_metrics, "worker_tasks_claimed_total"),
         50.0
     );
-    assert_eq!(counter(&worker_metrics, "worker_tasks_in_flight"), 0.0);
     assert_eq!(
-        counter(
+        metric_sum(&worker_metrics, "worker_tasks_completed_total"),
+        50.0
+    );
+    assert_eq!(metric_sum(&worker_metrics, "worker_tasks_in_flight"), 0.0);
+    assert_eq!(
+        metric_sum(
             &worker_metrics,
             "worker_task_claim_to_complete_seconds_count"
         ),

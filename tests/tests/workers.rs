@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tests::{Service, eventually, fresh_database};
+use tests::{Service, eventually, fresh_database, metric_sum};
 
 struct Stack {
     leases: Service,
@@ -64,16 +64,8 @@ impl Stack {
 
     /// `tasks_completed_total` summed over queues: accepted completions.
     async fn accepted_completions(&self) -> u64 {
-        let text = reqwest::get(self.tasks.url("/metrics"))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        text.lines()
-            .filter(|l| l.starts_with("tasks_completed_total{"))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-            .sum()
+        let total = metric_sum(&self.tasks.metrics().await, "tasks_completed_total{");
+        total as u64
     }
 }
 
