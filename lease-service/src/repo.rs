@@ -75,14 +75,16 @@ const COLUMNS: &str = "id, resource, holder, fence, ttl_seconds, created_at, ren
 /// What an acquire does to a row it may take (one text for [`ACQUIRE`] and [`ACQUIRE_MANY`], so
 /// their rules cannot drift apart). A row still held by the same holder is reentrant: fence,
 /// secret and `created_at` are kept, `renewed_at` is stamped. Any other row it may take gets a
-/// new fence, drawn here, after the row lock is held.
+/// new fence, drawn here, after the row lock is held, and `created_at` is that moment
+/// (`clock_timestamp()`), never the statement's start: a takeover that waited for a release to
+/// commit begins after it.
 macro_rules! takeover {
     () => {
         "ON CONFLICT (resource) DO UPDATE SET
     fence = CASE WHEN l.holder = EXCLUDED.holder AND l.released_at IS NULL AND l.expires_at > now()
                  THEN l.fence ELSE nextval('leases_fence_seq') END,
     created_at = CASE WHEN l.holder = EXCLUDED.holder AND l.released_at IS NULL AND l.expires_at > now()
-                      THEN l.created_at ELSE now() END,
+                      THEN l.created_at ELSE clock_timestamp() END,
     renewed_at = CASE WHEN l.holder = EXCLUDED.holder AND l.released_at IS NULL AND l.expires_at > now()
                       THEN now() ELSE NULL END,
     secret_hash = CASE WHEN l.holder = EXCLUDED.holder AND l.released_at IS NULL AND l.expires_at > now()

@@ -4,13 +4,15 @@
 //! and their round trips; a group of them costs the same once. A [`Coalescer`] keeps a few
 //! groups per key in flight: a request arriving while one is free runs at once (nothing waits
 //! under light load); once all are busy, arrivals queue up and go together as the next group,
-//! as commits queue behind a WAL flush. Each request still gets its own
-//! answer, exactly what it would have got alone; a failure of the group's transaction as a
-//! whole (the database gone, say) is every member's answer.
+//! as commits queue behind a WAL flush. Each request still gets its own answer, exactly what it
+//! would have got alone; a failure of the group's transaction as a whole (the database gone,
+//! say) is every member's answer.
 //!
 //! The driver runs as a task of its own, so a member whose client hangs up does not cancel the
-//! others. The group's work runs in the span of its first member's request, so a lone request
-//! (the common case under light load) keeps one trace from worker to lease-service.
+//! others; a driver that is dropped unfinished (its runtime stopped) gives its place back, so a
+//! key is never left waiting on a driver that will not come. The group's work runs in the span
+//! of its first member's request, so a lone request (the common case under light load) keeps
+//! one trace from worker to lease-service.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -119,6 +121,30 @@ where
     }
 }
 
+/// A driver's place in its key's count, given back when the driver ends however it ends. If
+/// the last driver of a key is dropped unfinished, the members still waiting are dropped too:
+/// their requests fail (and are retried by their workers) rather than wait forever.
+struct Place<K: Hash + Eq, I, O> {
+    shared: Arc<Shared<K, I, O>>,
+    key: K,
+}
+
+impl<K: Hash + Eq, I, O> Drop for Place<K, I, O> {
+    fn drop(&mut self) {
+        let mut waiting = self
+            .shared
+            .waiting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(queue) = waiting.get_mut(&self.key) {
+            queue.drivers = queue.drivers.saturating_sub(1);
+            if queue.drivers == 0 {
+                waiting.remove(&self.key);
+            }
+        }
+    }
+}
+
 /// Serves `key`'s groups one after another until none is waiting.
 async fn drive<K, I, O>(shared: Arc<Shared<K, I, O>>, key: K)
 where
@@ -126,6 +152,10 @@ where
     I: Send + 'static,
     O: Send + 'static,
 {
+    let _place = Place {
+        shared: shared.clone(),
+        key: key.clone(),
+    };
     loop {
         let (items, members) = {
             let mut waiting = shared
@@ -136,10 +166,7 @@ where
                 return;
             };
             if queue.items.is_empty() {
-                queue.drivers = queue.drivers.saturating_sub(1);
-                if queue.drivers == 0 {
-                    waiting.remove(&key);
-                }
+                // `_place` gives the driver's place back.
                 return;
             }
             let count = (shared.choose)(&queue.items).clamp(1, queue.items.len());
@@ -181,12 +208,19 @@ mod tests {
                 let groups = groups.clone();
                 let running = running.clone();
                 Box::pin(async move {
+                    /// Counts a group out however it ends, even dropped mid-sleep.
+                    struct Running<'a>(&'a AtomicUsize);
+                    impl Drop for Running<'_> {
+                        fn drop(&mut self) {
+                            self.0.fetch_sub(1, Ordering::SeqCst);
+                        }
+                    }
                     let running = &running[usize::from(key)];
                     let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                    let _running = Running(running);
                     assert!(now <= in_flight, "{now} groups of one key in flight");
                     groups.lock().unwrap().push(items.len());
                     tokio::time::sleep(Duration::from_millis(20)).await;
-                    running.fetch_sub(1, Ordering::SeqCst);
                     assert!(!items.contains(&1000), "the item 1000");
                     items.into_iter().map(|i| i * 2).collect()
                 })
@@ -226,6 +260,33 @@ mod tests {
         .await;
         assert!(answers.iter().all(Option::is_some));
         assert_eq!(groups.lock().unwrap().iter().sum::<usize>(), 30);
+    }
+
+    #[tokio::test]
+    async fn a_driver_dropped_with_its_runtime_leaves_the_key_servable() {
+        let groups = Arc::new(Mutex::new(Vec::new()));
+        let coalescer = doubler(1, groups);
+        // A runtime that stops while its driver's group is at work, as an HTTP worker's
+        // runtime does at shutdown.
+        let stranded = coalescer.clone();
+        std::thread::spawn(move || {
+            let doomed = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            doomed.block_on(async move {
+                tokio::spawn(async move { stranded.submit(0, 1).await });
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            });
+        })
+        .join()
+        .unwrap();
+        let answer = tokio::time::timeout(Duration::from_secs(5), coalescer.submit(0, 2)).await;
+        assert_eq!(
+            answer,
+            Ok(Some(4)),
+            "the key waits on a driver that is gone"
+        );
     }
 
     #[tokio::test]

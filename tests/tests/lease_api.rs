@@ -840,3 +840,63 @@ async fn a_batch_may_name_a_holder_per_resource() {
     }
     assert_eq!(before, snapshot(&db, "leases").await);
 }
+
+#[derive(diesel::QueryableByName)]
+struct Event {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    kind: String,
+    #[diesel(sql_type = diesel::sql_types::Timestamptz)]
+    at: chrono::DateTime<chrono::Utc>,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Timestamptz>)]
+    released_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// The soak once found two generators' terms "overlapping" by 1.3 ms: a takeover whose statement
+/// started before the old holder's release, and waited for it, was recorded at its start.
+#[tokio::test]
+async fn a_takeover_that_began_before_a_release_is_recorded_after_it() {
+    use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+    use lease_service::repo::{self, AcquireProof, Acquired};
+
+    let db = fresh_database().await;
+    lease_service::db::migrate(&db).await.unwrap();
+    let mut old = AsyncPgConnection::establish(&db).await.unwrap();
+    let mut newcomer = AsyncPgConnection::establish(&db).await.unwrap();
+    let hash = [1u8; 32];
+    let proof = AcquireProof {
+        new_secret_hash: &hash,
+        presented_hash: None,
+        require_secret: false,
+    };
+    let first = repo::acquire(&mut old, "r", "old", 30, proof)
+        .await
+        .unwrap();
+    assert!(matches!(first, Acquired::New(_)));
+    // The newcomer's transaction (its `now()`) starts first; the release starts and commits
+    // after it; only then does the newcomer take the row.
+    let taken = newcomer
+        .transaction::<_, diesel::result::Error, _>(async |conn| {
+            diesel::sql_query("SELECT 1").execute(conn).await?;
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            let released = repo::release(&mut old, "r", "old", None, None, None).await?;
+            assert!(released.is_some());
+            repo::acquire(conn, "r", "new", 30, proof).await
+        })
+        .await
+        .unwrap();
+    assert!(matches!(taken, Acquired::New(_)));
+    let events: Vec<Event> =
+        diesel::sql_query("SELECT kind, at, released_at FROM lease_events ORDER BY id")
+            .load(&mut old)
+            .await
+            .unwrap();
+    let released_at = events
+        .iter()
+        .find_map(|e| (e.kind == "released").then_some(e.released_at).flatten())
+        .unwrap();
+    let acquired_at = events.iter().rfind(|e| e.kind == "acquired").unwrap().at;
+    assert!(
+        acquired_at >= released_at,
+        "the new term is recorded at {acquired_at}, before the old one ended at {released_at}"
+    );
+}
