@@ -511,3 +511,18 @@ pub fn metric_sum(metrics: &str, prefix: &str) -> f64 {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
+
+/// Each item of a batch answer's `results`: its status and its error code (`""` when none).
+pub fn verdicts(results: &Value) -> Vec<(i64, &str)> {
+    results
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["status"].as_i64().unwrap(),
+                r["error"]["code"].as_str().unwrap_or(""),
+            )
+        })
+        .collect()
+}

@@ -293,12 +293,7 @@ async fn a_paused_leader_produces_nothing_after_it_wakes() {
         late.is_empty(),
         "the paused leader produced after waking: {late:?}"
     );
-    let metrics = reqwest::get(sleeper.url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = sleeper.metrics().await;
     assert!(metrics.contains("generator_leader 0"), "{metrics}");
     assert!(
         metrics.contains("generator_lease_losses_total 1"),

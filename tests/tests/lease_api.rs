@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tests::{Service, execute, fresh_database, snapshot};
+use tests::{Service, execute, fresh_database, snapshot, verdicts};
 
 fn lease(resource: &str, holder: &str) -> Value {
     json!({ "resource": resource, "holder": holder })
@@ -172,12 +172,7 @@ async fn every_route_answers_with_its_success_and_error_codes() {
     // Operations.
     assert_eq!(svc.get("/healthz").await.status, 200);
     assert_eq!(svc.get("/readyz").await.status, 200);
-    let metrics = reqwest::get(svc.url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = svc.metrics().await;
     for name in [
         "http_requests_total",
         "http_request_duration_seconds_bucket",
@@ -558,18 +553,8 @@ async fn the_retention_sweeper_deletes_only_old_ended_leases_on_one_replica() {
             .and_then(|n| n.parse::<u64>().ok())
             .unwrap_or(0)
     };
-    let m1 = reqwest::get(one.url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let m2 = reqwest::get(two.url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let m1 = one.metrics().await;
+    let m2 = two.metrics().await;
     let (s1, s2) = (swept(&m1), swept(&m2));
     assert!(
         s1.min(s2) == 0 && s1.max(s2) >= 2,
@@ -763,19 +748,8 @@ async fn a_batch_release_answers_each_release_as_alone_in_one_transaction() {
     ]});
     let answer = svc.post("/api/leases/batch/release", &body).await;
     assert_eq!(answer.status, 200, "{:?}", answer.body);
-    let verdicts: Vec<(i64, &str)> = answer.body["results"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| {
-            (
-                r["status"].as_i64().unwrap(),
-                r["error"]["code"].as_str().unwrap_or(""),
-            )
-        })
-        .collect();
     assert_eq!(
-        verdicts,
+        verdicts(&answer.body["results"]),
         vec![(200, ""), (409, "not_holder"), (404, "lease_not_found")]
     );
     assert_eq!(answer.body["results"][0]["lease"]["status"], "released");

@@ -318,12 +318,7 @@ async fn transient_failures_are_retried_and_refusals_are_not() {
         matches!(refused, Err(LeaseError::Held { .. })),
         "{refused:?}"
     );
-    let metrics = reqwest::get(svc.url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = svc.metrics().await;
     assert!(
         metrics.contains(r#"lease_conflicts_total{code="lease_held",operation="acquire"} 1"#),
         "{metrics}"

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tests::{Answer, Service, execute, fresh_database, metric_sum, snapshot};
+use tests::{Answer, Service, execute, fresh_database, metric_sum, snapshot, verdicts};
 
 struct Stack {
     task_db: String,
@@ -600,12 +600,7 @@ async fn retention_deletes_only_old_finished_tasks_and_metrics_report() {
         .collect();
     assert_eq!(left, vec![new_done, old_pending]);
 
-    let metrics = reqwest::get(s.tasks.url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = s.tasks.metrics().await;
     for line in [
         r#"tasks_claimed_total{queue="default"} 2"#,
         r#"tasks_completed_total{queue="default"} 2"#,
@@ -716,17 +711,8 @@ async fn a_batch_of_completions_judges_each_as_alone_in_one_request() {
     let answer = s.tasks.put("/api/tasks/complete", &batch).await;
     assert_eq!(answer.status, 200, "{:?}", answer.body);
     let results = answer.body["results"].as_array().unwrap();
-    let verdicts: Vec<(i64, &str)> = results
-        .iter()
-        .map(|r| {
-            (
-                r["status"].as_i64().unwrap(),
-                r["error"]["code"].as_str().unwrap_or(""),
-            )
-        })
-        .collect();
     assert_eq!(
-        verdicts,
+        verdicts(&answer.body["results"]),
         vec![
             (202, ""),
             (409, "lease_lost"),

@@ -435,12 +435,7 @@ async fn completions_ready_together_travel_in_one_request_and_each_counts_once()
     })
     .await;
     assert_eq!(s.accepted_completions().await, 300);
-    let metrics = reqwest::get(s.tasks.url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = s.tasks.metrics().await;
     let batches: u64 = metrics
         .lines()
         .filter(|l| {
