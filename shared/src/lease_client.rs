@@ -201,41 +201,21 @@ impl LeaseClient {
             .map_err(|(status, err)| refusal(resource, status, err))
     }
 
-    /// Acquires many resources for `holder` with one call and one commit (at most
-    /// [`crate::api::MAX_BATCH_RESOURCES`], all distinct): each is acquired, extended (the holder
-    /// had it) or reported held, independently of the others.
-    pub async fn acquire_many(
-        &self,
-        resources: &[String],
-        holder: &str,
-        ttl: Option<Duration>,
-    ) -> Result<AcquiredLeases, LeaseError> {
-        self.acquire_batch(AcquireLeases {
-            resources: resources.to_vec(),
-            holder: Some(holder.to_owned()),
-            holders: None,
-            ttl_seconds: ttl.map(ttl_seconds),
-        })
-        .await
-    }
-
-    /// [`Self::acquire_many`] with a holder per resource: `holders[i]` acquires `resources[i]`.
+    /// Acquires many resources with one call and one commit (at most
+    /// [`crate::api::MAX_BATCH_RESOURCES`], all distinct), `resources[i]` for `holders[i]`: each
+    /// is acquired, extended (its holder had it) or reported held, independently of the others.
     pub async fn acquire_each(
         &self,
         resources: &[String],
         holders: &[String],
         ttl: Option<Duration>,
     ) -> Result<AcquiredLeases, LeaseError> {
-        self.acquire_batch(AcquireLeases {
+        let body = AcquireLeases {
             resources: resources.to_vec(),
             holder: None,
             holders: Some(holders.to_vec()),
             ttl_seconds: ttl.map(ttl_seconds),
-        })
-        .await
-    }
-
-    async fn acquire_batch(&self, body: AcquireLeases) -> Result<AcquiredLeases, LeaseError> {
+        };
         self.call(reqwest::Method::POST, "/api/leases/batch", &[], Some(&body))
             .await
             .map(|(_, answer)| answer)

@@ -340,19 +340,8 @@ pub async fn record_heartbeat(
     .await
 }
 
-/// Marks the task succeeded; also returns seconds from claim to completion.
-pub async fn mark_succeeded(
-    conn: &mut Db,
-    id: i64,
-    output: &serde_json::Value,
-) -> Result<(TaskRow, f64)> {
-    mark_succeeded_many(conn, &[(id, output)])
-        .await?
-        .pop()
-        .ok_or(diesel::result::Error::NotFound)
-}
-
-/// [`mark_succeeded`] for several tasks in one statement; rows in no particular order.
+/// Marks tasks succeeded with their outputs, in one statement; each row comes back with the
+/// seconds from its claim to its completion, in no particular order.
 #[tracing::instrument(name = "UPDATE tasks", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "tasks", db.operation.batch.size = done.len()))]
 pub async fn mark_succeeded_many(
     conn: &mut Db,
