@@ -9,7 +9,6 @@
 //! `main.rs` only parses configuration; [`serve`] wires [`repo`] (all SQL), [`tasks`] (the
 //! rules), [`http`] (routes), [`sweeper`] (retention) and [`metrics`].
 
-pub mod coalesce;
 pub mod config;
 pub mod dashboard;
 pub mod generator;
@@ -140,7 +139,7 @@ pub async fn run(
     served
 }
 
-/// The claim and completion groups (see [`coalesce`]), `in_flight` of each at once (claims: per
+/// The claim and completion groups (see [`shared::server::coalesce`]), `in_flight` of each at once (claims: per
 /// queue); each group runs on a connection of its own from `pool`.
 fn groups(
     pool: &db::DbPool,

@@ -425,7 +425,7 @@ pub async fn claim(claims: &ClaimGroups, request: &ClaimTasks) -> Result<Vec<Tas
 
 /// Claim requests gathered by queue into [`claim_group`]s.
 pub type ClaimGroups =
-    crate::coalesce::Coalescer<Option<String>, Want, Result<Vec<TaskRow>, ApiError>>;
+    shared::server::coalesce::Coalescer<Option<String>, Want, Result<Vec<TaskRow>, ApiError>>;
 
 /// What one claim group has taken so far, per request.
 struct Round<'w> {
@@ -648,18 +648,15 @@ pub struct Completion {
 
 /// Single completions gathered into groups of [`complete_group`].
 pub type CompletionGroups =
-    crate::coalesce::Coalescer<(), Completion, Result<Transition, ApiError>>;
+    shared::server::coalesce::Coalescer<(), Completion, Result<Transition, ApiError>>;
 
 /// How many waiting completions, from the front, go in one group: at most [`MAX_CLAIM`], and
 /// never one task twice (a repeat waits for the next group, and is judged after the first).
 pub fn completions_per_group(waiting: &[Completion]) -> usize {
-    let max = usize::try_from(MAX_CLAIM).unwrap_or(100);
-    let mut seen = std::collections::HashSet::new();
-    waiting
-        .iter()
-        .take(max)
-        .take_while(|completion| seen.insert(completion.item.id))
-        .count()
+    shared::server::coalesce::distinct_prefix(
+        waiting.iter().map(|completion| completion.item.id),
+        usize::try_from(MAX_CLAIM).unwrap_or(100),
+    )
 }
 
 /// A worker's completion of one task (`PUT /{id}/complete`), judged in a group with the

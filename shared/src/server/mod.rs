@@ -4,6 +4,7 @@
 //! unknown routes and methods, request metrics, and cursor paging.
 
 pub mod auth;
+pub mod coalesce;
 pub mod db;
 pub mod error;
 pub mod http;

@@ -1,7 +1,8 @@
-//! Requests that arrive together, served together: group commit for claims and completions.
+//! Requests that arrive together, served together: group commit for task-service's claims and
+//! completions and for lease-service's single acquires, renewals and releases.
 //!
-//! Each claim or completion costs a transaction here, a call and a commit in lease-service,
-//! and their round trips; a group of them costs the same once. A [`Coalescer`] keeps a few
+//! Each such request costs a statement, a commit and its round trips (a claim also a call to
+//! lease-service); a group of them costs the same once. A [`Coalescer`] keeps a few
 //! groups per key in flight: a request arriving while one is free runs at once (nothing waits
 //! under light load); once all are busy, arrivals queue up and go together as the next group,
 //! as commits queue behind a WAL flush. Each request still gets its own answer, exactly what it
@@ -32,6 +33,18 @@ pub type GroupWork<K, I, O> =
 
 /// How many of the waiting items, from the front, form the next group (at least one is taken).
 pub type Choose<I> = fn(&[I]) -> usize;
+
+/// How many of `keys`, from the front and at most `max`, are distinct: the [`Choose`] of a
+/// group whose one statement may touch a row only once (a repeat waits for the next group).
+pub fn distinct_prefix<T: Hash + Eq>(keys: impl IntoIterator<Item = T>, max: usize) -> usize {
+    let mut seen = std::collections::HashSet::new();
+    for key in keys.into_iter().take(max) {
+        if !seen.insert(key) {
+            break;
+        }
+    }
+    seen.len()
+}
 
 /// The members waiting for one key: their items (what [`Choose`] looks at) and, in the same
 /// order, where their answers go.
@@ -287,6 +300,14 @@ mod tests {
             Ok(Some(4)),
             "the key waits on a driver that is gone"
         );
+    }
+
+    #[test]
+    fn a_group_stops_before_its_first_repeat() {
+        assert_eq!(distinct_prefix([1, 2, 3, 2, 4], 10), 3);
+        assert_eq!(distinct_prefix([1, 2, 3, 4], 2), 2);
+        assert_eq!(distinct_prefix([7, 7], 10), 1);
+        assert_eq!(distinct_prefix(Vec::<u8>::new(), 10), 0);
     }
 
     #[tokio::test]
