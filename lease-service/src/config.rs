@@ -52,6 +52,12 @@ pub struct ServeConfig {
     #[arg(long, env = "DATABASE_POOL_SIZE", default_value_t = 16)]
     pub database_pool_size: usize,
 
+    /// Statements of each kind (acquire, renew, release) in flight at once for single requests.
+    /// Requests that arrive while all are busy go together as the next statement, one commit
+    /// for all; 1 makes the largest groups, more suit more cores.
+    #[arg(long, env = "GROUPS_IN_FLIGHT", default_value_t = 2)]
+    pub groups_in_flight: usize,
+
     /// HTTP worker threads (0: one per CPU core).
     #[arg(long, env = "HTTP_WORKERS", default_value_t = 0)]
     pub http_workers: usize,
@@ -139,6 +145,9 @@ impl ServeConfig {
         }
         if self.database_pool_size == 0 {
             return Err("DATABASE_POOL_SIZE must be at least 1".to_owned());
+        }
+        if !(1..=self.database_pool_size).contains(&self.groups_in_flight) {
+            return Err("GROUPS_IN_FLIGHT must be between 1 and DATABASE_POOL_SIZE".to_owned());
         }
         Ok(())
     }

@@ -1,7 +1,8 @@
 //! The leases database: its embedded migrations, and the pool helpers shared with task-service.
 
+use diesel_async::AsyncPgConnection;
 use diesel_migrations::{EmbeddedMigrations, embed_migrations};
-pub use shared::server::db::{DbConn, DbPool, connection, pool};
+pub use shared::server::db::{DbConn, DbPool, connection};
 
 pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
 
@@ -12,4 +13,27 @@ const MIGRATION_LOCK_KEY: i64 = 0x4c65_6173_6573; // "Leases"
 /// Applies pending migrations to the leases database.
 pub async fn migrate(database_url: &str) -> anyhow::Result<()> {
     shared::server::db::migrate(database_url, MIGRATIONS, MIGRATION_LOCK_KEY).await
+}
+
+/// What every lease-service session runs first.
+///
+/// Each of lease-service's statements finds its rows by key, and all are kept prepared per
+/// connection, several over sets (`unnest` joins, one statement for a group of requests).
+/// PostgreSQL would plan a group statement anew on every call, because its generic plan
+/// assumes more rows than a small group has; planning costs more than running a group of a few.
+/// So every statement runs on its generic plan, made once per session. Such a plan, made while
+/// `leases` was nearly empty (a new deployment), would rightly scan the table, and would keep
+/// scanning it once it had grown: with sequential scans priced out, every plan uses the index
+/// that serves it at any size, and a table no index serves (history pruning by age) is still
+/// scanned.
+pub const SESSION: &str = "SET enable_seqscan = off; SET plan_cache_mode = force_generic_plan";
+
+/// The pool of lease-service's connections, each set up with [`SESSION`].
+pub fn pool(database_url: &str, size: usize) -> anyhow::Result<DbPool> {
+    shared::server::db::pool_with_session(database_url, size, SESSION)
+}
+
+/// One connection set up as the pool's are (for tests and the benchmark's direct SQL).
+pub async fn establish(database_url: &str) -> diesel::ConnectionResult<AsyncPgConnection> {
+    shared::server::db::establish(database_url.to_owned(), SESSION).await
 }

@@ -29,6 +29,8 @@ pub struct AppState {
     pub ttl: TtlPolicy,
     pub secrets: SecretPolicy,
     pub metrics: Metrics,
+    /// Single acquires, renewals and releases, served in groups of those that arrive together.
+    pub groups: leases::Groups,
 }
 
 impl std::fmt::Debug for AppState {
@@ -97,13 +99,10 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 }
 
 async fn acquire(state: State, body: web::Json<AcquireLease>) -> Result<HttpResponse, ApiError> {
-    let mut conn = db::connection(&state.pool).await?;
-    Ok(
-        match leases::acquire(&mut conn, state.ttl, state.secrets, &state.metrics, &body).await? {
-            AcquireOutcome::Acquired(lease) => HttpResponse::Created().json(lease),
-            AcquireOutcome::Extended(lease) => HttpResponse::Ok().json(lease),
-        },
-    )
+    Ok(match state.groups.acquire(&body).await? {
+        AcquireOutcome::Acquired(lease) => HttpResponse::Created().json(lease),
+        AcquireOutcome::Extended(lease) => HttpResponse::Ok().json(lease),
+    })
 }
 
 async fn acquire_many(
@@ -136,15 +135,11 @@ async fn release_many(
 }
 
 async fn renew(state: State, body: web::Json<RenewLease>) -> Result<HttpResponse, ApiError> {
-    let mut conn = db::connection(&state.pool).await?;
-    let lease = leases::renew(&mut conn, state.ttl, state.secrets, &state.metrics, &body).await?;
-    Ok(HttpResponse::Ok().json(lease))
+    Ok(HttpResponse::Ok().json(state.groups.renew(&body).await?))
 }
 
 async fn release(state: State, body: web::Json<ReleaseLease>) -> Result<HttpResponse, ApiError> {
-    let mut conn = db::connection(&state.pool).await?;
-    let lease = leases::release(&mut conn, state.secrets, &state.metrics, &body, None).await?;
-    Ok(HttpResponse::Ok().json(lease))
+    Ok(HttpResponse::Ok().json(state.groups.release(&body, None).await?))
 }
 
 async fn release_by_id(
@@ -152,9 +147,7 @@ async fn release_by_id(
     id: web::Path<i64>,
     body: web::Json<ReleaseLease>,
 ) -> Result<HttpResponse, ApiError> {
-    let mut conn = db::connection(&state.pool).await?;
-    let lease = leases::release(&mut conn, state.secrets, &state.metrics, &body, Some(*id)).await?;
-    Ok(HttpResponse::Ok().json(lease))
+    Ok(HttpResponse::Ok().json(state.groups.release(&body, Some(*id)).await?))
 }
 
 async fn revoke(state: State, id: web::Path<i64>) -> Result<HttpResponse, ApiError> {

@@ -1,17 +1,22 @@
 //! The lease rules: validation, and what each outcome of a statement means for the caller.
 //! Plain functions over the repository, so the HTTP layer stays a thin translation.
 
+use std::collections::HashMap;
+use std::future::Future;
+
 use diesel_async::AsyncPgConnection;
 use rand::Rng;
 use shared::api::{
     AcquireLease, AcquireLeases, AcquiredLeases, HeldLease, Lease, LeaseStatus,
     MAX_BATCH_RESOURCES, ReleaseLease, ReleaseResult, RenewLease, Secret,
 };
+use shared::server::coalesce::{Choose, Coalescer, distinct_prefix};
 use shared::server::{check_batch_size, first_duplicate, sha256, validate_name};
 
+use crate::db::{self, DbPool};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
-use crate::repo::{self, AcquireProof, Acquired, LeaseRow};
+use crate::repo::{self, AcquireProof, Acquired, LeaseRow, Release, Renewal};
 
 /// Whether renew, release and a reentrant acquire must present the lease's secret
 /// (`LEASE_REQUIRE_SECRET`). When not required, a secret that is presented is still checked.
@@ -79,27 +84,276 @@ pub enum AcquireOutcome {
     Extended(Lease),
 }
 
-pub async fn acquire(
-    conn: &mut AsyncPgConnection,
+/// Serves single acquires, renewals and releases: those that arrive while a statement of their
+/// kind is in flight go together as the next one (see [`shared::server::coalesce`]), one
+/// statement and one commit for the group, and each gets the answer it would have got alone.
+/// A group names each resource once; a second request for a resource waits for the next group.
+/// An acquire that presents a secret (a reentrant acquire proving it holds) runs alone.
+#[derive(Clone)]
+pub struct Groups {
+    context: GroupContext,
+    acquires: Coalescer<(), Acquisition, Result<AcquireOutcome, ApiError>>,
+    renewals: Coalescer<(), Renewal, Result<Lease, ApiError>>,
+    releases: Coalescer<(), Release, Result<Lease, ApiError>>,
+}
+
+impl std::fmt::Debug for Groups {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Groups").finish_non_exhaustive()
+    }
+}
+
+/// What a group's work needs.
+#[derive(Clone)]
+struct GroupContext {
+    pool: DbPool,
     ttl: TtlPolicy,
     secrets: SecretPolicy,
+    metrics: Metrics,
+}
+
+/// A single acquire without a secret, checked, waiting for its group.
+#[derive(Debug)]
+struct Acquisition {
+    resource: String,
+    holder: String,
+    ttl_seconds: i32,
+    /// The new secret, handed to the caller if the acquisition is new, and its digest.
+    secret: String,
+    secret_hash: [u8; 32],
+}
+
+impl Groups {
+    /// Up to `in_flight` statements of each kind at once, each on a connection of its own from
+    /// `pool`.
+    pub fn new(
+        pool: DbPool,
+        ttl: TtlPolicy,
+        secrets: SecretPolicy,
+        metrics: Metrics,
+        in_flight: usize,
+    ) -> Groups {
+        let context = GroupContext {
+            pool,
+            ttl,
+            secrets,
+            metrics,
+        };
+        Groups {
+            acquires: grouped(
+                &context,
+                "acquire",
+                in_flight,
+                |waiting: &[Acquisition]| {
+                    distinct_prefix(waiting.iter().map(|a| &a.resource), MAX_BATCH_RESOURCES)
+                },
+                acquire_group,
+            ),
+            renewals: grouped(
+                &context,
+                "renew",
+                in_flight,
+                |waiting: &[Renewal]| {
+                    distinct_prefix(waiting.iter().map(|r| &r.resource), MAX_BATCH_RESOURCES)
+                },
+                renew_group,
+            ),
+            releases: grouped(
+                &context,
+                "release",
+                in_flight,
+                |waiting: &[Release]| {
+                    distinct_prefix(waiting.iter().map(|r| &r.resource), MAX_BATCH_RESOURCES)
+                },
+                release_group,
+            ),
+            context,
+        }
+    }
+
+    /// `POST /api/leases`.
+    pub async fn acquire(&self, request: &AcquireLease) -> Result<AcquireOutcome, ApiError> {
+        let GroupContext {
+            ttl,
+            secrets,
+            metrics,
+            ..
+        } = &self.context;
+        validate_name("resource", &request.resource)?;
+        validate_name("holder", &request.holder)?;
+        let ttl_seconds = ttl.resolve(request.ttl_seconds)?;
+        let secret = new_secret();
+        let secret_hash = sha256(&secret);
+        if request.secret.is_none() && !repo::acquire_is_broken() {
+            let acquisition = Acquisition {
+                resource: request.resource.clone(),
+                holder: request.holder.clone(),
+                ttl_seconds,
+                secret,
+                secret_hash,
+            };
+            return self
+                .acquires
+                .submit((), acquisition)
+                .await
+                .unwrap_or_else(group_failed);
+        }
+        // Only a reentrant acquire needs proof, and whether it is one is known only inside the
+        // statement: a wrong secret is refused there, not here.
+        let presented = request.secret.as_ref().map(|s| sha256(s.expose()));
+        let proof = AcquireProof {
+            new_secret_hash: &secret_hash,
+            presented_hash: presented.as_ref().map(<[u8; 32]>::as_slice),
+            require_secret: secrets.required,
+        };
+        let mut conn = db::connection(&self.context.pool).await?;
+        let acquired = repo::acquire(
+            &mut conn,
+            &request.resource,
+            &request.holder,
+            ttl_seconds,
+            proof,
+        )
+        .await?;
+        answer_acquire(
+            *secrets,
+            metrics,
+            (&request.resource, &request.holder),
+            request.secret.as_ref(),
+            secret,
+            acquired,
+        )
+    }
+
+    /// `PUT /api/leases/renew`.
+    pub async fn renew(&self, request: &RenewLease) -> Result<Lease, ApiError> {
+        validate_name("resource", &request.resource)?;
+        validate_name("holder", &request.holder)?;
+        let renewal = Renewal {
+            resource: request.resource.clone(),
+            holder: request.holder.clone(),
+            fence: request.fence,
+            secret_hash: self.context.secrets.presented(request.secret.as_ref())?,
+            ttl_seconds: request
+                .ttl_seconds
+                .map(|seconds| self.context.ttl.resolve(Some(seconds)))
+                .transpose()?,
+        };
+        self.renewals
+            .submit((), renewal)
+            .await
+            .unwrap_or_else(group_failed)
+    }
+
+    /// `DELETE /api/leases/release` (and `DELETE /api/leases/{id}`, with `id`).
+    ///
+    /// A release repeated by the same holder, with the same fence if it gave one, after the
+    /// lease was already released answers as the first did: its first answer may have been
+    /// lost. It reads, and writes nothing, so it can never touch a newer lease.
+    pub async fn release(
+        &self,
+        request: &ReleaseLease,
+        id: Option<i64>,
+    ) -> Result<Lease, ApiError> {
+        let release = check_release(self.context.secrets, request, id)?;
+        self.releases
+            .submit((), release)
+            .await
+            .unwrap_or_else(group_failed)
+    }
+}
+
+/// What a member gets when its group's work panicked.
+fn group_failed<T>() -> Result<T, ApiError> {
+    Err(ApiError::Internal(
+        "the group this request was served in failed".to_owned(),
+    ))
+}
+
+/// A coalescer whose groups take a connection and run `serve`; a failure of the group as a whole
+/// (no connection, a database error) is every member's answer.
+fn grouped<I, T, F, Fut>(
+    context: &GroupContext,
+    operation: &'static str,
+    in_flight: usize,
+    choose: Choose<I>,
+    serve: F,
+) -> Coalescer<(), I, Result<T, ApiError>>
+where
+    I: Send + Sync + 'static,
+    T: Send + 'static,
+    F: Fn(GroupContext, Vec<I>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = (Vec<I>, Result<Vec<Result<T, ApiError>>, ApiError>)> + Send + 'static,
+{
+    let context = context.clone();
+    Coalescer::new(
+        in_flight,
+        choose,
+        Box::new(move |(), items: Vec<I>| {
+            context
+                .metrics
+                .group_sizes
+                .with_label_values(&[operation])
+                .observe(items.len() as f64);
+            let served = serve(context.clone(), items);
+            Box::pin(async move {
+                match served.await {
+                    (_, Ok(outcomes)) => outcomes,
+                    (items, Err(err)) => items.iter().map(|_| Err(err.clone())).collect(),
+                }
+            })
+        }),
+    )
+}
+
+async fn acquire_group(
+    context: GroupContext,
+    items: Vec<Acquisition>,
+) -> (
+    Vec<Acquisition>,
+    Result<Vec<Result<AcquireOutcome, ApiError>>, ApiError>,
+) {
+    let served = async {
+        let mut conn = db::connection(&context.pool).await?;
+        let wants: Vec<repo::Want<'_>> = items
+            .iter()
+            .map(|a| repo::Want {
+                resource: &a.resource,
+                holder: &a.holder,
+                ttl_seconds: a.ttl_seconds,
+                new_secret_hash: &a.secret_hash,
+            })
+            .collect();
+        let acquired = repo::acquire_each(&mut conn, &wants, context.secrets.required).await?;
+        Ok(items
+            .iter()
+            .zip(acquired)
+            .map(|(item, acquired)| {
+                answer_acquire(
+                    context.secrets,
+                    &context.metrics,
+                    (&item.resource, &item.holder),
+                    None,
+                    item.secret.clone(),
+                    acquired,
+                )
+            })
+            .collect())
+    }
+    .await;
+    (items, served)
+}
+/// An acquire's answer, given what its statement did: `presented` is the secret the request
+/// proved a reentrant acquire with (if any), `secret` the one a new acquisition gets.
+fn answer_acquire(
+    secrets: SecretPolicy,
     metrics: &Metrics,
-    request: &AcquireLease,
+    (resource, holder): (&str, &str),
+    presented: Option<&Secret>,
+    secret: String,
+    acquired: Acquired,
 ) -> Result<AcquireOutcome, ApiError> {
-    validate_name("resource", &request.resource)?;
-    validate_name("holder", &request.holder)?;
-    let ttl_seconds = ttl.resolve(request.ttl_seconds)?;
-    let secret = new_secret();
-    let new_secret_hash = sha256(&secret);
-    // Only a reentrant acquire needs proof, and whether it is one is known only inside the
-    // statement: a missing secret is refused there, not here.
-    let presented = request.secret.as_ref().map(|s| sha256(s.expose()));
-    let proof = AcquireProof {
-        new_secret_hash: &new_secret_hash,
-        presented_hash: presented.as_ref().map(<[u8; 32]>::as_slice),
-        require_secret: secrets.required,
-    };
-    match repo::acquire(conn, &request.resource, &request.holder, ttl_seconds, proof).await? {
+    match acquired {
         Acquired::New(row) => {
             metrics.acquisitions.with_label_values(&["new"]).inc();
             let mut lease = to_api(row);
@@ -110,12 +364,12 @@ pub async fn acquire(
             metrics.acquisitions.with_label_values(&["reentrant"]).inc();
             let mut lease = to_api(row);
             // The statement checked it, so handing it back tells the caller nothing new.
-            lease.secret.clone_from(&request.secret);
+            lease.secret = presented.cloned();
             Ok(AcquireOutcome::Extended(lease))
         }
-        Acquired::Held(current) if current.holder == request.holder => {
+        Acquired::Held(current) if current.holder == holder => {
             // The holder's own live lease, without proof of holding it.
-            let refusal = if request.secret.is_none() && secrets.required {
+            let refusal = if presented.is_none() && secrets.required {
                 secret_required()
             } else {
                 wrong_secret("acquire")
@@ -134,8 +388,7 @@ pub async fn acquire(
             Err(held(current))
         }
         Acquired::Contended => Err(ApiError::Unavailable(format!(
-            "lease on {:?} is changing hands; try again",
-            request.resource
+            "lease on {resource:?} is changing hands; try again"
         ))),
     }
 }
@@ -204,52 +457,41 @@ pub async fn acquire_many(
     };
     let ttl_seconds = ttl.resolve(request.ttl_seconds)?;
     let new_secrets: Vec<String> = request.resources.iter().map(|_| new_secret()).collect();
-    let hashes: Vec<Vec<u8>> = new_secrets.iter().map(|s| sha256(s).to_vec()).collect();
-    let rows = repo::acquire_many(
-        conn,
-        &request.resources,
-        &holders,
-        ttl_seconds,
-        &hashes,
-        secrets.required,
-    )
-    .await?;
+    let hashes: Vec<[u8; 32]> = new_secrets.iter().map(|s| sha256(s)).collect();
+    let wants: Vec<repo::Want<'_>> = request
+        .resources
+        .iter()
+        .zip(&holders)
+        .zip(&hashes)
+        .map(|((resource, holder), hash)| repo::Want {
+            resource,
+            holder,
+            ttl_seconds,
+            new_secret_hash: hash,
+        })
+        .collect();
+    let acquired = repo::acquire_each(conn, &wants, secrets.required).await?;
     let mut answer = AcquiredLeases {
         acquired: Vec::new(),
         extended: Vec::new(),
         held: Vec::new(),
     };
-    for (row, fresh) in rows {
-        if fresh {
-            let index = request.resources.iter().position(|r| *r == row.resource);
-            let mut lease = to_api(row);
-            lease.secret = index
-                .and_then(|i| new_secrets.get(i))
-                .cloned()
-                .map(Secret::new);
-            answer.acquired.push(lease);
-        } else {
-            answer.extended.push(to_api(row));
-        }
-    }
-    let taken = answer.acquired.len() + answer.extended.len();
-    if taken < request.resources.len() {
-        let missing: Vec<String> = request
-            .resources
-            .iter()
-            .filter(|r| {
-                !answer.acquired.iter().any(|l| l.resource == **r)
-                    && !answer.extended.iter().any(|l| l.resource == **r)
-            })
-            .cloned()
-            .collect();
-        for row in repo::find_active(conn, &missing).await? {
-            answer.held.push(HeldLease {
+    for (acquired, secret) in acquired.into_iter().zip(new_secrets) {
+        match acquired {
+            Acquired::New(row) => {
+                let mut lease = to_api(row);
+                lease.secret = Some(Secret::new(secret));
+                answer.acquired.push(lease);
+            }
+            Acquired::Reentrant(row) => answer.extended.push(to_api(row)),
+            Acquired::Held(row) => answer.held.push(HeldLease {
                 expires_in_ms: (row.expires_at - row.db_now).num_milliseconds().max(0),
                 resource: row.resource,
                 holder: row.holder,
                 expires_at: row.expires_at,
-            });
+            }),
+            // Changing hands as we looked: in none of the lists, as the answer's docs allow.
+            Acquired::Contended => {}
         }
     }
     let count = |n: usize| u64::try_from(n).unwrap_or(0);
@@ -268,93 +510,149 @@ pub async fn acquire_many(
     Ok(answer)
 }
 
-pub async fn renew(
+/// The leases on `resources` (any state), by resource.
+async fn current_leases(
     conn: &mut AsyncPgConnection,
-    ttl: TtlPolicy,
-    secrets: SecretPolicy,
-    metrics: &Metrics,
-    request: &RenewLease,
-) -> Result<Lease, ApiError> {
-    validate_name("resource", &request.resource)?;
-    validate_name("holder", &request.holder)?;
-    let presented = secrets.presented(request.secret.as_ref())?;
-    let ttl_seconds = request
-        .ttl_seconds
-        .map(|seconds| ttl.resolve(Some(seconds)))
-        .transpose()?;
-    let renewed = repo::renew(
-        conn,
-        &request.resource,
-        &request.holder,
-        request.fence,
-        presented.as_ref().map(<[u8; 32]>::as_slice),
-        ttl_seconds,
-    )
-    .await?;
-    if let Some(row) = renewed {
-        metrics.renewals.inc();
-        return Ok(to_api(row));
+    resources: Vec<&str>,
+) -> Result<HashMap<String, LeaseRow>, ApiError> {
+    if resources.is_empty() {
+        return Ok(HashMap::new());
     }
-    let current = repo::find_by_resource(conn, &request.resource).await?;
-    let refusal = refusal("renew", current, &request.holder, request.fence, presented);
-    metrics
-        .conflicts
-        .with_label_values(&["renew", refusal.code()])
-        .inc();
-    Err(refusal)
+    Ok(repo::find_by_resources(conn, &resources)
+        .await?
+        .into_iter()
+        .map(|row| (row.resource.clone(), row))
+        .collect())
 }
 
-/// Releases the holder's lease (by resource, and by id when `id` is given).
-///
-/// A release repeated by the same holder, with the same fence if it gave one, after the lease
-/// was already released answers as the first did: its first answer may have been lost. It reads,
-/// and writes nothing, so it can never touch a newer lease.
-pub async fn release(
-    conn: &mut AsyncPgConnection,
+async fn renew_group(
+    context: GroupContext,
+    items: Vec<Renewal>,
+) -> (Vec<Renewal>, Result<Vec<Result<Lease, ApiError>>, ApiError>) {
+    let served = async {
+        let mut conn = db::connection(&context.pool).await?;
+        let renewed = repo::renew_each(&mut conn, &items).await?;
+        let unrenewed = items
+            .iter()
+            .zip(&renewed)
+            .filter(|(_, row)| row.is_none())
+            .map(|(item, _)| item.resource.as_str())
+            .collect();
+        let mut current = current_leases(&mut conn, unrenewed).await?;
+        let metrics = &context.metrics;
+        Ok(items
+            .iter()
+            .zip(renewed)
+            .map(|(item, renewed)| {
+                if let Some(row) = renewed {
+                    metrics.renewals.inc();
+                    return Ok(to_api(row));
+                }
+                let refusal = refusal(
+                    "renew",
+                    current.remove(&item.resource),
+                    &item.holder,
+                    item.fence,
+                    item.secret_hash,
+                );
+                metrics
+                    .conflicts
+                    .with_label_values(&["renew", refusal.code()])
+                    .inc();
+                Err(refusal)
+            })
+            .collect())
+    }
+    .await;
+    (items, served)
+}
+
+/// A release's names and proof, checked.
+fn check_release(
     secrets: SecretPolicy,
-    metrics: &Metrics,
     request: &ReleaseLease,
     id: Option<i64>,
-) -> Result<Lease, ApiError> {
+) -> Result<Release, ApiError> {
     validate_name("resource", &request.resource)?;
     validate_name("holder", &request.holder)?;
-    let presented = secrets.presented(request.secret.as_ref())?;
-    let released = repo::release(
-        conn,
-        &request.resource,
-        &request.holder,
-        request.fence,
-        presented.as_ref().map(<[u8; 32]>::as_slice),
+    Ok(Release {
+        resource: request.resource.clone(),
+        holder: request.holder.clone(),
+        fence: request.fence,
+        secret_hash: secrets.presented(request.secret.as_ref())?,
         id,
-    )
-    .await?;
-    if let Some(row) = released {
-        metrics.releases.inc();
-        return Ok(to_api(row));
+    })
+}
+
+async fn release_group(
+    context: GroupContext,
+    items: Vec<Release>,
+) -> (Vec<Release>, Result<Vec<Result<Lease, ApiError>>, ApiError>) {
+    let served = async {
+        let mut conn = db::connection(&context.pool).await?;
+        release_each(&mut conn, &context.metrics, &items).await
     }
-    let current = repo::find_by_resource(conn, &request.resource).await?;
-    if let (Some(id), Some(row)) = (id, &current)
+    .await;
+    (items, served)
+}
+
+/// Releases in one statement, then judges each release that released nothing against the lease
+/// as it now is: a repeat of a release that already happened answers as the first did, anything
+/// else is refused with its reason.
+async fn release_each(
+    conn: &mut AsyncPgConnection,
+    metrics: &Metrics,
+    items: &[Release],
+) -> Result<Vec<Result<Lease, ApiError>>, ApiError> {
+    let released = repo::release_each(conn, items).await?;
+    let unreleased = items
+        .iter()
+        .zip(&released)
+        .filter(|(_, row)| row.is_none())
+        .map(|(item, _)| item.resource.as_str())
+        .collect();
+    let current = current_leases(conn, unreleased).await?;
+    Ok(items
+        .iter()
+        .zip(released)
+        .map(|(item, released)| {
+            if let Some(row) = released {
+                metrics.releases.inc();
+                return Ok(to_api(row));
+            }
+            judge_unreleased(metrics, item, current.get(&item.resource).cloned())
+        })
+        .collect())
+}
+
+/// Why a release released nothing, given the lease on its resource as it is now.
+fn judge_unreleased(
+    metrics: &Metrics,
+    item: &Release,
+    current: Option<LeaseRow>,
+) -> Result<Lease, ApiError> {
+    if let (Some(id), Some(row)) = (item.id, &current)
         && row.id != id
     {
         return Err(ApiError::NotFound {
             code: "lease_not_found",
-            message: format!("lease {id} is not the lease on {:?}", request.resource),
+            message: format!("lease {id} is not the lease on {:?}", item.resource),
         });
     }
     if let Some(row) = &current
-        && row.holder == request.holder
+        && row.holder == item.holder
         && row.is_released()
-        && request.fence.is_none_or(|fence| fence == row.fence)
-        && secret_matches(row, presented)
+        && item.fence.is_none_or(|fence| fence == row.fence)
+        && secret_matches(row, item.secret_hash)
     {
         return Ok(to_api(row.clone()));
     }
     let refusal = refusal(
         "release",
         current,
-        &request.holder,
-        request.fence,
-        presented,
+        &item.holder,
+        item.fence,
+        item.secret_hash,
     );
     metrics
         .conflicts
@@ -364,9 +662,9 @@ pub async fn release(
 }
 
 /// Many releases (`POST /api/leases/batch/release`), to run inside one transaction: one
-/// statement releases every lease it can, then whatever it did not release is judged alone by
-/// [`release`] (a refusal with its reason, or a repeated release answered as the first). Only a
-/// database failure fails the whole batch.
+/// statement releases every lease it can, then whatever it did not release is judged alone
+/// (a refusal with its reason, or a repeated release answered as the first). Only a database
+/// failure fails the whole batch.
 pub async fn release_many(
     conn: &mut AsyncPgConnection,
     secrets: SecretPolicy,
@@ -375,71 +673,44 @@ pub async fn release_many(
 ) -> Result<Vec<ReleaseResult>, ApiError> {
     use actix_web::ResponseError;
     check_batch_size("leases", "releases", requests.len(), MAX_BATCH_RESOURCES)?;
-    let refused = |request: &ReleaseLease, err: &ApiError| ReleaseResult {
-        resource: request.resource.clone(),
-        status: err.status_code().as_u16(),
-        lease: None,
-        error: Some(err.body()),
-    };
-    let released = |request: &ReleaseLease, lease: Lease| ReleaseResult {
-        resource: request.resource.clone(),
-        status: 200,
-        lease: Some(lease),
-        error: None,
-    };
-    let mut results: Vec<Option<ReleaseResult>> = requests.iter().map(|_| None).collect();
-    let mut eligible: Vec<(usize, Option<[u8; 32]>)> = Vec::new();
-    for (index, request) in requests.iter().enumerate() {
-        let checked = validate_name("resource", &request.resource)
-            .and_then(|()| validate_name("holder", &request.holder))
-            .and_then(|()| secrets.presented(request.secret.as_ref()));
-        match checked {
-            Ok(digest) => eligible.push((index, digest)),
-            Err(err) => results[index] = Some(refused(request, &err)),
-        }
+    let checked: Vec<Result<Release, ApiError>> = requests
+        .iter()
+        .map(|request| check_release(secrets, request, None))
+        .collect();
+    let eligible: Vec<Release> = checked
+        .iter()
+        .filter_map(|c| c.as_ref().ok().cloned())
+        .collect();
+    let mut outcomes = if eligible.is_empty() {
+        Vec::new()
+    } else {
+        release_each(conn, metrics, &eligible).await?
     }
-    let resources: Vec<&str> = eligible
+    .into_iter();
+    Ok(requests
         .iter()
-        .map(|(i, _)| requests[*i].resource.as_str())
-        .collect();
-    let holders: Vec<&str> = eligible
-        .iter()
-        .map(|(i, _)| requests[*i].holder.as_str())
-        .collect();
-    let fences: Vec<Option<i64>> = eligible.iter().map(|(i, _)| requests[*i].fence).collect();
-    let digests: Vec<Option<Vec<u8>>> = eligible
-        .iter()
-        .map(|(_, digest)| digest.map(|d| d.to_vec()))
-        .collect();
-    if !eligible.is_empty() {
-        for row in repo::release_many(conn, &resources, &holders, &fences, &digests).await? {
-            let matching = eligible.iter().find(|(i, _)| {
-                results[*i].is_none()
-                    && requests[*i].resource == row.resource
-                    && requests[*i].holder == row.holder
-            });
-            if let Some((index, _)) = matching {
-                metrics.releases.inc();
-                results[*index] = Some(released(&requests[*index], to_api(row)));
+        .zip(checked)
+        .map(|(request, checked)| {
+            let outcome = match checked {
+                Ok(_) => outcomes
+                    .next()
+                    .unwrap_or_else(|| Err(ApiError::Internal("not judged".to_owned()))),
+                Err(err) => Err(err),
+            };
+            match outcome {
+                Ok(lease) => ReleaseResult {
+                    resource: request.resource.clone(),
+                    status: 200,
+                    lease: Some(lease),
+                    error: None,
+                },
+                Err(err) => ReleaseResult {
+                    resource: request.resource.clone(),
+                    status: err.status_code().as_u16(),
+                    lease: None,
+                    error: Some(err.body()),
+                },
             }
-        }
-    }
-    for (index, _) in &eligible {
-        if results[*index].is_some() {
-            continue;
-        }
-        let request = &requests[*index];
-        results[*index] = Some(match release(conn, secrets, metrics, request, None).await {
-            Ok(lease) => released(request, lease),
-            Err(err) if err.status_code().is_client_error() => refused(request, &err),
-            Err(err) => return Err(err),
-        });
-    }
-    Ok(results
-        .into_iter()
-        .zip(requests)
-        .map(|(result, request)| {
-            result.unwrap_or_else(|| refused(request, &ApiError::Internal("not judged".to_owned())))
         })
         .collect())
 }

@@ -6,7 +6,8 @@
 //! release. See `SPEC.md` for the invariants and the README for the HTTP API.
 //!
 //! `main.rs` only parses configuration; [`serve`] wires the pieces: [`db`] (pool, migrations),
-//! [`repo`] (all SQL), [`leases`] (the rules), [`http`] (routes), [`sweeper`] (retention) and
+//! [`repo`] (all SQL), [`leases`] (the rules, and the groups concurrent single requests are
+//! served in), [`http`] (routes), [`sweeper`] (retention) and
 //! [`metrics`].
 
 pub mod config;
@@ -31,7 +32,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::ServeConfig;
 use crate::http::AppState;
-use crate::leases::{SecretPolicy, TtlPolicy};
+use crate::leases::{Groups, SecretPolicy, TtlPolicy};
 use crate::metrics::Metrics;
 use crate::sweeper::SweeperConfig;
 
@@ -61,17 +62,26 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let pool = db::pool(&config.database_url, config.database_pool_size)?;
     let metrics = Metrics::new().context("registering metrics")?;
+    let ttl = TtlPolicy {
+        default_seconds: config.default_ttl_seconds,
+        min_seconds: config.min_ttl_seconds,
+        max_seconds: config.max_ttl_seconds,
+    };
+    let secrets = SecretPolicy {
+        required: config.require_secret,
+    };
     let state = web::Data::new(AppState {
         pool: pool.clone(),
-        ttl: TtlPolicy {
-            default_seconds: config.default_ttl_seconds,
-            min_seconds: config.min_ttl_seconds,
-            max_seconds: config.max_ttl_seconds,
-        },
-        secrets: SecretPolicy {
-            required: config.require_secret,
-        },
+        ttl,
+        secrets,
         metrics: metrics.clone(),
+        groups: Groups::new(
+            pool.clone(),
+            ttl,
+            secrets,
+            metrics.clone(),
+            config.groups_in_flight,
+        ),
     });
     config.auth_tokens.announce("lease-service");
     if !config.require_secret {

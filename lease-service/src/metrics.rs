@@ -1,6 +1,6 @@
 //! Prometheus metrics of one lease-service process, served at `GET /metrics`.
 
-use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
+use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry};
 use shared::server::http::HttpMetrics;
 
 /// Every metric lease-service exports. One registry per app (not the global one), so that
@@ -15,6 +15,7 @@ pub struct Metrics {
     pub conflicts: IntCounterVec,
     pub swept: IntCounter,
     pub sweeps: IntCounterVec,
+    pub group_sizes: HistogramVec,
 }
 
 impl Metrics {
@@ -48,6 +49,15 @@ impl Metrics {
             ),
             &["outcome"],
         )?;
+        let group_sizes = HistogramVec::new(
+            HistogramOpts::new(
+                "lease_group_size",
+                "Single acquires, renewals and releases served by one statement, by operation.",
+            )
+            .buckets(vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 100.0]),
+            &["operation"],
+        )?;
+        registry.register(Box::new(group_sizes.clone()))?;
         registry.register(Box::new(acquisitions.clone()))?;
         registry.register(Box::new(renewals.clone()))?;
         registry.register(Box::new(releases.clone()))?;
@@ -63,6 +73,7 @@ impl Metrics {
             conflicts,
             swept,
             sweeps,
+            group_sizes,
         })
     }
 }

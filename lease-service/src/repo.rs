@@ -1,13 +1,17 @@
 //! Every SQL statement of lease-service, and nothing else.
 //!
 //! Each state change is one statement, so it is atomic and judged by the database's clock
-//! (`now()`); no host clock enters any expiry decision.
+//! (`now()`); no host clock enters any expiry decision. Every statement is kept prepared
+//! (`.cached()`), sets included: lease-service's sessions price sequential scans out
+//! ([`crate::db::SESSION`]), so no kept plan can scan a table that has grown.
 
 use diesel::result::Error as DieselError;
 use diesel::sql_types::{BigInt, Binary, Bool, Integer, Nullable, Text, Timestamptz};
 use diesel::{OptionalExtension, QueryableByName};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use shared::server::db::Cache;
+
+use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 
@@ -127,16 +131,17 @@ VALUES ($1, $2, nextval('leases_fence_seq'), $3, now(), now() + make_interval(se
     returning_acquired!()
 );
 
-/// [`ACQUIRE`] for many resources, each with its holder: one statement, one commit. Rows are taken in
-/// resource order, so two batches that share resources lock them in the same order and cannot
-/// deadlock. A reentrant acquire here cannot present a secret, so it is allowed only when
-/// secrets are not required (`$5`). A fence drawn by the `SELECT` for a row that then conflicts
-/// is simply skipped: the sequence only rises.
+/// [`ACQUIRE`] for many resources, each with its holder and TTL: one statement, one commit.
+/// Rows are taken in resource order, so two groups that share resources lock them in the same
+/// order and cannot deadlock. A reentrant acquire here cannot present a secret, so it is allowed
+/// only when secrets are not required (`$5`). A fence drawn by the `SELECT` for a row that then
+/// conflicts is simply skipped: the sequence only rises.
 const ACQUIRE_MANY: &str = concat!(
     "INSERT INTO leases AS l (resource, holder, fence, ttl_seconds, created_at, expires_at, secret_hash)
-SELECT r.resource, r.holder, nextval('leases_fence_seq'), $3, now(), now() + make_interval(secs => $3),
-       r.secret_hash
-FROM unnest($1::text[], $2::text[], $4::bytea[]) AS r(resource, holder, secret_hash)
+SELECT r.resource, r.holder, nextval('leases_fence_seq'), r.ttl_seconds, now(),
+       now() + make_interval(secs => r.ttl_seconds), r.secret_hash
+FROM unnest($1::text[], $2::text[], $3::int[], $4::bytea[])
+     AS r(resource, holder, ttl_seconds, secret_hash)
 ORDER BY r.resource
 ",
     takeover!(),
@@ -145,6 +150,36 @@ ORDER BY r.resource
 ",
     returning_acquired!()
 );
+
+/// [`RENEW`] for many leases in one statement, each `(resource, holder, fence, secret digest,
+/// TTL)` under the same conditions.
+const RENEW_MANY: &str = "\
+UPDATE leases SET
+    renewed_at = now(),
+    ttl_seconds = COALESCE(r.rn_ttl, ttl_seconds),
+    expires_at = now() + make_interval(secs => COALESCE(r.rn_ttl, ttl_seconds))
+FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bytea[], $5::int[])
+     AS r(rn_resource, rn_holder, rn_fence, rn_hash, rn_ttl)
+WHERE resource = r.rn_resource AND holder = r.rn_holder
+  AND (r.rn_fence IS NULL OR fence = r.rn_fence)
+  AND (r.rn_hash IS NULL OR secret_hash = r.rn_hash)
+  AND released_at IS NULL AND expires_at > now()
+RETURNING id, resource, holder, fence, ttl_seconds, created_at, renewed_at, released_at,
+          expires_at, now() AS db_now, secret_hash";
+
+/// [`RELEASE`] for many leases in one statement, each `(resource, holder, fence, secret digest,
+/// id)` under the same conditions.
+const RELEASE_MANY: &str = "\
+UPDATE leases SET released_at = now()
+FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bytea[], $5::bigint[])
+     AS r(rel_resource, rel_holder, rel_fence, rel_hash, rel_id)
+WHERE resource = r.rel_resource AND holder = r.rel_holder
+  AND (r.rel_fence IS NULL OR fence = r.rel_fence)
+  AND (r.rel_id IS NULL OR id = r.rel_id)
+  AND (r.rel_hash IS NULL OR secret_hash = r.rel_hash)
+  AND released_at IS NULL AND expires_at > now()
+RETURNING id, resource, holder, fence, ttl_seconds, created_at, renewed_at, released_at,
+          expires_at, now() AS db_now, secret_hash";
 
 const RENEW: &str = "\
 UPDATE leases SET
@@ -187,6 +222,12 @@ WHERE id IN (SELECT id FROM leases
 
 /// Set once at start by the hidden test-only switch: acquire skips its expiry check.
 pub static BREAK_ACQUIRE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether the test-only switch is on: then every single acquire runs [`acquire`], the only
+/// statement it breaks.
+pub fn acquire_is_broken() -> bool {
+    std::sync::atomic::AtomicBool::load(&BREAK_ACQUIRE, std::sync::atomic::Ordering::Relaxed)
+}
 
 /// [`ACQUIRE`] without its expiry check: it takes over live leases (tests of the checker only).
 const ACQUIRE_BROKEN: &str = "\
@@ -254,10 +295,7 @@ pub async fn acquire(
     // If the holder's lease ends between the refused upsert and the read that reports it, the
     // upsert is simply tried again; twice more is plenty.
     for _ in 0..3 {
-        let statement = if std::sync::atomic::AtomicBool::load(
-            &BREAK_ACQUIRE,
-            std::sync::atomic::Ordering::Relaxed,
-        ) {
+        let statement = if acquire_is_broken() {
             ACQUIRE_BROKEN
         } else {
             ACQUIRE
@@ -291,46 +329,190 @@ pub async fn acquire(
     Ok(Acquired::Contended)
 }
 
-/// What [`acquire_many`] did with each resource it took: `(row, fresh)`.
-pub type AcquiredMany = Vec<(LeaseRow, bool)>;
-
-/// Acquires `resources` (distinct), `resources[i]` for `holders[i]`; `secret_hashes[i]` is
-/// stored with a new acquisition of `resources[i]`. Returns what it acquired or extended; the caller finds the
-/// rest with [`find_active`].
-#[tracing::instrument(name = "INSERT leases", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "INSERT", db.collection.name = "leases", db.operation.batch.size = resources.len()))]
-pub async fn acquire_many(
-    conn: &mut AsyncPgConnection,
-    resources: &[String],
-    holders: &[&str],
-    ttl_seconds: i32,
-    secret_hashes: &[Vec<u8>],
-    require_secret: bool,
-) -> Result<AcquiredMany, DieselError> {
-    use diesel::sql_types::Array;
-    let rows: Vec<AcquiredRow> = diesel::sql_query(ACQUIRE_MANY)
-        .bind::<Array<Text>, _>(resources)
-        .bind::<Array<Text>, _>(holders)
-        .bind::<Integer, _>(ttl_seconds)
-        .bind::<Array<Binary>, _>(secret_hashes)
-        .bind::<Bool, _>(require_secret)
-        .load(conn)
-        .await?;
-    Ok(rows.into_iter().map(|row| (row.lease, row.fresh)).collect())
+/// One acquire of a group: `resource` for `holder`, storing `new_secret_hash` if the acquisition
+/// is new.
+#[derive(Debug, Clone, Copy)]
+pub struct Want<'a> {
+    pub resource: &'a str,
+    pub holder: &'a str,
+    pub ttl_seconds: i32,
+    pub new_secret_hash: &'a [u8],
 }
 
-/// The live leases among `resources`.
-#[tracing::instrument(name = "SELECT leases", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "leases"))]
-pub async fn find_active(
+/// [`acquire`] for many distinct resources at once: one statement takes every row it may, one
+/// more reads who holds the rest, and only a resource whose lease ended in between is tried
+/// again alone. Answers one [`Acquired`] per want, in order. A reentrant acquire is allowed only
+/// when `require_secret` is false: a want carries no secret to prove it.
+///
+/// One want runs [`acquire`] itself. The two statements decide alike, but the single one is
+/// kept prepared, and planning the set statement (a join with `unnest`) costs more than
+/// running it for one row: a request that arrives alone (light load) pays nothing for
+/// grouping.
+#[tracing::instrument(name = "INSERT leases", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "INSERT", db.collection.name = "leases", db.operation.batch.size = wants.len()))]
+pub async fn acquire_each(
     conn: &mut AsyncPgConnection,
-    resources: &[String],
+    wants: &[Want<'_>],
+    require_secret: bool,
+) -> Result<Vec<Acquired>, DieselError> {
+    use diesel::sql_types::Array;
+    if let [want] = wants {
+        let proof = AcquireProof {
+            new_secret_hash: want.new_secret_hash,
+            presented_hash: None,
+            require_secret,
+        };
+        return Ok(vec![
+            acquire(conn, want.resource, want.holder, want.ttl_seconds, proof).await?,
+        ]);
+    }
+    let rows: Vec<AcquiredRow> = diesel::sql_query(ACQUIRE_MANY)
+        .bind::<Array<Text>, _>(wants.iter().map(|w| w.resource).collect::<Vec<_>>())
+        .bind::<Array<Text>, _>(wants.iter().map(|w| w.holder).collect::<Vec<_>>())
+        .bind::<Array<Integer>, _>(wants.iter().map(|w| w.ttl_seconds).collect::<Vec<_>>())
+        .bind::<Array<Binary>, _>(wants.iter().map(|w| w.new_secret_hash).collect::<Vec<_>>())
+        .bind::<Bool, _>(require_secret)
+        .cached()
+        .load(conn)
+        .await?;
+    let mut taken: HashMap<String, AcquiredRow> = rows
+        .into_iter()
+        .map(|row| (row.lease.resource.clone(), row))
+        .collect();
+    let missing: Vec<&str> = wants
+        .iter()
+        .map(|w| w.resource)
+        .filter(|resource| !taken.contains_key(*resource))
+        .collect();
+    let mut current: HashMap<String, LeaseRow> = if missing.is_empty() {
+        HashMap::new()
+    } else {
+        find_by_resources(conn, &missing)
+            .await?
+            .into_iter()
+            .map(|row| (row.resource.clone(), row))
+            .collect()
+    };
+    let mut answers = Vec::with_capacity(wants.len());
+    for want in wants {
+        answers.push(match taken.remove(want.resource) {
+            Some(AcquiredRow { lease, fresh: true }) => Acquired::New(lease),
+            Some(AcquiredRow { lease, .. }) => Acquired::Reentrant(lease),
+            None => match current.remove(want.resource) {
+                Some(row) if row.is_active() => Acquired::Held(row),
+                // It ended between the two statements: try it again, alone.
+                _ => {
+                    let proof = AcquireProof {
+                        new_secret_hash: want.new_secret_hash,
+                        presented_hash: None,
+                        require_secret,
+                    };
+                    acquire(conn, want.resource, want.holder, want.ttl_seconds, proof).await?
+                }
+            },
+        });
+    }
+    Ok(answers)
+}
+
+/// The leases on `resources`, whatever their state.
+#[tracing::instrument(name = "SELECT leases", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "leases"))]
+pub async fn find_by_resources(
+    conn: &mut AsyncPgConnection,
+    resources: &[&str],
 ) -> Result<Vec<LeaseRow>, DieselError> {
     diesel::sql_query(format!(
-        "SELECT {COLUMNS} FROM leases WHERE resource = ANY($1) \
-         AND released_at IS NULL AND expires_at > now()"
+        "SELECT {COLUMNS} FROM leases WHERE resource = ANY($1)"
     ))
     .bind::<diesel::sql_types::Array<Text>, _>(resources)
+    .cached()
     .load(conn)
     .await
+}
+
+/// Gives each request the row a group statement returned for it: the first request, in order,
+/// with that row's resource and holder that has none yet. A request left without one changed
+/// nothing (or repeated another request of the same statement).
+fn match_rows<T>(
+    requests: &[T],
+    key: impl Fn(&T) -> (&str, &str),
+    rows: Vec<LeaseRow>,
+) -> Vec<Option<LeaseRow>> {
+    let mut matched: Vec<Option<LeaseRow>> = requests.iter().map(|_| None).collect();
+    for row in rows {
+        let slot = requests
+            .iter()
+            .zip(matched.iter())
+            .position(|(request, slot)| {
+                slot.is_none() && key(request) == (row.resource.as_str(), row.holder.as_str())
+            });
+        if let Some(index) = slot {
+            matched[index] = Some(row);
+        }
+    }
+    matched
+}
+
+/// The indices of `requests` in resource order: group statements are fed in the order the
+/// acquire group locks rows in, so that (with the nested-loop plan a few rows get) concurrent
+/// groups lock shared rows in one order.
+fn in_resource_order<T>(requests: &[T], resource: impl Fn(&T) -> &str) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..requests.len()).collect();
+    order.sort_by(|a, b| resource(&requests[*a]).cmp(resource(&requests[*b])));
+    order
+}
+
+/// One renewal of a group: the conditions of [`renew`].
+#[derive(Debug, Clone)]
+pub struct Renewal {
+    pub resource: String,
+    pub holder: String,
+    pub fence: Option<i64>,
+    pub secret_hash: Option<[u8; 32]>,
+    pub ttl_seconds: Option<i32>,
+}
+
+/// [`renew`] for many leases in one statement: the renewed row of each renewal, in order, or
+/// `None` where it renewed nothing. One renewal runs [`renew`] (see [`acquire_each`] for why).
+#[tracing::instrument(name = "UPDATE leases", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "leases", db.operation.batch.size = renewals.len()))]
+pub async fn renew_each(
+    conn: &mut AsyncPgConnection,
+    renewals: &[Renewal],
+) -> Result<Vec<Option<LeaseRow>>, DieselError> {
+    use diesel::sql_types::Array;
+    if let [one] = renewals {
+        let hash = one.secret_hash.as_ref().map(<[u8; 32]>::as_slice);
+        let renewed = renew(
+            conn,
+            &one.resource,
+            &one.holder,
+            one.fence,
+            hash,
+            one.ttl_seconds,
+        );
+        return Ok(vec![renewed.await?]);
+    }
+    let order = in_resource_order(renewals, |r| &r.resource);
+    let resources: Vec<&str> = order
+        .iter()
+        .map(|i| renewals[*i].resource.as_str())
+        .collect();
+    let holders: Vec<&str> = order.iter().map(|i| renewals[*i].holder.as_str()).collect();
+    let fences: Vec<Option<i64>> = order.iter().map(|i| renewals[*i].fence).collect();
+    let hashes: Vec<Option<&[u8]>> = order
+        .iter()
+        .map(|i| renewals[*i].secret_hash.as_ref().map(<[u8; 32]>::as_slice))
+        .collect();
+    let ttls: Vec<Option<i32>> = order.iter().map(|i| renewals[*i].ttl_seconds).collect();
+    let rows: Vec<LeaseRow> = diesel::sql_query(RENEW_MANY)
+        .bind::<Array<Text>, _>(resources)
+        .bind::<Array<Text>, _>(holders)
+        .bind::<Array<Nullable<BigInt>>, _>(fences)
+        .bind::<Array<Nullable<Binary>>, _>(hashes)
+        .bind::<Array<Nullable<Integer>>, _>(ttls)
+        .cached()
+        .load(conn)
+        .await?;
+    Ok(match_rows(renewals, |r| (&r.resource, &r.holder), rows))
 }
 
 #[tracing::instrument(name = "UPDATE leases", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "leases"))]
@@ -375,34 +557,52 @@ pub async fn release(
         .optional()
 }
 
-/// [`release`] for many leases in one statement: each `(resource, holder, fence, secret
-/// digest)` releases its lease under the same conditions. Returns the released rows, in no
-/// particular order; the caller judges the rest one by one.
-#[tracing::instrument(name = "UPDATE leases", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "leases", db.operation.batch.size = resources.len()))]
-pub async fn release_many(
+/// One release of a group: the conditions of [`release`].
+#[derive(Debug, Clone)]
+pub struct Release {
+    pub resource: String,
+    pub holder: String,
+    pub fence: Option<i64>,
+    pub secret_hash: Option<[u8; 32]>,
+    pub id: Option<i64>,
+}
+
+/// [`release`] for many leases in one statement: the released row of each release, in order, or
+/// `None` where it released nothing. One release runs [`release`] (see [`acquire_each`] for
+/// why).
+#[tracing::instrument(name = "UPDATE leases", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "leases", db.operation.batch.size = releases.len()))]
+pub async fn release_each(
     conn: &mut AsyncPgConnection,
-    resources: &[&str],
-    holders: &[&str],
-    fences: &[Option<i64>],
-    secret_hashes: &[Option<Vec<u8>>],
-) -> Result<Vec<LeaseRow>, DieselError> {
+    releases: &[Release],
+) -> Result<Vec<Option<LeaseRow>>, DieselError> {
     use diesel::sql_types::Array;
-    diesel::sql_query(format!(
-        "UPDATE leases SET released_at = now()
-         FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bytea[])
-              AS r(rel_resource, rel_holder, rel_fence, rel_hash)
-         WHERE resource = r.rel_resource AND holder = r.rel_holder
-           AND (r.rel_fence IS NULL OR fence = r.rel_fence)
-           AND (r.rel_hash IS NULL OR secret_hash = r.rel_hash)
-           AND released_at IS NULL AND expires_at > now()
-         RETURNING {COLUMNS}"
-    ))
-    .bind::<Array<Text>, _>(resources)
-    .bind::<Array<Text>, _>(holders)
-    .bind::<Array<Nullable<BigInt>>, _>(fences)
-    .bind::<Array<Nullable<Binary>>, _>(secret_hashes)
-    .load(conn)
-    .await
+    if let [one] = releases {
+        let hash = one.secret_hash.as_ref().map(<[u8; 32]>::as_slice);
+        let released = release(conn, &one.resource, &one.holder, one.fence, hash, one.id);
+        return Ok(vec![released.await?]);
+    }
+    let order = in_resource_order(releases, |r| &r.resource);
+    let resources: Vec<&str> = order
+        .iter()
+        .map(|i| releases[*i].resource.as_str())
+        .collect();
+    let holders: Vec<&str> = order.iter().map(|i| releases[*i].holder.as_str()).collect();
+    let fences: Vec<Option<i64>> = order.iter().map(|i| releases[*i].fence).collect();
+    let hashes: Vec<Option<&[u8]>> = order
+        .iter()
+        .map(|i| releases[*i].secret_hash.as_ref().map(<[u8; 32]>::as_slice))
+        .collect();
+    let ids: Vec<Option<i64>> = order.iter().map(|i| releases[*i].id).collect();
+    let rows: Vec<LeaseRow> = diesel::sql_query(RELEASE_MANY)
+        .bind::<Array<Text>, _>(resources)
+        .bind::<Array<Text>, _>(holders)
+        .bind::<Array<Nullable<BigInt>>, _>(fences)
+        .bind::<Array<Nullable<Binary>>, _>(hashes)
+        .bind::<Array<Nullable<BigInt>>, _>(ids)
+        .cached()
+        .load(conn)
+        .await?;
+    Ok(match_rows(releases, |r| (&r.resource, &r.holder), rows))
 }
 
 #[tracing::instrument(name = "UPDATE leases", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "leases"))]
@@ -477,6 +677,7 @@ pub async fn sweep(
     diesel::sql_query(SWEEP)
         .bind::<BigInt, _>(retention_seconds)
         .bind::<BigInt, _>(batch)
+        .cached()
         .execute(conn)
         .await
 }

@@ -494,9 +494,11 @@ async fn lease_sql(
     let section = "leases as direct SQL (the physical limit)";
     let mut connections = Vec::new();
     for _ in 0..clients {
-        connections.push(Arc::new(tokio::sync::Mutex::new(
-            connect(&bench.lease_db).await,
-        )));
+        // Set up as lease-service's own sessions are.
+        let conn = lease_service::db::establish(&bench.lease_db)
+            .await
+            .unwrap_or_else(|err| panic!("connecting to the leases database: {err}"));
+        connections.push(Arc::new(tokio::sync::Mutex::new(conn)));
     }
     let connections = Arc::new(connections);
     let acquired: Arc<std::sync::Mutex<Vec<Vec<SqlLease>>>> =

@@ -302,10 +302,13 @@ async fn tasks_are_created_watched_to_the_end_listed_shown_tailed_retried_and_ca
         }
     });
     tokio::time::sleep(Duration::from_secs(1)).await;
+    // Due a moment later, so that it is seen pending before the worker (polling faster than the
+    // tail) takes it.
+    let due = chrono::Utc::now() + chrono::Duration::milliseconds(1500);
     let fresh = tasks
         .post(
             "/api/tasks",
-            &json!({"task_data": {"sleep_duration_seconds": 1}}),
+            &json!({"task_data": {"sleep_duration_seconds": 1}, "scheduled_at": due}),
         )
         .await;
     let fresh_id = fresh.body["id"].clone();

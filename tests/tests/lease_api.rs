@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tests::{Service, execute, fresh_database, snapshot, verdicts};
+use tests::{Answer, Service, execute, fresh_database, metric_sum, snapshot, verdicts};
 
 fn lease(resource: &str, holder: &str) -> Value {
     json!({ "resource": resource, "holder": holder })
@@ -872,5 +872,143 @@ async fn a_takeover_that_began_before_a_release_is_recorded_after_it() {
     assert!(
         acquired_at >= released_at,
         "the new term is recorded at {acquired_at}, before the old one ended at {released_at}"
+    );
+}
+
+/// Each answer's status and error code.
+fn outcomes(answers: &[Answer]) -> Vec<(u16, &str)> {
+    answers.iter().map(|a| (a.status, a.code())).collect()
+}
+
+/// Members of lease-service's groups, and the groups, for `operation`.
+async fn grouped(svc: &Service, operation: &str) -> (f64, f64) {
+    let metrics = svc.metrics().await;
+    let series = |part: &str| format!("lease_group_size_{part}{{operation=\"{operation}\"}}");
+    (
+        metric_sum(&metrics, &series("sum")),
+        metric_sum(&metrics, &series("count")),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_single_requests_are_served_in_groups_each_as_alone() {
+    const HOLDERS: usize = 40;
+    let db = fresh_database().await;
+    let svc = Service::lease_service(
+        &db,
+        &[("GROUPS_IN_FLIGHT", "1"), ("DATABASE_POOL_SIZE", "8")],
+    )
+    .await;
+    let holder = |i: usize| format!("holder-{i}");
+
+    // 40 holders acquire a resource each while 8 more contend for one: each of the 40 gets its
+    // own lease, fence and secret; of the 8, one wins and seven are told who.
+    let acquires = futures_util::future::join_all(
+        (0..HOLDERS)
+            .map(|i| (format!("own-{i}"), holder(i)))
+            .chain((0..8).map(|i| ("contended".to_owned(), format!("contender-{i}"))))
+            .map(|(resource, holder)| {
+                let svc = &svc;
+                async move { svc.post("/api/leases", &lease(&resource, &holder)).await }
+            }),
+    )
+    .await;
+    let mut fences = HashSet::new();
+    let mut secrets = HashSet::new();
+    for (i, answer) in acquires.iter().take(HOLDERS).enumerate() {
+        assert_eq!(answer.status, 201, "{:?}", answer.body);
+        assert_eq!(answer.body["resource"], format!("own-{i}"));
+        assert_eq!(answer.body["holder"], holder(i));
+        assert!(fences.insert(answer.body["fence"].as_i64().unwrap()));
+        assert!(secrets.insert(answer.body["secret"].as_str().unwrap().to_owned()));
+    }
+    let contended = &acquires[HOLDERS..];
+    let winners: Vec<_> = contended.iter().filter(|a| a.status == 201).collect();
+    assert_eq!(winners.len(), 1, "{:?}", outcomes(contended));
+    for answer in contended.iter().filter(|a| a.status != 201) {
+        assert_eq!((answer.status, answer.code()), (409, "lease_held"));
+        assert_eq!(answer.body["holder"], winners[0].body["holder"]);
+    }
+    let (members, groups) = grouped(&svc, "acquire").await;
+    assert_eq!(members, 48.0, "every single acquire went through a group");
+    assert!(
+        groups < 48.0,
+        "{groups} groups for 48 acquires: none grouped"
+    );
+
+    // Renewals: each with its own fence and secret, beside a stale fence, a stranger, and a
+    // reentrant acquire without a secret (this service does not require one).
+    let proof = |i: usize| {
+        let answer = &acquires[i];
+        json!({
+            "resource": answer.body["resource"],
+            "holder": answer.body["holder"],
+            "fence": answer.body["fence"],
+            "secret": answer.body["secret"],
+        })
+    };
+    let stale = json!({"resource": "own-0", "holder": holder(0), "fence": 999_999});
+    let stranger = lease("own-1", "stranger");
+    let renewals =
+        futures_util::future::join_all((0..HOLDERS).map(proof).chain([stale, stranger]).map(
+            |body| {
+                let svc = &svc;
+                async move { svc.put("/api/leases/renew", &body).await }
+            },
+        ))
+        .await;
+    for (i, answer) in renewals.iter().take(HOLDERS).enumerate() {
+        assert_eq!(answer.status, 200, "{:?}", answer.body);
+        assert_eq!(answer.body["fence"], acquires[i].body["fence"]);
+        assert!(answer.body["renewed_at"].is_string());
+    }
+    assert_eq!(
+        outcomes(&renewals[HOLDERS..]),
+        [(409, "stale_fence"), (409, "not_holder")]
+    );
+    let reentrant = svc.post("/api/leases", &lease("own-2", &holder(2))).await;
+    assert_eq!(reentrant.status, 200, "{:?}", reentrant.body);
+    assert_eq!(reentrant.body["fence"], acquires[2].body["fence"]);
+    let (_, renewal_groups) = grouped(&svc, "renew").await;
+    assert!(
+        renewal_groups < 42.0,
+        "{renewal_groups} groups for 42 renewals"
+    );
+
+    // Releases, with a repeat of one (answered as the first, whichever of the two goes first)
+    // and a release by a stranger.
+    let releases = futures_util::future::join_all(
+        (0..HOLDERS)
+            .map(proof)
+            .chain([proof(3), lease("own-4", "stranger")])
+            .map(|body| {
+                let svc = &svc;
+                async move { svc.delete("/api/leases/release", &body).await }
+            }),
+    )
+    .await;
+    for (i, answer) in releases.iter().take(HOLDERS).enumerate() {
+        assert_eq!(answer.status, 200, "{:?}", answer.body);
+        assert_eq!(answer.body["status"], "released");
+        assert_eq!(answer.body["holder"], holder(i));
+    }
+    assert_eq!(
+        releases[HOLDERS].status, 200,
+        "{:?}",
+        releases[HOLDERS].body
+    );
+    assert_eq!(releases[HOLDERS].body["fence"], acquires[3].body["fence"]);
+    assert_eq!(outcomes(&releases[HOLDERS + 1..]), [(409, "not_holder")]);
+    let (_, release_groups) = grouped(&svc, "release").await;
+    assert!(
+        release_groups < 42.0,
+        "{release_groups} groups for 42 releases"
+    );
+    let active = svc.get("/api/leases/active").await;
+    assert_eq!(
+        active.body.as_array().map(Vec::len),
+        Some(1),
+        "only the contended lease is left: {:?}",
+        active.body
     );
 }

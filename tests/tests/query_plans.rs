@@ -1,8 +1,9 @@
 //! Query plans on a real PostgreSQL. A claim reads due tasks in index order and stops at its
 //! `LIMIT`, never by sorting a queue's whole backlog, even while the planner's statistics have
-//! not yet seen the queue (a burst of new tasks between two `ANALYZE`s). And only statements
-//! that touch one row by its key stay prepared in a session: a statement over a set is planned
-//! for the table as it is on each call, never with a plan kept from when the table was small.
+//! not yet seen the queue (a burst of new tasks between two `ANALYZE`s). And no session keeps a
+//! plan that scans a table which has grown since: task-service keeps only key lookups prepared
+//! and plans statements over sets on each call; lease-service keeps all of its statements, in
+//! sessions that price sequential scans out.
 #![allow(clippy::unwrap_used)]
 
 use diesel::QueryableByName;
@@ -82,52 +83,133 @@ async fn a_claim_walks_the_due_index_even_when_statistics_have_not_seen_its_queu
 struct Prepared {
     #[diesel(sql_type = Text)]
     statement: String,
+    #[diesel(sql_type = BigInt)]
+    generic_plans: i64,
 }
 
-async fn prepared_statements(conn: &mut AsyncPgConnection) -> Vec<String> {
-    let rows: Vec<Prepared> = diesel::sql_query("SELECT statement FROM pg_prepared_statements")
+async fn prepared_statements(conn: &mut AsyncPgConnection) -> Vec<Prepared> {
+    diesel::sql_query("SELECT statement, generic_plans FROM pg_prepared_statements")
         .load(conn)
         .await
+        .unwrap()
+}
+
+#[derive(QueryableByName)]
+struct Scans {
+    #[diesel(sql_type = BigInt)]
+    seq_scan: i64,
+}
+
+/// Runs lease-service's group statements (two leases each) the way a busy service does, so that
+/// the session keeps them prepared.
+async fn run_lease_groups(conn: &mut AsyncPgConnection, round: usize) {
+    use lease_service::repo as leases;
+    let hash = [7u8; 32];
+    let names = [format!("a{round}"), format!("b{round}")];
+    let wants: Vec<leases::Want<'_>> = names
+        .iter()
+        .map(|name| leases::Want {
+            resource: name,
+            holder: "h",
+            ttl_seconds: 30,
+            new_secret_hash: &hash,
+        })
+        .collect();
+    leases::acquire_each(conn, &wants, false).await.unwrap();
+    let renewals: Vec<leases::Renewal> = names
+        .iter()
+        .map(|name| leases::Renewal {
+            resource: name.clone(),
+            holder: "h".to_owned(),
+            fence: None,
+            secret_hash: None,
+            ttl_seconds: None,
+        })
+        .collect();
+    leases::renew_each(conn, &renewals).await.unwrap();
+    let releases: Vec<leases::Release> = names
+        .iter()
+        .map(|name| leases::Release {
+            resource: name.clone(),
+            holder: "h".to_owned(),
+            fence: None,
+            secret_hash: None,
+            id: None,
+        })
+        .collect();
+    leases::release_each(conn, &releases).await.unwrap();
+}
+
+/// Sequential scans of `leases` by lease-service's group statements, run once more after the
+/// table grew from nothing to 20,000 rows under plans the session kept from when it was empty.
+async fn scans_after_growth(conn: &mut AsyncPgConnection) -> (i64, Vec<Prepared>) {
+    diesel::sql_query("ALTER TABLE leases SET (autovacuum_enabled = false)")
+        .execute(conn)
+        .await
         .unwrap();
-    rows.into_iter().map(|row| row.statement).collect()
+    for round in 0..8 {
+        run_lease_groups(conn, round).await;
+    }
+    let kept = prepared_statements(conn).await;
+    diesel::sql_query(
+        "INSERT INTO leases (resource, holder, fence, ttl_seconds, created_at, expires_at)
+         SELECT 'grown-' || g, 'h', nextval('leases_fence_seq'), 30, now(), now()
+         FROM generate_series(1, 20000) AS g",
+    )
+    .execute(conn)
+    .await
+    .unwrap();
+    let scans = conn
+        .transaction::<_, diesel::result::Error, _>(async |conn| {
+            run_lease_groups(conn, 100).await;
+            let scans: Scans = diesel::sql_query(
+                "SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relname = 'leases'",
+            )
+            .get_result(conn)
+            .await?;
+            Ok(scans.seq_scan)
+        })
+        .await
+        .unwrap();
+    (scans, kept)
 }
 
 #[tokio::test]
-async fn key_lookups_stay_prepared_and_set_statements_are_planned_on_each_call() {
-    use lease_service::repo as leases;
-
+async fn lease_statements_stay_prepared_and_never_keep_a_plan_that_scans_a_grown_table() {
     let lease_db = fresh_database().await;
     lease_service::db::migrate(&lease_db).await.unwrap();
-    let mut conn = AsyncPgConnection::establish(&lease_db).await.unwrap();
-    let hash = [7u8; 32];
-    let proof = leases::AcquireProof {
-        new_secret_hash: &hash,
-        presented_hash: None,
-        require_secret: false,
-    };
-    for round in 0..6 {
-        let resource = format!("r{round}");
-        leases::acquire(&mut conn, &resource, "h", 30, proof)
-            .await
-            .unwrap();
-        leases::release_many(&mut conn, &[resource.as_str()], &["h"], &[None], &[None])
-            .await
-            .unwrap();
-        let names = [format!("m{round}")];
-        leases::acquire_many(&mut conn, &names, &["h"], 30, &[hash.to_vec()], false)
-            .await
-            .unwrap();
-    }
-    let kept = prepared_statements(&mut conn).await;
+
+    // The hazard is real: a plain session keeps the group statements' plans made while
+    // `leases` was empty, and they scan the table once it has grown.
+    let mut plain = AsyncPgConnection::establish(&lease_db).await.unwrap();
+    let (scans, _) = scans_after_growth(&mut plain).await;
     assert!(
-        kept.iter().any(|s| s.contains("INSERT INTO leases")),
-        "the single acquire is kept prepared: {kept:#?}"
-    );
-    assert!(
-        !kept.iter().any(|s| s.contains("unnest")),
-        "a batch statement was kept prepared: {kept:#?}"
+        scans > 0,
+        "the set-up no longer reproduces a kept scanning plan"
     );
 
+    // lease-service's sessions keep every statement prepared on its generic plan, and the plans
+    // made while the table was empty find rows by index however it has grown.
+    let lease_db = fresh_database().await;
+    lease_service::db::migrate(&lease_db).await.unwrap();
+    let mut conn = lease_service::db::establish(&lease_db).await.unwrap();
+    let (scans, kept) = scans_after_growth(&mut conn).await;
+    // The acquire, renewal and release groups, by the names their `unnest` columns take.
+    for statement in ["INSERT INTO leases", "rn_resource", "rel_resource"] {
+        let prepared = kept
+            .iter()
+            .find(|p| p.statement.contains(statement) && p.statement.contains("unnest"));
+        assert!(
+            prepared.is_some_and(|p| p.generic_plans > 0),
+            "the group statement {statement:?} does not run on a kept plan: {:#?}",
+            kept.iter().map(|p| &p.statement).collect::<Vec<_>>()
+        );
+    }
+    assert_eq!(scans, 0, "a kept plan scans the grown leases table");
+}
+
+#[tokio::test]
+async fn task_key_lookups_stay_prepared_and_set_statements_are_planned_on_each_call() {
     let task_db = fresh_database().await;
     task_service::migrate(&task_db).await.unwrap();
     let mut conn = AsyncPgConnection::establish(&task_db).await.unwrap();
@@ -136,7 +218,11 @@ async fn key_lookups_stay_prepared_and_set_statements_are_planned_on_each_call()
         repo::lock_due(&mut conn, Some("q"), 10).await.unwrap();
         repo::lock_many(&mut conn, &[1, 2]).await.unwrap();
     }
-    let kept = prepared_statements(&mut conn).await;
+    let kept: Vec<String> = prepared_statements(&mut conn)
+        .await
+        .into_iter()
+        .map(|p| p.statement)
+        .collect();
     assert!(
         kept.iter().any(|s| s.contains("WHERE id = $1")),
         "the lookup by id is kept prepared: {kept:#?}"

@@ -30,14 +30,41 @@ const CHECKOUT_TIMEOUT: Duration = Duration::from_secs(5);
 /// request's first query, one in three of the statements a lease acquire sends; a connection
 /// that broke unnoticed fails its request once and is then dropped, as a ping's failure would.
 pub fn pool(database_url: &str, size: usize) -> anyhow::Result<DbPool> {
+    pool_with_session(database_url, size, "")
+}
+
+/// [`pool`] whose connections each run `session` (SQL, e.g. `SET` commands) once, when made.
+pub fn pool_with_session(
+    database_url: &str,
+    size: usize,
+    session: &'static str,
+) -> anyhow::Result<DbPool> {
     let mut config = ManagerConfig::default();
     config.recycling_method = RecyclingMethod::Fast;
+    if !session.is_empty() {
+        config.custom_setup = Box::new(move |url| Box::pin(establish(url.to_owned(), session)));
+    }
     let manager =
         AsyncDieselConnectionManager::<AsyncPgConnection>::new_with_config(database_url, config);
     Pool::builder(manager)
         .max_size(size)
         .build()
         .context("building the database pool")
+}
+
+/// A connection to `url` that has run `session`.
+pub async fn establish(
+    url: String,
+    session: &'static str,
+) -> diesel::ConnectionResult<AsyncPgConnection> {
+    use diesel_async::{AsyncConnection, SimpleAsyncConnection};
+    let mut conn = AsyncPgConnection::establish(&url).await?;
+    if !session.is_empty() {
+        conn.batch_execute(session)
+            .await
+            .map_err(diesel::ConnectionError::CouldntSetupConfiguration)?;
+    }
+    Ok(conn)
 }
 
 /// A pooled connection, or 503 if none comes within [`CHECKOUT_TIMEOUT`].
@@ -117,13 +144,14 @@ pub struct Cached<Q>(Q);
 /// so each text is prepared once per connection and found again in diesel-async's statement
 /// cache, which keys statements without a static query id by their SQL text.
 ///
-/// Only statements that touch one row by a unique key are kept: after five runs PostgreSQL may
-/// keep a generic plan for the session, made for the table as it was then, and for a key
-/// lookup that plan is the index at any size. A statement over a set (`unnest`, `ANY`, a
-/// `LIMIT` scan) is planned afresh on every call instead: its plan depends on the table's size,
-/// and the end-to-end benchmark caught a batch release whose kept plan, made while `leases` was
-/// nearly empty, scanned all 13,000 rows of it on every call. Set statements serve many rows
-/// per call, so their planning costs little.
+/// Which statements to keep is each repository's choice, because a kept statement may keep its
+/// plan: after five runs PostgreSQL may use a generic plan for the rest of the session, made for
+/// the table as it was then. Planned while a table is tiny, even a key lookup is a sequential
+/// scan, and the end-to-end benchmark caught a batch release whose kept plan, made while
+/// `leases` was nearly empty, scanned all 13,000 rows of it on every call. lease-service's
+/// sessions price sequential scans out, so it keeps every statement; task-service keeps key
+/// lookups (a tiny table's scan lasts until autovacuum next analyzes it, which replans) and
+/// plans statements over sets (`unnest`, `ANY`, a `LIMIT` scan) afresh on every call.
 pub trait Cache: Sized {
     fn cached(self) -> Cached<Self> {
         Cached(self)
