@@ -10,7 +10,7 @@ use shared::api::{
     AcquireLease, AcquireLeases, AcquiredLeases, HeldLease, Lease, LeaseStatus,
     MAX_BATCH_RESOURCES, ReleaseLease, ReleaseResult, RenewLease, Secret,
 };
-use shared::server::coalesce::{Choose, Coalescer, distinct_prefix};
+use shared::server::coalesce::{Coalescer, distinct_prefix};
 use shared::server::{check_batch_size, first_duplicate, sha256, validate_name};
 
 use crate::db::{self, DbPool};
@@ -140,33 +140,9 @@ impl Groups {
             metrics,
         };
         Groups {
-            acquires: grouped(
-                &context,
-                "acquire",
-                in_flight,
-                |waiting: &[Acquisition]| {
-                    distinct_prefix(waiting.iter().map(|a| &a.resource), MAX_BATCH_RESOURCES)
-                },
-                acquire_group,
-            ),
-            renewals: grouped(
-                &context,
-                "renew",
-                in_flight,
-                |waiting: &[Renewal]| {
-                    distinct_prefix(waiting.iter().map(|r| &r.resource), MAX_BATCH_RESOURCES)
-                },
-                renew_group,
-            ),
-            releases: grouped(
-                &context,
-                "release",
-                in_flight,
-                |waiting: &[Release]| {
-                    distinct_prefix(waiting.iter().map(|r| &r.resource), MAX_BATCH_RESOURCES)
-                },
-                release_group,
-            ),
+            acquires: grouped(&context, "acquire", in_flight, acquire_group),
+            renewals: grouped(&context, "renew", in_flight, renew_group),
+            releases: grouped(&context, "release", in_flight, release_group),
             context,
         }
     }
@@ -270,17 +246,45 @@ fn group_failed<T>() -> Result<T, ApiError> {
     ))
 }
 
-/// A coalescer whose groups take a connection and run `serve`; a failure of the group as a whole
-/// (no connection, a database error) is every member's answer.
+/// A request of a group, by the resource it touches.
+trait OnResource {
+    fn resource(&self) -> &str;
+}
+
+impl OnResource for Acquisition {
+    fn resource(&self) -> &str {
+        &self.resource
+    }
+}
+
+impl OnResource for Renewal {
+    fn resource(&self) -> &str {
+        &self.resource
+    }
+}
+
+impl OnResource for Release {
+    fn resource(&self) -> &str {
+        &self.resource
+    }
+}
+
+/// The next group: the waiting requests up to the first that names a resource again (one
+/// statement may touch a row only once), a batch's worth at most.
+fn one_per_resource<I: OnResource>(waiting: &[I]) -> usize {
+    distinct_prefix(waiting.iter().map(I::resource), MAX_BATCH_RESOURCES)
+}
+
+/// A coalescer of `operation`'s requests whose groups run `serve`; a failure of the group as a
+/// whole (no connection, a database error) is every member's answer.
 fn grouped<I, T, F, Fut>(
     context: &GroupContext,
     operation: &'static str,
     in_flight: usize,
-    choose: Choose<I>,
     serve: F,
 ) -> Coalescer<(), I, Result<T, ApiError>>
 where
-    I: Send + Sync + 'static,
+    I: OnResource + Send + Sync + 'static,
     T: Send + 'static,
     F: Fn(GroupContext, Vec<I>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = (Vec<I>, Result<Vec<Result<T, ApiError>>, ApiError>)> + Send + 'static,
@@ -288,7 +292,7 @@ where
     let context = context.clone();
     Coalescer::new(
         in_flight,
-        choose,
+        one_per_resource::<I>,
         Box::new(move |(), items: Vec<I>| {
             context
                 .metrics
