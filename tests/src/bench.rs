@@ -21,6 +21,9 @@
 //! - **sample's claim**: the sample's algorithm (`ORDER BY scheduled_at OFFSET n LIMIT 1 FOR
 //!   UPDATE` on its unindexed table, the lease call made while the row is locked), against
 //!   Leasehold's claim over HTTP, claim-and-complete cycles on the same backlog sizes.
+//! - **contention**: clients racing for a few shared resources (1 is leader election), each
+//!   acquiring one at random and releasing it at once when it wins: cycles and refusals per
+//!   second, through HTTP and as direct SQL.
 //! - **growth**: the lease and claim figures again with more and more finished tasks and ended
 //!   leases present.
 //! - **latency under half load**: claims at a fixed rate of half the measured maximum.
@@ -59,9 +62,11 @@ pub struct BenchOptions {
     pub backlog_sizes: Vec<u64>,
     /// Finished tasks and ended leases present, for the growth figures.
     pub growth_sizes: Vec<u64>,
+    /// Shared resources the contention figures race for.
+    pub contended_resources: Vec<u64>,
     /// Concurrent claim-and-complete clients.
     pub claim_clients: usize,
-    /// The sections to run (all when empty): `leases`, `e2e`, `sample`, `growth`.
+    /// The sections to run (all when empty): `leases`, `contention`, `e2e`, `sample`, `growth`.
     pub sections: Vec<String>,
 }
 
@@ -77,6 +82,7 @@ impl BenchOptions {
             batch_concurrency: 32,
             backlog_sizes: vec![10_000, 1_000_000],
             growth_sizes: vec![10_000, 100_000, 1_000_000],
+            contended_resources: vec![1, 100],
             claim_clients: 8,
             sections: Vec::new(),
         }
@@ -94,6 +100,7 @@ impl BenchOptions {
             batch_concurrency: 8,
             backlog_sizes: vec![300, 1_000],
             growth_sizes: vec![1_000, 3_000],
+            contended_resources: vec![1, 2],
             claim_clients: 4,
             sections: Vec::new(),
         }
@@ -313,6 +320,9 @@ pub async fn run(options: &BenchOptions) -> Report {
     };
     if wanted("leases") {
         leases(&bench, options, &mut report).await;
+    }
+    if wanted("contention") {
+        contention(&bench, options, &mut report).await;
     }
     if wanted("e2e") {
         end_to_end(&bench, options, &mut report).await;
@@ -602,6 +612,158 @@ async fn lease_sql(
     let rates_release = release.per_second;
     report.figures.push(release);
     [rates_acquire, rates_renew, rates_release]
+}
+
+// ---------------------------------------------------------------------------------------------
+// Contention: clients racing for a few shared resources.
+
+/// For each number of shared resources and each client count above one: HTTP against direct
+/// SQL, and their ratio.
+async fn contention(bench: &Bench, options: &BenchOptions, report: &mut Report) {
+    for &resources in &options.contended_resources {
+        for &clients in options.lease_concurrency.iter().filter(|c| **c > 1) {
+            let http = contended(bench, options, clients, resources, Path::Http, report).await;
+            let sql = contended(bench, options, clients, resources, Path::Sql, report).await;
+            report.ratio(
+                format!("contended cycles HTTP / SQL, {clients} clients, {resources} resources"),
+                http,
+                sql,
+            );
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Path {
+    Http,
+    Sql,
+}
+
+/// What one attempt on a shared resource came to.
+enum Attempt {
+    /// Acquired, then released.
+    Cycle,
+    /// Someone else held it.
+    Refused,
+    Failed,
+}
+
+/// `clients` racing for `resources` shared resources: each picks one at random, acquires it and,
+/// if it won, releases it at once. Returns the cycles per second.
+async fn contended(
+    bench: &Bench,
+    options: &BenchOptions,
+    clients: usize,
+    resources: u64,
+    path: Path,
+    report: &mut Report,
+) -> f64 {
+    use lease_service::repo::{self, AcquireProof, Acquired};
+    let run = rand::random::<u32>();
+    let phase = options.phase;
+    let section = match path {
+        Path::Http => "contention through HTTP",
+        Path::Sql => "contention as direct SQL",
+    };
+    let client = bench.lease_client();
+    let lease_db = bench.lease_db.clone();
+    let refusals = Arc::new(std::sync::Mutex::new(Samples::default()));
+    let refused_store = refusals.clone();
+    let (samples, elapsed) = run_clients(clients, |k| {
+        let client = client.clone();
+        let lease_db = lease_db.clone();
+        let refused_store = refused_store.clone();
+        async move {
+            let mut conn = match path {
+                Path::Sql => Some(
+                    lease_service::db::establish(&lease_db)
+                        .await
+                        .unwrap_or_else(|err| panic!("connecting to the leases database: {err}")),
+                ),
+                Path::Http => None,
+            };
+            let holder = format!("client-{k}");
+            let mut cycles = Samples::default();
+            let mut refused = Samples::default();
+            let deadline = Instant::now() + phase;
+            while Instant::now() < deadline {
+                let resource = format!("shared-{run}-{}", rand::random::<u64>() % resources.max(1));
+                let started = Instant::now();
+                let attempt = match conn.as_mut() {
+                    None => {
+                        match client
+                            .acquire(&resource, &holder, Some(Duration::from_secs(30)))
+                            .await
+                        {
+                            Ok(lease) => {
+                                match client.release(&resource, &holder, lease.proof()).await {
+                                    Ok(_) => Attempt::Cycle,
+                                    Err(_) => Attempt::Failed,
+                                }
+                            }
+                            Err(shared::LeaseError::Held { .. }) => Attempt::Refused,
+                            Err(_) => Attempt::Failed,
+                        }
+                    }
+                    Some(conn) => {
+                        let hash =
+                            shared::server::sha256(&format!("{:064x}", rand::random::<u128>()));
+                        let proof = AcquireProof {
+                            new_secret_hash: &hash,
+                            presented_hash: None,
+                            require_secret: false,
+                        };
+                        match repo::acquire(conn, &resource, &holder, 30, proof).await {
+                            Ok(Acquired::New(row)) => {
+                                match repo::release(
+                                    conn,
+                                    &resource,
+                                    &holder,
+                                    Some(row.fence),
+                                    Some(&hash),
+                                    None,
+                                )
+                                .await
+                                {
+                                    Ok(Some(_)) => Attempt::Cycle,
+                                    _ => Attempt::Failed,
+                                }
+                            }
+                            Ok(Acquired::Held(_)) => Attempt::Refused,
+                            _ => Attempt::Failed,
+                        }
+                    }
+                };
+                match attempt {
+                    Attempt::Cycle => cycles.latencies.push(started.elapsed()),
+                    Attempt::Refused => refused.latencies.push(started.elapsed()),
+                    Attempt::Failed => cycles.errors += 1,
+                }
+            }
+            refused_store.lock().unwrap().merge(refused);
+            cycles
+        }
+    })
+    .await;
+    let plural = if resources == 1 { "" } else { "s" };
+    let cycles = samples.figure(
+        section,
+        &format!("acquire + release, {resources} shared resource{plural}"),
+        clients,
+        None,
+        elapsed,
+    );
+    let rate = cycles.per_second;
+    report.figures.push(cycles);
+    let refused = std::mem::take(&mut *refusals.lock().unwrap());
+    report.figures.push(refused.figure(
+        section,
+        &format!("refused (held), {resources} shared resource{plural}"),
+        clients,
+        None,
+        elapsed,
+    ));
+    rate
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ async fn the_quick_benchmark_produces_every_figure() {
     }
     let sections: std::collections::BTreeSet<&str> =
         report.figures.iter().map(|f| f.section.as_str()).collect();
-    assert_eq!(sections.len(), 7, "{sections:?}");
+    assert_eq!(sections.len(), 9, "{sections:?}");
     for figure in &report.figures {
         assert!(figure.ops > 0, "a figure without operations: {figure:?}");
     }
@@ -39,8 +39,23 @@ async fn the_quick_benchmark_produces_every_figure() {
     for figure in e2e {
         assert_eq!(figure.ops, options.e2e_tasks, "every task done: {figure:?}");
     }
+    // Both paths race for every number of shared resources at every client count above one.
+    let contended = options.lease_concurrency.iter().filter(|c| **c > 1).count();
+    for section in ["contention through HTTP", "contention as direct SQL"] {
+        let cycles = report
+            .figures
+            .iter()
+            .filter(|f| f.section == section && f.name.starts_with("acquire + release"))
+            .count();
+        assert_eq!(
+            cycles,
+            contended * options.contended_resources.len(),
+            "{section}"
+        );
+    }
     // Per backlog: Leasehold's claim cycle, single and batched end to end, against the sample's.
     let expected_ratios = options.lease_concurrency.len() * 3
+        + options.contended_resources.len() * contended
         + options.backlog_sizes.len() * 3
         + (options.growth_sizes.len() - 1) * 2;
     assert_eq!(report.ratios.len(), expected_ratios, "{:?}", report.ratios);

@@ -41,8 +41,12 @@ struct Cli {
     /// Finished rows present for the growth figures, comma-separated.
     #[arg(long, value_delimiter = ',')]
     growth: Option<Vec<u64>>,
-    /// Run only these sections, comma-separated: leases, e2e, sample, growth (default: all).
-    #[arg(long, value_delimiter = ',', value_parser = ["leases", "e2e", "sample", "growth"])]
+    /// Shared resources the contention figures race for, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    contended_resources: Option<Vec<u64>>,
+    /// Run only these sections, comma-separated: leases, contention, e2e, sample, growth
+    /// (default: all).
+    #[arg(long, value_delimiter = ',', value_parser = ["leases", "contention", "e2e", "sample", "growth"])]
     only: Vec<String>,
     /// Write the report as JSON to this file.
     #[arg(long)]
@@ -80,6 +84,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if let Some(sizes) = cli.growth {
         options.growth_sizes = sizes;
+    }
+    if let Some(resources) = cli.contended_resources {
+        options.contended_resources = resources;
     }
     options.sections = cli.only;
     eprintln!("bench: {options:?}");
