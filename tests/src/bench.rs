@@ -1285,4 +1285,6 @@ Every write is a durable commit (fsync of the WAL), shared by concurrent commits
 PostgreSQL's group commit; both cores serve PostgreSQL, the services and the load generator at
 once. A claim is task-service's transaction with one lease-service call inside it (a batch
 acquire: one statement, one commit); a completion likewise with a batch release. Claims and
-single completions that arrive together are served as one group (GROUPS_IN_FLIGHT).";
+single completions that arrive together are served as one group, and so are single lease
+acquires, renewals and releases in lease-service (GROUPS_IN_FLIGHT of each service); the
+direct-SQL clients run one statement and one commit per operation.";
