@@ -54,7 +54,8 @@ pub struct ServeConfig {
 
     /// Statements of each kind (acquire, renew, release) in flight at once for single requests.
     /// Requests that arrive while all are busy go together as the next statement, one commit
-    /// for all; 1 makes the largest groups, more suit more cores.
+    /// for all; 1 makes the largest groups, more suit more cores. At most a third of
+    /// DATABASE_POOL_SIZE.
     #[arg(long, env = "GROUPS_IN_FLIGHT", default_value_t = 2)]
     pub groups_in_flight: usize,
 
@@ -146,8 +147,12 @@ impl ServeConfig {
         if self.database_pool_size == 0 {
             return Err("DATABASE_POOL_SIZE must be at least 1".to_owned());
         }
-        if !(1..=self.database_pool_size).contains(&self.groups_in_flight) {
-            return Err("GROUPS_IN_FLIGHT must be between 1 and DATABASE_POOL_SIZE".to_owned());
+        // Three kinds of group (acquire, renew, release) each hold up to that many connections.
+        if self.groups_in_flight == 0 || 3 * self.groups_in_flight > self.database_pool_size {
+            return Err(
+                "GROUPS_IN_FLIGHT must be at least 1 and at most a third of DATABASE_POOL_SIZE"
+                    .to_owned(),
+            );
         }
         Ok(())
     }

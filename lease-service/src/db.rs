@@ -23,9 +23,10 @@ pub async fn migrate(database_url: &str) -> anyhow::Result<()> {
 /// assumes more rows than a small group has; planning costs more than running a group of a few.
 /// So every statement runs on its generic plan, made once per session. Such a plan, made while
 /// `leases` was nearly empty (a new deployment), would rightly scan the table, and would keep
-/// scanning it once it had grown: with sequential scans priced out, every plan uses the index
-/// that serves it at any size, and a table no index serves (history pruning by age) is still
-/// scanned.
+/// scanning it once it had grown. With sequential scans priced out, the plans made then reach
+/// rows through the index on `resource`, one probe per request (`tests/tests/query_plans.rs`
+/// grows the table under kept plans and bounds the rows they read); a table no index serves
+/// (history pruning by age) is still scanned.
 pub const SESSION: &str = "SET enable_seqscan = off; SET plan_cache_mode = force_generic_plan";
 
 /// The pool of lease-service's connections, each set up with [`SESSION`].

@@ -328,7 +328,7 @@ async fn acquire_group(
                 new_secret_hash: &a.secret_hash,
             })
             .collect();
-        let acquired = repo::acquire_each(&mut conn, &wants, context.secrets.required).await?;
+        let acquired = acquire_each(&mut conn, &wants, context.secrets.required).await?;
         Ok(items
             .iter()
             .zip(acquired)
@@ -339,7 +339,7 @@ async fn acquire_group(
                     (&item.resource, &item.holder),
                     None,
                     item.secret.clone(),
-                    acquired,
+                    acquired?,
                 )
             })
             .collect())
@@ -347,6 +347,47 @@ async fn acquire_group(
     .await;
     (items, served)
 }
+/// Acquires each want (distinct resources) as [`repo::acquire`] would alone: one statement takes
+/// every row it may, one read finds who holds the rest, and only a resource whose lease ended
+/// in between is tried again alone. Once the statement has committed, a want it served keeps its
+/// answer even if the read for the others fails: only those fail.
+async fn acquire_each(
+    conn: &mut AsyncPgConnection,
+    wants: &[repo::Want<'_>],
+    require_secret: bool,
+) -> Result<Vec<Result<Acquired, ApiError>>, ApiError> {
+    let taken = repo::take_each(conn, wants, require_secret).await?;
+    let untaken = wants
+        .iter()
+        .zip(&taken)
+        .filter(|(_, taken)| taken.is_none())
+        .map(|(want, _)| want.resource)
+        .collect();
+    let mut current = current_leases(conn, untaken).await;
+    let mut answers = Vec::with_capacity(wants.len());
+    for (want, taken) in wants.iter().zip(taken) {
+        answers.push(match (taken, &mut current) {
+            (Some(acquired), _) => Ok(acquired),
+            (None, Err(err)) => Err(err.clone()),
+            (None, Ok(current)) => match current.remove(want.resource) {
+                Some(row) if row.is_active() => Ok(Acquired::Held(row)),
+                // It ended between the two statements: try it again, alone.
+                _ => {
+                    let proof = AcquireProof {
+                        new_secret_hash: want.new_secret_hash,
+                        presented_hash: None,
+                        require_secret,
+                    };
+                    repo::acquire(conn, want.resource, want.holder, want.ttl_seconds, proof)
+                        .await
+                        .map_err(ApiError::from)
+                }
+            },
+        });
+    }
+    Ok(answers)
+}
+
 /// An acquire's answer, given what its statement did: `presented` is the secret the request
 /// proved a reentrant acquire with (if any), `secret` the one a new acquisition gets.
 fn answer_acquire(
@@ -474,14 +515,15 @@ pub async fn acquire_many(
             new_secret_hash: hash,
         })
         .collect();
-    let acquired = repo::acquire_each(conn, &wants, secrets.required).await?;
+    let acquired = acquire_each(conn, &wants, secrets.required).await?;
     let mut answer = AcquiredLeases {
         acquired: Vec::new(),
         extended: Vec::new(),
         held: Vec::new(),
     };
+    // One answer for the batch: a member that failed fails it.
     for (acquired, secret) in acquired.into_iter().zip(new_secrets) {
-        match acquired {
+        match acquired? {
             Acquired::New(row) => {
                 let mut lease = to_api(row);
                 lease.secret = Some(Secret::new(secret));
@@ -542,7 +584,8 @@ async fn renew_group(
             .filter(|(_, row)| row.is_none())
             .map(|(item, _)| item.resource.as_str())
             .collect();
-        let mut current = current_leases(&mut conn, unrenewed).await?;
+        // A failure of this read fails only the renewals it was for.
+        let mut current = current_leases(&mut conn, unrenewed).await;
         let metrics = &context.metrics;
         Ok(items
             .iter()
@@ -552,13 +595,11 @@ async fn renew_group(
                     metrics.renewals.inc();
                     return Ok(to_api(row));
                 }
-                let refusal = refusal(
-                    "renew",
-                    current.remove(&item.resource),
-                    &item.holder,
-                    item.fence,
-                    item.secret_hash,
-                );
+                let current = match &mut current {
+                    Ok(current) => current.remove(&item.resource),
+                    Err(err) => return Err(err.clone()),
+                };
+                let refusal = refusal("renew", current, &item.holder, item.fence, item.secret_hash);
                 metrics
                     .conflicts
                     .with_label_values(&["renew", refusal.code()])
@@ -601,8 +642,8 @@ async fn release_group(
 }
 
 /// Releases in one statement, then judges each release that released nothing against the lease
-/// as it now is: a repeat of a release that already happened answers as the first did, anything
-/// else is refused with its reason.
+/// as it now is: a repeat of a release that already happened (or of another release in the same
+/// statement) answers as the first did, anything else is refused with its reason.
 async fn release_each(
     conn: &mut AsyncPgConnection,
     metrics: &Metrics,
@@ -615,7 +656,8 @@ async fn release_each(
         .filter(|(_, row)| row.is_none())
         .map(|(item, _)| item.resource.as_str())
         .collect();
-    let current = current_leases(conn, unreleased).await?;
+    // A failure of this read fails only the releases it was for.
+    let current = current_leases(conn, unreleased).await;
     Ok(items
         .iter()
         .zip(released)
@@ -624,7 +666,12 @@ async fn release_each(
                 metrics.releases.inc();
                 return Ok(to_api(row));
             }
-            judge_unreleased(metrics, item, current.get(&item.resource).cloned())
+            match &current {
+                Ok(current) => {
+                    judge_unreleased(metrics, item, current.get(&item.resource).cloned())
+                }
+                Err(err) => Err(err.clone()),
+            }
         })
         .collect())
 }

@@ -2,8 +2,7 @@
 //!
 //! Each state change is one statement, so it is atomic and judged by the database's clock
 //! (`now()`); no host clock enters any expiry decision. Every statement is kept prepared
-//! (`.cached()`), sets included: lease-service's sessions price sequential scans out
-//! ([`crate::db::SESSION`]), so no kept plan can scan a table that has grown.
+//! (`.cached()`), sets included, on plans made once per session ([`crate::db::SESSION`]).
 
 use diesel::result::Error as DieselError;
 use diesel::sql_types::{BigInt, Binary, Bool, Integer, Nullable, Text, Timestamptz};
@@ -132,8 +131,8 @@ VALUES ($1, $2, nextval('leases_fence_seq'), $3, now(), now() + make_interval(se
 );
 
 /// [`ACQUIRE`] for many resources, each with its holder and TTL: one statement, one commit.
-/// Rows are taken in resource order, so two groups that share resources lock them in the same
-/// order and cannot deadlock. A reentrant acquire here cannot present a secret, so it is allowed
+/// Rows are taken in resource order, byte by byte (`COLLATE "C"`, the order Rust sorts strings
+/// in), so groups that share resources lock them in the same order and cannot deadlock. A reentrant acquire here cannot present a secret, so it is allowed
 /// only when secrets are not required (`$5`). A fence drawn by the `SELECT` for a row that then
 /// conflicts is simply skipped: the sequence only rises.
 const ACQUIRE_MANY: &str = concat!(
@@ -142,7 +141,7 @@ SELECT r.resource, r.holder, nextval('leases_fence_seq'), r.ttl_seconds, now(),
        now() + make_interval(secs => r.ttl_seconds), r.secret_hash
 FROM unnest($1::text[], $2::text[], $3::int[], $4::bytea[])
      AS r(resource, holder, ttl_seconds, secret_hash)
-ORDER BY r.resource
+ORDER BY r.resource COLLATE \"C\"
 ",
     takeover!(),
     "WHERE l.expires_at <= now() OR l.released_at IS NOT NULL
@@ -339,21 +338,21 @@ pub struct Want<'a> {
     pub new_secret_hash: &'a [u8],
 }
 
-/// [`acquire`] for many distinct resources at once: one statement takes every row it may, one
-/// more reads who holds the rest, and only a resource whose lease ended in between is tried
-/// again alone. Answers one [`Acquired`] per want, in order. A reentrant acquire is allowed only
-/// when `require_secret` is false: a want carries no secret to prove it.
+/// [`acquire`] for many distinct resources at once, in one statement: for each want, in order,
+/// what it did (a new or a reentrant acquisition), or `None` where it took nothing (held by
+/// someone else, or it changed hands: the caller finds out with [`find_by_resources`]). A
+/// reentrant acquire is allowed only when `require_secret` is false: a want carries no secret
+/// to prove it.
 ///
-/// One want runs [`acquire`] itself. The two statements decide alike, but the single one is
-/// kept prepared, and planning the set statement (a join with `unnest`) costs more than
-/// running it for one row: a request that arrives alone (light load) pays nothing for
-/// grouping.
+/// One want runs [`acquire`] itself, whose answer is always complete. The two statements decide
+/// alike, but the single one is cheaper for one row: a request that arrives alone (light load)
+/// pays nothing for grouping.
 #[tracing::instrument(name = "INSERT leases", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "INSERT", db.collection.name = "leases", db.operation.batch.size = wants.len()))]
-pub async fn acquire_each(
+pub async fn take_each(
     conn: &mut AsyncPgConnection,
     wants: &[Want<'_>],
     require_secret: bool,
-) -> Result<Vec<Acquired>, DieselError> {
+) -> Result<Vec<Option<Acquired>>, DieselError> {
     use diesel::sql_types::Array;
     if let [want] = wants {
         let proof = AcquireProof {
@@ -361,9 +360,8 @@ pub async fn acquire_each(
             presented_hash: None,
             require_secret,
         };
-        return Ok(vec![
-            acquire(conn, want.resource, want.holder, want.ttl_seconds, proof).await?,
-        ]);
+        let acquired = acquire(conn, want.resource, want.holder, want.ttl_seconds, proof).await?;
+        return Ok(vec![Some(acquired)]);
     }
     let rows: Vec<AcquiredRow> = diesel::sql_query(ACQUIRE_MANY)
         .bind::<Array<Text>, _>(wants.iter().map(|w| w.resource).collect::<Vec<_>>())
@@ -378,40 +376,18 @@ pub async fn acquire_each(
         .into_iter()
         .map(|row| (row.lease.resource.clone(), row))
         .collect();
-    let missing: Vec<&str> = wants
+    Ok(wants
         .iter()
-        .map(|w| w.resource)
-        .filter(|resource| !taken.contains_key(*resource))
-        .collect();
-    let mut current: HashMap<String, LeaseRow> = if missing.is_empty() {
-        HashMap::new()
-    } else {
-        find_by_resources(conn, &missing)
-            .await?
-            .into_iter()
-            .map(|row| (row.resource.clone(), row))
-            .collect()
-    };
-    let mut answers = Vec::with_capacity(wants.len());
-    for want in wants {
-        answers.push(match taken.remove(want.resource) {
-            Some(AcquiredRow { lease, fresh: true }) => Acquired::New(lease),
-            Some(AcquiredRow { lease, .. }) => Acquired::Reentrant(lease),
-            None => match current.remove(want.resource) {
-                Some(row) if row.is_active() => Acquired::Held(row),
-                // It ended between the two statements: try it again, alone.
-                _ => {
-                    let proof = AcquireProof {
-                        new_secret_hash: want.new_secret_hash,
-                        presented_hash: None,
-                        require_secret,
-                    };
-                    acquire(conn, want.resource, want.holder, want.ttl_seconds, proof).await?
+        .map(|want| {
+            taken.remove(want.resource).map(|row| {
+                if row.fresh {
+                    Acquired::New(row.lease)
+                } else {
+                    Acquired::Reentrant(row.lease)
                 }
-            },
-        });
-    }
-    Ok(answers)
+            })
+        })
+        .collect())
 }
 
 /// The leases on `resources`, whatever their state.
@@ -430,11 +406,12 @@ pub async fn find_by_resources(
 }
 
 /// Gives each request the row a group statement returned for it: the first request, in order,
-/// with that row's resource and holder that has none yet. A request left without one changed
-/// nothing (or repeated another request of the same statement).
+/// without a row yet, that the row satisfies (`serves`: same resource and holder, and fence,
+/// secret digest and id where the request gives them). A request left without one changed
+/// nothing, or repeated another request of the same statement (a batch may name a lease twice).
 fn match_rows<T>(
     requests: &[T],
-    key: impl Fn(&T) -> (&str, &str),
+    serves: impl Fn(&T, &LeaseRow) -> bool,
     rows: Vec<LeaseRow>,
 ) -> Vec<Option<LeaseRow>> {
     let mut matched: Vec<Option<LeaseRow>> = requests.iter().map(|_| None).collect();
@@ -442,9 +419,7 @@ fn match_rows<T>(
         let slot = requests
             .iter()
             .zip(matched.iter())
-            .position(|(request, slot)| {
-                slot.is_none() && key(request) == (row.resource.as_str(), row.holder.as_str())
-            });
+            .position(|(request, slot)| slot.is_none() && serves(request, &row));
         if let Some(index) = slot {
             matched[index] = Some(row);
         }
@@ -452,9 +427,26 @@ fn match_rows<T>(
     matched
 }
 
-/// The indices of `requests` in resource order: group statements are fed in the order the
-/// acquire group locks rows in, so that (with the nested-loop plan a few rows get) concurrent
-/// groups lock shared rows in one order.
+/// Whether `row` meets a renewal's or release's conditions on who asks: its resource, holder,
+/// fence (if given) and secret digest (if given).
+fn asked_by(
+    row: &LeaseRow,
+    resource: &str,
+    holder: &str,
+    fence: Option<i64>,
+    secret_hash: Option<&[u8; 32]>,
+) -> bool {
+    row.resource == resource
+        && row.holder == holder
+        && fence.is_none_or(|fence| fence == row.fence)
+        && secret_hash.is_none_or(|hash| row.secret_hash.as_deref() == Some(hash.as_slice()))
+}
+
+/// The indices of `requests` in resource order, byte by byte: the order [`ACQUIRE_MANY`] takes
+/// rows in (`COLLATE "C"`), whatever the database's collation. Renewal and release groups are
+/// fed in it, and their plan (a nested loop from the `unnest`, one index probe per request:
+/// `tests/tests/query_plans.rs` checks that no plan reads more) locks rows in that order, so no
+/// two groups wait on each other's rows in opposite orders.
 fn in_resource_order<T>(requests: &[T], resource: impl Fn(&T) -> &str) -> Vec<usize> {
     let mut order: Vec<usize> = (0..requests.len()).collect();
     order.sort_by(|a, b| resource(&requests[*a]).cmp(resource(&requests[*b])));
@@ -512,7 +504,11 @@ pub async fn renew_each(
         .cached()
         .load(conn)
         .await?;
-    Ok(match_rows(renewals, |r| (&r.resource, &r.holder), rows))
+    Ok(match_rows(
+        renewals,
+        |r, row| asked_by(row, &r.resource, &r.holder, r.fence, r.secret_hash.as_ref()),
+        rows,
+    ))
 }
 
 #[tracing::instrument(name = "UPDATE leases", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "leases"))]
@@ -602,7 +598,14 @@ pub async fn release_each(
         .cached()
         .load(conn)
         .await?;
-    Ok(match_rows(releases, |r| (&r.resource, &r.holder), rows))
+    Ok(match_rows(
+        releases,
+        |r, row| {
+            asked_by(row, &r.resource, &r.holder, r.fence, r.secret_hash.as_ref())
+                && r.id.is_none_or(|id| id == row.id)
+        },
+        rows,
+    ))
 }
 
 #[tracing::instrument(name = "UPDATE leases", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "leases"))]

@@ -760,6 +760,30 @@ async fn a_batch_release_answers_each_release_as_alone_in_one_transaction() {
         .post("/api/leases/batch/release", &json!({"leases": []}))
         .await;
     assert_eq!((empty.status, empty.code()), (400, "invalid_batch"));
+
+    // One lease named twice, first with a wrong secret and a stale fence, then rightly: the
+    // release goes to the right one, and the wrong ones are refused as they would be alone.
+    let twice = svc.post("/api/leases", &lease("twice", "me")).await;
+    let right = json!({"resource": "twice", "holder": "me", "fence": twice.body["fence"],
+                       "secret": twice.body["secret"]});
+    let body = json!({"leases": [
+        {"resource": "twice", "holder": "me", "secret": "0".repeat(64)},
+        {"resource": "twice", "holder": "me", "fence": twice.body["fence"].as_i64().unwrap() + 1},
+        right,
+        right,
+    ]});
+    let answer = svc.post("/api/leases/batch/release", &body).await;
+    assert_eq!(
+        verdicts(&answer.body["results"]),
+        vec![
+            (409, "wrong_secret"),
+            (409, "stale_fence"),
+            (200, ""),
+            (200, "")
+        ],
+        "{:?}",
+        answer.body
+    );
 }
 
 #[tokio::test]

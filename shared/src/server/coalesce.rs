@@ -6,8 +6,8 @@
 //! groups per key in flight: a request arriving while one is free runs at once (nothing waits
 //! under light load); once all are busy, arrivals queue up and go together as the next group,
 //! as commits queue behind a WAL flush. Each request still gets its own answer, exactly what it
-//! would have got alone; a failure of the group's transaction as a whole (the database gone,
-//! say) is every member's answer.
+//! would have got alone; a failure of the group's work as a whole (the database gone, say)
+//! is every member's answer.
 //!
 //! The driver runs as a task of its own, so a member whose client hangs up does not cancel the
 //! others; a driver that is dropped unfinished (its runtime stopped) gives its place back, so a
