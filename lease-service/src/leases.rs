@@ -269,6 +269,12 @@ impl OnResource for Release {
     }
 }
 
+impl OnResource for repo::Want<'_> {
+    fn resource(&self) -> &str {
+        self.resource
+    }
+}
+
 /// The next group: the waiting requests up to the first that names a resource again (one
 /// statement may touch a row only once), a batch's worth at most.
 fn one_per_resource<I: OnResource>(waiting: &[I]) -> usize {
@@ -287,24 +293,24 @@ where
     I: OnResource + Send + Sync + 'static,
     T: Send + 'static,
     F: Fn(GroupContext, Vec<I>) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = (Vec<I>, Result<Vec<Result<T, ApiError>>, ApiError>)> + Send + 'static,
+    Fut: Future<Output = Result<Vec<Result<T, ApiError>>, ApiError>> + Send + 'static,
 {
     let context = context.clone();
     Coalescer::new(
         in_flight,
         one_per_resource::<I>,
         Box::new(move |(), items: Vec<I>| {
+            let members = items.len();
             context
                 .metrics
                 .group_sizes
                 .with_label_values(&[operation])
-                .observe(items.len() as f64);
+                .observe(members as f64);
             let served = serve(context.clone(), items);
             Box::pin(async move {
-                match served.await {
-                    (_, Ok(outcomes)) => outcomes,
-                    (items, Err(err)) => items.iter().map(|_| Err(err.clone())).collect(),
-                }
+                served
+                    .await
+                    .unwrap_or_else(|err| (0..members).map(|_| Err(err.clone())).collect())
             })
         }),
     )
@@ -313,40 +319,34 @@ where
 async fn acquire_group(
     context: GroupContext,
     items: Vec<Acquisition>,
-) -> (
-    Vec<Acquisition>,
-    Result<Vec<Result<AcquireOutcome, ApiError>>, ApiError>,
-) {
-    let served = async {
-        let mut conn = db::connection(&context.pool).await?;
-        let wants: Vec<repo::Want<'_>> = items
-            .iter()
-            .map(|a| repo::Want {
-                resource: &a.resource,
-                holder: &a.holder,
-                ttl_seconds: a.ttl_seconds,
-                new_secret_hash: &a.secret_hash,
-            })
-            .collect();
-        let acquired = acquire_each(&mut conn, &wants, context.secrets.required).await?;
-        Ok(items
-            .iter()
-            .zip(acquired)
-            .map(|(item, acquired)| {
-                answer_acquire(
-                    context.secrets,
-                    &context.metrics,
-                    (&item.resource, &item.holder),
-                    None,
-                    item.secret.clone(),
-                    acquired?,
-                )
-            })
-            .collect())
-    }
-    .await;
-    (items, served)
+) -> Result<Vec<Result<AcquireOutcome, ApiError>>, ApiError> {
+    let mut conn = db::connection(&context.pool).await?;
+    let wants: Vec<repo::Want<'_>> = items
+        .iter()
+        .map(|a| repo::Want {
+            resource: &a.resource,
+            holder: &a.holder,
+            ttl_seconds: a.ttl_seconds,
+            new_secret_hash: &a.secret_hash,
+        })
+        .collect();
+    let acquired = acquire_each(&mut conn, &wants, context.secrets.required).await?;
+    Ok(items
+        .iter()
+        .zip(acquired)
+        .map(|(item, acquired)| {
+            answer_acquire(
+                context.secrets,
+                &context.metrics,
+                (&item.resource, &item.holder),
+                None,
+                item.secret.clone(),
+                acquired?,
+            )
+        })
+        .collect())
 }
+
 /// Acquires each want (distinct resources) as [`repo::acquire`] would alone: one statement takes
 /// every row it may, one read finds who holds the rest, and only a resource whose lease ended
 /// in between is tried again alone. Once the statement has committed, a want it served keeps its
@@ -357,13 +357,7 @@ async fn acquire_each(
     require_secret: bool,
 ) -> Result<Vec<Result<Acquired, ApiError>>, ApiError> {
     let taken = repo::take_each(conn, wants, require_secret).await?;
-    let untaken = wants
-        .iter()
-        .zip(&taken)
-        .filter(|(_, taken)| taken.is_none())
-        .map(|(want, _)| want.resource)
-        .collect();
-    let mut current = current_leases(conn, untaken).await;
+    let mut current = leases_left(conn, wants, &taken).await;
     let mut answers = Vec::with_capacity(wants.len());
     for (want, taken) in wants.iter().zip(taken) {
         answers.push(match (taken, &mut current) {
@@ -556,11 +550,19 @@ pub async fn acquire_many(
     Ok(answer)
 }
 
-/// The leases on `resources` (any state), by resource.
-async fn current_leases(
+/// The leases now on the resources of the requests a group statement did nothing for
+/// (`done[i]` is `None`), in any state, by resource: what those requests are judged against.
+async fn leases_left<I: OnResource, D>(
     conn: &mut AsyncPgConnection,
-    resources: Vec<&str>,
+    requests: &[I],
+    done: &[Option<D>],
 ) -> Result<HashMap<String, LeaseRow>, ApiError> {
+    let resources: Vec<&str> = requests
+        .iter()
+        .zip(done)
+        .filter(|(_, done)| done.is_none())
+        .map(|(request, _)| request.resource())
+        .collect();
     if resources.is_empty() {
         return Ok(HashMap::new());
     }
@@ -574,42 +576,32 @@ async fn current_leases(
 async fn renew_group(
     context: GroupContext,
     items: Vec<Renewal>,
-) -> (Vec<Renewal>, Result<Vec<Result<Lease, ApiError>>, ApiError>) {
-    let served = async {
-        let mut conn = db::connection(&context.pool).await?;
-        let renewed = repo::renew_each(&mut conn, &items).await?;
-        let unrenewed = items
-            .iter()
-            .zip(&renewed)
-            .filter(|(_, row)| row.is_none())
-            .map(|(item, _)| item.resource.as_str())
-            .collect();
-        // A failure of this read fails only the renewals it was for.
-        let mut current = current_leases(&mut conn, unrenewed).await;
-        let metrics = &context.metrics;
-        Ok(items
-            .iter()
-            .zip(renewed)
-            .map(|(item, renewed)| {
-                if let Some(row) = renewed {
-                    metrics.renewals.inc();
-                    return Ok(to_api(row));
-                }
-                let current = match &mut current {
-                    Ok(current) => current.remove(&item.resource),
-                    Err(err) => return Err(err.clone()),
-                };
-                let refusal = refusal("renew", current, &item.holder, item.fence, item.secret_hash);
-                metrics
-                    .conflicts
-                    .with_label_values(&["renew", refusal.code()])
-                    .inc();
-                Err(refusal)
-            })
-            .collect())
-    }
-    .await;
-    (items, served)
+) -> Result<Vec<Result<Lease, ApiError>>, ApiError> {
+    let mut conn = db::connection(&context.pool).await?;
+    let renewed = repo::renew_each(&mut conn, &items).await?;
+    // A failure of this read fails only the renewals it was for.
+    let mut current = leases_left(&mut conn, &items, &renewed).await;
+    let metrics = &context.metrics;
+    Ok(items
+        .iter()
+        .zip(renewed)
+        .map(|(item, renewed)| {
+            if let Some(row) = renewed {
+                metrics.renewals.inc();
+                return Ok(to_api(row));
+            }
+            let current = match &mut current {
+                Ok(current) => current.remove(&item.resource),
+                Err(err) => return Err(err.clone()),
+            };
+            let refusal = refusal("renew", current, &item.holder, item.fence, item.secret_hash);
+            metrics
+                .conflicts
+                .with_label_values(&["renew", refusal.code()])
+                .inc();
+            Err(refusal)
+        })
+        .collect())
 }
 
 /// A release's names and proof, checked.
@@ -632,13 +624,9 @@ fn check_release(
 async fn release_group(
     context: GroupContext,
     items: Vec<Release>,
-) -> (Vec<Release>, Result<Vec<Result<Lease, ApiError>>, ApiError>) {
-    let served = async {
-        let mut conn = db::connection(&context.pool).await?;
-        release_each(&mut conn, &context.metrics, &items).await
-    }
-    .await;
-    (items, served)
+) -> Result<Vec<Result<Lease, ApiError>>, ApiError> {
+    let mut conn = db::connection(&context.pool).await?;
+    release_each(&mut conn, &context.metrics, &items).await
 }
 
 /// Releases in one statement, then judges each release that released nothing against the lease
@@ -650,14 +638,8 @@ async fn release_each(
     items: &[Release],
 ) -> Result<Vec<Result<Lease, ApiError>>, ApiError> {
     let released = repo::release_each(conn, items).await?;
-    let unreleased = items
-        .iter()
-        .zip(&released)
-        .filter(|(_, row)| row.is_none())
-        .map(|(item, _)| item.resource.as_str())
-        .collect();
     // A failure of this read fails only the releases it was for.
-    let current = current_leases(conn, unreleased).await;
+    let current = leases_left(conn, items, &released).await;
     Ok(items
         .iter()
         .zip(released)

@@ -132,9 +132,10 @@ VALUES ($1, $2, nextval('leases_fence_seq'), $3, now(), now() + make_interval(se
 
 /// [`ACQUIRE`] for many resources, each with its holder and TTL: one statement, one commit.
 /// Rows are taken in resource order, byte by byte (`COLLATE "C"`, the order Rust sorts strings
-/// in), so groups that share resources lock them in the same order and cannot deadlock. A reentrant acquire here cannot present a secret, so it is allowed
-/// only when secrets are not required (`$5`). A fence drawn by the `SELECT` for a row that then
-/// conflicts is simply skipped: the sequence only rises.
+/// in), so groups that share resources lock them in the same order and cannot deadlock. A
+/// reentrant acquire here cannot present a secret, so it is allowed only when secrets are not
+/// required (`$5`). A fence drawn by the `SELECT` for a row that then conflicts is simply
+/// skipped: the sequence only rises.
 const ACQUIRE_MANY: &str = concat!(
     "INSERT INTO leases AS l (resource, holder, fence, ttl_seconds, created_at, expires_at, secret_hash)
 SELECT r.resource, r.holder, nextval('leases_fence_seq'), r.ttl_seconds, now(),
@@ -442,15 +443,15 @@ fn asked_by(
         && secret_hash.is_none_or(|hash| row.secret_hash.as_deref() == Some(hash.as_slice()))
 }
 
-/// The indices of `requests` in resource order, byte by byte: the order [`ACQUIRE_MANY`] takes
+/// `requests` in resource order, byte by byte: the order [`ACQUIRE_MANY`] takes
 /// rows in (`COLLATE "C"`), whatever the database's collation. Renewal and release groups are
 /// fed in it, and their plan (a nested loop from the `unnest`, one index probe per request:
 /// `tests/tests/query_plans.rs` checks that no plan reads more) locks rows in that order, so no
 /// two groups wait on each other's rows in opposite orders.
-fn in_resource_order<T>(requests: &[T], resource: impl Fn(&T) -> &str) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..requests.len()).collect();
-    order.sort_by(|a, b| resource(&requests[*a]).cmp(resource(&requests[*b])));
-    order
+fn in_resource_order<T>(requests: &[T], resource: impl Fn(&T) -> &str) -> Vec<&T> {
+    let mut sorted: Vec<&T> = requests.iter().collect();
+    sorted.sort_by(|a, b| resource(a).cmp(resource(b)));
+    sorted
 }
 
 /// One renewal of a group: the conditions of [`renew`].
@@ -464,7 +465,7 @@ pub struct Renewal {
 }
 
 /// [`renew`] for many leases in one statement: the renewed row of each renewal, in order, or
-/// `None` where it renewed nothing. One renewal runs [`renew`] (see [`acquire_each`] for why).
+/// `None` where it renewed nothing. One renewal runs [`renew`] (see [`take_each`] for why).
 #[tracing::instrument(name = "UPDATE leases", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "leases", db.operation.batch.size = renewals.len()))]
 pub async fn renew_each(
     conn: &mut AsyncPgConnection,
@@ -483,18 +484,15 @@ pub async fn renew_each(
         );
         return Ok(vec![renewed.await?]);
     }
-    let order = in_resource_order(renewals, |r| &r.resource);
-    let resources: Vec<&str> = order
+    let sorted = in_resource_order(renewals, |r| &r.resource);
+    let resources: Vec<&str> = sorted.iter().map(|r| r.resource.as_str()).collect();
+    let holders: Vec<&str> = sorted.iter().map(|r| r.holder.as_str()).collect();
+    let fences: Vec<Option<i64>> = sorted.iter().map(|r| r.fence).collect();
+    let hashes: Vec<Option<&[u8]>> = sorted
         .iter()
-        .map(|i| renewals[*i].resource.as_str())
+        .map(|r| r.secret_hash.as_ref().map(<[u8; 32]>::as_slice))
         .collect();
-    let holders: Vec<&str> = order.iter().map(|i| renewals[*i].holder.as_str()).collect();
-    let fences: Vec<Option<i64>> = order.iter().map(|i| renewals[*i].fence).collect();
-    let hashes: Vec<Option<&[u8]>> = order
-        .iter()
-        .map(|i| renewals[*i].secret_hash.as_ref().map(<[u8; 32]>::as_slice))
-        .collect();
-    let ttls: Vec<Option<i32>> = order.iter().map(|i| renewals[*i].ttl_seconds).collect();
+    let ttls: Vec<Option<i32>> = sorted.iter().map(|r| r.ttl_seconds).collect();
     let rows: Vec<LeaseRow> = diesel::sql_query(RENEW_MANY)
         .bind::<Array<Text>, _>(resources)
         .bind::<Array<Text>, _>(holders)
@@ -564,8 +562,7 @@ pub struct Release {
 }
 
 /// [`release`] for many leases in one statement: the released row of each release, in order, or
-/// `None` where it released nothing. One release runs [`release`] (see [`acquire_each`] for
-/// why).
+/// `None` where it released nothing. One release runs [`release`] (see [`take_each`] for why).
 #[tracing::instrument(name = "UPDATE leases", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "leases", db.operation.batch.size = releases.len()))]
 pub async fn release_each(
     conn: &mut AsyncPgConnection,
@@ -577,18 +574,15 @@ pub async fn release_each(
         let released = release(conn, &one.resource, &one.holder, one.fence, hash, one.id);
         return Ok(vec![released.await?]);
     }
-    let order = in_resource_order(releases, |r| &r.resource);
-    let resources: Vec<&str> = order
+    let sorted = in_resource_order(releases, |r| &r.resource);
+    let resources: Vec<&str> = sorted.iter().map(|r| r.resource.as_str()).collect();
+    let holders: Vec<&str> = sorted.iter().map(|r| r.holder.as_str()).collect();
+    let fences: Vec<Option<i64>> = sorted.iter().map(|r| r.fence).collect();
+    let hashes: Vec<Option<&[u8]>> = sorted
         .iter()
-        .map(|i| releases[*i].resource.as_str())
+        .map(|r| r.secret_hash.as_ref().map(<[u8; 32]>::as_slice))
         .collect();
-    let holders: Vec<&str> = order.iter().map(|i| releases[*i].holder.as_str()).collect();
-    let fences: Vec<Option<i64>> = order.iter().map(|i| releases[*i].fence).collect();
-    let hashes: Vec<Option<&[u8]>> = order
-        .iter()
-        .map(|i| releases[*i].secret_hash.as_ref().map(<[u8; 32]>::as_slice))
-        .collect();
-    let ids: Vec<Option<i64>> = order.iter().map(|i| releases[*i].id).collect();
+    let ids: Vec<Option<i64>> = sorted.iter().map(|r| r.id).collect();
     let rows: Vec<LeaseRow> = diesel::sql_query(RELEASE_MANY)
         .bind::<Array<Text>, _>(resources)
         .bind::<Array<Text>, _>(holders)

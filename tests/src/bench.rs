@@ -487,6 +487,22 @@ async fn lease_http(
     [rates_acquire, rates_renew, rates_release]
 }
 
+/// One connection to the leases database per client, set up as lease-service's own sessions are,
+/// made before a measurement starts so that connecting is not timed.
+async fn lease_connections(
+    bench: &Bench,
+    clients: usize,
+) -> Arc<Vec<Arc<tokio::sync::Mutex<AsyncPgConnection>>>> {
+    let mut connections = Vec::new();
+    for _ in 0..clients {
+        let conn = lease_service::db::establish(&bench.lease_db)
+            .await
+            .unwrap_or_else(|err| panic!("connecting to the leases database: {err}"));
+        connections.push(Arc::new(tokio::sync::Mutex::new(conn)));
+    }
+    Arc::new(connections)
+}
+
 /// A lease the direct-SQL benchmark holds: resource, holder, fence, secret digest.
 type SqlLease = (String, String, i64, [u8; 32]);
 
@@ -502,15 +518,7 @@ async fn lease_sql(
     let run = rand::random::<u32>();
     let phase = options.phase;
     let section = "leases as direct SQL (the physical limit)";
-    let mut connections = Vec::new();
-    for _ in 0..clients {
-        // Set up as lease-service's own sessions are.
-        let conn = lease_service::db::establish(&bench.lease_db)
-            .await
-            .unwrap_or_else(|err| panic!("connecting to the leases database: {err}"));
-        connections.push(Arc::new(tokio::sync::Mutex::new(conn)));
-    }
-    let connections = Arc::new(connections);
+    let connections = lease_connections(bench, clients).await;
     let acquired: Arc<std::sync::Mutex<Vec<Vec<SqlLease>>>> =
         Arc::new(std::sync::Mutex::new(vec![Vec::new(); clients]));
     let store = acquired.clone();
@@ -666,21 +674,20 @@ async fn contended(
         Path::Sql => "contention as direct SQL",
     };
     let client = bench.lease_client();
-    let lease_db = bench.lease_db.clone();
+    let connections = match path {
+        Path::Sql => lease_connections(bench, clients).await,
+        Path::Http => Arc::new(Vec::new()),
+    };
     let refusals = Arc::new(std::sync::Mutex::new(Samples::default()));
     let refused_store = refusals.clone();
     let (samples, elapsed) = run_clients(clients, |k| {
         let client = client.clone();
-        let lease_db = lease_db.clone();
+        let connections = connections.clone();
         let refused_store = refused_store.clone();
         async move {
-            let mut conn = match path {
-                Path::Sql => Some(
-                    lease_service::db::establish(&lease_db)
-                        .await
-                        .unwrap_or_else(|err| panic!("connecting to the leases database: {err}")),
-                ),
-                Path::Http => None,
+            let mut conn = match connections.get(k) {
+                Some(conn) => Some(conn.lock().await),
+                None => None,
             };
             let holder = format!("client-{k}");
             let mut cycles = Samples::default();
@@ -689,7 +696,7 @@ async fn contended(
             while Instant::now() < deadline {
                 let resource = format!("shared-{run}-{}", rand::random::<u64>() % resources.max(1));
                 let started = Instant::now();
-                let attempt = match conn.as_mut() {
+                let attempt = match conn.as_deref_mut() {
                     None => {
                         match client
                             .acquire(&resource, &holder, Some(Duration::from_secs(30)))
