@@ -11,7 +11,7 @@ use shared::api::{
 };
 use shared::server::auth::{Role, locked};
 use shared::server::http::{
-    Page, extractors, get_only, healthz, method_not_allowed, metrics_response,
+    Order, Page, extractors, get_only, healthz, method_not_allowed, metrics_response,
 };
 
 use crate::db::{self, DbPool};
@@ -157,15 +157,21 @@ async fn revoke(state: State, id: web::Path<i64>) -> Result<HttpResponse, ApiErr
 
 async fn get_by_id(state: State, id: web::Path<i64>) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
-    Ok(HttpResponse::Ok().json(leases::get(&mut conn, *id).await?))
+    // Under its name, as the sample's lease page reads it (`data.lease`).
+    let lease = leases::get(&mut conn, *id).await?;
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "lease": lease })))
 }
 
-/// Query of the listing routes. Pages are in id order; `cursor` is the `X-Next-Cursor` of the
-/// previous page.
+/// Query of the listing routes. Pages are in id order (`order=desc`: newest first); `cursor` is
+/// the `nextCursor` of the previous page. `resource` names one resource exactly (a lookup that
+/// no number of leases sharing its prefix can push off the first page); `resource_prefix`
+/// narrows to resources starting with it.
 #[derive(Debug, Deserialize)]
 struct PageQuery {
     limit: Option<i64>,
     cursor: Option<String>,
+    order: Option<Order>,
+    resource: Option<String>,
     resource_prefix: Option<String>,
 }
 
@@ -205,39 +211,45 @@ async fn list_released(
     list(s, q, r, Listing::Released).await
 }
 
-/// Answers a JSON array (the sample's shape), with the next page's cursor in `X-Next-Cursor`
-/// and a `Link: <...>; rel="next"` header when there is more.
+/// Answers `{"leases": [...], "nextCursor": ...}` (the sample's pages read `data.leases`).
 async fn list(
     state: State,
     query: web::Query<PageQuery>,
     request: HttpRequest,
     listing: Listing,
 ) -> Result<HttpResponse, ApiError> {
-    let page = Page::parse(query.limit, query.cursor.as_deref())?;
-    if let Some(prefix) = &query.resource_prefix
-        && prefix.len() > MAX_NAME_BYTES
-    {
-        return Err(ApiError::invalid(
-            "invalid_field",
-            "resource_prefix",
-            format!("resource_prefix must be at most {MAX_NAME_BYTES} bytes"),
-        ));
+    let page = Page::parse(query.limit, query.cursor.as_deref(), query.order)?;
+    for (name, value) in [
+        ("resource", &query.resource),
+        ("resource_prefix", &query.resource_prefix),
+    ] {
+        if let Some(value) = value
+            && value.len() > MAX_NAME_BYTES
+        {
+            return Err(ApiError::invalid(
+                "invalid_field",
+                name,
+                format!("{name} must be at most {MAX_NAME_BYTES} bytes"),
+            ));
+        }
     }
+    let filter = repo::ResourceFilter {
+        exact: query.resource.as_deref(),
+        prefix: query.resource_prefix.as_deref(),
+    };
     let mut conn = db::connection(&state.pool).await?;
-    let rows = repo::list(
-        &mut conn,
-        listing,
-        query.resource_prefix.as_deref(),
-        page.after,
-        page.fetch(),
-    )
-    .await?;
+    let rows = repo::list(&mut conn, listing, filter, page).await?;
     let leases: Vec<_> = rows.into_iter().map(leases::to_api).collect();
     Ok(page.respond(
         &request,
+        "leases",
         leases,
+        false,
         |lease| lease.id,
-        &[("resource_prefix", query.resource_prefix.as_deref())],
+        &[
+            ("resource", query.resource.as_deref()),
+            ("resource_prefix", query.resource_prefix.as_deref()),
+        ],
     ))
 }
 

@@ -9,6 +9,7 @@ use diesel::sql_types::{BigInt, Binary, Bool, Integer, Nullable, Text, Timestamp
 use diesel::{OptionalExtension, QueryableByName};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use shared::server::db::Cache;
+use shared::server::http::{Order, Page};
 
 use std::collections::HashMap;
 
@@ -33,6 +34,10 @@ pub struct LeaseRow {
     pub renewed_at: Option<DateTime<Utc>>,
     #[diesel(sql_type = Nullable<Timestamptz>)]
     pub released_at: Option<DateTime<Utc>>,
+    /// Set (to `released_at`) when an operator revoked the lease rather than its holder
+    /// releasing it.
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    pub revoked_at: Option<DateTime<Utc>>,
     #[diesel(sql_type = Timestamptz)]
     pub expires_at: DateTime<Utc>,
     #[diesel(sql_type = Timestamptz)]
@@ -46,6 +51,10 @@ pub struct LeaseRow {
 impl LeaseRow {
     pub fn is_released(&self) -> bool {
         self.released_at.is_some()
+    }
+
+    pub fn is_revoked(&self) -> bool {
+        self.revoked_at.is_some()
     }
 
     pub fn is_expired(&self) -> bool {
@@ -72,8 +81,15 @@ struct Count {
     count: i64,
 }
 
-const COLUMNS: &str = "id, resource, holder, fence, ttl_seconds, created_at, renewed_at, \
-                       released_at, expires_at, now() AS db_now, secret_hash";
+/// The columns of a [`LeaseRow`], for every statement that reads or returns one.
+macro_rules! lease_columns {
+    () => {
+        "id, resource, holder, fence, ttl_seconds, created_at, renewed_at, released_at, revoked_at,
+          expires_at, now() AS db_now, secret_hash"
+    };
+}
+
+const COLUMNS: &str = lease_columns!();
 
 /// What an acquire does to a row it may take (one text for [`ACQUIRE`] and [`ACQUIRE_MANY`], so
 /// their rules cannot drift apart). A row still held by the same holder is reentrant: fence,
@@ -94,6 +110,7 @@ macro_rules! takeover {
                        THEN l.secret_hash ELSE EXCLUDED.secret_hash END,
     holder = EXCLUDED.holder,
     released_at = NULL,
+    revoked_at = NULL,
     ttl_seconds = EXCLUDED.ttl_seconds,
     expires_at = EXCLUDED.expires_at
 "
@@ -103,8 +120,11 @@ macro_rules! takeover {
 /// The columns an acquire returns: the lease, the database's clock, and whether it is new.
 macro_rules! returning_acquired {
     () => {
-        "RETURNING id, resource, holder, fence, ttl_seconds, created_at, renewed_at, released_at,
-          expires_at, now() AS db_now, secret_hash, (renewed_at IS NULL) AS fresh"
+        concat!(
+            "RETURNING ",
+            lease_columns!(),
+            ", (renewed_at IS NULL) AS fresh"
+        )
     };
 }
 
@@ -153,7 +173,8 @@ ORDER BY r.resource COLLATE \"C\"
 
 /// [`RENEW`] for many leases in one statement, each `(resource, holder, fence, secret digest,
 /// TTL)` under the same conditions.
-const RENEW_MANY: &str = "\
+const RENEW_MANY: &str = concat!(
+    "\
 UPDATE leases SET
     renewed_at = now(),
     ttl_seconds = COALESCE(r.rn_ttl, ttl_seconds),
@@ -164,12 +185,14 @@ WHERE resource = r.rn_resource AND holder = r.rn_holder
   AND (r.rn_fence IS NULL OR fence = r.rn_fence)
   AND (r.rn_hash IS NULL OR secret_hash = r.rn_hash)
   AND released_at IS NULL AND expires_at > now()
-RETURNING id, resource, holder, fence, ttl_seconds, created_at, renewed_at, released_at,
-          expires_at, now() AS db_now, secret_hash";
+RETURNING ",
+    lease_columns!()
+);
 
 /// [`RELEASE`] for many leases in one statement, each `(resource, holder, fence, secret digest,
 /// id)` under the same conditions.
-const RELEASE_MANY: &str = "\
+const RELEASE_MANY: &str = concat!(
+    "\
 UPDATE leases SET released_at = now()
 FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bytea[], $5::bigint[])
      AS r(rel_resource, rel_holder, rel_fence, rel_hash, rel_id)
@@ -178,10 +201,12 @@ WHERE resource = r.rel_resource AND holder = r.rel_holder
   AND (r.rel_id IS NULL OR id = r.rel_id)
   AND (r.rel_hash IS NULL OR secret_hash = r.rel_hash)
   AND released_at IS NULL AND expires_at > now()
-RETURNING id, resource, holder, fence, ttl_seconds, created_at, renewed_at, released_at,
-          expires_at, now() AS db_now, secret_hash";
+RETURNING ",
+    lease_columns!()
+);
 
-const RENEW: &str = "\
+const RENEW: &str = concat!(
+    "\
 UPDATE leases SET
     renewed_at = now(),
     ttl_seconds = COALESCE($4, ttl_seconds),
@@ -189,26 +214,32 @@ UPDATE leases SET
 WHERE resource = $1 AND holder = $2 AND ($3::bigint IS NULL OR fence = $3)
   AND ($5::bytea IS NULL OR secret_hash = $5)
   AND released_at IS NULL AND expires_at > now()
-RETURNING id, resource, holder, fence, ttl_seconds, created_at, renewed_at, released_at,
-          expires_at, now() AS db_now, secret_hash";
+RETURNING ",
+    lease_columns!()
+);
 
-const RELEASE: &str = "\
+const RELEASE: &str = concat!(
+    "\
 UPDATE leases SET released_at = now()
 WHERE resource = $1 AND holder = $2 AND ($3::bigint IS NULL OR fence = $3)
   AND ($4::bigint IS NULL OR id = $4)
   AND ($5::bytea IS NULL OR secret_hash = $5)
   AND released_at IS NULL AND expires_at > now()
-RETURNING id, resource, holder, fence, ttl_seconds, created_at, renewed_at, released_at,
-          expires_at, now() AS db_now, secret_hash";
+RETURNING ",
+    lease_columns!()
+);
 
 /// An operator's release of whatever lease `id` is, whoever holds it: no secret, no holder.
 /// The next acquisition still gets a greater fence, so the evicted holder's late writes are
-/// refused wherever fences are checked.
-const REVOKE: &str = "\
-UPDATE leases SET released_at = now()
+/// refused wherever fences are checked; until then `revoked_at` tells its holder's renewals and
+/// releases that the lease was taken from it, not handed back by it.
+const REVOKE: &str = concat!(
+    "\
+UPDATE leases SET released_at = now(), revoked_at = now()
 WHERE id = $1 AND released_at IS NULL AND expires_at > now()
-RETURNING id, resource, holder, fence, ttl_seconds, created_at, renewed_at, released_at,
-          expires_at, now() AS db_now, secret_hash";
+RETURNING ",
+    lease_columns!()
+);
 
 /// Deletes a batch of leases that ended more than `$1` seconds ago. The age test is repeated on
 /// the target rows (not only in the subquery) so that a row re-acquired while the statement
@@ -230,16 +261,18 @@ pub fn acquire_is_broken() -> bool {
 }
 
 /// [`ACQUIRE`] without its expiry check: it takes over live leases (tests of the checker only).
-const ACQUIRE_BROKEN: &str = "\
+const ACQUIRE_BROKEN: &str = concat!(
+    "\
 INSERT INTO leases AS l (resource, holder, fence, ttl_seconds, created_at, expires_at, secret_hash)
 VALUES ($1, $2, nextval('leases_fence_seq'), $3, now(), now() + make_interval(secs => $3), $4)
 ON CONFLICT (resource) DO UPDATE SET
     fence = nextval('leases_fence_seq'), created_at = now(), renewed_at = NULL,
     holder = EXCLUDED.holder, released_at = NULL, ttl_seconds = EXCLUDED.ttl_seconds,
-    expires_at = EXCLUDED.expires_at, secret_hash = EXCLUDED.secret_hash
+    expires_at = EXCLUDED.expires_at, secret_hash = EXCLUDED.secret_hash, revoked_at = NULL
 WHERE $5::bytea IS NULL OR $6::boolean OR TRUE
-RETURNING id, resource, holder, fence, ttl_seconds, created_at, renewed_at, released_at,
-          expires_at, now() AS db_now, secret_hash, (renewed_at IS NULL) AS fresh";
+",
+    returning_acquired!()
+);
 
 /// What an acquire proves and stores about secrets.
 #[derive(Debug, Clone, Copy)]
@@ -646,22 +679,39 @@ pub async fn find_by_id(
 pub async fn list(
     conn: &mut AsyncPgConnection,
     listing: Listing,
-    resource_prefix: Option<&str>,
-    after: i64,
-    limit: i64,
+    resources: ResourceFilter<'_>,
+    page: Page,
 ) -> Result<Vec<LeaseRow>, DieselError> {
+    let (order, past) = page.order.sql();
+    let from = page.cursor.unwrap_or(match page.order {
+        Order::Asc => 0,
+        Order::Desc => i64::MAX,
+    });
+    // One text per filter, so that each kept plan uses its own index: the exact name its unique
+    // index, whatever number of resources share a prefix.
+    let (resource, name) = match (resources.exact, resources.prefix) {
+        (Some(exact), _) => ("resource = $2", Some(exact)),
+        (None, Some(prefix)) => ("starts_with(resource, $2)", Some(prefix)),
+        (None, None) => ("$2::text IS NULL", None),
+    };
     let sql = format!(
-        "SELECT {COLUMNS} FROM leases WHERE {} AND id > $1 \
-         AND ($2::text IS NULL OR starts_with(resource, $2)) ORDER BY id LIMIT $3",
+        "SELECT {COLUMNS} FROM leases WHERE {} AND id {past} $1 AND {resource} {order} LIMIT $3",
         listing.condition()
     );
     diesel::sql_query(sql)
-        .bind::<BigInt, _>(after)
-        .bind::<Nullable<Text>, _>(resource_prefix)
-        .bind::<BigInt, _>(limit)
+        .bind::<BigInt, _>(from)
+        .bind::<Nullable<Text>, _>(name)
+        .bind::<BigInt, _>(page.fetch())
         .cached()
         .load(conn)
         .await
+}
+
+/// Which resources a listing covers: one by its exact name, those starting with a prefix, or all.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ResourceFilter<'a> {
+    pub exact: Option<&'a str>,
+    pub prefix: Option<&'a str>,
 }
 
 /// Deletes up to `batch` leases that ended more than `retention_seconds` ago.

@@ -1,7 +1,8 @@
 //! Wire types of lease-service's HTTP API (`/api/leases`).
 //!
-//! Field names follow the sample's `leases` table (snake_case), so the sample's clients keep
-//! working; `fence`, `ttl_seconds`, `status` and `expires_in_ms` are Leasehold's additions.
+//! Answers name their fields in camelCase, as the sample's Prisma models do (its pages read
+//! `lease.createdAt`, `expiresAt`, `releasedAt`); requests keep the sample's snake_case fields
+//! (`ttl_seconds`). `fence`, `ttlSeconds`, `status` and `expiresInMs` are Leasehold's additions.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -17,6 +18,7 @@ pub const DEFAULT_TTL_SECONDS: i64 = 30;
 /// `status` and `expires_in_ms` are computed with the database's clock at the moment of the
 /// response, so a client never needs a synchronised clock to know how long it has left.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Lease {
     pub id: i64,
     pub resource: String,
@@ -131,7 +133,20 @@ impl<'a> Proof<'a> {
 pub enum LeaseStatus {
     Active,
     Expired,
+    /// Released by its holder.
     Released,
+    /// Ended by an operator (`POST /api/leases/{id}/revoke`); `releasedAt` says when.
+    Revoked,
+}
+
+/// A page of a lease listing (`GET /api/leases`, `/active`, ...): the sample's pages read
+/// `leases`; `nextCursor` is the next page's `cursor`, `None` on the last page.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LeasePage {
+    pub leases: Vec<Lease>,
+    #[serde(default)]
+    pub next_cursor: Option<String>,
 }
 
 /// `POST /api/leases`.
@@ -205,6 +220,7 @@ pub struct ReleaseResult {
 
 /// Someone else's live lease, as a refused acquire reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct HeldLease {
     pub resource: String,
     pub holder: String,
@@ -242,6 +258,7 @@ pub struct ReleaseLease {
 
 /// Body of every non-2xx answer of every Leasehold service.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ErrorBody {
     /// For people: what went wrong, in a sentence.
     pub error: String,

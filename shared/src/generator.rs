@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 /// The generator's desired state, as stored by task-service.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct GeneratorSettings {
     pub running: bool,
     /// Tasks per second the leading replica creates.
@@ -19,6 +20,7 @@ pub struct GeneratorSettings {
 
 /// Which replica holds the generator's lease, as lease-service reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct GeneratorLeader {
     pub holder: String,
     pub fence: i64,
@@ -30,9 +32,14 @@ pub struct GeneratorLeader {
 
 /// `GET /api/generator/status`: the same answer whichever task-service replica gives it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct GeneratorStatus {
     /// The desired state in the sample's words: `STARTED` or `STOPPED`.
     pub status: String,
+    /// The sample's `isRunning`: started (whether or not a replica leads yet).
+    pub is_running: bool,
+    /// The sample's `message`: the state in a sentence, for its generator page.
+    pub message: String,
     pub settings: GeneratorSettings,
     /// The replica holding the lease, if any. A stopped generator keeps its lease (it stays
     /// ready to produce the moment it is started), so a leader can exist while stopped.

@@ -15,7 +15,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::api::{
-    AcquireLease, AcquireLeases, AcquiredLeases, ErrorBody, Lease, Proof, ReleaseLease,
+    AcquireLease, AcquireLeases, AcquiredLeases, ErrorBody, Lease, LeasePage, Proof, ReleaseLease,
     ReleaseLeases, ReleasedLeases, RenewLease, Secret,
 };
 
@@ -355,8 +355,9 @@ impl LeaseClient {
 
     /// The unexpired, unreleased lease on `resource`, if any.
     pub async fn current(&self, resource: &str) -> Result<Option<Lease>, LeaseError> {
-        let query = [("resource_prefix", resource), ("limit", "1000")];
-        let (_, leases): (_, Vec<Lease>) = self
+        // By its exact name: a prefix page could be filled by other resources sharing it.
+        let query = [("resource", resource), ("limit", "1")];
+        let (_, page): (_, LeasePage) = self
             .call(
                 reqwest::Method::GET,
                 "/api/leases/active",
@@ -365,7 +366,10 @@ impl LeaseClient {
             )
             .await
             .map_err(|(status, err)| refusal(resource, status, err))?;
-        Ok(leases.into_iter().find(|lease| lease.resource == resource))
+        Ok(page
+            .leases
+            .into_iter()
+            .find(|lease| lease.resource == resource))
     }
 
     /// Sends one request, retrying transient failures; a refusal comes back as `Err(Some(..))`,

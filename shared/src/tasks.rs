@@ -79,6 +79,16 @@ pub struct Task {
     pub updated_at: DateTime<Utc>,
 }
 
+/// A page of a task listing (`GET /api/tasks`, `/processed`, `/started`): the sample's pages
+/// read `tasks`; `nextCursor` is the next page's `cursor`, `None` on the last page.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskPage {
+    pub tasks: Vec<Task>,
+    #[serde(default)]
+    pub next_cursor: Option<String>,
+}
+
 /// `POST /api/tasks`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CreateTask {

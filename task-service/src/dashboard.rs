@@ -58,12 +58,12 @@ async fn overview(state: State) -> Result<HttpResponse, ApiError> {
         .collect();
     let oldest: Vec<_> = oldest_due
         .into_iter()
-        .map(|o| serde_json::json!({"queue": o.queue, "age_seconds": o.age_seconds}))
+        .map(|o| serde_json::json!({"queue": o.queue, "ageSeconds": o.age_seconds}))
         .collect();
     Ok(HttpResponse::Ok().json(serde_json::json!({
         "counts": counts,
-        "oldest_due": oldest,
-        "throughput": {"window_seconds": WINDOW_SECONDS, "bucket_seconds": BUCKET_SECONDS,
+        "oldestDue": oldest,
+        "throughput": {"windowSeconds": WINDOW_SECONDS, "bucketSeconds": BUCKET_SECONDS,
                        "buckets": throughput},
         "workers": workers,
         "generator": generator,
@@ -73,7 +73,8 @@ async fn overview(state: State) -> Result<HttpResponse, ApiError> {
 /// `GET /api/tasks/{id}/events`: the task's history, oldest first.
 pub async fn task_events(state: State, id: web::Path<i64>) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
-    Ok(HttpResponse::Ok().json(repo::events(&mut conn, *id).await?))
+    let events = repo::events(&mut conn, *id).await?;
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "events": events })))
 }
 
 #[derive(Debug, Deserialize)]

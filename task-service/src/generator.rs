@@ -27,6 +27,11 @@ pub async fn status(conn: &mut Db, engine: &Engine) -> Result<GeneratorStatus, A
             expires_at: lease.expires_at,
             expires_in_ms: lease.expires_in_ms,
         });
+    let message = match (settings.running, &leader) {
+        (true, Some(leader)) => format!("Generator is running; {} produces.", leader.holder),
+        (true, None) => "Generator is started; no replica leads yet.".to_owned(),
+        (false, _) => "Generator is not running.".to_owned(),
+    };
     Ok(GeneratorStatus {
         status: if settings.running {
             "STARTED"
@@ -34,6 +39,8 @@ pub async fn status(conn: &mut Db, engine: &Engine) -> Result<GeneratorStatus, A
             "STOPPED"
         }
         .to_owned(),
+        is_running: settings.running,
+        message,
         producing: settings.running && leader.is_some(),
         produced: settings.produced,
         leader,

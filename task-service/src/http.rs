@@ -10,7 +10,7 @@ use shared::generator::StartGenerator;
 use shared::server::auth::{Role, locked};
 use shared::server::db::{self, DbPool};
 use shared::server::http::{
-    Page, extractors, get_only, healthz, method_not_allowed, metrics_response,
+    Order, Page, extractors, get_only, healthz, method_not_allowed, metrics_response,
 };
 use shared::server::{ApiError, validate_name_within};
 use shared::tasks::{
@@ -34,7 +34,17 @@ pub struct AppState {
     /// lease-service's base URL: `/readyz` asks its `/healthz`, the dashboard its lease views.
     pub lease_service_url: String,
     pub http: reqwest::Client,
+    /// Listings that may run at once: with [`LIST_MAX_BYTES`], what bounds the memory that open
+    /// reads of large tasks can take. Others wait their turn.
+    pub listings: tokio::sync::Semaphore,
 }
+
+/// Most bytes of task JSON (`taskData`, `taskOutput`, `lastError`) in one listing page; past it
+/// the page is cut and `nextCursor` continues it.
+pub const LIST_MAX_BYTES: i64 = 4 * 1024 * 1024;
+
+/// Listings served at once by one replica.
+pub const LISTINGS_IN_FLIGHT: usize = 4;
 
 impl std::fmt::Debug for AppState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -111,7 +121,9 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                     .default_service(web::to(method_not_allowed)),
             )
             .service(
+                // The sample's generator page stops with DELETE; POST is kept for our clients.
                 web::resource("/stop")
+                    .route(locked(web::delete().to(generator_stop), Role::Operator))
                     .route(locked(web::post().to(generator_stop), Role::Operator))
                     .default_service(web::to(method_not_allowed)),
             ),
@@ -201,16 +213,19 @@ async fn retry(state: State, id: web::Path<i64>) -> Result<HttpResponse, ApiErro
 
 async fn get_by_id(state: State, id: web::Path<i64>) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
-    Ok(HttpResponse::Ok().json(tasks::get(&mut conn, *id).await?))
+    // Under its name, as the sample answers it and its task page reads it (`data.task`).
+    let task = tasks::get(&mut conn, *id).await?;
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "task": task })))
 }
 
-/// Query of the listings: `status` (comma-separated), `queue`, `limit`, `cursor`.
+/// Query of the listings: `status` (comma-separated), `queue`, `limit`, `cursor`, `order`.
 #[derive(Debug, Deserialize)]
 struct ListQuery {
     status: Option<String>,
     queue: Option<String>,
     limit: Option<i64>,
     cursor: Option<String>,
+    order: Option<Order>,
 }
 
 async fn list_all(
@@ -255,7 +270,7 @@ async fn list(
     request: HttpRequest,
     within: &[TaskStatus],
 ) -> Result<HttpResponse, ApiError> {
-    let page = Page::parse(query.limit, query.cursor.as_deref())?;
+    let page = Page::parse(query.limit, query.cursor.as_deref(), query.order)?;
     let mut statuses: Vec<&str> = within.iter().map(|s| s.as_str()).collect();
     if let Some(wanted) = query.status.as_deref().filter(|s| !s.is_empty()) {
         let mut chosen = Vec::new();
@@ -274,19 +289,27 @@ async fn list(
     if let Some(queue) = &query.queue {
         validate_name_within("queue", queue, 128)?;
     }
+    let _turn = state
+        .listings
+        .acquire()
+        .await
+        .map_err(|_| ApiError::Unavailable("shutting down".to_owned()))?;
     let mut conn = db::connection(&state.pool).await?;
-    let rows = repo::list(
+    let (rows, cut) = repo::list(
         &mut conn,
         &statuses,
         query.queue.as_deref(),
-        page.after,
-        page.fetch(),
+        page,
+        LIST_MAX_BYTES,
     )
     .await?;
+    drop(conn);
     let tasks: Vec<_> = rows.into_iter().map(tasks::to_api).collect();
     Ok(page.respond(
         &request,
+        "tasks",
         tasks,
+        cut,
         |task| task.id,
         &[
             ("status", query.status.as_deref()),

@@ -6,6 +6,7 @@ use diesel::{OptionalExtension, QueryableByName};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use shared::api::{Proof, Secret};
 use shared::server::db::Cache;
+use shared::server::http::{Order, Page};
 
 pub type Db = AsyncPgConnection;
 type Result<T> = std::result::Result<T, diesel::result::Error>;
@@ -448,27 +449,58 @@ pub async fn requeue_dead(conn: &mut Db, id: i64) -> Result<TaskRow> {
     .await
 }
 
-/// A listing page in id order after `after`, filtered by statuses and queue.
+/// A listing row with the number of rows its page query read, to tell a page cut by size.
+#[derive(Debug, QueryableByName)]
+struct SizedRow {
+    // Not `row`: the derive's own code names its row so.
+    #[diesel(embed)]
+    task: TaskRow,
+    #[diesel(sql_type = BigInt)]
+    page_rows: i64,
+}
+
+/// A listing page in `page`'s order past its cursor, filtered by statuses and queue, and cut
+/// where its JSON would pass `max_bytes` (its first row always comes). Counting in the database
+/// is what bounds memory: a page of large tasks is never loaded into this process only to be cut
+/// here. Answers the rows and whether the size bound cut the page short.
 #[tracing::instrument(name = "SELECT tasks", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "tasks"))]
 pub async fn list(
     conn: &mut Db,
     statuses: &[&str],
     queue: Option<&str>,
-    after: i64,
-    limit: i64,
-) -> Result<Vec<TaskRow>> {
+    page: Page,
+    max_bytes: i64,
+) -> Result<(Vec<TaskRow>, bool)> {
     let statuses: Vec<String> = statuses.iter().map(|s| (*s).to_owned()).collect();
-    diesel::sql_query(format!(
-        "SELECT {COLUMNS} FROM tasks
-         WHERE status = ANY($1) AND ($2::text IS NULL OR queue = $2) AND id > $3
-         ORDER BY id LIMIT $4"
+    let (order, past) = page.order.sql();
+    let from = page.cursor.unwrap_or(match page.order {
+        Order::Asc => 0,
+        Order::Desc => i64::MAX,
+    });
+    let sized: Vec<SizedRow> = diesel::sql_query(format!(
+        "SELECT {COLUMNS}, page_rows FROM (
+             SELECT page.*, count(*) OVER () AS page_rows,
+                    sum(octet_length(task_data::text)
+                        + coalesce(octet_length(task_output::text), 0)
+                        + coalesce(octet_length(last_error), 0)) OVER (w) AS upto,
+                    row_number() OVER (w) AS n
+             FROM (SELECT {COLUMNS} FROM tasks
+                   WHERE status = ANY($1) AND ($2::text IS NULL OR queue = $2) AND id {past} $3
+                   {order} LIMIT $4) AS page
+             WINDOW w AS ({order})
+         ) AS sized
+         WHERE n = 1 OR upto <= $5 {order}"
     ))
     .bind::<Array<Text>, _>(statuses)
     .bind::<Nullable<Text>, _>(queue)
-    .bind::<BigInt, _>(after)
-    .bind::<BigInt, _>(limit)
+    .bind::<BigInt, _>(from)
+    .bind::<BigInt, _>(page.fetch())
+    .bind::<BigInt, _>(max_bytes)
     .load(conn)
-    .await
+    .await?;
+    let read = sized.iter().next().map_or(0, |first| first.page_rows);
+    let cut = i64::try_from(sized.len()).unwrap_or(i64::MAX) < read;
+    Ok((sized.into_iter().map(|sized| sized.task).collect(), cut))
 }
 
 #[derive(Debug, Clone, QueryableByName)]
@@ -600,6 +632,7 @@ pub async fn set_generator(
 /// Claims and completions per `bucket_seconds` over the last `window_seconds`, by the history
 /// table; bucket 0 is the newest.
 #[derive(Debug, Clone, QueryableByName, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ThroughputBucket {
     #[diesel(sql_type = BigInt)]
     pub seconds_ago: i64,
@@ -630,6 +663,7 @@ pub async fn throughput(
 
 /// A processor with tasks in flight.
 #[derive(Debug, Clone, QueryableByName, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Processor {
     #[diesel(sql_type = Text)]
     pub processor: String,
@@ -656,6 +690,7 @@ pub async fn processors(conn: &mut Db) -> Result<Vec<Processor>> {
 
 /// One entry of a task's history, for its detail view.
 #[derive(Debug, Clone, QueryableByName, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct TaskEvent {
     #[diesel(sql_type = Timestamptz)]
     pub at: DateTime<Utc>,

@@ -330,17 +330,50 @@ pub fn metrics_response(registry: &Registry) -> Result<HttpResponse, ApiError> {
 pub const DEFAULT_PAGE: i64 = 100;
 pub const MAX_PAGE: i64 = 1000;
 
-/// A listing page's size and position, parsed from `limit` and `cursor`. Pages run in id order
-/// and the cursor is the last id of the previous page.
+/// Which end of a listing comes first. Oldest first (id order) is the sample's and the default;
+/// `order=desc` gives newest first, as an operator reading recent work wants.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Order {
+    #[default]
+    Asc,
+    Desc,
+}
+
+impl Order {
+    /// The SQL for this order over `id`, and the comparison that continues after `cursor`.
+    pub fn sql(self) -> (&'static str, &'static str) {
+        match self {
+            Order::Asc => ("ORDER BY id", ">"),
+            Order::Desc => ("ORDER BY id DESC", "<"),
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Order::Asc => "asc",
+            Order::Desc => "desc",
+        }
+    }
+}
+
+/// A listing page's size, order and position, parsed from `limit`, `order` and `cursor`. The
+/// cursor is the last id of the previous page; the next page continues past it in the same order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Page {
     pub limit: i64,
-    pub after: i64,
+    pub order: Order,
+    /// The previous page's last id; `None` for the first page.
+    pub cursor: Option<i64>,
 }
 
 impl Page {
     /// `limit` defaults to [`DEFAULT_PAGE`] and is capped at [`MAX_PAGE`]; below 1 it is refused.
-    pub fn parse(limit: Option<i64>, cursor: Option<&str>) -> Result<Self, ApiError> {
+    pub fn parse(
+        limit: Option<i64>,
+        cursor: Option<&str>,
+        order: Option<Order>,
+    ) -> Result<Self, ApiError> {
         let limit = match limit {
             None => DEFAULT_PAGE,
             Some(limit) if limit >= 1 => limit.min(MAX_PAGE),
@@ -352,21 +385,27 @@ impl Page {
                 ));
             }
         };
-        let after = match cursor {
-            None | Some("") => 0,
-            Some(cursor) => cursor
-                .parse::<i64>()
-                .ok()
-                .filter(|after| *after >= 0)
-                .ok_or_else(|| {
-                    ApiError::invalid(
-                        "invalid_cursor",
-                        "cursor",
-                        "cursor is not one this service gave",
-                    )
-                })?,
+        let cursor = match cursor {
+            None | Some("") => None,
+            Some(cursor) => Some(
+                cursor
+                    .parse::<i64>()
+                    .ok()
+                    .filter(|after| *after >= 0)
+                    .ok_or_else(|| {
+                        ApiError::invalid(
+                            "invalid_cursor",
+                            "cursor",
+                            "cursor is not one this service gave",
+                        )
+                    })?,
+            ),
         };
-        Ok(Self { limit, after })
+        Ok(Self {
+            limit,
+            order: order.unwrap_or_default(),
+            cursor,
+        })
     }
 
     /// How many rows to fetch: one more than the page, to know whether another page follows.
@@ -374,32 +413,49 @@ impl Page {
         self.limit + 1
     }
 
-    /// Answers `rows` (fetched with [`Page::fetch`]) as a JSON array, with the next page's
-    /// cursor in `X-Next-Cursor` and `Link: <...>; rel="next"` when there is more. `query`
-    /// holds the other query parameters to carry into the link.
+    /// Answers `rows` (fetched with [`Page::fetch`]) as `{"<key>": [...], "nextCursor": ...}`:
+    /// the sample's pages read the listing under its key (`data.leases`, `data.tasks`), and the
+    /// cursor of the next page travels beside it (`null` on the last page), also in
+    /// `X-Next-Cursor` and `Link: <...>; rel="next"`. `cut` says the rows stop short of the
+    /// page for another reason (a size bound), so another page follows. `query` holds the other
+    /// query parameters to carry into the link.
     pub fn respond<T: Serialize>(
         self,
         request: &HttpRequest,
+        key: &str,
         mut rows: Vec<T>,
+        cut: bool,
         id_of: impl Fn(&T) -> i64,
         query: &[(&str, Option<&str>)],
     ) -> HttpResponse {
         let limit = usize::try_from(self.limit).unwrap_or(usize::MAX);
-        let more = rows.len() > limit;
+        let more = rows.len() > limit || cut;
         rows.truncate(limit);
         let mut response = HttpResponse::Ok();
-        if more && let Some(last) = rows.last() {
-            let next = id_of(last).to_string();
+        let next = rows.last().filter(|_| more).map(|last| id_of(last));
+        if let Some(next) = next {
             let mut link = format!("{}?cursor={next}&limit={}", request.path(), self.limit);
+            if self.order != Order::Asc {
+                link.push_str(&format!("&order={}", self.order.as_str()));
+            }
             for (name, value) in query {
                 if let Some(value) = value {
                     link.push_str(&format!("&{name}={}", percent_encode(value)));
                 }
             }
-            response.insert_header(("X-Next-Cursor", next));
+            response.insert_header(("X-Next-Cursor", next.to_string()));
             response.insert_header(("Link", format!("<{link}>; rel=\"next\"")));
         }
-        response.json(rows)
+        let mut body = serde_json::Map::new();
+        body.insert(
+            key.to_owned(),
+            serde_json::to_value(&rows).unwrap_or_default(),
+        );
+        body.insert(
+            "nextCursor".to_owned(),
+            next.map_or(serde_json::Value::Null, |next| next.to_string().into()),
+        );
+        response.json(body)
     }
 }
 
@@ -422,22 +478,24 @@ mod tests {
     #[test]
     fn page_limits_default_cap_and_refuse() {
         assert_eq!(
-            Page::parse(None, None).ok(),
+            Page::parse(None, None, None).ok(),
             Some(Page {
                 limit: 100,
-                after: 0
+                order: Order::Asc,
+                cursor: None
             })
         );
         assert_eq!(
-            Page::parse(Some(5000), Some("42")).ok(),
+            Page::parse(Some(5000), Some("42"), Some(Order::Desc)).ok(),
             Some(Page {
                 limit: 1000,
-                after: 42
+                order: Order::Desc,
+                cursor: Some(42)
             })
         );
-        assert!(Page::parse(Some(0), None).is_err());
-        assert!(Page::parse(None, Some("-1")).is_err());
-        assert!(Page::parse(None, Some("abc")).is_err());
+        assert!(Page::parse(Some(0), None, None).is_err());
+        assert!(Page::parse(None, Some("-1"), None).is_err());
+        assert!(Page::parse(None, Some("abc"), None).is_err());
         assert_eq!(percent_encode("a b/é"), "a%20b%2F%C3%A9");
     }
 }
