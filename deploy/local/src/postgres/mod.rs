@@ -3,10 +3,13 @@
 //! Two flavours:
 //!
 //! * [`PrivatePostgres::start_persistent`] — for running the stack locally.
-//!   Keeps its data between runs and is managed with `pg_ctl`.
+//!   Keeps its data between runs.
 //! * [`PrivatePostgres::start_ephemeral`] — for test harnesses. A throw-away
-//!   cluster tuned for speed that cannot outlive the process that started
-//!   it, even if that process exits without running destructors.
+//!   cluster tuned for speed.
+//!
+//! Neither can outlive the process that started it, even if that process
+//! exits without running destructors or is killed with `SIGKILL`: the
+//! postmaster is its direct child with a parent-death signal.
 //!
 //! Both listen on TCP 127.0.0.1 only (no Unix socket), trust every local
 //! connection and have the superuser `postgres`. PostgreSQL refuses to run
@@ -116,24 +119,33 @@ impl RunAs {
     }
 }
 
+/// In both kinds `postgres` is spawned directly and tied to this process's
+/// lifetime; `postmaster` is `None` while it is not running.
 #[derive(Debug)]
 enum Kind {
-    /// Managed with `pg_ctl`; `running` says whether we started it and have
-    /// not stopped it yet.
-    Persistent { running: bool },
-    /// `postgres` spawned directly and tied to this process's lifetime;
-    /// `instance_dir` holds the data directory and the log and is removed
-    /// when the server is stopped or dropped.
+    /// The cluster's own settings; stopped with a fast shutdown (checkpoint)
+    /// even when this process dies.
+    Persistent { postmaster: Option<Child> },
+    /// Test settings; `instance_dir` holds the data directory and the log
+    /// and is removed when the server is stopped or dropped.
     Ephemeral {
         instance_dir: PathBuf,
         postmaster: Option<Child>,
     },
 }
 
+impl Kind {
+    fn postmaster(&mut self) -> &mut Option<Child> {
+        match self {
+            Self::Persistent { postmaster } | Self::Ephemeral { postmaster, .. } => postmaster,
+        }
+    }
+}
+
 /// A PostgreSQL server this process started. See the [module docs](self).
 ///
-/// Dropping it stops the server (persistent: `pg_ctl stop -m fast`;
-/// ephemeral: immediate shutdown, then its directory is removed).
+/// Dropping it stops the server (persistent: fast shutdown; ephemeral:
+/// immediate shutdown, then its directory is removed).
 #[derive(Debug)]
 pub struct PrivatePostgres {
     bindir: PathBuf,
@@ -161,13 +173,15 @@ impl PrivatePostgres {
     ///
     /// * Runs `initdb` only if `data_dir` has no cluster yet (it may be
     ///   missing or empty; missing parents are created).
-    /// * If a server from an earlier run is still running on `data_dir`
-    ///   (for example after the runner was killed with `SIGKILL`), it is
-    ///   stopped with `pg_ctl stop -m fast` and started again, so the
-    ///   current port and settings always apply.
-    /// * Starts with `pg_ctl start`, logging to `<data_dir>/../postgres.log`.
-    ///   `pg_ctl` detaches the server from the terminal, so Ctrl-C does not
-    ///   reach it; call [`stop`](Self::stop) or drop the value to stop it.
+    /// * If a server is still running on `data_dir` (say, one an older
+    ///   version started with `pg_ctl`), it is stopped with
+    ///   `pg_ctl stop -m fast` and started again, so the current port and
+    ///   settings always apply.
+    /// * Runs `postgres` as a child in a process group of its own, logging to
+    ///   `<data_dir>/../postgres.log`: Ctrl-C at the terminal does not reach
+    ///   it, so the caller decides when it stops (call [`stop`](Self::stop)
+    ///   or drop the value). Should this process die, the kernel asks the
+    ///   server for a fast shutdown (`SIGINT`), so it never outlives us.
     pub fn start_persistent(data_dir: &Path, port: u16) -> Result<Self, PgError> {
         let bindir = find_server_binaries()?;
         let run_as = RunAs::current()?;
@@ -198,8 +212,8 @@ impl PrivatePostgres {
             log_path,
             port,
             run_as,
-            kind: Kind::Persistent { running: false },
-            // Started by `pg_ctl` with the cluster's own (durable) settings.
+            kind: Kind::Persistent { postmaster: None },
+            // The cluster's own (durable) settings.
             crash_safe: true,
             durable: true,
         };
@@ -207,13 +221,16 @@ impl PrivatePostgres {
             tracing::info!(data_dir = %pg.data_dir.display(), "initialising a new PostgreSQL cluster");
             pg.initdb(false)?;
         }
-        // pg_ctl opens the log itself, as the server's user.
+        // The server's user's, so that `pg_ctl` run by hand can write to it too.
         let log = open_log(&pg.log_path)?;
         chown_to(&pg.log_path, pg.run_as.as_ref())?;
         drop(log);
         pg.stop_leftover_server()?;
-        pg.pg_ctl_start()?;
-        pg.wait_ready()?;
+        pg.spawn_postmaster()?;
+        if let Err(error) = pg.wait_ready() {
+            let _ = pg.stop_postmaster(ShutdownMode::Immediate);
+            return Err(error);
+        }
         tracing::info!(
             port,
             data_dir = %pg.data_dir.display(),
@@ -342,11 +359,7 @@ impl PrivatePostgres {
     /// The postmaster's pid, if the server is running.
     pub fn pid(&self) -> Option<u32> {
         match &self.kind {
-            Kind::Persistent { running: false } => None,
-            Kind::Persistent { running: true } => {
-                read_postmaster_pid(&self.data_dir).filter(|pid| pid_alive(*pid))
-            }
-            Kind::Ephemeral { postmaster, .. } => postmaster
+            Kind::Persistent { postmaster } | Kind::Ephemeral { postmaster, .. } => postmaster
                 .as_ref()
                 .map(Child::id)
                 .filter(|pid| pid_alive(*pid)),
@@ -363,22 +376,11 @@ impl PrivatePostgres {
     /// connections are broken. After [`ShutdownMode::Immediate`] the server
     /// runs crash recovery on start.
     pub fn restart(&mut self, mode: ShutdownMode) -> Result<(), PgError> {
-        match &self.kind {
-            Kind::Persistent { running } => {
-                if !running {
-                    return Err(PgError::NotRunning);
-                }
-                self.pg_ctl_stop(mode)?;
-                self.pg_ctl_start()?;
-            }
-            Kind::Ephemeral { postmaster, .. } => {
-                if postmaster.is_none() {
-                    return Err(PgError::NotRunning);
-                }
-                self.stop_postmaster(mode)?;
-                self.spawn_postmaster()?;
-            }
+        if self.kind.postmaster().is_none() {
+            return Err(PgError::NotRunning);
         }
+        self.stop_postmaster(mode)?;
+        self.spawn_postmaster()?;
         self.wait_ready()?;
         tracing::debug!(port = self.port, ?mode, "PostgreSQL restarted");
         Ok(())
@@ -392,8 +394,7 @@ impl PrivatePostgres {
 
     fn shutdown(&mut self, mode: ShutdownMode) -> Result<(), PgError> {
         match &self.kind {
-            Kind::Persistent { running: true } => self.pg_ctl_stop(mode),
-            Kind::Persistent { running: false } => Ok(()),
+            Kind::Persistent { .. } => self.stop_postmaster(mode),
             Kind::Ephemeral { instance_dir, .. } => {
                 let instance_dir = instance_dir.clone();
                 let stopped = self.stop_postmaster(mode);
@@ -440,50 +441,10 @@ impl PrivatePostgres {
         Ok(())
     }
 
-    // ---- persistent (pg_ctl) --------------------------------------------
+    // ---- persistent -----------------------------------------------------
 
-    fn pg_ctl_start(&mut self) -> Result<(), PgError> {
-        let options = format!(
-            "-c listen_addresses=127.0.0.1 -p {} -c unix_socket_directories=''",
-            self.port
-        );
-        let mut command = self.pg_command("pg_ctl");
-        command
-            .args(["start", "-w", "-t", "30", "-D"])
-            .arg(&self.data_dir)
-            .arg("-l")
-            .arg(&self.log_path)
-            .arg("-o")
-            .arg(&options);
-        let shown = format!(
-            "pg_ctl start -w -D {} -l {} -o \"{options}\"",
-            self.data_dir.display(),
-            self.log_path.display()
-        );
-        match run_checked(command, shown) {
-            Ok(_) => {
-                self.kind = Kind::Persistent { running: true };
-                Ok(())
-            }
-            Err(PgError::CommandFailed {
-                command,
-                status,
-                output,
-            }) => Err(PgError::CommandFailed {
-                command,
-                status,
-                output: format!(
-                    "{output}\nlast lines of {}:\n{}",
-                    self.log_path.display(),
-                    log_tail(&self.log_path)
-                ),
-            }),
-            Err(other) => Err(other),
-        }
-    }
-
-    fn pg_ctl_stop(&mut self, mode: ShutdownMode) -> Result<(), PgError> {
-        self.kind = Kind::Persistent { running: false };
+    /// Stops a server this process did not start, with `pg_ctl`.
+    fn pg_ctl_stop(&self, mode: ShutdownMode) -> Result<(), PgError> {
         if read_postmaster_pid(&self.data_dir).is_none_or(|pid| !pid_alive(pid)) {
             return Ok(());
         }
@@ -503,7 +464,7 @@ impl PrivatePostgres {
     }
 
     /// Stops a server an earlier run left running on our data directory.
-    fn stop_leftover_server(&mut self) -> Result<(), PgError> {
+    fn stop_leftover_server(&self) -> Result<(), PgError> {
         let Some(pid) = read_postmaster_pid(&self.data_dir) else {
             return Ok(());
         };
@@ -527,7 +488,7 @@ impl PrivatePostgres {
             .map_err(|source| PgError::io(format!("could not remove {}", lock.display()), source))
     }
 
-    // ---- ephemeral (postgres spawned directly) --------------------------
+    // ---- both -----------------------------------------------------------
 
     fn spawn_postmaster(&mut self) -> Result<(), PgError> {
         let log = open_log(&self.log_path)?;
@@ -537,6 +498,7 @@ impl PrivatePostgres {
                 source,
             )
         })?;
+        let persistent = matches!(self.kind, Kind::Persistent { .. });
         let mut command = self.pg_command("postgres");
         command
             .arg("-D")
@@ -544,8 +506,12 @@ impl PrivatePostgres {
             .arg("-p")
             .arg(self.port.to_string())
             .args(["-c", "listen_addresses=127.0.0.1"])
-            .args(["-c", "unix_socket_directories="]);
-        for (name, value) in TEST_SETTINGS {
+            .args(["-c", "unix_socket_directories="])
+            // Ctrl-C at a terminal goes to the foreground process group; the
+            // server must stop only after the clients that use it.
+            .process_group(0);
+        let test_settings = if persistent { &[][..] } else { TEST_SETTINGS };
+        for (name, value) in test_settings {
             let durability = matches!(*name, "fsync" | "synchronous_commit" | "full_page_writes");
             if self.durable && durability {
                 continue;
@@ -557,25 +523,26 @@ impl PrivatePostgres {
             command.arg("-c").arg(format!("{name}={value}"));
         }
         command.stdout(log).stderr(log_err);
-        let child = spawn_tied_to_process(command, Signal::SIGQUIT).map_err(|source| {
+        // Kept data deserves a checkpoint; a test cluster's is thrown away.
+        let death_signal = if persistent {
+            ShutdownMode::Fast.signal()
+        } else {
+            ShutdownMode::Immediate.signal()
+        };
+        let child = spawn_tied_to_process(command, death_signal).map_err(|source| {
             PgError::io(
                 format!("could not start {}", self.bindir.join("postgres").display()),
                 source,
             )
         })?;
-        if let Kind::Ephemeral { postmaster, .. } = &mut self.kind {
-            *postmaster = Some(child);
-        }
+        *self.kind.postmaster() = Some(child);
         Ok(())
     }
 
     /// Signals the postmaster and waits for it to exit (killing it after
     /// [`STOP_TIMEOUT`]).
     fn stop_postmaster(&mut self, mode: ShutdownMode) -> Result<(), PgError> {
-        let Kind::Ephemeral { postmaster, .. } = &mut self.kind else {
-            return Ok(());
-        };
-        let Some(mut child) = postmaster.take() else {
+        let Some(mut child) = self.kind.postmaster().take() else {
             return Ok(());
         };
         let pid = child.id();
@@ -604,21 +571,14 @@ impl PrivatePostgres {
         }
     }
 
-    // ---- both -----------------------------------------------------------
-
     /// `Some(reason)` if the server is known not to be running.
     fn exited(&mut self) -> Result<Option<String>, PgError> {
-        match &mut self.kind {
-            Kind::Persistent { .. } => Ok(read_postmaster_pid(&self.data_dir)
-                .is_none_or(|pid| !pid_alive(pid))
-                .then(|| "the postmaster is not running".to_owned())),
-            Kind::Ephemeral { postmaster, .. } => match postmaster {
-                None => Ok(Some("not started".to_owned())),
-                Some(child) => child
-                    .try_wait()
-                    .map(|status| status.map(|status| status.to_string()))
-                    .map_err(|source| PgError::io("could not wait for PostgreSQL", source)),
-            },
+        match self.kind.postmaster() {
+            None => Ok(Some("not started".to_owned())),
+            Some(child) => child
+                .try_wait()
+                .map(|status| status.map(|status| status.to_string()))
+                .map_err(|source| PgError::io("could not wait for PostgreSQL", source)),
         }
     }
 
