@@ -3,7 +3,7 @@
 //! A lease is time-bound, exclusive ownership of a named resource. Acquire, renew and release
 //! are each one SQL statement judged by the database's clock, every acquisition gets a fencing
 //! token greater than any earlier one for its resource, and only the current holder can renew or
-//! release. See `SPEC.md` for the invariants and the README for the HTTP API.
+//! release. See `docs/design.md` for the invariants and the README for the HTTP API.
 //!
 //! `main.rs` only parses configuration; [`serve`] wires the pieces: [`db`] (pool, migrations),
 //! [`repo`] (all SQL), [`leases`] (the rules, and the groups concurrent single requests are

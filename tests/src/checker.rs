@@ -1,6 +1,6 @@
 //! The invariant checker: proves from the history the services record (tables `lease_events`
 //! and `task_events`, written by triggers in the same transaction as each change) that a run kept
-//! SPEC.md's invariants. It reports every violation with its evidence rather than stopping at the
+//! The invariants of `docs/design.md`. It reports every violation with its evidence rather than stopping at the
 //! first. Both databases must share one server (one clock), as they do in the tests.
 
 use std::collections::BTreeMap;
@@ -21,7 +21,7 @@ pub struct Term {
     pub end: DateTime<Utc>,
 }
 
-/// The invariants the checker proves, in the words of SPEC.md.
+/// The invariants the checker proves, in the words of `docs/design.md`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Invariant {
     /// Every new acquisition of a resource has a greater fence than the one before.
