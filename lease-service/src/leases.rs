@@ -225,7 +225,9 @@ impl Groups {
     ///
     /// A release repeated by the same holder, with the same fence if it gave one, after the
     /// lease was already released answers as the first did: its first answer may have been
-    /// lost. It reads, and writes nothing, so it can never touch a newer lease.
+    /// lost. It reads, and writes nothing, so it can never touch a newer lease. A lease an
+    /// operator revoked was never released by its holder, so its holder is refused
+    /// (`lease_revoked`): a 200 would tell it that it held the lease to the end.
     pub async fn release(
         &self,
         request: &ReleaseLease,
@@ -675,6 +677,7 @@ fn judge_unreleased(
     if let Some(row) = &current
         && row.holder == item.holder
         && row.is_released()
+        && !row.is_revoked()
         && item.fence.is_none_or(|fence| fence == row.fence)
         && secret_matches(row, item.secret_hash)
     {
@@ -816,6 +819,11 @@ fn refusal(
         )
     } else if !secret_matches(&row, presented) {
         return wrong_secret(operation);
+    } else if row.is_revoked() {
+        (
+            "lease_revoked",
+            format!("cannot {operation}: an operator revoked the lease"),
+        )
     } else if row.is_released() {
         (
             "lease_released",
@@ -844,7 +852,9 @@ fn held(current: LeaseRow) -> ApiError {
 
 /// The API's view of a row, with status and time left judged by the database's clock.
 pub fn to_api(row: LeaseRow) -> Lease {
-    let status = if row.is_released() {
+    let status = if row.is_revoked() {
+        LeaseStatus::Revoked
+    } else if row.is_released() {
         LeaseStatus::Released
     } else if row.is_expired() {
         LeaseStatus::Expired
@@ -853,7 +863,7 @@ pub fn to_api(row: LeaseRow) -> Lease {
     };
     let expires_in_ms = match status {
         LeaseStatus::Active => (row.expires_at - row.db_now).num_milliseconds().max(0),
-        LeaseStatus::Expired | LeaseStatus::Released => 0,
+        LeaseStatus::Expired | LeaseStatus::Released | LeaseStatus::Revoked => 0,
     };
     Lease {
         id: row.id,
@@ -888,6 +898,7 @@ mod tests {
             created_at: now,
             renewed_at: None,
             released_at: released.then_some(now),
+            revoked_at: None,
             expires_at: now + Duration::seconds(expires_in_seconds),
             db_now: now,
             secret_hash: Some(sha256("s").to_vec()),
@@ -931,6 +942,14 @@ mod tests {
             (released.status, released.expires_in_ms),
             (LeaseStatus::Released, 0)
         );
+        let revoked = to_api(LeaseRow {
+            revoked_at: Some(Utc::now()),
+            ..row(true, 5)
+        });
+        assert_eq!(
+            (revoked.status, revoked.expires_in_ms),
+            (LeaseStatus::Revoked, 0)
+        );
     }
 
     #[test]
@@ -942,6 +961,12 @@ mod tests {
         assert_eq!(code(Some(row(false, 5)), "other", Some(9)), "not_holder");
         assert_eq!(code(Some(row(false, 5)), "h", Some(8)), "stale_fence");
         assert_eq!(code(Some(row(true, 5)), "h", Some(9)), "lease_released");
+        let revoked = LeaseRow {
+            revoked_at: Some(Utc::now()),
+            ..row(true, 5)
+        };
+        assert_eq!(code(Some(revoked.clone()), "h", Some(9)), "lease_revoked");
+        assert_eq!(code(Some(revoked), "other", Some(9)), "not_holder");
         assert_eq!(code(Some(row(false, -1)), "h", None), "lease_expired");
         let wrong = refusal(
             "renew",

@@ -1105,8 +1105,13 @@ fn lease_refusal(engine: &Engine, operation: &str, err: LeaseError) -> ApiError 
                 .lease_lost
                 .with_label_values(&[operation])
                 .inc();
+            // An operator's revoke is named as such: the worker was evicted, not late.
+            let code = match &err {
+                LeaseError::Lost { code, .. } if code == "lease_revoked" => "lease_revoked",
+                _ => "lease_lost",
+            };
             ApiError::Conflict {
-                code: "lease_lost",
+                code,
                 message: format!("the task's lease was lost: {err}"),
             }
         }

@@ -1036,3 +1036,108 @@ async fn concurrent_single_requests_are_served_in_groups_each_as_alone() {
         active.body
     );
 }
+
+/// An operator's revoke is not its holder's release: the holder is refused (`lease_revoked`) on
+/// renew and on every kind of release, even with its own fence and secret, where a release it
+/// repeats is answered 200. Anyone may then acquire at once, with a greater fence.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_revoked_lease_is_refused_to_its_holder_on_renew_and_every_release() {
+    const HOLDERS: usize = 8;
+    let db = fresh_database().await;
+    let svc = Service::lease_service(&db, &[("GROUPS_IN_FLIGHT", "1")]).await;
+    let (mut ids, mut proofs) = (Vec::new(), Vec::new());
+    for i in 0..HOLDERS {
+        let got = svc
+            .post("/api/leases", &lease(&format!("r-{i}"), &format!("h-{i}")))
+            .await;
+        assert_eq!(got.status, 201, "{:?}", got.body);
+        let revoked = svc
+            .post(
+                &format!("/api/leases/{}/revoke", got.body["id"]),
+                &json!({}),
+            )
+            .await;
+        assert_eq!(revoked.status, 200, "{:?}", revoked.body);
+        assert_eq!(revoked.body["status"], "revoked");
+        assert!(revoked.body["releasedAt"].is_string(), "{:?}", revoked.body);
+        ids.push(got.body["id"].as_i64().unwrap());
+        proofs.push(json!({
+            "resource": got.body["resource"],
+            "holder": got.body["holder"],
+            "fence": got.body["fence"],
+            "secret": got.body["secret"],
+        }));
+    }
+    let before = snapshot(&db, "leases").await;
+
+    // Alone, by id, in a batch, and concurrently (served in groups): each one refused.
+    let renew = svc.put("/api/leases/renew", &proofs[0]).await;
+    assert_eq!((renew.status, renew.code()), (409, "lease_revoked"));
+    let release = svc.delete("/api/leases/release", &proofs[0]).await;
+    assert_eq!((release.status, release.code()), (409, "lease_revoked"));
+    let by_id = svc
+        .delete(&format!("/api/leases/{}", ids[1]), &proofs[1])
+        .await;
+    assert_eq!((by_id.status, by_id.code()), (409, "lease_revoked"));
+    let batch = svc
+        .post(
+            "/api/leases/batch/release",
+            &json!({"leases": [proofs[2], proofs[3]]}),
+        )
+        .await;
+    assert_eq!(batch.status, 200, "{:?}", batch.body);
+    assert_eq!(
+        verdicts(&batch.body["results"]),
+        [(409, "lease_revoked"), (409, "lease_revoked")]
+    );
+    let renewals = futures_util::future::join_all(proofs.iter().map(|proof| {
+        let svc = &svc;
+        async move { svc.put("/api/leases/renew", proof).await }
+    }))
+    .await;
+    assert!(
+        outcomes(&renewals)
+            .iter()
+            .all(|o| *o == (409, "lease_revoked")),
+        "{:?}",
+        outcomes(&renewals)
+    );
+    let releases = futures_util::future::join_all(proofs.iter().map(|proof| {
+        let svc = &svc;
+        async move { svc.delete("/api/leases/release", proof).await }
+    }))
+    .await;
+    assert!(
+        outcomes(&releases)
+            .iter()
+            .all(|o| *o == (409, "lease_revoked")),
+        "{:?}",
+        outcomes(&releases)
+    );
+    assert_eq!(
+        snapshot(&db, "leases").await,
+        before,
+        "refusals wrote nothing"
+    );
+
+    // The history says who ended the term.
+    let events = snapshot(&db, "lease_events").await;
+    let revoked = events
+        .iter()
+        .filter(|e| e.contains(r#""kind":"revoked""#))
+        .count();
+    assert_eq!(revoked, HOLDERS, "{events:?}");
+
+    // A new holder takes it at once; the old holder's late release cannot touch the new lease.
+    let next = svc.post("/api/leases", &lease("r-0", "next")).await;
+    assert_eq!(next.status, 201, "{:?}", next.body);
+    assert!(next.body["fence"].as_i64() > proofs[0]["fence"].as_i64());
+    assert_eq!(next.body["status"], "active");
+    let late = svc.delete("/api/leases/release", &proofs[0]).await;
+    assert_eq!((late.status, late.code()), (409, "not_holder"));
+    // And the same holder acquiring again gets a new term of its own, not the revoked one.
+    let again = svc.post("/api/leases", &lease("r-4", "h-4")).await;
+    assert_eq!(again.status, 201, "{:?}", again.body);
+    assert_eq!(again.body["status"], "active");
+    assert!(again.body["fence"].as_i64() > proofs[4]["fence"].as_i64());
+}

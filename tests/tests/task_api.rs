@@ -868,3 +868,83 @@ async fn concurrent_single_claims_and_completions_are_served_in_groups_each_as_a
         active.body
     );
 }
+
+/// An operator who revokes a running task's lease stops its worker on every route that proves
+/// ownership through the lease: heartbeat, complete, fail and batch complete are refused with
+/// `lease_revoked`, and none of them finishes the task.
+#[tokio::test]
+async fn a_revoked_lease_stops_its_worker_on_every_route() {
+    let s = stack(&[]).await;
+    let mut ids = Vec::new();
+    for _ in 0..4 {
+        ids.push(s.create_id(json!({"task_data": {}})).await);
+    }
+    let claimed = s
+        .tasks
+        .post("/api/tasks/next", &json!({"processor": "w", "limit": 4}))
+        .await;
+    assert_eq!(claimed.status, 202, "{:?}", claimed.body);
+    assert_eq!(claimed.body.as_array().map(Vec::len), Some(4));
+    let fence_of = |id: i64| {
+        claimed
+            .body
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["id"] == id)
+            .unwrap()["fence"]
+            .clone()
+    };
+    for id in &ids {
+        let listed = s
+            .leases
+            .get(&format!("/api/leases/active?resource=task:{id}"))
+            .await;
+        let lease_id = &listed.body["leases"][0]["id"];
+        assert!(lease_id.is_i64(), "{:?}", listed.body);
+        let revoked = s
+            .leases
+            .post(&format!("/api/leases/{lease_id}/revoke"), &json!({}))
+            .await;
+        assert_eq!(revoked.status, 200, "{:?}", revoked.body);
+    }
+    let before = snapshot(&s.task_db, "tasks").await;
+
+    let [beat, done, failed, batched] = [ids[0], ids[1], ids[2], ids[3]];
+    let beat = s
+        .heartbeat(beat, json!({"processor": "w", "fence": fence_of(beat)}))
+        .await;
+    assert_eq!((beat.status, beat.code()), (409, "lease_revoked"));
+    let done = s
+        .complete(
+            done,
+            json!({"processor": "w", "fence": fence_of(done), "task_output": {}}),
+        )
+        .await;
+    assert_eq!((done.status, done.code()), (409, "lease_revoked"));
+    let failed = s
+        .fail(
+            failed,
+            json!({"processor": "w", "fence": fence_of(failed), "error": "x"}),
+        )
+        .await;
+    assert_eq!((failed.status, failed.code()), (409, "lease_revoked"));
+    let batch = json!({"processor": "w", "tasks": [
+        {"id": batched, "fence": fence_of(batched), "task_output": {}},
+    ]});
+    let batch = s.tasks.put("/api/tasks/complete", &batch).await;
+    assert_eq!(batch.status, 200, "{:?}", batch.body);
+    assert_eq!(verdicts(&batch.body["results"]), [(409, "lease_revoked")]);
+
+    // The sample worker's requests (no fence) are refused alike.
+    let sample = s
+        .complete(ids[1], json!({"processor": "w", "task_output": {}}))
+        .await;
+    assert_eq!((sample.status, sample.code()), (409, "lease_revoked"));
+    let after = snapshot(&s.task_db, "tasks").await;
+    assert_eq!(after, before, "no refusal wrote anything");
+    assert!(
+        after.iter().all(|t| t.contains(r#""status":"running""#)),
+        "{after:?}"
+    );
+}
