@@ -170,7 +170,7 @@ async fn lease_service_write_routes_need_the_leaseholder_role_and_revoke_the_ope
         .await;
     assert_eq!(
         (revoked.status, revoked.body["status"].as_str()),
-        (200, Some("released")),
+        (200, Some("revoked")),
         "{:?}",
         revoked.body
     );

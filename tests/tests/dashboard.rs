@@ -234,8 +234,8 @@ async fn the_dashboard_shows_and_operates_a_live_stack() {
             .contains(&lease_id.to_string())
     );
     browser.click("#confirm-yes").await;
-    eventually(Duration::from_secs(10), "the lease released", || async {
-        leases.get(&format!("/api/leases/{lease_id}")).await.body["status"] == "released"
+    eventually(Duration::from_secs(10), "the lease revoked", || async {
+        leases.get(&format!("/api/leases/{lease_id}")).await.body["status"] == "revoked"
     })
     .await;
 
