@@ -66,7 +66,11 @@ pub struct BenchOptions {
     pub contended_resources: Vec<u64>,
     /// Concurrent claim-and-complete clients.
     pub claim_clients: usize,
-    /// The sections to run (all when empty): `leases`, `contention`, `e2e`, `sample`, `growth`.
+    /// Large tasks stored, and concurrent readers paging through them, for the memory figure.
+    pub memory_tasks: u64,
+    pub memory_readers: usize,
+    /// The sections to run (all when empty): `leases`, `contention`, `e2e`, `sample`, `growth`,
+    /// `memory`.
     pub sections: Vec<String>,
 }
 
@@ -84,6 +88,8 @@ impl BenchOptions {
             growth_sizes: vec![10_000, 100_000, 1_000_000],
             contended_resources: vec![1, 100],
             claim_clients: 8,
+            memory_tasks: 1_000,
+            memory_readers: 8,
             sections: Vec::new(),
         }
     }
@@ -102,6 +108,8 @@ impl BenchOptions {
             growth_sizes: vec![1_000, 3_000],
             contended_resources: vec![1, 2],
             claim_clients: 4,
+            memory_tasks: 40,
+            memory_readers: 8,
             sections: Vec::new(),
         }
     }
@@ -131,10 +139,25 @@ pub struct Ratio {
     pub value: f64,
 }
 
+/// task-service's resident memory while readers page through large tasks at once.
+#[derive(Debug, Clone, Serialize)]
+pub struct MemoryFigure {
+    pub tasks: u64,
+    pub task_kib: u64,
+    pub readers: usize,
+    /// Pages read (all readers together) and the bytes they carried.
+    pub pages: u64,
+    pub mib_read: f64,
+    pub rss_before_mib: f64,
+    pub rss_peak_mib: f64,
+    pub rss_after_mib: f64,
+}
+
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Report {
     pub figures: Vec<Figure>,
     pub ratios: Vec<Ratio>,
+    pub memory: Vec<MemoryFigure>,
 }
 
 impl Report {
@@ -178,6 +201,28 @@ impl Report {
                     out,
                     "| {} | {} | {} | {} | {} | {:.0} | {:.2} | {:.2} |",
                     f.name, f.concurrency, rows, f.ops, f.errors, f.per_second, f.p50_ms, f.p99_ms
+                );
+            }
+        }
+        if !self.memory.is_empty() {
+            let _ = writeln!(out, "\n### memory: open reads of large tasks\n");
+            let _ = writeln!(
+                out,
+                "| tasks | KiB each | readers | pages read | MiB read | RSS before MiB | RSS peak MiB | RSS after MiB |"
+            );
+            let _ = writeln!(out, "|---:|---:|---:|---:|---:|---:|---:|---:|");
+            for m in &self.memory {
+                let _ = writeln!(
+                    out,
+                    "| {} | {} | {} | {} | {:.0} | {:.0} | {:.0} | {:.0} |",
+                    m.tasks,
+                    m.task_kib,
+                    m.readers,
+                    m.pages,
+                    m.mib_read,
+                    m.rss_before_mib,
+                    m.rss_peak_mib,
+                    m.rss_after_mib
                 );
             }
         }
@@ -333,7 +378,85 @@ pub async fn run(options: &BenchOptions) -> Report {
     if wanted("growth") {
         growth(&bench, options, &mut report).await;
     }
+    if wanted("memory") {
+        memory(&bench, options, &mut report).await;
+    }
     report
+}
+
+/// A process's resident set (`VmRSS`) or its peak (`VmHWM`), in MiB, from `/proc`.
+fn resident_mib(pid: nix::unistd::Pid, field: &str) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kib| kib / 1024.0)
+}
+
+/// The issue this answers: eight concurrent `GET /api/tasks?limit=1000` over 63 KiB tasks took
+/// task-service from 42 MB to 1 GB. Stores `memory_tasks` tasks of 63 KiB in a queue of their
+/// own, then `memory_readers` readers page through them all at once, twice; reports
+/// task-service's resident memory before, at its peak (`VmHWM`, reset first through
+/// `clear_refs`) and after.
+async fn memory(bench: &Bench, options: &BenchOptions, report: &mut Report) {
+    const TASK_KIB: u64 = 63;
+    const QUEUE: &str = "bench-memory";
+    let pad = "m".repeat(usize::try_from(TASK_KIB * 1024 - 64).unwrap_or(0));
+    let create = bench.tasks.url("/api/tasks");
+    for n in 0..options.memory_tasks {
+        let body = json!({"task_data": {"n": n, "pad": pad}, "queue": QUEUE,
+                          "scheduled_at": "2999-01-01T00:00:00Z"});
+        let answer = bench.http.post(&create).json(&body).send().await;
+        assert!(answer.is_ok_and(|a| a.status().as_u16() == 201));
+    }
+    let pid = bench.tasks.pid();
+    let before = resident_mib(pid, "VmRSS");
+    // Resets the peak to the current size: what follows is this section's own peak.
+    let _ = std::fs::write(format!("/proc/{pid}/clear_refs"), "5");
+    let readers: Vec<_> = (0..options.memory_readers)
+        .map(|_| {
+            let http = bench.http.clone();
+            let list = bench.tasks.url("/api/tasks");
+            tokio::spawn(async move {
+                let (mut pages, mut bytes) = (0u64, 0u64);
+                for _ in 0..2 {
+                    let mut cursor = String::new();
+                    loop {
+                        let url = format!("{list}?queue={QUEUE}&limit=1000&cursor={cursor}");
+                        let Ok(answer) = http.get(&url).send().await else { break };
+                        let Ok(body) = answer.bytes().await else { break };
+                        pages += 1;
+                        bytes += body.len() as u64;
+                        let page: Value = serde_json::from_slice(&body).unwrap_or_default();
+                        match page["nextCursor"].as_str() {
+                            Some(next) => cursor = next.to_owned(),
+                            None => break,
+                        }
+                    }
+                }
+                (pages, bytes)
+            })
+        })
+        .collect();
+    let (mut pages, mut bytes) = (0, 0);
+    for reader in readers {
+        if let Ok((p, b)) = reader.await {
+            pages += p;
+            bytes += b;
+        }
+    }
+    let peak = resident_mib(pid, "VmHWM");
+    report.memory.push(MemoryFigure {
+        tasks: options.memory_tasks,
+        task_kib: TASK_KIB,
+        readers: options.memory_readers,
+        pages,
+        mib_read: bytes as f64 / (1024.0 * 1024.0),
+        rss_before_mib: before,
+        rss_peak_mib: peak,
+        rss_after_mib: resident_mib(pid, "VmRSS"),
+    });
 }
 
 async fn connect(url: &str) -> AsyncPgConnection {
@@ -1294,4 +1417,8 @@ once. A claim is task-service's transaction with one lease-service call inside i
 acquire: one statement, one commit); a completion likewise with a batch release. Claims and
 single completions that arrive together are served as one group, and so are single lease
 acquires, renewals and releases in lease-service (GROUPS_IN_FLIGHT of each service); the
-direct-SQL clients run one statement and one commit per operation.";
+direct-SQL clients run one statement and one commit per operation.
+Memory under open reads is bounded by task-service itself, not by the machine: a listing page
+ends at 4 MiB of task JSON, counted in PostgreSQL before any row is loaded, and a replica serves
+4 listings at once (the rest wait), so the peak is about 4 pages of rows plus their JSON,
+whatever the number of readers or the size of the tasks.";

@@ -59,6 +59,14 @@ async fn the_quick_benchmark_produces_every_figure() {
         + options.backlog_sizes.len() * 3
         + (options.growth_sizes.len() - 1) * 2;
     assert_eq!(report.ratios.len(), expected_ratios, "{:?}", report.ratios);
+    // Every reader paged through every large task, twice.
+    let memory = &report.memory[0];
+    assert!(memory.rss_peak_mib > 0.0, "{memory:?}");
+    let read_each = (options.memory_tasks * memory.task_kib) as f64 / 1024.0;
+    assert!(
+        memory.mib_read >= read_each * 2.0 * options.memory_readers as f64,
+        "{memory:?}"
+    );
     let json = serde_json::to_value(&report).unwrap();
     assert!(json["figures"].as_array().unwrap().len() > 10);
 }

@@ -41,12 +41,15 @@ struct Cli {
     /// Finished rows present for the growth figures, comma-separated.
     #[arg(long, value_delimiter = ',')]
     growth: Option<Vec<u64>>,
+    /// Large (63 KiB) tasks stored for the memory figure.
+    #[arg(long)]
+    memory_tasks: Option<u64>,
     /// Shared resources the contention figures race for, comma-separated.
     #[arg(long, value_delimiter = ',')]
     contended_resources: Option<Vec<u64>>,
-    /// Run only these sections, comma-separated: leases, contention, e2e, sample, growth
-    /// (default: all).
-    #[arg(long, value_delimiter = ',', value_parser = ["leases", "contention", "e2e", "sample", "growth"])]
+    /// Run only these sections, comma-separated: leases, contention, e2e, sample, growth,
+    /// memory (default: all).
+    #[arg(long, value_delimiter = ',', value_parser = ["leases", "contention", "e2e", "sample", "growth", "memory"])]
     only: Vec<String>,
     /// Write the report as JSON to this file.
     #[arg(long)]
@@ -84,6 +87,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if let Some(sizes) = cli.growth {
         options.growth_sizes = sizes;
+    }
+    if let Some(n) = cli.memory_tasks {
+        options.memory_tasks = n;
     }
     if let Some(resources) = cli.contended_resources {
         options.contended_resources = resources;
