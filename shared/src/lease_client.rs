@@ -31,7 +31,8 @@ pub enum LeaseError {
         /// Time left on the holder's lease, by the database's clock when it answered.
         expires_in: Option<Duration>,
     },
-    /// The lease is no longer ours: expired, released, taken over, stale fence, or gone.
+    /// The lease is no longer ours: expired, released, revoked by an operator (`lease_revoked`),
+    /// taken over, stale fence, or gone.
     #[error("lease lost ({code}): {reason}")]
     Lost { code: String, reason: String },
     /// lease-service could not be reached or failed, after retries.

@@ -90,7 +90,8 @@ impl GuardConfig {
 /// Why a guard stopped holding its lease.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LeaseLost {
-    /// lease-service refused a renewal: the lease expired, was released or taken over.
+    /// lease-service refused a renewal: the lease expired, was released, revoked (`code`
+    /// `lease_revoked`) or taken over.
     Refused { code: String, reason: String },
     /// No renewal succeeded in time (lease-service unreachable or paused); the lease may
     /// already have expired, so it must be treated as gone.
