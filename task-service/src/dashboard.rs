@@ -25,7 +25,9 @@ const WINDOW_SECONDS: i64 = 600;
 const BUCKET_SECONDS: i64 = 10;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(get_only("/dashboard", page)).service(
+    cfg.service(get_only("/dashboard", page))
+        .service(get_only("/", to_dashboard))
+        .service(
         web::scope("/api/dashboard")
             .service(get_only("/overview", overview))
             .service(get_only("/leases", leases))
@@ -35,6 +37,13 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                     .default_service(web::to(method_not_allowed)),
             ),
     );
+}
+
+/// A browser sent to the service's address lands on the dashboard, not on a 404.
+async fn to_dashboard() -> HttpResponse {
+    HttpResponse::Found()
+        .insert_header((actix_web::http::header::LOCATION, "/dashboard"))
+        .finish()
 }
 
 async fn page() -> HttpResponse {

@@ -74,7 +74,10 @@ async fn the_sample_lease_page_reads_listings_and_a_lease_by_their_names() {
         let resources: Vec<_> = listed
             .iter()
             .map(|lease| {
-                assert!(lease["id"].is_i64() && lease["holder"].is_string(), "{lease}");
+                assert!(
+                    lease["id"].is_i64() && lease["holder"].is_string(),
+                    "{lease}"
+                );
                 lease["resource"].as_str().unwrap()
             })
             .collect();
@@ -307,4 +310,20 @@ async fn a_page_of_large_tasks_is_cut_by_size_and_continued_by_its_cursor() {
     }
     assert_eq!(seen, 100);
     assert!(pages >= 2, "100 tasks of 60 KiB fit no 4 MiB page");
+}
+
+/// A browser sent to task-service's address lands on the dashboard.
+#[tokio::test]
+async fn the_root_sends_a_browser_to_the_dashboard() {
+    let s = stack().await;
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let root = http.get(s.tasks.url("/")).send().await.unwrap();
+    assert_eq!(root.status().as_u16(), 302);
+    assert_eq!(root.headers()["location"], "/dashboard");
+    let page = reqwest::get(s.tasks.url("/")).await.unwrap();
+    assert_eq!(page.status().as_u16(), 200);
+    assert!(page.text().await.unwrap().contains("<html"));
 }
