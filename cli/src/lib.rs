@@ -7,12 +7,19 @@
 //! `tasks tail`) show a live count on standard error while standard output stays clean.
 
 use std::collections::BTreeMap;
-use std::io::Write;
+use std::io::{IsTerminal, Write};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use chrono::{DateTime, Utc};
 use clap::{Args, Parser, Subcommand};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
+use shared::api::{Lease, LeasePage, LeaseStatus};
+use shared::generator::GeneratorStatus;
+use shared::tasks::{Task, TaskPage, TaskStatus};
 
 /// Operate Leasehold: leases, tasks and the task generator.
 #[derive(Debug, Parser)]
@@ -61,23 +68,32 @@ pub enum Command {
 
 #[derive(Debug, Subcommand)]
 pub enum LeaseCommand {
-    /// List leases (newest last).
+    /// List leases, newest first.
     List {
-        /// all, active, expired, renewed or released.
-        #[arg(long, default_value = "all")]
+        /// Which leases.
+        #[arg(long, default_value = "all",
+              value_parser = ["all", "active", "expired", "renewed", "released"])]
         status: String,
-        /// Only resources starting with this.
+        /// Only leases whose resource starts with this.
         #[arg(long)]
         prefix: Option<String>,
-        /// At most this many (up to 1000).
+        /// At most this many (a page is at most 1000).
         #[arg(long, default_value_t = 100)]
         limit: u32,
+        /// Continue from an earlier page: the cursor its last line (or its `nextCursor`) gave.
+        #[arg(long)]
+        cursor: Option<String>,
     },
     /// One lease by id.
-    Show { id: i64 },
+    Show {
+        /// The lease's id (the ID column of `leases list`).
+        id: i64,
+    },
     /// Acquire RESOURCE for --holder (prints the lease, with its secret).
     Acquire {
+        /// The name of what is leased, e.g. `printer` or `task:42`.
         resource: String,
+        /// Who holds the lease: the name renew and release must give.
         #[arg(long)]
         holder: String,
         /// Lease length in seconds (the service's default when absent).
@@ -86,24 +102,31 @@ pub enum LeaseCommand {
     },
     /// Renew RESOURCE for --holder.
     Renew {
+        /// The leased resource.
         resource: String,
         #[command(flatten)]
         proof: ProofArgs,
+        /// A new lease length in seconds (the lease's own when absent).
         #[arg(long)]
         ttl: Option<i64>,
     },
     /// Release RESOURCE for --holder.
     Release {
+        /// The leased resource.
         resource: String,
         #[command(flatten)]
         proof: ProofArgs,
     },
-    /// Release lease ID whoever holds it (operator role).
-    Revoke { id: i64 },
+    /// End lease ID whoever holds it (operator role); its holder is refused from then on.
+    Revoke {
+        /// The lease's id (the ID column of `leases list`).
+        id: i64,
+    },
 }
 
 #[derive(Debug, Args)]
 pub struct ProofArgs {
+    /// The holder named when the lease was acquired.
     #[arg(long)]
     holder: String,
     /// The lease's fence, refused unless current.
@@ -114,20 +137,27 @@ pub struct ProofArgs {
     secret: Option<String>,
 }
 
+/// What `tasks create` asks for when given no `--data`: work the worker finishes, so that a
+/// first try (`--count 50 --wait`) shows tasks succeeding.
+pub const DEFAULT_TASK_DATA: &str = r#"{"sleep_duration_seconds": 1}"#;
+
 #[derive(Debug, Subcommand)]
 pub enum TaskCommand {
     /// Create tasks; with --wait, watch them until none is pending or running.
     Create {
-        /// The task's data, as JSON.
-        #[arg(long, default_value = "{}")]
+        /// The task's data, as a JSON object (the worker sleeps `sleep_duration_seconds`).
+        #[arg(long, default_value = DEFAULT_TASK_DATA)]
         data: String,
         /// How many tasks to create.
         #[arg(long, default_value_t = 1)]
         count: u32,
+        /// The queue to put them in (`default` when absent).
         #[arg(long)]
         queue: Option<String>,
+        /// Higher is claimed first, from -1000 to 1000 (0 when absent).
         #[arg(long)]
         priority: Option<i32>,
+        /// Claims a failing task gets before it is dead (the service's default when absent).
         #[arg(long)]
         max_attempts: Option<i32>,
         /// Wait until the queue has no pending or running task, showing a live count.
@@ -137,24 +167,39 @@ pub enum TaskCommand {
         #[arg(long, default_value_t = 600)]
         timeout_seconds: u64,
     },
-    /// List tasks (oldest first).
+    /// List tasks, newest first.
     List {
         /// Comma-separated statuses: pending, running, succeeded, dead, cancelled.
         #[arg(long)]
         status: Option<String>,
+        /// Only tasks of this queue.
         #[arg(long)]
         queue: Option<String>,
+        /// At most this many (a page is at most 1000).
         #[arg(long, default_value_t = 100)]
         limit: u32,
+        /// Continue from an earlier page: the cursor its last line (or its `nextCursor`) gave.
+        #[arg(long)]
+        cursor: Option<String>,
     },
     /// One task by id.
-    Show { id: i64 },
+    Show {
+        /// The task's id.
+        id: i64,
+    },
     /// Cancel a task (operator role).
-    Cancel { id: i64 },
+    Cancel {
+        /// The task's id.
+        id: i64,
+    },
     /// Put a dead task back in its queue (operator role).
-    Retry { id: i64 },
+    Retry {
+        /// The task's id.
+        id: i64,
+    },
     /// Print tasks as they are created and change status, until Ctrl-C (or --seconds).
     Tail {
+        /// Only tasks of this queue.
         #[arg(long)]
         queue: Option<String>,
         /// Stop after this many seconds.
@@ -175,8 +220,10 @@ pub enum GeneratorCommand {
         /// Tasks per second.
         #[arg(long)]
         rate: Option<f64>,
+        /// The shortest `sleep_duration_seconds` a generated task asks for.
         #[arg(long)]
         min_sleep: Option<f64>,
+        /// The longest `sleep_duration_seconds` a generated task asks for.
         #[arg(long)]
         max_sleep: Option<f64>,
     },
@@ -242,21 +289,38 @@ impl Api {
     }
 }
 
-/// Where the output goes: JSON or tables on standard output, progress on standard error.
+/// Where the output goes: JSON or tables on standard output, progress and hints on standard
+/// error. Progress redraws one line in place only when standard error is a terminal; anywhere
+/// else (a pipe, a file, CI's log) each new state is a plain line of its own, without escapes.
 struct Out {
     json: bool,
+    terminal: bool,
+    /// The last progress line written where lines are not redrawn: an unchanged state is not
+    /// written again.
+    last: Mutex<String>,
 }
 
 impl Out {
-    fn value(&self, value: &Value, table: impl FnOnce(&Value) -> String) -> anyhow::Result<()> {
+    fn new(json: bool) -> Out {
+        Out {
+            json,
+            terminal: std::io::stderr().is_terminal(),
+            last: Mutex::new(String::new()),
+        }
+    }
+
+    /// Prints `value` as JSON with `--json`, else as `table` renders it.
+    fn value(
+        &self,
+        value: &Value,
+        table: impl FnOnce(&Value) -> anyhow::Result<String>,
+    ) -> anyhow::Result<()> {
         let text = if self.json {
             serde_json::to_string_pretty(value)?
         } else {
-            table(value)
+            table(value)?
         };
-        let mut stdout = std::io::stdout().lock();
-        writeln!(stdout, "{text}")?;
-        Ok(())
+        self.line(&text)
     }
 
     fn line(&self, text: &str) -> anyhow::Result<()> {
@@ -266,22 +330,77 @@ impl Out {
         Ok(())
     }
 
-    fn progress(&self, text: &str) {
+    /// A line for people, beside the output (never mixed into it).
+    fn note(&self, text: &str) {
         let mut stderr = std::io::stderr().lock();
-        let _ = write!(stderr, "\r{text}\x1b[K");
+        let _ = writeln!(stderr, "{text}");
+    }
+
+    /// The current state of something under way; `done` when it is the last.
+    fn progress(&self, text: &str, done: bool) {
+        let mut stderr = std::io::stderr().lock();
+        if self.terminal {
+            let end = if done { "\n" } else { "" };
+            let _ = write!(stderr, "\r{text}\x1b[K{end}");
+        } else {
+            let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+            if *last != text {
+                let _ = writeln!(stderr, "{text}");
+                text.clone_into(&mut last);
+            }
+        }
         let _ = stderr.flush();
     }
+}
+
+/// `value` read as the wire type `T`: the tables render the services' own types, so they
+/// follow the API's field names.
+fn typed<T: DeserializeOwned>(value: &Value) -> anyhow::Result<T> {
+    T::deserialize(value).with_context(|| format!("unexpected answer: {value}"))
 }
 
 /// Runs one command.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let api = Api::new(&cli)?;
-    let out = Out { json: cli.json };
+    let out = Out::new(cli.json);
     match cli.command {
         Command::Leases(command) => leases(&api, &out, command).await,
         Command::Tasks(command) => tasks(&api, &out, command).await,
         Command::Generator(command) => generator(&api, &out, command).await,
     }
+}
+
+/// A listing's URL: newest first, `limit` rows from `cursor` on.
+fn listing_url(
+    url: &str,
+    limit: u32,
+    cursor: Option<&str>,
+    filters: &[(&str, Option<&str>)],
+) -> anyhow::Result<String> {
+    let mut url = reqwest::Url::parse(url)?;
+    url.query_pairs_mut()
+        .append_pair("order", "desc")
+        .append_pair("limit", &limit.to_string());
+    if let Some(cursor) = cursor {
+        url.query_pairs_mut().append_pair("cursor", cursor);
+    }
+    for (name, value) in filters {
+        if let Some(value) = value {
+            url.query_pairs_mut().append_pair(name, value);
+        }
+    }
+    Ok(url.to_string())
+}
+
+/// Says how to get the rest when a listing stopped short of it (a page holds at most `limit`
+/// rows, and the service may cut one short to bound its size).
+fn more_hint(shown: usize, of: Option<i64>, what: &str, next: Option<&str>) -> Option<String> {
+    let next = next?;
+    let of = of.map_or_else(String::new, |total| format!(" of {total}"));
+    Some(format!(
+        "showing {shown}{of} {what}, newest first; more with --cursor {next} (or a larger \
+         --limit, up to 1000)"
+    ))
 }
 
 async fn leases(api: &Api, out: &Out, command: LeaseCommand) -> anyhow::Result<()> {
@@ -291,26 +410,37 @@ async fn leases(api: &Api, out: &Out, command: LeaseCommand) -> anyhow::Result<(
             status,
             prefix,
             limit,
+            cursor,
         } => {
-            let path = match status.as_str() {
-                "all" => String::new(),
-                "active" | "expired" | "renewed" | "released" => format!("/{status}"),
-                other => bail!(
-                    "unknown lease status {other:?}: use all, active, expired, renewed or released"
-                ),
+            let path = if status == "all" {
+                String::new()
+            } else {
+                format!("/{status}")
             };
-            let mut url = reqwest::Url::parse(&format!("{base}{path}"))?;
-            url.query_pairs_mut()
-                .append_pair("limit", &limit.to_string());
-            if let Some(prefix) = &prefix {
-                url.query_pairs_mut().append_pair("resource_prefix", prefix);
+            let url = listing_url(
+                &format!("{base}{path}"),
+                limit,
+                cursor.as_deref(),
+                &[("resource_prefix", prefix.as_deref())],
+            )?;
+            let answer = api.get(url).await?;
+            let page: LeasePage = typed(&answer)?;
+            out.value(&answer, |_| Ok(lease_table(&page.leases)))?;
+            if !out.json
+                && let Some(hint) = more_hint(
+                    page.leases.len(),
+                    None,
+                    "leases",
+                    page.next_cursor.as_deref(),
+                )
+            {
+                out.note(&hint);
             }
-            let leases = api.get(url.to_string()).await?;
-            out.value(&leases, lease_table)
+            Ok(())
         }
         LeaseCommand::Show { id } => {
-            let lease = api.get(format!("{base}/{id}")).await?;
-            out.value(&lease, |l| lease_table(&json!([l])))
+            let answer = api.get(format!("{base}/{id}")).await?;
+            out.value(&answer, |a| Ok(lease_table(&[typed(&a["lease"])?])))
         }
         LeaseCommand::Acquire {
             resource,
@@ -320,11 +450,12 @@ async fn leases(api: &Api, out: &Out, command: LeaseCommand) -> anyhow::Result<(
             let body = json!({"resource": resource, "holder": holder, "ttl_seconds": ttl});
             let lease = api.call(reqwest::Method::POST, base, Some(&body)).await?;
             out.value(&lease, |l| {
-                let mut text = lease_table(&json!([l]));
-                if let Some(secret) = l["secret"].as_str() {
-                    text.push_str(&format!("\nsecret: {secret}"));
+                let lease: Lease = typed(l)?;
+                let mut text = lease_table(std::slice::from_ref(&lease));
+                if let Some(secret) = &lease.secret {
+                    text.push_str(&format!("\nsecret: {}", secret.expose()));
                 }
-                text
+                Ok(text)
             })
         }
         LeaseCommand::Renew {
@@ -337,7 +468,7 @@ async fn leases(api: &Api, out: &Out, command: LeaseCommand) -> anyhow::Result<(
             let lease = api
                 .call(reqwest::Method::PUT, format!("{base}/renew"), Some(&body))
                 .await?;
-            out.value(&lease, |l| lease_table(&json!([l])))
+            out.value(&lease, |l| Ok(lease_table(&[typed(l)?])))
         }
         LeaseCommand::Release { resource, proof } => {
             let body = json!({"resource": resource, "holder": proof.holder, "fence": proof.fence,
@@ -349,13 +480,13 @@ async fn leases(api: &Api, out: &Out, command: LeaseCommand) -> anyhow::Result<(
                     Some(&body),
                 )
                 .await?;
-            out.value(&lease, |l| lease_table(&json!([l])))
+            out.value(&lease, |l| Ok(lease_table(&[typed(l)?])))
         }
         LeaseCommand::Revoke { id } => {
             let lease = api
                 .call(reqwest::Method::POST, format!("{base}/{id}/revoke"), None)
                 .await?;
-            out.value(&lease, |l| lease_table(&json!([l])))
+            out.value(&lease, |l| Ok(lease_table(&[typed(l)?])))
         }
     }
 }
@@ -377,10 +508,12 @@ async fn tasks(api: &Api, out: &Out, command: TaskCommand) -> anyhow::Result<()>
             let body = json!({"task_data": task_data, "queue": queue, "priority": priority,
                               "max_attempts": max_attempts});
             let created = create_many(api, out, &base, &body, count).await?;
-            if out.json {
-                out.value(&Value::Array(created.clone()), |_| String::new())?;
-            } else if created.len() <= 20 {
-                out.value(&Value::Array(created.clone()), task_table)?;
+            let list = Value::Array(created.clone());
+            if out.json || created.len() <= 20 {
+                out.value(&list, |_| {
+                    let tasks: Vec<Task> = typed(&list)?;
+                    Ok(task_table(&tasks))
+                })?;
             } else {
                 out.line(&format!("created {} tasks", created.len()))?;
             }
@@ -405,34 +538,49 @@ async fn tasks(api: &Api, out: &Out, command: TaskCommand) -> anyhow::Result<()>
             status,
             queue,
             limit,
+            cursor,
         } => {
-            let mut url = reqwest::Url::parse(&base)?;
-            url.query_pairs_mut()
-                .append_pair("limit", &limit.to_string());
-            if let Some(status) = &status {
-                url.query_pairs_mut().append_pair("status", status);
+            let url = listing_url(
+                &base,
+                limit,
+                cursor.as_deref(),
+                &[("status", status.as_deref()), ("queue", queue.as_deref())],
+            )?;
+            let answer = api.get(url).await?;
+            let page: TaskPage = typed(&answer)?;
+            out.value(&answer, |_| Ok(task_table(&page.tasks)))?;
+            if !out.json && page.next_cursor.is_some() {
+                // Only to say how many there are: a failure here costs the count, not the list.
+                let total = count_tasks(api, &base, status.as_deref(), queue.as_deref())
+                    .await
+                    .ok();
+                let hint = more_hint(
+                    page.tasks.len(),
+                    total,
+                    "tasks",
+                    page.next_cursor.as_deref(),
+                );
+                if let Some(hint) = hint {
+                    out.note(&hint);
+                }
             }
-            if let Some(queue) = &queue {
-                url.query_pairs_mut().append_pair("queue", queue);
-            }
-            let tasks = api.get(url.to_string()).await?;
-            out.value(&tasks, task_table)
+            Ok(())
         }
         TaskCommand::Show { id } => {
-            let task = api.get(format!("{base}/{id}")).await?;
-            out.value(&task, task_detail)
+            let answer = api.get(format!("{base}/{id}")).await?;
+            out.value(&answer, |a| Ok(task_detail(&typed(&a["task"])?)))
         }
         TaskCommand::Cancel { id } => {
             let task = api
                 .call(reqwest::Method::POST, format!("{base}/{id}/cancel"), None)
                 .await?;
-            out.value(&task, |t| task_table(&json!([t])))
+            out.value(&task, |t| Ok(task_table(&[typed(t)?])))
         }
         TaskCommand::Retry { id } => {
             let task = api
                 .call(reqwest::Method::POST, format!("{base}/{id}/retry"), None)
                 .await?;
-            out.value(&task, |t| task_table(&json!([t])))
+            out.value(&task, |t| Ok(task_table(&[typed(t)?])))
         }
         TaskCommand::Tail {
             queue,
@@ -440,6 +588,27 @@ async fn tasks(api: &Api, out: &Out, command: TaskCommand) -> anyhow::Result<()>
             interval_ms,
         } => tail(api, out, &base, queue.as_deref(), seconds, interval_ms).await,
     }
+}
+
+/// How many tasks a listing with these filters covers, from the queues' counts.
+async fn count_tasks(
+    api: &Api,
+    base: &str,
+    status: Option<&str>,
+    queue: Option<&str>,
+) -> anyhow::Result<i64> {
+    let counts = api.get(format!("{base}/counts")).await?;
+    let by_status = match queue {
+        Some(queue) => &counts["queues"][queue],
+        None => &counts["total"],
+    };
+    let wanted: Vec<&str> = status.map_or_else(Vec::new, |s| s.split(',').map(str::trim).collect());
+    let by_status = by_status.as_object().context("counts without statuses")?;
+    Ok(by_status
+        .iter()
+        .filter(|(status, _)| wanted.is_empty() || wanted.contains(&status.as_str()))
+        .filter_map(|(_, n)| n.as_i64())
+        .sum())
 }
 
 /// Creates `count` tasks, 16 requests at a time, showing the count on standard error.
@@ -461,11 +630,11 @@ async fn create_many(
         }
         remaining -= wave;
         if count > 1 {
-            out.progress(&format!("created {}/{count}", created.len()));
+            out.progress(
+                &format!("created {}/{count}", created.len()),
+                remaining == 0,
+            );
         }
-    }
-    if count > 1 {
-        out.progress(&format!("created {count}/{count}\n"));
     }
     Ok(created)
 }
@@ -490,18 +659,18 @@ async fn wait_for_queue(
             of("dead"),
             of("cancelled")
         );
-        out.progress(&line);
         if of("pending") == 0 && of("running") == 0 {
-            out.progress(&format!("{line}\n"));
+            out.progress(&line, true);
             if out.json {
-                out.value(&counts["queues"][queue], |_| String::new())?;
+                out.value(&counts["queues"][queue], |_| Ok(String::new()))?;
             }
             return Ok(());
         }
         if Instant::now() > deadline {
-            out.progress(&format!("{line}\n"));
+            out.progress(&line, true);
             bail!("tasks in {queue} still pending or running after {timeout:?}");
         }
+        out.progress(&line, false);
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
@@ -517,9 +686,10 @@ async fn tail(
 ) -> anyhow::Result<()> {
     let stop = seconds.map(|s| Instant::now() + Duration::from_secs(s));
     // Tasks not yet final, by id, with the status last printed.
-    let mut watching: BTreeMap<i64, String> = BTreeMap::new();
+    let mut watching: BTreeMap<i64, TaskStatus> = BTreeMap::new();
     // Start from the newest task: only what happens from now on is printed.
-    let mut cursor = newest_id(api, base).await?;
+    let newest: TaskPage = typed(&api.get(format!("{base}?order=desc&limit=1")).await?)?;
+    let mut cursor = newest.tasks.first().map_or(0, |task| task.id);
     loop {
         loop {
             let mut url = reqwest::Url::parse(base)?;
@@ -529,35 +699,29 @@ async fn tail(
             if let Some(queue) = queue {
                 url.query_pairs_mut().append_pair("queue", queue);
             }
-            let page = api.get(url.to_string()).await?;
-            let tasks = page.as_array().cloned().unwrap_or_default();
-            if tasks.is_empty() {
-                break;
-            }
-            for task in &tasks {
-                let id = task["id"].as_i64().unwrap_or(0);
-                cursor = cursor.max(id);
+            let page: TaskPage = typed(&api.get(url.to_string()).await?)?;
+            for task in &page.tasks {
+                cursor = cursor.max(task.id);
                 report(out, task)?;
-                let status = task["status"].as_str().unwrap_or("").to_owned();
-                if !is_final(&status) {
-                    watching.insert(id, status);
+                if !task.status.is_final() {
+                    watching.insert(task.id, task.status);
                 }
             }
-            if tasks.len() < 1000 {
+            if page.next_cursor.is_none() || page.tasks.is_empty() {
                 break;
             }
         }
         let ids: Vec<i64> = watching.keys().copied().take(500).collect();
         for id in ids {
-            let task = api.get(format!("{base}/{id}")).await?;
-            let status = task["status"].as_str().unwrap_or("").to_owned();
-            if watching.get(&id) != Some(&status) {
+            let answer = api.get(format!("{base}/{id}")).await?;
+            let task: Task = typed(&answer["task"])?;
+            if watching.get(&id) != Some(&task.status) {
                 report(out, &task)?;
             }
-            if is_final(&status) {
+            if task.status.is_final() {
                 watching.remove(&id);
             } else {
-                watching.insert(id, status);
+                watching.insert(id, task.status);
             }
         }
         if stop.is_some_and(|stop| Instant::now() >= stop) {
@@ -567,39 +731,19 @@ async fn tail(
     }
 }
 
-/// The highest task id there is (0 when there is none): where `tail` starts.
-async fn newest_id(api: &Api, base: &str) -> anyhow::Result<i64> {
-    let mut cursor = 0i64;
-    loop {
-        let page = api
-            .get(format!("{base}?limit=1000&cursor={cursor}"))
-            .await?;
-        let tasks = page.as_array().cloned().unwrap_or_default();
-        match tasks.last().and_then(|t| t["id"].as_i64()) {
-            Some(id) if tasks.len() == 1000 => cursor = id,
-            Some(id) => return Ok(id),
-            None => return Ok(cursor),
-        }
-    }
-}
-
-fn is_final(status: &str) -> bool {
-    matches!(status, "succeeded" | "dead" | "cancelled")
-}
-
 /// One line of `tail`: a JSON object per line with --json.
-fn report(out: &Out, task: &Value) -> anyhow::Result<()> {
+fn report(out: &Out, task: &Task) -> anyhow::Result<()> {
     if out.json {
-        return out.line(&task.to_string());
+        return out.line(&serde_json::to_string(task)?);
     }
     out.line(&format!(
         "{}  task {:<8} {:<10} queue={} processor={} attempts={}",
-        task["updatedAt"].as_str().unwrap_or(""),
-        task["id"],
-        task["status"].as_str().unwrap_or(""),
-        task["queue"].as_str().unwrap_or(""),
-        task["processor"].as_str().unwrap_or("-"),
-        task["attempts"]
+        time(&task.updated_at),
+        task.id,
+        task.status.as_str(),
+        task.queue,
+        task.processor.as_deref().unwrap_or("-"),
+        task.attempts
     ))
 }
 
@@ -628,7 +772,7 @@ async fn generator(api: &Api, out: &Out, command: GeneratorCommand) -> anyhow::R
             api.get(format!("{base}/status")).await?
         }
     };
-    out.value(&status, generator_table)
+    out.value(&status, |s| Ok(generator_table(&typed(s)?)))
 }
 
 /// Columns padded to their widest cell.
@@ -657,34 +801,48 @@ pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
     text
 }
 
-fn cell(value: &Value) -> String {
-    match value {
-        Value::Null => "-".to_owned(),
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
+/// A time as the services write it (RFC 3339, UTC), to the millisecond.
+fn time(at: &DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+fn or_dash(value: Option<String>) -> String {
+    value.unwrap_or_else(|| "-".to_owned())
+}
+
+/// A wire enum's name as the API writes it (`active`, `revoked`, ...).
+fn wire_name<T: Serialize>(value: &T) -> String {
+    serde_json::to_value(value)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+/// Time left on a lease: only an active lease has any; an ended one shows `-`, not a zero
+/// that reads like a lease about to run out.
+fn time_left(lease: &Lease) -> String {
+    if lease.status == LeaseStatus::Active {
+        format!("{:.1}s", lease.expires_in_ms as f64 / 1000.0)
+    } else {
+        "-".to_owned()
     }
 }
 
-fn lease_table(leases: &Value) -> String {
+pub fn lease_table(leases: &[Lease]) -> String {
     let rows: Vec<Vec<String>> = leases
-        .as_array()
-        .map(|list| {
-            list.iter()
-                .map(|l| {
-                    let left = l["expires_in_ms"].as_i64().unwrap_or(0);
-                    vec![
-                        cell(&l["id"]),
-                        cell(&l["resource"]),
-                        cell(&l["holder"]),
-                        cell(&l["fence"]),
-                        cell(&l["status"]),
-                        format!("{:.1}s", left as f64 / 1000.0),
-                        cell(&l["expires_at"]),
-                    ]
-                })
-                .collect()
+        .iter()
+        .map(|l| {
+            vec![
+                l.id.to_string(),
+                l.resource.clone(),
+                l.holder.clone(),
+                l.fence.to_string(),
+                wire_name(&l.status),
+                time_left(l),
+                time(&l.expires_at),
+            ]
         })
-        .unwrap_or_default();
+        .collect();
     table(
         &[
             "ID",
@@ -699,25 +857,21 @@ fn lease_table(leases: &Value) -> String {
     )
 }
 
-fn task_table(tasks: &Value) -> String {
+fn task_table(tasks: &[Task]) -> String {
     let rows: Vec<Vec<String>> = tasks
-        .as_array()
-        .map(|list| {
-            list.iter()
-                .map(|t| {
-                    vec![
-                        cell(&t["id"]),
-                        cell(&t["status"]),
-                        cell(&t["queue"]),
-                        cell(&t["priority"]),
-                        format!("{}/{}", cell(&t["attempts"]), cell(&t["maxAttempts"])),
-                        cell(&t["processor"]),
-                        cell(&t["scheduledAt"]),
-                    ]
-                })
-                .collect()
+        .iter()
+        .map(|t| {
+            vec![
+                t.id.to_string(),
+                t.status.as_str().to_owned(),
+                t.queue.clone(),
+                t.priority.to_string(),
+                format!("{}/{}", t.attempts, t.max_attempts),
+                or_dash(t.processor.clone()),
+                time(&t.scheduled_at),
+            ]
         })
-        .unwrap_or_default();
+        .collect();
     table(
         &[
             "ID",
@@ -732,47 +886,59 @@ fn task_table(tasks: &Value) -> String {
     )
 }
 
-fn task_detail(task: &Value) -> String {
-    let fields = [
-        ("id", "id"),
-        ("status", "status"),
-        ("queue", "queue"),
-        ("priority", "priority"),
-        ("attempts", "attempts"),
-        ("max attempts", "maxAttempts"),
-        ("processor", "processor"),
-        ("fence", "fence"),
-        ("scheduled at", "scheduledAt"),
-        ("started at", "startedAt"),
-        ("last heartbeat", "lastHeartBeatAt"),
-        ("heartbeat before", "mustHeartBeatBefore"),
-        ("processed at", "processedAt"),
-        ("last error", "lastError"),
-        ("cancel requested", "cancelRequested"),
-        ("idempotency key", "idempotencyKey"),
-        ("data", "taskData"),
-        ("output", "taskOutput"),
-    ];
-    let rows: Vec<Vec<String>> = fields
-        .iter()
-        .map(|(label, key)| vec![(*label).to_owned(), cell(&task[*key])])
-        .collect();
+fn task_detail(task: &Task) -> String {
+    let at = |at: &Option<DateTime<Utc>>| or_dash(at.as_ref().map(time));
+    let rows: Vec<Vec<String>> = [
+        ("id", task.id.to_string()),
+        ("status", task.status.as_str().to_owned()),
+        ("queue", task.queue.clone()),
+        ("priority", task.priority.to_string()),
+        ("attempts", task.attempts.to_string()),
+        ("max attempts", task.max_attempts.to_string()),
+        ("processor", or_dash(task.processor.clone())),
+        ("fence", or_dash(task.fence.map(|f| f.to_string()))),
+        ("scheduled at", time(&task.scheduled_at)),
+        ("started at", at(&task.started_at)),
+        ("last heartbeat", at(&task.last_heart_beat_at)),
+        ("heartbeat before", at(&task.must_heart_beat_before)),
+        ("processed at", at(&task.processed_at)),
+        ("last error", or_dash(task.last_error.clone())),
+        ("cancel requested", task.cancel_requested.to_string()),
+        ("idempotency key", or_dash(task.idempotency_key.clone())),
+        ("data", task.task_data.to_string()),
+        (
+            "output",
+            or_dash(task.task_output.as_ref().map(Value::to_string)),
+        ),
+    ]
+    .into_iter()
+    .map(|(label, value)| vec![label.to_owned(), value])
+    .collect();
     table(&["FIELD", "VALUE"], &rows)
 }
 
-fn generator_table(status: &Value) -> String {
-    let leader = &status["leader"];
+fn generator_table(status: &GeneratorStatus) -> String {
+    let leader = status.leader.as_ref();
     let rows = vec![
-        vec!["desired".to_owned(), cell(&status["status"])],
-        vec!["producing".to_owned(), cell(&status["producing"])],
+        vec!["desired".to_owned(), status.status.clone()],
+        vec!["producing".to_owned(), status.producing.to_string()],
         vec![
             "rate per second".to_owned(),
-            cell(&status["settings"]["rate_per_second"]),
+            status.settings.rate_per_second.to_string(),
         ],
-        vec!["produced".to_owned(), cell(&status["produced"])],
-        vec!["leader".to_owned(), cell(&leader["holder"])],
-        vec!["leader fence".to_owned(), cell(&leader["fence"])],
-        vec!["leading since".to_owned(), cell(&leader["since"])],
+        vec!["produced".to_owned(), status.produced.to_string()],
+        vec![
+            "leader".to_owned(),
+            or_dash(leader.map(|l| l.holder.clone())),
+        ],
+        vec![
+            "leader fence".to_owned(),
+            or_dash(leader.map(|l| l.fence.to_string())),
+        ],
+        vec![
+            "leading since".to_owned(),
+            or_dash(leader.map(|l| time(&l.since))),
+        ],
     ];
     table(&["GENERATOR", "VALUE"], &rows)
 }
@@ -794,7 +960,7 @@ mod tests {
     }
 
     #[test]
-    fn every_command_parses_and_has_help() {
+    fn every_command_parses() {
         use clap::CommandFactory;
         Cli::command().debug_assert();
         for args in [
@@ -806,6 +972,7 @@ mod tests {
                 "active",
                 "--json",
             ],
+            vec!["leasehold", "leases", "list", "--cursor", "42"],
             vec![
                 "leasehold",
                 "leases",
@@ -827,10 +994,101 @@ mod tests {
                 "s",
             ],
             vec!["leasehold", "tasks", "create", "--count", "3", "--wait"],
+            vec![
+                "leasehold",
+                "tasks",
+                "list",
+                "--limit",
+                "5",
+                "--cursor",
+                "9",
+            ],
             vec!["leasehold", "tasks", "tail", "--seconds", "1"],
             vec!["leasehold", "generator", "start", "--rate", "2"],
         ] {
             assert!(Cli::try_parse_from(&args).is_ok(), "{args:?}");
         }
+        assert!(Cli::try_parse_from(["leasehold", "leases", "list", "--status", "x"]).is_err());
+    }
+
+    #[test]
+    fn every_argument_and_subcommand_has_help() {
+        use clap::CommandFactory;
+        fn walk(command: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in command.get_arguments() {
+                if arg
+                    .get_help()
+                    .is_none_or(|h| h.to_string().trim().is_empty())
+                {
+                    missing.push(format!("{path} {}", arg.get_id()));
+                }
+            }
+            for sub in command.get_subcommands() {
+                let path = format!("{path} {}", sub.get_name());
+                if sub
+                    .get_about()
+                    .is_none_or(|h| h.to_string().trim().is_empty())
+                {
+                    missing.push(path.clone());
+                }
+                walk(sub, &path, missing);
+            }
+        }
+        let mut command = Cli::command();
+        command.build();
+        let mut missing = Vec::new();
+        walk(&command, "leasehold", &mut missing);
+        assert!(missing.is_empty(), "without help: {missing:?}");
+    }
+
+    #[test]
+    fn default_task_data_is_work_the_worker_finishes() {
+        let data: Value = serde_json::from_str(DEFAULT_TASK_DATA).expect("JSON");
+        assert!(
+            data["sleep_duration_seconds"]
+                .as_f64()
+                .is_some_and(|s| s >= 0.0)
+        );
+    }
+
+    #[test]
+    fn only_an_active_lease_has_time_left() {
+        let now = Utc::now();
+        let lease = |status: LeaseStatus, expires_in_ms: i64| Lease {
+            id: 1,
+            resource: "r".to_owned(),
+            holder: "h".to_owned(),
+            fence: 1,
+            ttl_seconds: 30,
+            status,
+            created_at: now,
+            renewed_at: None,
+            released_at: None,
+            expires_at: now,
+            expires_in_ms,
+            secret: None,
+        };
+        assert_eq!(time_left(&lease(LeaseStatus::Active, 1500)), "1.5s");
+        for ended in [
+            LeaseStatus::Released,
+            LeaseStatus::Revoked,
+            LeaseStatus::Expired,
+        ] {
+            assert_eq!(time_left(&lease(ended, 0)), "-");
+        }
+    }
+
+    #[test]
+    fn the_hint_says_how_to_get_more_only_when_there_is_more() {
+        assert_eq!(more_hint(100, Some(250), "tasks", None), None);
+        let hint = more_hint(100, Some(250), "tasks", Some("151")).expect("a hint");
+        assert!(
+            hint.starts_with("showing 100 of 250 tasks, newest first"),
+            "{hint}"
+        );
+        assert!(
+            hint.contains("--cursor 151") && hint.contains("--limit"),
+            "{hint}"
+        );
     }
 }

@@ -85,7 +85,7 @@ async fn leases_acquire_list_show_renew_release_and_revoke_with_tables_and_json(
     ok(&acquired, "acquire");
     let lease = documents(&acquired).remove(0);
     assert_eq!(lease["status"], "active");
-    assert_eq!(lease["ttl_seconds"], 60);
+    assert_eq!(lease["ttlSeconds"], 60);
     let secret = lease["secret"].as_str().unwrap().to_owned();
     let id = lease["id"].as_i64().unwrap().to_string();
 
@@ -105,10 +105,10 @@ async fn leases_acquire_list_show_renew_release_and_revoke_with_tables_and_json(
         &["leases", "list", "--status", "active", "--json"],
     )
     .await;
-    assert_eq!(documents(&listed)[0][0]["resource"], "printer");
+    assert_eq!(documents(&listed)[0]["leases"][0]["resource"], "printer");
     let id_arg = id.as_str();
     let shown = leasehold(&l, t, None, &["leases", "show", id_arg, "--json"]).await;
-    assert_eq!(documents(&shown)[0]["holder"], "alice");
+    assert_eq!(documents(&shown)[0]["lease"]["holder"], "alice");
 
     let secret_arg = secret.as_str();
     let renewed = leasehold(
@@ -121,7 +121,7 @@ async fn leases_acquire_list_show_renew_release_and_revoke_with_tables_and_json(
     )
     .await;
     ok(&renewed, "renew");
-    assert!(documents(&renewed)[0]["renewed_at"].is_string());
+    assert!(documents(&renewed)[0]["renewedAt"].is_string());
 
     let not_holder = leasehold(
         &l,
@@ -167,7 +167,75 @@ async fn leases_acquire_list_show_renew_release_and_revoke_with_tables_and_json(
     )
     .await;
     ok(&revoked, "revoke");
-    assert_eq!(documents(&revoked)[0]["status"], "released");
+    assert_eq!(documents(&revoked)[0]["status"], "revoked");
+
+    // Newest first; an ended lease has no time left, rather than a zero that reads as one
+    // about to run out.
+    let table = leasehold(&l, t, None, &["leases", "list"]).await;
+    let rows = table_rows(&table);
+    assert_eq!(
+        rows.iter().map(|r| r[1].as_str()).collect::<Vec<_>>(),
+        ["scanner", "printer"],
+        "{rows:?}"
+    );
+    assert_eq!((rows[0][4].as_str(), rows[0][5].as_str()), ("revoked", "-"));
+    assert_eq!(
+        (rows[1][4].as_str(), rows[1][5].as_str()),
+        ("released", "-")
+    );
+
+    // A list cut short says so, and how to go on from where it stopped.
+    let plotter = leasehold(
+        &l,
+        t,
+        Some(TOKEN),
+        &["leases", "acquire", "plotter", "--holder", "dave"],
+    )
+    .await;
+    ok(&plotter, "acquire plotter");
+    let first = leasehold(&l, t, None, &["leases", "list", "--limit", "2"]).await;
+    ok(&first, "list --limit 2");
+    let rows = table_rows(&first);
+    assert_eq!(
+        rows.iter().map(|r| r[1].as_str()).collect::<Vec<_>>(),
+        ["plotter", "scanner"]
+    );
+    assert!(rows[0][5].ends_with('s') && rows[0][5] != "-", "{rows:?}");
+    let hint = stderr(&first);
+    assert!(hint.contains("showing 2 leases, newest first"), "{hint}");
+    let cursor = hint
+        .split("--cursor ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no cursor in {hint:?}"));
+    let rest = leasehold(
+        &l,
+        t,
+        None,
+        &["leases", "list", "--limit", "2", "--cursor", cursor],
+    )
+    .await;
+    ok(&rest, "list --cursor");
+    let rows = table_rows(&rest);
+    assert_eq!(
+        rows.iter().map(|r| r[1].as_str()).collect::<Vec<_>>(),
+        ["printer"]
+    );
+    assert!(
+        !stderr(&rest).contains("--cursor"),
+        "the last page: {}",
+        stderr(&rest)
+    );
+}
+
+/// The data rows of a table printed on standard output, split into cells.
+fn table_rows(output: &Output) -> Vec<Vec<String>> {
+    ok(output, "a table");
+    stdout(output)
+        .lines()
+        .skip(1)
+        .map(|line| line.split_whitespace().map(str::to_owned).collect())
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -212,17 +280,37 @@ async fn tasks_are_created_watched_to_the_end_listed_shown_tailed_retried_and_ca
     let progress = stderr(&created);
     assert!(progress.contains("created 40/40"), "{progress}");
     assert!(progress.contains("succeeded 40"), "{progress}");
+    // Neither output is a terminal here: plain lines, no escapes to redraw them.
+    assert!(
+        !progress.contains('\x1b') && !stdout(&created).contains('\x1b'),
+        "{progress:?}"
+    );
+
+    // Without --data, what is created is work the worker finishes.
+    let defaults = leasehold(
+        &l,
+        &t,
+        None,
+        &[
+            "tasks", "create", "--count", "2", "--queue", "defaults", "--wait", "--json",
+        ],
+    )
+    .await;
+    ok(&defaults, "create with the defaults");
+    let docs = documents(&defaults);
+    assert_eq!(
+        docs[1]["succeeded"], 2,
+        "the defaults' final counts: {}",
+        docs[1]
+    );
 
     let listed = leasehold(&l, &t, None, &["tasks", "list", "--queue", "cli", "--json"]).await;
-    let listed = documents(&listed).remove(0);
-    assert_eq!(listed.as_array().unwrap().len(), 40);
-    assert!(
-        listed
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|t| t["status"] == "succeeded")
-    );
+    let listed = documents(&listed).remove(0)["tasks"].take();
+    let listed = listed.as_array().unwrap();
+    assert_eq!(listed.len(), 40);
+    assert!(listed.iter().all(|t| t["status"] == "succeeded"));
+    let ids: Vec<i64> = listed.iter().map(|t| t["id"].as_i64().unwrap()).collect();
+    assert!(ids.windows(2).all(|w| w[0] > w[1]), "newest first: {ids:?}");
     let table = leasehold(
         &l,
         &t,
@@ -233,7 +321,11 @@ async fn tasks_are_created_watched_to_the_end_listed_shown_tailed_retried_and_ca
     let text = stdout(&table);
     assert_eq!(text.lines().count(), 6, "a header and five rows: {text}");
     assert!(text.lines().next().unwrap().contains("PROCESSOR"));
-    let id = listed[0]["id"].as_i64().unwrap().to_string();
+    assert_eq!(table_rows(&table)[0][0], ids[0].to_string(), "{text}");
+    let hint = stderr(&table);
+    assert!(hint.contains("showing 5 of 40 tasks"), "{hint}");
+    assert!(hint.contains(&format!("--cursor {}", ids[4])), "{hint}");
+    let id = ids[0].to_string();
     let shown = leasehold(&l, &t, None, &["tasks", "show", &id]).await;
     assert!(stdout(&shown).contains("succeeded"), "{}", stdout(&shown));
 
@@ -246,7 +338,7 @@ async fn tasks_are_created_watched_to_the_end_listed_shown_tailed_retried_and_ca
         .await;
     let dead_id = dead.body["id"].as_i64().unwrap();
     eventually(Duration::from_secs(20), "the task dead", || async {
-        tasks.get(&format!("/api/tasks/{dead_id}")).await.body["status"] == "dead"
+        tasks.get(&format!("/api/tasks/{dead_id}")).await.body["task"]["status"] == "dead"
     })
     .await;
     let retried = leasehold(
@@ -358,7 +450,7 @@ async fn the_generator_is_started_stopped_and_shown() {
     ok(&started, "start");
     let status = documents(&started).remove(0);
     assert_eq!(status["status"], "STARTED");
-    assert_eq!(status["settings"]["rate_per_second"], 4.0);
+    assert_eq!(status["settings"]["ratePerSecond"], 4.0);
     eventually(
         Duration::from_secs(15),
         "the generator to lead and produce",
