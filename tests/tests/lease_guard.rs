@@ -392,3 +392,34 @@ async fn a_periodic_singleton_ticks_on_one_replica_and_hands_over_on_shutdown() 
     let fence_a = ticks.iter().find(|(name, _, _)| name == "a").unwrap().1;
     assert!(first_b.1 > fence_a);
 }
+
+/// A lease an operator revokes is lost to its guard at its next renewal, with the reason, and
+/// the guard's release reports the loss rather than a release it never made.
+#[tokio::test]
+async fn a_revoked_lease_is_lost_to_its_guard_and_not_released_by_it() {
+    let db = fresh_database().await;
+    let svc = Service::lease_service(&db, &[]).await;
+    let client = LeaseClient::new(svc.base_url());
+    let guard = LeaseGuard::acquire(&client, config("evicted", "h", 3))
+        .await
+        .unwrap();
+    let revoked = svc
+        .post(
+            &format!("/api/leases/{}/revoke", guard.lease().id),
+            &json!({}),
+        )
+        .await;
+    assert_eq!(revoked.status, 200, "{:?}", revoked.body);
+    // A renewal is due within a second; ten is a bound for a slow machine, not a wait.
+    let why = tokio::time::timeout(Duration::from_secs(10), guard.lost())
+        .await
+        .expect("the guard noticed the revoke");
+    assert!(
+        matches!(&why, LeaseLost::Refused { code, .. } if code == "lease_revoked"),
+        "{why:?}"
+    );
+    match guard.release().await {
+        Err(LeaseError::Lost { code, .. }) => assert_eq!(code, "lease_revoked"),
+        other => panic!("expected Lost, got {other:?}"),
+    }
+}
