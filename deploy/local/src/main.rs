@@ -1,5 +1,6 @@
 //! `cargo run -p leasehold-local`: runs the Leasehold stack on this machine.
 
+use std::io::IsTerminal as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -13,13 +14,20 @@ use tracing_subscriber::EnvFilter;
 
 /// Run the Leasehold stack locally.
 ///
-/// Builds the service binaries (`cargo build --bins`, same profile as this
-/// binary), starts a private PostgreSQL on 127.0.0.1 (data kept in
-/// `$LEASEHOLD_HOME/pg/data`) unless DATABASE_URL is set, creates the
-/// databases leasehold_leases and leasehold_tasks, runs each service's
-/// migrations, starts the services and waits until `GET /healthz` answers
-/// 200. Their output appears here. Ctrl-C (or SIGTERM) stops everything:
-/// SIGTERM to each service, SIGKILL after 10 s, then PostgreSQL.
+/// Builds the service binaries and the `leasehold` CLI (`cargo build --bins`,
+/// same profile as this binary), starts a private PostgreSQL on 127.0.0.1
+/// (data kept in `$LEASEHOLD_HOME/pg/data`) unless DATABASE_URL is set,
+/// creates the databases leasehold_leases and leasehold_tasks, runs each
+/// service's migrations, and starts the services one by one, each once the
+/// one before is ready (`GET /readyz`, or `/healthz` for workers and
+/// generators, answers 200). Their output appears here. Once all are ready it
+/// prints a banner starting "Leasehold is running:" with every address, the
+/// dashboard's among them.
+///
+/// Ctrl-C (or SIGTERM) stops everything in dependency order: generators and
+/// workers first (a worker's tasks get 5 s to finish, the rest are handed
+/// back), then task-service, then lease-service, each stage waited for
+/// (SIGKILL after 15 s), then PostgreSQL. A second Ctrl-C kills what is left.
 ///
 /// Exit status: 0 after Ctrl-C/SIGTERM, 1 if anything fails or a service
 /// dies.
@@ -106,6 +114,8 @@ async fn main() -> ExitCode {
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
         )
+        // Colours only for a person at a terminal, never in files.
+        .with_ansi(std::io::stdout().is_terminal())
         .init();
     stack::run(cli.into_config()).await
 }

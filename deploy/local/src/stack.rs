@@ -1,7 +1,9 @@
-//! The `leasehold-local` runner: builds the service binaries, starts a
-//! private PostgreSQL (unless `DATABASE_URL` points at one), runs each
-//! service's migrations, starts the services, waits until they are healthy,
-//! and stops everything on Ctrl-C/`SIGTERM` or when a service dies.
+//! The `leasehold-local` runner: builds the service binaries and the CLI,
+//! starts a private PostgreSQL (unless `DATABASE_URL` points at one), runs
+//! each service's migrations, starts the services one after the other, each
+//! once the one before is ready, prints the ready banner once all are, and
+//! stops everything on Ctrl-C/`SIGTERM` or when a service dies: clients
+//! first, then the services they use, PostgreSQL last.
 //!
 //! The services are described by a small table, [`services`]; adding a
 //! service (task-service, workers, generators) means adding an entry there.
@@ -48,8 +50,18 @@ pub const DATABASES: [&str; 2] = [LEASES_DATABASE, TASKS_DATABASE];
 
 /// How long each service gets to answer its health check.
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long children get to exit after `SIGTERM` before `SIGKILL`.
-const STOP_GRACE: Duration = Duration::from_secs(10);
+/// How long children get to exit after `SIGTERM` before `SIGKILL`: more than a worker's
+/// [`WORKER_SHUTDOWN_GRACE_SECONDS`] plus the time it takes to hand its tasks back.
+const STOP_GRACE: Duration = Duration::from_secs(15);
+/// How long a worker's tasks get to finish after Ctrl-C; the rest are handed back (no attempt
+/// charged) and run on the next start.
+pub const WORKER_SHUTDOWN_GRACE_SECONDS: u16 = 5;
+/// The operators' command line, built with the services because the README uses it.
+pub const CLI_PACKAGE: &str = "leasehold-cli";
+/// Its binary.
+pub const CLI_BINARY: &str = "leasehold";
+/// The first line of the banner printed once every service is ready.
+pub const READY_BANNER: &str = "Leasehold is running:";
 /// How often to look for children that exited.
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
 
@@ -183,18 +195,22 @@ pub struct ServiceSpec {
     pub replicas: u16,
     /// How replicas listen, if they do.
     pub listen: Option<Listen>,
+    /// Shutdown stage. Stage 0 stops first; a stage gets `SIGTERM` only once every process of
+    /// the stages before has exited, so clients finish or hand back their work and release
+    /// their leases while the services they use still answer.
+    pub stop_stage: u8,
 }
 
 /// How a service's replicas listen: replica `i` gets
 /// `env_var=127.0.0.1:(base_port + i)` and must answer `GET health_path`
-/// with 200 once it is up.
+/// with 200 once it is ready to be used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Listen {
     /// Environment variable carrying the listen address.
     pub env_var: &'static str,
     /// Port of replica 0.
     pub base_port: u16,
-    /// Health-check path.
+    /// Readiness-check path.
     pub health_path: &'static str,
 }
 
@@ -221,8 +237,10 @@ pub fn services(config: &StackConfig, databases: &Databases) -> Vec<ServiceSpec>
             listen: Some(Listen {
                 env_var: "LISTEN_ADDR",
                 base_port: config.lease_service_port,
-                health_path: "/healthz",
+                // Ready means its database answers, not only that it listens.
+                health_path: "/readyz",
             }),
+            stop_stage: 2,
         },
         ServiceSpec {
             binary: "task-service",
@@ -237,8 +255,10 @@ pub fn services(config: &StackConfig, databases: &Databases) -> Vec<ServiceSpec>
             listen: Some(Listen {
                 env_var: "LISTEN_ADDR",
                 base_port: config.task_service_port,
-                health_path: "/healthz",
+                // Ready means its database and lease-service answer.
+                health_path: "/readyz",
             }),
+            stop_stage: 1,
         },
         ServiceSpec {
             binary: "worker",
@@ -248,6 +268,10 @@ pub fn services(config: &StackConfig, databases: &Databases) -> Vec<ServiceSpec>
             env: vec![
                 ("TASK_SERVICE_URL", task_service_url.clone()),
                 ("WORKER_CONCURRENCY", config.worker_concurrency.to_string()),
+                (
+                    "SHUTDOWN_GRACE_SECONDS",
+                    WORKER_SHUTDOWN_GRACE_SECONDS.to_string(),
+                ),
             ],
             replicas: config.workers,
             listen: Some(Listen {
@@ -255,6 +279,7 @@ pub fn services(config: &StackConfig, databases: &Databases) -> Vec<ServiceSpec>
                 base_port: config.worker_metrics_port,
                 health_path: "/healthz",
             }),
+            stop_stage: 0,
         },
         ServiceSpec {
             binary: "task-generator",
@@ -271,6 +296,7 @@ pub fn services(config: &StackConfig, databases: &Databases) -> Vec<ServiceSpec>
                 base_port: config.generator_metrics_port,
                 health_path: "/healthz",
             }),
+            stop_stage: 0,
         },
     ]
 }
@@ -351,6 +377,7 @@ impl Signals {
 struct RunningChild {
     label: String,
     child: Child,
+    stop_stage: u8,
 }
 
 #[derive(Debug)]
@@ -364,6 +391,7 @@ struct Stack {
     postgres: Option<PrivatePostgres>,
     children: Vec<RunningChild>,
     endpoints: Vec<Endpoint>,
+    bin_dir: PathBuf,
 }
 
 impl Stack {
@@ -381,6 +409,7 @@ impl Stack {
                 .context("this executable has no parent directory")?
                 .to_path_buf(),
         };
+        self.bin_dir.clone_from(&bin_dir);
 
         match &config.database_url {
             Some(url) => {
@@ -479,6 +508,7 @@ impl Stack {
         self.children.push(RunningChild {
             label: label.clone(),
             child,
+            stop_stage: service.stop_stage,
         });
         if let Some((address, path)) = address {
             self.wait_healthy(index, address, path).await?;
@@ -509,7 +539,7 @@ impl Stack {
             match tokio::time::timeout(Duration::from_secs(2), http_get_status(address, path)).await
             {
                 Ok(Ok(200)) => {
-                    tracing::info!("{} is healthy on http://{address}", running.label);
+                    tracing::info!("{} is ready on http://{address}", running.label);
                     return Ok(());
                 }
                 Ok(Ok(code)) => last_error = format!("HTTP status {code}"),
@@ -557,7 +587,7 @@ impl Stack {
 
     #[allow(clippy::print_stdout)] // The point of this function.
     fn print_summary(&self, config: &StackConfig) {
-        let mut text = String::from("\nLeasehold is running:\n");
+        let mut text = format!("\n{READY_BANNER}\n");
         match (&self.postgres, &config.database_url) {
             (Some(pg), _) => {
                 text.push_str(&format!(
@@ -583,6 +613,29 @@ impl Stack {
         for endpoint in &self.endpoints {
             text.push_str(&format!("  {:<16} {}\n", endpoint.label, endpoint.url));
         }
+        text.push_str(&format!(
+            "  {:<16} http://127.0.0.1:{}/dashboard  (open it in a browser)\n",
+            "dashboard", config.task_service_port
+        ));
+        // The CLI's defaults are the default ports; other ports need its URLs.
+        let mut cli = String::new();
+        if config.lease_service_port != DEFAULT_LEASE_SERVICE_PORT {
+            cli.push_str(&format!(
+                "LEASE_SERVICE_URL=http://127.0.0.1:{} ",
+                config.lease_service_port
+            ));
+        }
+        if config.task_service_port != DEFAULT_TASK_SERVICE_PORT {
+            cli.push_str(&format!(
+                "TASK_SERVICE_URL=http://127.0.0.1:{} ",
+                config.task_service_port
+            ));
+        }
+        text.push_str(&format!(
+            "  {:<16} {cli}{} tasks list\n",
+            "CLI",
+            self.bin_dir.join(CLI_BINARY).display()
+        ));
         for running in &self.children {
             if !self.endpoints.iter().any(|e| e.label == running.label) {
                 text.push_str(&format!(
@@ -596,39 +649,25 @@ impl Stack {
         println!("{text}");
     }
 
-    /// `SIGTERM` to every child, `SIGKILL` to those still there after
-    /// [`STOP_GRACE`] (or at once on a second Ctrl-C), then stops the
-    /// private PostgreSQL.
+    /// Stops the children stage by stage (see [`ServiceSpec::stop_stage`]): `SIGTERM` to a
+    /// stage's processes, `SIGKILL` to those still there after [`STOP_GRACE`] (or to every
+    /// process left at once on a second Ctrl-C), then the next stage; then stops the private
+    /// PostgreSQL.
     async fn shutdown(&mut self, signals: &mut Signals) {
-        for running in self.children.iter_mut().rev() {
-            if matches!(running.child.try_wait(), Ok(None)) {
-                tracing::info!("stopping {} (pid {})", running.label, running.child.id());
-                if let Err(error) = send_signal(running.child.id(), Signal::SIGTERM) {
-                    tracing::warn!(%error, "could not send SIGTERM to {}", running.label);
-                }
+        let mut stages: Vec<u8> = self.children.iter().map(|c| c.stop_stage).collect();
+        stages.sort_unstable();
+        stages.dedup();
+        let mut hurry: Option<String> = None;
+        for stage in stages {
+            let (mut now, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.children)
+                .into_iter()
+                .partition(|running| running.stop_stage == stage);
+            self.children = later;
+            if let Some(reason) = &hurry {
+                kill_all(&mut now, reason);
+                continue;
             }
-        }
-        let deadline = tokio::time::Instant::now() + STOP_GRACE;
-        loop {
-            self.children
-                .retain_mut(|running| matches!(running.child.try_wait(), Ok(None)));
-            if self.children.is_empty() {
-                break;
-            }
-            let hurry = tokio::select! {
-                _ = tokio::time::sleep(POLL_INTERVAL) => (tokio::time::Instant::now() >= deadline)
-                    .then(|| format!("did not stop within {} s", STOP_GRACE.as_secs())),
-                name = signals.recv() => Some(format!("still running after a second {name}")),
-            };
-            if let Some(reason) = hurry {
-                for running in &mut self.children {
-                    tracing::warn!("{} {reason}; killing it", running.label);
-                    let _ = running.child.kill();
-                    let _ = running.child.wait();
-                }
-                self.children.clear();
-                break;
-            }
+            hurry = stop_together(&mut now, signals).await;
         }
         if let Some(pg) = self.postgres.take() {
             tracing::info!("stopping PostgreSQL");
@@ -641,12 +680,56 @@ impl Stack {
     }
 }
 
+/// `SIGTERM` to each of `children`, then waits until all have exited; `SIGKILL` to those still
+/// there after [`STOP_GRACE`]. A second Ctrl-C kills them at once, and the returned reason
+/// says so: the caller kills the rest without waiting.
+async fn stop_together(children: &mut Vec<RunningChild>, signals: &mut Signals) -> Option<String> {
+    for running in children.iter_mut() {
+        if matches!(running.child.try_wait(), Ok(None)) {
+            tracing::info!("stopping {} (pid {})", running.label, running.child.id());
+            if let Err(error) = send_signal(running.child.id(), Signal::SIGTERM) {
+                tracing::warn!(%error, "could not send SIGTERM to {}", running.label);
+            }
+        }
+    }
+    let deadline = tokio::time::Instant::now() + STOP_GRACE;
+    loop {
+        children.retain_mut(|running| matches!(running.child.try_wait(), Ok(None)));
+        if children.is_empty() {
+            return None;
+        }
+        tokio::select! {
+            () = tokio::time::sleep(POLL_INTERVAL) => {
+                if tokio::time::Instant::now() >= deadline {
+                    kill_all(children, &format!("did not stop within {} s", STOP_GRACE.as_secs()));
+                    return None;
+                }
+            }
+            name = signals.recv() => {
+                let reason = format!("still running after a second {name}");
+                kill_all(children, &reason);
+                return Some(reason);
+            }
+        }
+    }
+}
+
+fn kill_all(children: &mut Vec<RunningChild>, reason: &str) {
+    for running in children.iter_mut() {
+        if matches!(running.child.try_wait(), Ok(None)) {
+            tracing::warn!("{} {reason}; killing it", running.label);
+            let _ = running.child.kill();
+        }
+        let _ = running.child.wait();
+    }
+    children.clear();
+}
+
 /// `$CARGO build --bins -p PKG...` in this binary's profile.
 async fn build(config: &StackConfig, services: &[ServiceSpec]) -> anyhow::Result<()> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
-    let packages: BTreeSet<&str> = services.iter().map(|service| service.package).collect();
     let mut args = vec!["build".to_owned(), "--bins".to_owned()];
-    for package in packages {
+    for package in build_packages(services) {
         args.push("-p".to_owned());
         args.push(package.to_owned());
     }
@@ -654,7 +737,7 @@ async fn build(config: &StackConfig, services: &[ServiceSpec]) -> anyhow::Result
         args.push("--release".to_owned());
     }
     let shown = format!("cargo {}", args.join(" "));
-    tracing::info!("building the services: {shown}");
+    tracing::info!("building the services and the CLI: {shown}");
     let status = tokio::process::Command::new(&cargo)
         .args(&args)
         .current_dir(&config.workspace_root)
@@ -674,6 +757,15 @@ async fn build(config: &StackConfig, services: &[ServiceSpec]) -> anyhow::Result
         config.workspace_root.display()
     );
     Ok(())
+}
+
+/// The packages `leasehold-local` builds: every service's, and the CLI's.
+pub fn build_packages(services: &[ServiceSpec]) -> BTreeSet<&'static str> {
+    services
+        .iter()
+        .map(|service| service.package)
+        .chain([CLI_PACKAGE])
+        .collect()
 }
 
 /// Runs `binary MIGRATE_ARGS` once with the service's environment.
@@ -808,6 +900,27 @@ mod tests {
                 .iter()
                 .any(|(name, url)| *name == "DATABASE_URL" && url.ends_with("/leasehold_leases"))
         );
+    }
+
+    #[test]
+    fn clients_stop_before_the_services_they_use_and_the_cli_is_built() {
+        let config = StackConfig::new();
+        let table = services(&config, &config.databases());
+        let stage = |binary: &str| {
+            table
+                .iter()
+                .find(|service| service.binary == binary)
+                .map(|service| service.stop_stage)
+                .expect("in the table")
+        };
+        assert!(stage("worker") < stage("task-service"));
+        assert!(stage("task-generator") < stage("task-service"));
+        assert!(stage("task-service") < stage("lease-service"));
+        let packages = build_packages(&table);
+        assert!(packages.contains(CLI_PACKAGE), "{packages:?}");
+        for service in &table {
+            assert!(packages.contains(service.package), "{packages:?}");
+        }
     }
 
     #[tokio::test]
