@@ -6,7 +6,7 @@
 //! test stops with the command to run.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -44,7 +44,8 @@ pub fn ensure_installed() {
 /// One headless Chromium session. Dropping it ends the session and chromedriver.
 #[derive(Debug)]
 pub struct Browser {
-    driver: Child,
+    /// With the Chromium it starts: killing chromedriver alone would leave Chromium behind.
+    driver: crate::ChildGuard,
     base: String,
     session: String,
     http: reqwest::Client,
@@ -67,12 +68,13 @@ impl Browser {
         let port = crate::free_port();
         let log = std::fs::File::create(crate::log_dir().join(format!("chromedriver-{port}.log")))
             .unwrap_or_else(|err| panic!("chromedriver log: {err}"));
-        let driver = Command::new(CHROMEDRIVER)
+        let mut command = Command::new(CHROMEDRIVER);
+        command
             .arg(format!("--port={port}"))
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap_or_else(|err| panic!("{err}")))
-            .stderr(log)
-            .spawn()
+            .stderr(log);
+        let driver = crate::ChildGuard::spawn(command, nix::sys::signal::Signal::SIGKILL)
             .unwrap_or_else(|err| panic!("cannot start chromedriver: {err}"));
         let base = format!("http://127.0.0.1:{port}");
         let http = reqwest::Client::builder()
@@ -248,7 +250,6 @@ impl Browser {
 
 impl Drop for Browser {
     fn drop(&mut self) {
-        let _ = self.driver.kill();
-        let _ = self.driver.wait();
+        self.driver.kill_tree();
     }
 }

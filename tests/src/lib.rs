@@ -110,6 +110,123 @@ pub fn log_dir() -> PathBuf {
     dir
 }
 
+/// A child process that cannot outlive its test. Dropping the guard (also while a panic
+/// unwinds) kills the process and every process it started; and should the test process die
+/// without running destructors (a `SIGKILL`, an abort), the kernel sends the child
+/// `death_signal` (`PR_SET_PDEATHSIG`, see [`leasehold_local::process`]).
+///
+/// It derefs to the [`Child`], to wait for it or read its pipes.
+#[derive(Debug)]
+pub struct ChildGuard {
+    child: Child,
+}
+
+impl ChildGuard {
+    /// Spawns `command` under a guard.
+    pub fn spawn(command: Command, death_signal: Signal) -> std::io::Result<ChildGuard> {
+        let child = leasehold_local::process::spawn_tied_to_process(command, death_signal)?;
+        Ok(ChildGuard { child })
+    }
+
+    pub fn pid(&self) -> Pid {
+        Pid::from_raw(i32::try_from(self.child.id()).unwrap())
+    }
+
+    /// Sends `signal` to the process (not to its descendants).
+    pub fn signal(&self, signal: Signal) {
+        nix::sys::signal::kill(self.pid(), signal).unwrap();
+    }
+
+    /// Kills the process and all its descendants, and reaps it.
+    pub fn kill_tree(&mut self) {
+        // Once reaped, its pid may belong to someone else; a zombie's may not.
+        if let Ok(None) = self.child.try_wait() {
+            kill_process_tree(self.child.id());
+        }
+        let _ = self.child.wait();
+    }
+}
+
+impl std::ops::Deref for ChildGuard {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.child
+    }
+}
+
+impl std::ops::DerefMut for ChildGuard {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.child
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        self.kill_tree();
+    }
+}
+
+/// The pids of `root`'s living descendants (children, their children, ...), from `/proc`.
+pub fn descendants(root: u32) -> Vec<u32> {
+    let mut children: std::collections::HashMap<u32, Vec<u32>> = std::collections::HashMap::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+        let mut fields = stat[stat.rfind(')').map_or(0, |end| end + 1)..].split_whitespace();
+        let (Some(state), Some(Ok(ppid))) = (fields.next(), fields.next().map(str::parse::<u32>))
+        else {
+            continue;
+        };
+        if state != "Z" && state != "X" {
+            children.entry(ppid).or_default().push(pid);
+        }
+    }
+    let mut found = Vec::new();
+    let mut next = vec![root];
+    while let Some(pid) = next.pop() {
+        for &child in children.get(&pid).map_or(&[][..], Vec::as_slice) {
+            found.push(child);
+            next.push(child);
+        }
+    }
+    found
+}
+
+/// Kills `root` and every descendant with `SIGKILL`. Each is stopped first, so that none can
+/// start another process or be reparented out of sight while the tree is read.
+pub fn kill_process_tree(root: u32) {
+    let signal = |pid: u32, signal: Signal| {
+        if let Ok(pid) = i32::try_from(pid) {
+            let _ = nix::sys::signal::kill(Pid::from_raw(pid), signal);
+        }
+    };
+    signal(root, Signal::SIGSTOP);
+    let mut stopped = vec![root];
+    loop {
+        let mut new = descendants(root);
+        new.retain(|pid| !stopped.contains(pid));
+        if new.is_empty() {
+            break;
+        }
+        for pid in new {
+            signal(pid, Signal::SIGSTOP);
+            stopped.push(pid);
+        }
+    }
+    for pid in stopped {
+        signal(pid, Signal::SIGKILL);
+    }
+}
+
 /// One of Leasehold's binaries running as a child process, listening on a known port.
 #[derive(Debug)]
 pub struct Service {
@@ -119,7 +236,7 @@ pub struct Service {
     listen_env: &'static str,
     args: Vec<String>,
     env: Vec<(String, String)>,
-    child: Option<Child>,
+    child: Option<ChildGuard>,
     pub log: PathBuf,
     http: reqwest::Client,
 }
@@ -251,15 +368,16 @@ impl Service {
             .append(true)
             .open(&self.log)
             .unwrap();
-        let child = Command::new(binary(&self.name))
+        let mut command = Command::new(binary(&self.name));
+        command
             .args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .env(self.listen_env, format!("127.0.0.1:{}", self.port))
             .env_remove("RUST_BACKTRACE")
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
+            .stderr(log);
+        let child = ChildGuard::spawn(command, Signal::SIGKILL)
             .unwrap_or_else(|err| panic!("cannot start {}: {err}", self.name));
         self.child = Some(child);
     }
@@ -273,8 +391,7 @@ impl Service {
     }
 
     pub fn pid(&self) -> Pid {
-        let pid = self.child.as_ref().expect("service is not running").id();
-        Pid::from_raw(i32::try_from(pid).unwrap())
+        self.child.as_ref().expect("service is not running").pid()
     }
 
     /// Polls `/healthz` until it answers 200; panics with the log's tail otherwise.
@@ -327,8 +444,7 @@ impl Service {
     /// kill -9, and reap it.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
+            child.kill_tree();
         }
     }
 
