@@ -1,71 +1,109 @@
 //! The README's "run the stack" command, run for real: `leasehold-local` starts a private
-//! PostgreSQL (or uses `DATABASE_URL`), migrates, starts lease-service, task-service and workers,
-//! and stops everything on Ctrl-C.
+//! PostgreSQL (or uses `DATABASE_URL`), migrates, starts lease-service, task-service, workers and
+//! generators, says when all are ready, and stops everything on Ctrl-C, clients first.
 #![allow(clippy::unwrap_used)]
 
-use std::process::{Child, Command, Stdio};
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
-use serde_json::json;
-use tests::{binary, free_port, fresh_database};
+use leasehold_local::process::pid_alive;
+use leasehold_local::stack::READY_BANNER;
+use nix::sys::signal::Signal;
+use serde_json::{Value, json};
+use tests::{ChildGuard, binary, eventually, free_port, fresh_database};
 
-fn stack(env: &[(&str, String)]) -> Child {
-    let bin_dir = binary("lease-service").parent().unwrap().to_owned();
-    Command::new(binary("leasehold-local"))
-        .env("LEASEHOLD_NO_BUILD", "true")
-        .env("LEASEHOLD_BIN_DIR", bin_dir)
-        .env_remove("DATABASE_URL")
-        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap()
+/// The banner's last line: once it is there, the whole banner is.
+const BANNER_END: &str = "Ctrl-C to stop.";
+
+/// A running `leasehold-local`, its stdout and stderr (its children's too) in one file. Dropping
+/// it kills it and everything it started.
+struct Stack {
+    child: ChildGuard,
+    output: PathBuf,
 }
 
-async fn wait_until_leases_answer(port: u16, child: &mut Child) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let url = format!("http://127.0.0.1:{port}/api/leases");
-    loop {
-        let answer = reqwest::Client::new()
-            .post(&url)
-            .json(&json!({"resource": "stack", "holder": "test"}))
-            .send()
-            .await;
-        if let Ok(answer) = answer
-            && answer.status().as_u16() == 201
-        {
-            return;
-        }
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "leasehold-local exited early"
-        );
-        assert!(Instant::now() < deadline, "the stack did not come up");
-        tokio::time::sleep(Duration::from_millis(200)).await;
+impl Stack {
+    fn start(env: &[(&str, String)]) -> Stack {
+        let bin_dir = binary("lease-service").parent().unwrap().to_owned();
+        let output = tests::log_dir().join(format!(
+            "leasehold-local-{}-{}.log",
+            port_of(env, "LEASE_SERVICE_PORT"),
+            rand::random::<u32>()
+        ));
+        let file = File::create(&output).unwrap();
+        let mut command = Command::new(binary("leasehold-local"));
+        command
+            .env("LEASEHOLD_NO_BUILD", "true")
+            .env("LEASEHOLD_BIN_DIR", bin_dir)
+            .env_remove("DATABASE_URL")
+            .env_remove("RUST_LOG")
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().unwrap())
+            .stderr(file);
+        // Should this test process die, leasehold-local gets a Ctrl-C of its own.
+        let child = ChildGuard::spawn(command, Signal::SIGTERM).unwrap();
+        Stack { child, output }
     }
-}
 
-async fn interrupt_and_wait(child: &mut Child) -> i32 {
-    kill(
-        Pid::from_raw(i32::try_from(child.id()).unwrap()),
-        Signal::SIGINT,
-    )
-    .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status.code().unwrap_or(-1);
+    fn output(&self) -> String {
+        std::fs::read_to_string(&self.output).unwrap_or_default()
+    }
+
+    fn tail(&self) -> String {
+        let text = self.output();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(60)..].join("\n")
+    }
+
+    /// Waits until leasehold-local says that every service is ready; its banner.
+    async fn wait_ready(&mut self) -> String {
+        let deadline = Instant::now() + Duration::from_secs(180);
+        loop {
+            let text = self.output();
+            if let Some(start) = text.find(READY_BANNER)
+                && let Some(end) = text[start..].find(BANNER_END)
+            {
+                return text[start..start + end].to_owned();
+            }
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!(
+                    "leasehold-local exited ({status}) before it was ready:\n{}",
+                    self.tail()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the stack was not ready after 180 s:\n{}",
+                self.tail()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        assert!(Instant::now() < deadline, "leasehold-local ignored Ctrl-C");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    /// Ctrl-C, and its exit code once it has stopped everything.
+    async fn interrupt_and_wait(&mut self) -> i32 {
+        self.child.signal(Signal::SIGINT);
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code().unwrap_or(-1);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "leasehold-local did not stop after Ctrl-C:\n{}",
+                self.tail()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 }
 
 /// Ports for one stack: PostgreSQL, lease-service, task-service, the first worker's metrics.
-fn ports(home: &std::path::Path) -> Vec<(&'static str, String)> {
+fn ports(home: &Path) -> Vec<(&'static str, String)> {
     vec![
         ("LEASEHOLD_HOME", home.display().to_string()),
         ("LEASEHOLD_PG_PORT", free_port().to_string()),
@@ -78,6 +116,11 @@ fn ports(home: &std::path::Path) -> Vec<(&'static str, String)> {
     ]
 }
 
+fn set(env: &mut Vec<(&'static str, String)>, name: &'static str, value: &str) {
+    env.retain(|(k, _)| *k != name);
+    env.push((name, value.to_owned()));
+}
+
 fn port_of(env: &[(&str, String)], name: &str) -> u16 {
     env.iter()
         .find(|(k, _)| *k == name)
@@ -85,6 +128,15 @@ fn port_of(env: &[(&str, String)], name: &str) -> u16 {
         .1
         .parse()
         .unwrap()
+}
+
+/// Rows of `table` as JSON objects, in id order.
+async fn rows(db: &str, table: &str) -> Vec<Value> {
+    tests::snapshot(db, table)
+        .await
+        .iter()
+        .map(|row| serde_json::from_str(row).unwrap())
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -102,76 +154,72 @@ async fn runs_the_stack_on_a_private_postgres_and_stops_it_all_on_ctrl_c() {
         "WORKER_METRICS_PORT",
     ]
     .map(|name| port_of(&env, name));
-    let mut child = stack(&env);
-    wait_until_leases_answer(lease_port, &mut child).await;
+    let mut stack = Stack::start(&env);
+    stack.wait_ready().await;
     assert!(
         home.join("pg/data/PG_VERSION").exists(),
         "data kept under LEASEHOLD_HOME"
     );
+    let http = reqwest::Client::new();
+    let lease = http
+        .post(format!("http://127.0.0.1:{lease_port}/api/leases"))
+        .json(&json!({"resource": "stack", "holder": "test"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(lease.status().as_u16(), 201);
 
     // The stack's worker does a task created through the stack's task-service.
     let tasks = format!("http://127.0.0.1:{task_port}/api/tasks");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let created: serde_json::Value = loop {
-        let answer = reqwest::Client::new()
-            .post(&tasks)
-            .json(&json!({"task_data": {"sleep_duration_seconds": 0}}))
-            .send()
-            .await;
-        if let Ok(answer) = answer
-            && answer.status().as_u16() == 201
-        {
-            break answer.json().await.unwrap();
-        }
-        assert!(Instant::now() < deadline, "task-service did not come up");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let created = http
+        .post(&tasks)
+        .json(&json!({"task_data": {"sleep_duration_seconds": 0}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status().as_u16(), 201);
+    let created: Value = created.json().await.unwrap();
     let id = created["id"].as_i64().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let task: serde_json::Value = reqwest::get(format!("{tasks}/{id}"))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if task["status"] == "succeeded" {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the stack's worker did not do the task: {task}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    eventually(
+        Duration::from_secs(60),
+        "the stack's worker doing the task",
+        || async {
+            let task: Value = reqwest::get(format!("{tasks}/{id}"))
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            // One task may come wrapped, as listings are.
+            task.get("task").unwrap_or(&task)["status"] == "succeeded"
+        },
+    )
+    .await;
 
     // One of the stack's two generator replicas produces once started.
     let generator = format!("http://127.0.0.1:{task_port}/api/generator");
-    let started = reqwest::Client::new()
+    let started = http
         .post(format!("{generator}/start"))
         .send()
         .await
         .unwrap();
     assert_eq!(started.status().as_u16(), 200);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let status: serde_json::Value = reqwest::get(format!("{generator}/status"))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if status["produced"].as_i64().unwrap_or(0) > 0 && status["producing"] == true {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the stack's generator did not produce: {status}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    eventually(
+        Duration::from_secs(60),
+        "the stack's generator producing",
+        || async {
+            let status: Value = reqwest::get(format!("{generator}/status"))
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            status["produced"].as_i64().unwrap_or(0) > 0 && status["producing"] == true
+        },
+    )
+    .await;
 
-    assert_eq!(interrupt_and_wait(&mut child).await, 0);
+    assert_eq!(stack.interrupt_and_wait().await, 0, "{}", stack.tail());
     let services: std::collections::HashSet<String> = receiver
         .spans()
         .into_iter()
@@ -192,35 +240,67 @@ async fn runs_the_stack_on_a_private_postgres_and_stops_it_all_on_ctrl_c() {
     }
 
     // Data is kept between runs: the lease taken in the first run is still there.
-    let mut again = stack(&env);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let leases = loop {
-        if let Ok(answer) = reqwest::get(format!("http://127.0.0.1:{lease_port}/api/leases")).await
-            && answer.status().is_success()
-        {
-            break answer.json::<serde_json::Value>().await.unwrap();
-        }
-        assert!(Instant::now() < deadline, "the second run did not come up");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
-    assert_eq!(leases[0]["resource"], "stack");
-    assert_eq!(interrupt_and_wait(&mut again).await, 0);
+    let mut again = Stack::start(&env);
+    again.wait_ready().await;
+    let leases: Value = reqwest::get(format!("http://127.0.0.1:{lease_port}/api/leases"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let leases = leases.get("leases").unwrap_or(&leases);
+    assert!(
+        leases
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|lease| lease["resource"] == "stack"),
+        "{leases}"
+    );
+
+    // Killed with SIGKILL, it has no chance to stop anything; still nothing it started stays,
+    // PostgreSQL included.
+    let mut started = tests::descendants(again.child.id());
+    let postmaster = std::fs::read_to_string(home.join("pg/data/postmaster.pid")).unwrap();
+    started.push(postmaster.lines().next().unwrap().trim().parse().unwrap());
+    again.child.kill().unwrap();
+    again.child.wait().unwrap();
+    eventually(
+        Duration::from_secs(60),
+        "every process of a killed leasehold-local to exit",
+        || {
+            let left: Vec<u32> = started.iter().copied().filter(|&p| pid_alive(p)).collect();
+            async move { left.is_empty() }
+        },
+    )
+    .await;
     let _ = std::fs::remove_dir_all(&home);
 }
 
 #[tokio::test]
 async fn uses_database_url_when_given() {
     let db = fresh_database().await;
-    let mut env = ports(std::path::Path::new("/nonexistent/never-created"));
+    let mut env = ports(Path::new("/nonexistent/never-created"));
     env.push(("DATABASE_URL", db.clone()));
     let lease_port = port_of(&env, "LEASE_SERVICE_PORT");
-    let mut child = stack(&env);
-    wait_until_leases_answer(lease_port, &mut child).await;
-    let rows = tests::snapshot(&db, "leasehold_leases.leases").await;
-    assert_eq!(rows.len(), 1, "the lease landed in the given database");
-    // task-service migrated its own schema of the same database, and works.
     let task_port = port_of(&env, "TASK_SERVICE_PORT");
-    let created = reqwest::Client::new()
+    let mut stack = Stack::start(&env);
+    stack.wait_ready().await;
+    let http = reqwest::Client::new();
+    let lease = http
+        .post(format!("http://127.0.0.1:{lease_port}/api/leases"))
+        .json(&json!({"resource": "stack", "holder": "test"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(lease.status().as_u16(), 201);
+    let rows = tests::snapshot(&db, "leasehold_leases.leases").await;
+    assert!(
+        rows.iter().any(|row| row.contains(r#""resource":"stack""#)),
+        "the lease landed in the given database: {rows:?}"
+    );
+    // task-service migrated its own schema of the same database, and works.
+    let created = http
         .post(format!("http://127.0.0.1:{task_port}/api/tasks"))
         .json(&json!({"task_data": {"sleep_duration_seconds": 0}}))
         .send()
@@ -232,5 +312,139 @@ async fn uses_database_url_when_given() {
         1,
         "the task landed in the given database"
     );
-    assert_eq!(interrupt_and_wait(&mut child).await, 0);
+    assert_eq!(stack.interrupt_and_wait().await, 0, "{}", stack.tail());
+}
+
+/// Once ready, leasehold-local says where the dashboard is and how to run the CLI it built;
+/// written to a file, neither its log nor its children's carry terminal colours.
+#[tokio::test]
+async fn ready_banner_names_the_dashboard_and_the_cli_and_files_get_no_colours() {
+    let db = fresh_database().await;
+    let mut env = ports(Path::new("/nonexistent/never-created"));
+    env.push(("DATABASE_URL", db.clone()));
+    set(&mut env, "LEASEHOLD_GENERATORS", "1");
+    let lease_port = port_of(&env, "LEASE_SERVICE_PORT");
+    let task_port = port_of(&env, "TASK_SERVICE_PORT");
+    let mut stack = Stack::start(&env);
+    let banner = stack.wait_ready().await;
+
+    let dashboard = format!("http://127.0.0.1:{task_port}/dashboard");
+    assert!(banner.contains(&dashboard), "{banner}");
+    let page = reqwest::get(&dashboard).await.unwrap();
+    assert_eq!(page.status().as_u16(), 200, "{dashboard}");
+
+    let cli = binary("leasehold");
+    assert!(
+        banner.contains(&format!("{} tasks list", cli.display())),
+        "{banner}"
+    );
+    // The ports are not the defaults, so the banner's command names them.
+    for url in [
+        format!("LEASE_SERVICE_URL=http://127.0.0.1:{lease_port}"),
+        format!("TASK_SERVICE_URL=http://127.0.0.1:{task_port}"),
+    ] {
+        assert!(banner.contains(&url), "{url} in {banner}");
+    }
+    let listed = Command::new(&cli)
+        .args(["tasks", "list"])
+        .env(
+            "LEASE_SERVICE_URL",
+            format!("http://127.0.0.1:{lease_port}"),
+        )
+        .env("TASK_SERVICE_URL", format!("http://127.0.0.1:{task_port}"))
+        .env_remove("LEASEHOLD_TOKEN")
+        .output()
+        .unwrap();
+    assert!(listed.status.success(), "{listed:?}");
+
+    assert_eq!(stack.interrupt_and_wait().await, 0, "{}", stack.tail());
+    let output = stack.output();
+    assert!(
+        output.contains("stopping"),
+        "its own log is in the file: {output}"
+    );
+    assert!(
+        !output.contains("\x1b["),
+        "terminal escapes in a file:\n{}",
+        stack.tail()
+    );
+}
+
+/// Ctrl-C stops clients before the services they use: workers finish (or hand back) the tasks
+/// they hold and the generator releases its lease while task-service and lease-service still
+/// answer. So no task is left running to be run again, as attempt 2, by the next start.
+#[tokio::test(flavor = "multi_thread")]
+async fn ctrl_c_stops_clients_first_so_no_task_runs_twice() {
+    let db = fresh_database().await;
+    let mut env = ports(Path::new("/nonexistent/never-created"));
+    env.push(("DATABASE_URL", db.clone()));
+    set(&mut env, "LEASEHOLD_WORKERS", "2");
+    set(&mut env, "LEASEHOLD_WORKER_CONCURRENCY", "2");
+    set(&mut env, "LEASEHOLD_GENERATORS", "1");
+    let task_port = port_of(&env, "TASK_SERVICE_PORT");
+    let mut stack = Stack::start(&env);
+    stack.wait_ready().await;
+
+    let http = reqwest::Client::new();
+    for _ in 0..8 {
+        let created = http
+            .post(format!("http://127.0.0.1:{task_port}/api/tasks"))
+            .json(&json!({"task_data": {"sleep_duration_seconds": 2}}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(created.status().as_u16(), 201);
+    }
+    // Every worker slot busy.
+    eventually(Duration::from_secs(60), "4 tasks running", || async {
+        let tasks = rows(&db, "leasehold_tasks.tasks").await;
+        tasks.iter().filter(|t| t["status"] == "running").count() == 4
+    })
+    .await;
+
+    assert_eq!(stack.interrupt_and_wait().await, 0, "{}", stack.tail());
+    let tasks = rows(&db, "leasehold_tasks.tasks").await;
+    let left_running: Vec<&Value> = tasks.iter().filter(|t| t["status"] == "running").collect();
+    assert!(
+        left_running.is_empty(),
+        "tasks still running after the stop would run again on the next start: \
+         {left_running:#?}\n{}",
+        stack.tail()
+    );
+    assert!(
+        tasks.iter().filter(|t| t["status"] == "succeeded").count() >= 4,
+        "the tasks in flight were finished: {tasks:#?}"
+    );
+    let held: Vec<Value> = rows(&db, "leasehold_leases.leases")
+        .await
+        .into_iter()
+        .filter(|lease| lease["released_at"].is_null())
+        .collect();
+    assert!(
+        held.is_empty(),
+        "leases still held after the stop: {held:#?}"
+    );
+
+    // The next start runs the rest, and nothing twice.
+    let mut again = Stack::start(&env);
+    again.wait_ready().await;
+    eventually(Duration::from_secs(90), "every task to succeed", || async {
+        let tasks = rows(&db, "leasehold_tasks.tasks").await;
+        tasks.iter().all(|t| t["status"] == "succeeded")
+    })
+    .await;
+    assert_eq!(again.interrupt_and_wait().await, 0, "{}", again.tail());
+    let mut runs: HashMap<i64, usize> = HashMap::new();
+    for event in rows(&db, "leasehold_tasks.task_events").await {
+        if event["to_status"] == "running" {
+            *runs.entry(event["task_id"].as_i64().unwrap()).or_default() += 1;
+        }
+    }
+    let tasks = rows(&db, "leasehold_tasks.tasks").await;
+    assert_eq!(tasks.len(), 8);
+    for task in &tasks {
+        let id = task["id"].as_i64().unwrap();
+        assert_eq!(task["attempts"], 1, "{task}");
+        assert_eq!(runs.get(&id), Some(&1), "task {id} ran more than once");
+    }
 }
