@@ -23,12 +23,66 @@ fn worker() -> Command {
     command
 }
 
-fn wait_with_timeout(mut child: Child, timeout: Duration) -> Output {
+/// A worker under test, killed when dropped: a failed assertion must not leave behind a worker
+/// that polls forever.
+struct Running(Option<Child>);
+
+impl Running {
+    fn spawn(command: &mut Command) -> Running {
+        Running(Some(command.spawn().unwrap()))
+    }
+
+    fn child(&mut self) -> &mut Child {
+        self.0.as_mut().unwrap()
+    }
+
+    fn pid(&self) -> Pid {
+        Pid::from_raw(i32::try_from(self.0.as_ref().unwrap().id()).unwrap())
+    }
+
+    /// Waits until the worker handles SIGTERM and SIGINT itself (before that, either signal
+    /// would kill it), as `/proc/PID/status` tells.
+    fn wait_for_signal_handlers(&self) {
+        let pid = self.pid();
+        let handled = |status: &str| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix("SigCgt:"))
+                .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+                .is_some_and(|mask| {
+                    [Signal::SIGTERM, Signal::SIGINT]
+                        .iter()
+                        .all(|signal| mask & (1 << (*signal as i32 - 1)) != 0)
+                })
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !handled(&std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default())
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the worker did not install its signal handlers"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn wait_with_timeout(mut running: Running, timeout: Duration) -> Output {
     let started = Instant::now();
+    let child = running.child();
     while child.try_wait().unwrap().is_none() {
         if started.elapsed() > timeout {
             let _ = child.kill();
-            let output = child.wait_with_output().unwrap();
+            let output = running.0.take().unwrap().wait_with_output().unwrap();
             panic!(
                 "worker did not exit within {timeout:?}; stderr:\n{}",
                 String::from_utf8_lossy(&output.stderr)
@@ -36,7 +90,7 @@ fn wait_with_timeout(mut child: Child, timeout: Duration) -> Output {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    child.wait_with_output().unwrap()
+    running.0.take().unwrap().wait_with_output().unwrap()
 }
 
 #[test]
@@ -70,12 +124,12 @@ fn help_lists_every_setting() {
 
 #[test]
 fn a_heartbeat_interval_over_half_the_ttl_is_refused() {
-    let child = worker()
-        .env("TASK_SERVICE_URL", "http://127.0.0.1:1")
-        .env("HEARTBEAT_INTERVAL_SECONDS", "20")
-        .env("LEASE_TTL_SECONDS", "30")
-        .spawn()
-        .unwrap();
+    let child = Running::spawn(
+        worker()
+            .env("TASK_SERVICE_URL", "http://127.0.0.1:1")
+            .env("HEARTBEAT_INTERVAL_SECONDS", "20")
+            .env("LEASE_TTL_SECONDS", "30"),
+    );
     let output = wait_with_timeout(child, Duration::from_secs(10));
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -93,11 +147,11 @@ fn other_bad_settings_are_refused_by_name() {
         ("TASK_SERVICE_URL", "not a url"),
         ("POLL_MIN_MS", "0"),
     ] {
-        let child = worker()
-            .env("TASK_SERVICE_URL", "http://127.0.0.1:1")
-            .env(name, value)
-            .spawn()
-            .unwrap();
+        let child = Running::spawn(
+            worker()
+                .env("TASK_SERVICE_URL", "http://127.0.0.1:1")
+                .env(name, value),
+        );
         let output = wait_with_timeout(child, Duration::from_secs(10));
         assert!(!output.status.success(), "{name}={value} accepted");
         let stderr = String::from_utf8_lossy(&output.stderr);
@@ -112,14 +166,13 @@ fn other_bad_settings_are_refused_by_name() {
 fn sigterm_and_sigint_stop_it_with_status_zero() {
     for signal in [Signal::SIGTERM, Signal::SIGINT] {
         // Nothing listens on port 1: the worker keeps polling with backoff until signalled.
-        let child = worker()
-            .env("TASK_SERVICE_URL", "http://127.0.0.1:1")
-            .env("POLL_MAX_MS", "200")
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(700));
-        let pid = Pid::from_raw(i32::try_from(child.id()).unwrap());
-        kill(pid, signal).unwrap();
+        let child = Running::spawn(
+            worker()
+                .env("TASK_SERVICE_URL", "http://127.0.0.1:1")
+                .env("POLL_MAX_MS", "200"),
+        );
+        child.wait_for_signal_handlers();
+        kill(child.pid(), signal).unwrap();
         let output = wait_with_timeout(child, Duration::from_secs(10));
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(
@@ -151,14 +204,14 @@ fn get(address: &str, path: &str) -> (String, String) {
 
 #[test]
 fn metrics_addr_serves_health_and_metrics() {
-    let mut child = worker()
-        .env("TASK_SERVICE_URL", "http://127.0.0.1:1")
-        .env("METRICS_ADDR", "127.0.0.1:0")
-        .env("LOG_FORMAT", "json")
-        .spawn()
-        .unwrap();
+    let mut child = Running::spawn(
+        worker()
+            .env("TASK_SERVICE_URL", "http://127.0.0.1:1")
+            .env("METRICS_ADDR", "127.0.0.1:0")
+            .env("LOG_FORMAT", "json"),
+    );
     // Find the bound address in the JSON log, and keep draining stderr afterwards.
-    let stderr = child.stderr.take().unwrap();
+    let stderr = child.child().stderr.take().unwrap();
     let (found, address) = std::sync::mpsc::channel();
     let reader = std::thread::spawn(move || {
         let mut lines = Vec::new();
@@ -194,11 +247,8 @@ fn metrics_addr_serves_health_and_metrics() {
         assert!(body.contains(name), "{name} missing:\n{body}");
     }
 
-    kill(
-        Pid::from_raw(i32::try_from(child.id()).unwrap()),
-        Signal::SIGTERM,
-    )
-    .unwrap();
+    child.wait_for_signal_handlers();
+    kill(child.pid(), Signal::SIGTERM).unwrap();
     let output = wait_with_timeout(child, Duration::from_secs(10));
     let lines = reader.join().unwrap();
     assert!(output.status.success(), "{}", lines.join("\n"));
