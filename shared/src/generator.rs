@@ -3,6 +3,13 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+/// Bounds of the stored settings: task-service refuses a start outside them, and the
+/// generator clamps whatever it reads into them. The slowest rate is one task per 1,000 s.
+pub const MIN_RATE_PER_SECOND: f64 = 0.001;
+pub const MAX_RATE_PER_SECOND: f64 = 1000.0;
+/// The longest `sleep_duration_seconds` a generated task may ask for (an hour).
+pub const MAX_SLEEP_SECONDS: f64 = 3600.0;
+
 /// The generator's desired state, as stored by task-service.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

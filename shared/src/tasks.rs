@@ -104,6 +104,10 @@ pub struct CreateTask {
     pub max_attempts: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<String>,
+    /// Sent by task-generator only: the fence of the generator lease it creates under. The task
+    /// is stored only while that fence holds the lease and the generator is started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generator_fence: Option<i64>,
 }
 
 /// `POST /api/tasks/next`. Without `limit` the answer is one task; with it, a list.

@@ -3,9 +3,10 @@
 //! Every replica runs a [`shared::Singleton`] on the lease `task-generator`. The holder reads
 //! the desired state (started or stopped, rate, sleep range) from task-service, which any
 //! task-service replica changes, and creates `{"sleep_duration_seconds": N}` tasks at the rate.
-//! Each task's idempotency key is `task-generator:<fence>:<term>:<sequence>`, so a retried
-//! request never creates a second task, and task-service refuses a key whose fence no longer
-//! holds the lease.
+//! Each create names its fence (`generator_fence`) and carries the idempotency key
+//! `task-generator:<fence>:<term>:<sequence>`, so a retried request never creates a second task;
+//! task-service refuses a fence that no longer holds the lease, and any create once the
+//! generator is stopped (the leader then goes back to polling the desired state).
 //! The holder checks that its lease is certainly held right before every request and stops the
 //! moment the guard signals loss. A stopped generator keeps its lease: the leader stays ready
 //! and starts producing the moment the desired state says so, and status can name it.
@@ -18,7 +19,9 @@ use clap::Args;
 use prometheus::{IntCounter, IntGauge, Registry};
 use rand::Rng;
 use reqwest::StatusCode;
-use shared::generator::GeneratorSettings;
+use shared::generator::{
+    GeneratorSettings, MAX_RATE_PER_SECOND, MAX_SLEEP_SECONDS, MIN_RATE_PER_SECOND,
+};
 use shared::metrics_server::MetricsServer;
 use shared::tasks::CreateTask;
 use shared::{GuardConfig, LeaseClient, LeaseHandle, Singleton, SingletonEvent};
@@ -90,11 +93,14 @@ impl GeneratorConfig {
         if !(1..=3600).contains(&self.lease_ttl_seconds) {
             return Err("GENERATOR_LEASE_TTL_SECONDS must be between 1 and 3600".to_owned());
         }
-        if !(self.retry_interval_seconds.is_finite() && self.retry_interval_seconds > 0.0) {
-            return Err("GENERATOR_RETRY_INTERVAL_SECONDS must be a positive number".to_owned());
+        // Bounded, so that no duration made from it can overflow.
+        if !(0.01..=3600.0).contains(&self.retry_interval_seconds) {
+            return Err(
+                "GENERATOR_RETRY_INTERVAL_SECONDS must be between 0.01 and 3600".to_owned(),
+            );
         }
-        if self.settings_poll_ms == 0 {
-            return Err("GENERATOR_SETTINGS_POLL_MS must be at least 1".to_owned());
+        if !(1..=3_600_000).contains(&self.settings_poll_ms) {
+            return Err("GENERATOR_SETTINGS_POLL_MS must be between 1 and 3600000".to_owned());
         }
         Ok(())
     }
@@ -248,20 +254,26 @@ impl Producer {
                 next = Instant::now();
                 continue;
             };
+            let pace = Pace::of(current);
             tokio::time::sleep_until(next).await;
-            let sleep = if current.max_sleep_seconds > current.min_sleep_seconds {
-                rand::rng().random_range(current.min_sleep_seconds..=current.max_sleep_seconds)
-            } else {
-                current.min_sleep_seconds
-            };
-            let sleep = (sleep * 1000.0).round() / 1000.0;
-            if !self.create(&lease, fence, term, sequence, sleep).await {
-                return;
+            match self
+                .create(&lease, fence, term, sequence, pace.sleep())
+                .await
+            {
+                Created::Done => sequence += 1,
+                // Read the settings again at once: production resumes when they say started.
+                Created::Stopped => {
+                    settings = None;
+                    continue;
+                }
+                Created::LeadsNoLonger => return,
             }
-            sequence += 1;
-            let period = Duration::from_secs_f64(1.0 / current.rate_per_second);
             // Keep the rate, but never burst to catch up after a stall.
-            next = (next + period).max(Instant::now() - period);
+            let after = next.checked_add(pace.period).unwrap_or(next);
+            next = match Instant::now().checked_sub(pace.period) {
+                Some(floor) => after.max(floor),
+                None => after,
+            };
         }
     }
 
@@ -271,7 +283,7 @@ impl Producer {
         body: &CreateTask,
         fence: i64,
         sequence: u64,
-    ) -> Result<StatusCode, reqwest::Error> {
+    ) -> Result<(StatusCode, Option<String>), reqwest::Error> {
         use tracing::Instrument;
         let root = tracing::info_span!(
             parent: None,
@@ -302,12 +314,12 @@ impl Producer {
             );
             let response = answer?;
             let status = response.status();
-            if let Ok(task) = response.json::<serde_json::Value>().await
-                && let Some(id) = task["id"].as_i64()
-            {
+            let body = response.json::<serde_json::Value>().await.ok();
+            if let Some(id) = body.as_ref().and_then(|task| task["id"].as_i64()) {
                 tracing::Span::current().record("task.id", id);
             }
-            Ok(status)
+            let code = body.and_then(|error| error["code"].as_str().map(str::to_owned));
+            Ok((status, code))
         }
         .instrument(root)
         .await
@@ -324,8 +336,7 @@ impl Producer {
     }
 
     /// Creates task `sequence` of this term, retrying transient failures with the same
-    /// idempotency key. False when the lease is in doubt or task-service says another replica
-    /// leads: stop producing.
+    /// idempotency key.
     async fn create(
         &self,
         lease: &LeaseHandle,
@@ -333,7 +344,7 @@ impl Producer {
         term: u32,
         sequence: u64,
         sleep: f64,
-    ) -> bool {
+    ) -> Created {
         let body = CreateTask {
             task_data: serde_json::json!({
                 "sleep_duration_seconds": sleep,
@@ -349,33 +360,40 @@ impl Producer {
                 "{}:{fence}:{term:08x}:{sequence}",
                 self.config.lease_resource
             )),
+            generator_fence: Some(fence),
             ..CreateTask::default()
         };
         let mut pause = Duration::from_millis(100);
         loop {
             // Never send once the lease is in doubt, whatever woke us.
             if !lease.is_held() {
-                return false;
+                return Created::LeadsNoLonger;
             }
             let answer = self.send(&body, fence, sequence).await;
             match answer {
-                Ok(StatusCode::CREATED) => {
+                Ok((StatusCode::CREATED, _)) => {
                     self.metrics.produced.inc();
                     tracing::debug!(fence, sequence, "task created");
-                    return true;
+                    return Created::Done;
                 }
                 // A retry of a request whose first answer was lost: already created.
-                Ok(StatusCode::OK) => return true,
-                Ok(StatusCode::CONFLICT) => {
-                    tracing::warn!(fence, "task-service says this replica no longer leads");
-                    return false;
+                Ok((StatusCode::OK, _)) => return Created::Done,
+                Ok((StatusCode::CONFLICT, code))
+                    if code.as_deref() == Some("generator_stopped") =>
+                {
+                    tracing::info!(fence, "the generator was stopped; waiting to be started");
+                    return Created::Stopped;
                 }
-                Ok(status) if status.is_client_error() => {
+                Ok((StatusCode::CONFLICT, _)) => {
+                    tracing::warn!(fence, "task-service says this replica no longer leads");
+                    return Created::LeadsNoLonger;
+                }
+                Ok((status, _)) if status.is_client_error() => {
                     self.metrics.create_errors.inc();
                     tracing::error!(%status, "task-service refused a generated task; skipping it");
-                    return true;
+                    return Created::Done;
                 }
-                Ok(status) => {
+                Ok((status, _)) => {
                     self.metrics.create_errors.inc();
                     tracing::warn!(%status, "creating a task failed; retrying");
                 }
@@ -387,5 +405,105 @@ impl Producer {
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_secs(2));
         }
+    }
+}
+
+/// How one create ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Created {
+    /// Created, already created, or skipped for good: on to the next task.
+    Done,
+    /// task-service refused it because the generator is stopped.
+    Stopped,
+    /// The lease is in doubt, or task-service says another replica leads: stop producing.
+    LeadsNoLonger,
+}
+
+/// The pace the settings ask for, kept within [`shared::generator`]'s bounds whatever was read,
+/// so that no value can make a duration overflow or a random range empty.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Pace {
+    period: Duration,
+    min_sleep: f64,
+    max_sleep: f64,
+}
+
+impl Pace {
+    fn of(settings: &GeneratorSettings) -> Self {
+        Self::new(
+            settings.rate_per_second,
+            settings.min_sleep_seconds,
+            settings.max_sleep_seconds,
+        )
+    }
+
+    fn new(rate: f64, min_sleep: f64, max_sleep: f64) -> Self {
+        let rate = if rate.is_nan() {
+            MIN_RATE_PER_SECOND
+        } else {
+            rate.clamp(MIN_RATE_PER_SECOND, MAX_RATE_PER_SECOND)
+        };
+        let seconds = |value: f64| {
+            if value.is_nan() {
+                0.0
+            } else {
+                value.clamp(0.0, MAX_SLEEP_SECONDS)
+            }
+        };
+        let (min, max) = (seconds(min_sleep), seconds(max_sleep));
+        Self {
+            period: Duration::try_from_secs_f64(1.0 / rate).unwrap_or(Duration::from_secs(1000)),
+            min_sleep: min.min(max),
+            max_sleep: max.max(min),
+        }
+    }
+
+    /// A task's `sleep_duration_seconds`, to the millisecond.
+    fn sleep(&self) -> f64 {
+        let sleep = if self.max_sleep > self.min_sleep {
+            rand::rng().random_range(self.min_sleep..=self.max_sleep)
+        } else {
+            self.min_sleep
+        };
+        (sleep * 1000.0).round() / 1000.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_setting_makes_the_pace_panic_or_leave_its_bounds() {
+        let odd = [
+            0.0,
+            -0.0,
+            1e-300,
+            -1.0,
+            f64::MIN_POSITIVE,
+            5e-324,
+            1e300,
+            f64::MAX,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+            0.5,
+        ];
+        for rate in odd {
+            for min in odd {
+                for max in odd {
+                    let pace = Pace::new(rate, min, max);
+                    assert!(pace.period >= Duration::from_millis(1), "{rate}");
+                    assert!(pace.period <= Duration::from_secs(1000), "{rate}");
+                    let sleep = pace.sleep();
+                    assert!((0.0..=MAX_SLEEP_SECONDS).contains(&sleep), "{min} {max}");
+                }
+            }
+        }
+        assert_eq!(
+            Pace::new(1e-300, 1.0, 2.0).period,
+            Duration::from_secs(1000)
+        );
+        assert_eq!(Pace::new(4.0, 1.0, 2.0).period, Duration::from_millis(250));
     }
 }

@@ -92,8 +92,8 @@ pub struct ServeConfig {
     pub lease_prefix: String,
 
     /// The task generator's lease resource (as its replicas are configured); its status is read
-    /// from this lease, and tasks whose idempotency key starts with `<resource>:` count as
-    /// produced by it.
+    /// from this lease, and a create that names a `generator_fence` is stored (and counted as
+    /// produced) only while that fence holds this lease and the generator is started.
     #[arg(
         long,
         env = "GENERATOR_LEASE_RESOURCE",

@@ -3,7 +3,10 @@
 //! the same answer, and start/stop take effect whichever replica receives them (the sample's
 //! status depended on which replica answered, and stop had to reach the lease holder).
 
-use shared::generator::{GeneratorLeader, GeneratorSettings, GeneratorStatus, StartGenerator};
+use shared::generator::{
+    GeneratorLeader, GeneratorSettings, GeneratorStatus, MAX_RATE_PER_SECOND, MAX_SLEEP_SECONDS,
+    MIN_RATE_PER_SECOND, StartGenerator,
+};
 use shared::server::ApiError;
 
 use crate::repo::{self, Db, GeneratorRow};
@@ -15,7 +18,12 @@ pub async fn settings(conn: &mut Db) -> Result<GeneratorSettings, ApiError> {
 
 pub async fn status(conn: &mut Db, engine: &Engine) -> Result<GeneratorStatus, ApiError> {
     let settings = settings(conn).await?;
-    let leader = engine
+    Ok(compose(settings, leader(engine).await?))
+}
+
+/// The replica holding the generator's lease, as lease-service tells it.
+async fn leader(engine: &Engine) -> Result<Option<GeneratorLeader>, ApiError> {
+    Ok(engine
         .leases_retrying
         .current(&engine.generator_resource)
         .await
@@ -26,13 +34,16 @@ pub async fn status(conn: &mut Db, engine: &Engine) -> Result<GeneratorStatus, A
             since: lease.created_at,
             expires_at: lease.expires_at,
             expires_in_ms: lease.expires_in_ms,
-        });
+        }))
+}
+
+fn compose(settings: GeneratorSettings, leader: Option<GeneratorLeader>) -> GeneratorStatus {
     let message = match (settings.running, &leader) {
         (true, Some(leader)) => format!("Generator is running; {} produces.", leader.holder),
         (true, None) => "Generator is started; no replica leads yet.".to_owned(),
         (false, _) => "Generator is not running.".to_owned(),
     };
-    Ok(GeneratorStatus {
+    GeneratorStatus {
         status: if settings.running {
             "STARTED"
         } else {
@@ -45,10 +56,14 @@ pub async fn status(conn: &mut Db, engine: &Engine) -> Result<GeneratorStatus, A
         produced: settings.produced,
         leader,
         settings,
-    })
+    }
 }
 
-/// Starts the generator, changing any settings given.
+/// Starts the generator, changing any settings given. Every setting must lie within the bounds
+/// of [`shared::generator`], which the generator also keeps to whatever it reads.
+///
+/// lease-service is asked who leads before anything is stored: a 503 then means that nothing
+/// changed, never that the change was made and only its answer failed.
 pub async fn start(
     conn: &mut Db,
     engine: &Engine,
@@ -56,11 +71,14 @@ pub async fn start(
 ) -> Result<GeneratorStatus, ApiError> {
     let current = repo::generator(conn).await?;
     let rate = change.rate_per_second.unwrap_or(current.rate_per_second);
-    if !(rate.is_finite() && rate > 0.0 && rate <= 1000.0) {
+    if !(MIN_RATE_PER_SECOND..=MAX_RATE_PER_SECOND).contains(&rate) {
         return Err(ApiError::invalid(
             "invalid_field",
             "rate_per_second",
-            format!("rate_per_second must be above 0 and at most 1000, got {rate}"),
+            format!(
+                "rate_per_second must be between {MIN_RATE_PER_SECOND} and \
+                 {MAX_RATE_PER_SECOND}, got {rate}"
+            ),
         ));
     }
     let min = change
@@ -69,22 +87,28 @@ pub async fn start(
     let max = change
         .max_sleep_seconds
         .unwrap_or(current.max_sleep_seconds);
-    if !(min.is_finite() && max.is_finite() && 0.0 <= min && min <= max && max <= 3600.0) {
+    if !((0.0..=MAX_SLEEP_SECONDS).contains(&min) && (min..=MAX_SLEEP_SECONDS).contains(&max)) {
         return Err(ApiError::invalid(
             "invalid_field",
             "min_sleep_seconds",
             format!(
-                "need 0 <= min_sleep_seconds <= max_sleep_seconds <= 3600, got {min} and {max}"
+                "need 0 <= min_sleep_seconds <= max_sleep_seconds <= {MAX_SLEEP_SECONDS}, got \
+                 {min} and {max}"
             ),
         ));
     }
-    repo::set_generator(conn, true, Some(rate), Some(min), Some(max)).await?;
-    status(conn, engine).await
+    let leader = leader(engine).await?;
+    let row = repo::set_generator(conn, true, Some(rate), Some(min), Some(max)).await?;
+    Ok(compose(to_api(row), leader))
 }
 
+/// Stops the generator: once this answers, no generator task is stored (see
+/// [`crate::repo::insert_generated`]). Like a start, it changes nothing if lease-service cannot
+/// say who leads.
 pub async fn stop(conn: &mut Db, engine: &Engine) -> Result<GeneratorStatus, ApiError> {
-    repo::set_generator(conn, false, None, None, None).await?;
-    status(conn, engine).await
+    let leader = leader(engine).await?;
+    let row = repo::set_generator(conn, false, None, None, None).await?;
+    Ok(compose(to_api(row), leader))
 }
 
 fn to_api(row: GeneratorRow) -> GeneratorSettings {

@@ -89,8 +89,9 @@ const COLUMNS: &str = "id, task_data, queue, priority, status, scheduled_at, pro
 #[tracing::instrument(name = "INSERT tasks", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "INSERT", db.collection.name = "tasks"))]
 pub async fn insert(conn: &mut Db, task: &NewTask) -> Result<Option<TaskRow>> {
     diesel::sql_query(format!(
-        "INSERT INTO tasks (task_data, scheduled_at, queue, priority, max_attempts, idempotency_key)
-         VALUES ($1, COALESCE($2, now()), $3, $4, $5, $6)
+        "INSERT INTO tasks (task_data, scheduled_at, requested_scheduled_at, queue, priority,
+                            max_attempts, idempotency_key)
+         VALUES ($1, COALESCE($2, now()), $2, $3, $4, $5, $6)
          ON CONFLICT (idempotency_key) DO NOTHING
          RETURNING {COLUMNS}"
     ))
@@ -107,21 +108,30 @@ pub async fn insert(conn: &mut Db, task: &NewTask) -> Result<Option<TaskRow>> {
 }
 
 /// Inserts a generator's task and counts it, in one statement (so its own commit), only while
-/// the database's clock is before `deadline`; `None` if the key is taken or the deadline passed.
-/// The task's `created_at` is the moment of the insert, not of the transaction's start.
+/// the generator is started and the database's clock is before `deadline`; `None` if the key is
+/// taken, the generator is stopped or the deadline passed.
+///
+/// The statement first locks the settings row (`FOR NO KEY UPDATE`, the lock its count takes
+/// anyway, so two creates never deadlock upgrading a shared lock): a stop waits for a create
+/// that holds it, and a create that comes after reads the stop. So once a stop is answered no
+/// generator task is stored. The task's `created_at` is the moment of the insert, not of the
+/// transaction's start, and its schedule, when omitted, that same moment.
 #[tracing::instrument(name = "INSERT tasks", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "INSERT", db.collection.name = "tasks"))]
-pub async fn insert_before(
+pub async fn insert_generated(
     conn: &mut Db,
     task: &NewTask,
     deadline: DateTime<Utc>,
 ) -> Result<Option<TaskRow>> {
     diesel::sql_query(format!(
-        "WITH inserted AS (
-             INSERT INTO tasks (task_data, scheduled_at, queue, priority, max_attempts,
-                                idempotency_key, created_at, updated_at)
-             SELECT $1, COALESCE($2, clock_timestamp()), $3, $4, $5, $6,
-                    clock_timestamp(), clock_timestamp()
-             WHERE clock_timestamp() < $7
+        "WITH gate AS (
+             SELECT running FROM generator_settings WHERE id = 1 FOR NO KEY UPDATE
+         ), at AS (
+             SELECT clock_timestamp() AS now FROM gate WHERE gate.running
+         ), inserted AS (
+             INSERT INTO tasks (task_data, scheduled_at, requested_scheduled_at, queue, priority,
+                                max_attempts, idempotency_key, created_at, updated_at)
+             SELECT $1, COALESCE($2, at.now), $2, $3, $4, $5, $6, at.now, at.now
+             FROM at WHERE at.now < $7
              ON CONFLICT (idempotency_key) DO NOTHING
              RETURNING {COLUMNS}
          ), counted AS (
@@ -159,10 +169,20 @@ pub async fn clock(conn: &mut Db) -> Result<DateTime<Utc>> {
         .map(|row| row.now)
 }
 
+/// The task an idempotency key names, with the schedule its creator asked for (`None`: none).
+#[derive(Debug, QueryableByName)]
+pub struct KeyedTask {
+    // Not `row`: the derive's own code names its row so.
+    #[diesel(embed)]
+    pub task: TaskRow,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    pub requested_scheduled_at: Option<DateTime<Utc>>,
+}
+
 #[tracing::instrument(name = "SELECT tasks", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "tasks"))]
-pub async fn find_by_idempotency_key(conn: &mut Db, key: &str) -> Result<Option<TaskRow>> {
+pub async fn find_by_idempotency_key(conn: &mut Db, key: &str) -> Result<Option<KeyedTask>> {
     diesel::sql_query(format!(
-        "SELECT {COLUMNS} FROM tasks WHERE idempotency_key = $1"
+        "SELECT {COLUMNS}, requested_scheduled_at FROM tasks WHERE idempotency_key = $1"
     ))
     .bind::<Text, _>(key)
     .cached()

@@ -44,7 +44,7 @@ pub struct Engine {
     pub leases_retrying: LeaseClient,
     pub lease_ttl: Duration,
     pub lease_prefix: String,
-    /// The generator's lease resource: its tasks' idempotency keys start with `<this>:`.
+    /// The generator's lease resource: a create naming a `generator_fence` is checked against it.
     pub generator_resource: String,
     pub default_max_attempts: i32,
     pub retry_base_seconds: f64,
@@ -91,30 +91,10 @@ pub async fn create(
     engine: &Engine,
     request: CreateTask,
 ) -> Result<Created, ApiError> {
+    let generator_fence = request.generator_fence;
     let task = validate_new(engine, request)?;
-    let inserted = match generator_fence(engine, task.idempotency_key.as_deref()) {
-        Some(fence) => {
-            // The lease is good for at least `remaining` after the clock was read (it was
-            // measured later), so an insert the database makes before `deadline` falls inside
-            // the term, however long this process or the network stalls in between.
-            let read_at = repo::clock(conn).await?;
-            let remaining = check_generator_fence(engine, fence).await?;
-            let deadline = read_at + remaining - GENERATOR_DEADLINE_MARGIN;
-            let row = repo::insert_before(conn, &task, deadline).await?;
-            if row.is_none() {
-                let key = task.idempotency_key.as_deref().unwrap_or_default();
-                if repo::find_by_idempotency_key(conn, key).await?.is_none() {
-                    return Err(ApiError::Conflict {
-                        code: "stale_generator",
-                        message: format!(
-                            "the generator lease of fence {fence} ran out before the task was \
-                             stored"
-                        ),
-                    });
-                }
-            }
-            row
-        }
+    let inserted = match generator_fence {
+        Some(fence) => create_generated(conn, engine, &task, fence).await?,
         None => repo::insert(conn, &task).await?,
     };
     if let Some(row) = &inserted {
@@ -139,24 +119,78 @@ pub async fn create(
                 "the task for that idempotency key was just deleted; retry".to_owned(),
             )
         })?;
-    if existing.task_data != task.task_data || existing.queue != task.queue {
+    let differing = differences(&existing, &task);
+    let existing = existing.task;
+    if !differing.is_empty() {
         return Err(ApiError::Unprocessable {
             code: "idempotency_key_reused",
             message: format!(
-                "idempotency_key {key:?} already names task {} with different task_data or queue",
-                existing.id
+                "idempotency_key {key:?} already names task {}, made by a request with a \
+                 different {}",
+                existing.id,
+                differing.join(", ")
             ),
         });
     }
     Ok(Created::Existing(to_api(existing)))
 }
 
-/// The fence in a generator task's idempotency key (`<generator resource>:<fence>:<sequence>`).
-fn generator_fence(engine: &Engine, key: Option<&str>) -> Option<i64> {
-    let rest = key?
-        .strip_prefix(engine.generator_resource.as_str())?
-        .strip_prefix(':')?;
-    rest.split(':').next()?.parse().ok()
+/// The fields in which `task` asks for something other than the stored task its idempotency key
+/// names: a repeat must be the same request, or its creator would silently get a task it did
+/// not ask for. `scheduled_at` is compared with the schedule the first request asked for (the
+/// stored one moves with retries); an omitted `max_attempts` is the default, as it was resolved
+/// for both.
+fn differences(existing: &repo::KeyedTask, task: &NewTask) -> Vec<&'static str> {
+    use chrono::SubsecRound;
+    let row = &existing.task;
+    // The database keeps microseconds.
+    let scheduled = task.scheduled_at.map(|at| at.trunc_subsecs(6));
+    [
+        ("task_data", row.task_data == task.task_data),
+        ("queue", row.queue == task.queue),
+        ("priority", row.priority == task.priority),
+        ("max_attempts", row.max_attempts == task.max_attempts),
+        ("scheduled_at", existing.requested_scheduled_at == scheduled),
+    ]
+    .into_iter()
+    .filter(|(_, same)| !same)
+    .map(|(field, _)| field)
+    .collect()
+}
+
+/// Stores a generator's task, made under the generator lease's `fence`, if that fence still
+/// holds the lease and the generator is started; `None` when its idempotency key is taken.
+async fn create_generated(
+    conn: &mut Db,
+    engine: &Engine,
+    task: &NewTask,
+    fence: i64,
+) -> Result<Option<TaskRow>, ApiError> {
+    // The lease is good for at least `remaining` after the clock was read (it was measured
+    // later), so an insert the database makes before `deadline` falls inside the term, however
+    // long this process or the network stalls in between.
+    let read_at = repo::clock(conn).await?;
+    let remaining = check_generator_fence(engine, fence).await?;
+    let deadline = read_at + remaining - GENERATOR_DEADLINE_MARGIN;
+    if let Some(row) = repo::insert_generated(conn, task, deadline).await? {
+        return Ok(Some(row));
+    }
+    if let Some(key) = task.idempotency_key.as_deref()
+        && repo::find_by_idempotency_key(conn, key).await?.is_some()
+    {
+        return Ok(None);
+    }
+    if !repo::generator(conn).await?.running {
+        return Err(ApiError::Conflict {
+            code: "generator_stopped",
+            message: "the generator is stopped: it may create no task until it is started"
+                .to_owned(),
+        });
+    }
+    Err(ApiError::Conflict {
+        code: "stale_generator",
+        message: format!("the generator lease of fence {fence} ran out before the task was stored"),
+    })
 }
 
 /// Taken off a generator lease's remaining time, for the rate at which two databases' clocks

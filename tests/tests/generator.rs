@@ -398,12 +398,14 @@ async fn status_is_the_same_through_every_replica_and_start_stop_work_through_ei
     assert_eq!(s.tasks.get("/api/generator/settings").await.body, before);
 }
 
-/// A generator's task: `task-generator:<fence>:<term>:<seq>`, as task-generator names them.
+/// A generator's task under `fence`, keyed `task-generator:<fence>:<term>:<seq>`, as
+/// task-generator sends them.
 fn generated_task(fence: i64, seq: u32) -> Value {
     json!({
         "task_name": "sleep",
         "task_data": {"sleep_duration_seconds": 0},
         "idempotency_key": format!("task-generator:{fence}:1:{seq}"),
+        "generator_fence": fence,
     })
 }
 
@@ -413,6 +415,8 @@ async fn task_service_stores_a_generators_task_only_under_a_live_current_fence()
     let task_db = fresh_database().await;
     let leases = Service::lease_service(&lease_db, &[]).await;
     let tasks = Service::task_service(&task_db, &leases.base_url(), &[]).await;
+    let started = tasks.post("/api/generator/start", &json!({})).await;
+    assert_eq!(started.status, 200, "{:?}", started.body);
     let take = |holder: &'static str| {
         let leases = &leases;
         async move {
@@ -501,5 +505,206 @@ async fn task_service_stores_a_generators_task_only_under_a_live_current_fence()
         kept.len(),
         2,
         "only the two tasks made under live fences: {kept:?}"
+    );
+}
+
+/// Takes the generator's lease by hand, as a replica would; its fence.
+async fn take_generator_lease(leases: &Service, holder: &str) -> i64 {
+    let body = json!({"resource": "task-generator", "holder": holder, "ttl_seconds": 60});
+    let answer = leases.post("/api/leases", &body).await;
+    assert_eq!(answer.status, 201, "{:?}", answer.body);
+    answer.body["fence"].as_i64().unwrap()
+}
+
+#[tokio::test]
+async fn once_stop_is_answered_no_generator_task_is_stored() {
+    let lease_db = fresh_database().await;
+    let task_db = fresh_database().await;
+    let leases = Service::lease_service(&lease_db, &[]).await;
+    let tasks = Service::task_service(&task_db, &leases.base_url(), &[]).await;
+    let fence = take_generator_lease(&leases, "g1").await;
+    // Stopped (as it starts out): refused.
+    let refused = tasks.post("/api/tasks", &generated_task(fence, 0)).await;
+    assert_eq!((refused.status, refused.code()), (409, "generator_stopped"));
+
+    assert_eq!(
+        tasks.post("/api/generator/start", &json!({})).await.status,
+        200
+    );
+    let created = tasks.post("/api/tasks", &generated_task(fence, 1)).await;
+    assert_eq!(created.status, 201, "{:?}", created.body);
+    let stopped = tasks.post("/api/generator/stop", &json!({})).await;
+    assert_eq!(
+        (
+            stopped.body["status"].as_str(),
+            stopped.body["produced"].as_i64()
+        ),
+        (Some("STOPPED"), Some(1))
+    );
+    let before = tests::snapshot(&task_db, "tasks").await;
+    let late = tasks.post("/api/tasks", &generated_task(fence, 2)).await;
+    assert_eq!(
+        (late.status, late.code()),
+        (409, "generator_stopped"),
+        "{:?}",
+        late.body
+    );
+    assert_eq!(
+        tests::snapshot(&task_db, "tasks").await,
+        before,
+        "nothing stored"
+    );
+    // A retry of a task stored before the stop still gets its task.
+    let repeat = tasks.post("/api/tasks", &generated_task(fence, 1)).await;
+    assert_eq!(
+        (repeat.status, repeat.body["id"].clone()),
+        (200, created.body["id"].clone())
+    );
+    let status = tasks.get("/api/generator/status").await.body;
+    assert_eq!(status["produced"], 1);
+
+    assert_eq!(
+        tasks.post("/api/generator/start", &json!({})).await.status,
+        200
+    );
+    let again = tasks.post("/api/tasks", &generated_task(fence, 2)).await;
+    assert_eq!(again.status, 201, "{:?}", again.body);
+}
+
+#[tokio::test]
+async fn a_producing_generator_stores_nothing_after_stop_is_answered() {
+    let s = stack().await;
+    let _generator = s.generator("fast").await;
+    s.start(100.0).await;
+    eventually(Duration::from_secs(10), "production", || async {
+        s.produced().await.len() >= 20
+    })
+    .await;
+    let stopped = s.tasks.post("/api/generator/stop", &json!({})).await;
+    assert_eq!(stopped.status, 200, "{:?}", stopped.body);
+    let produced = stopped.body["produced"].as_u64().unwrap();
+    // The leader reads the settings every 200 ms, and at 100/s it sends creates meanwhile:
+    // give it time to send some after the stop.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(s.status().await["produced"].as_u64(), Some(produced));
+    assert_eq!(s.produced().await.len() as u64, produced);
+    // It kept its lease, and produces again when started.
+    assert_eq!(s.leader().await.as_deref(), Some("fast"));
+    s.start(100.0).await;
+    eventually(Duration::from_secs(10), "production again", || async {
+        s.produced().await.len() as u64 > produced
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn settings_out_of_bounds_are_refused_and_the_generator_survives_the_bounds() {
+    let s = stack().await;
+    let generator = s.generator("slow").await;
+    let before = s.tasks.get("/api/generator/settings").await.body;
+    for body in [
+        json!({"rate_per_second": 1e-300}),
+        json!({"rate_per_second": 0.0009}),
+        json!({"rate_per_second": 1000.5}),
+        json!({"rate_per_second": -1}),
+        json!({"min_sleep_seconds": -1}),
+        json!({"min_sleep_seconds": 0, "max_sleep_seconds": 3601}),
+        json!({"min_sleep_seconds": 1e300, "max_sleep_seconds": 1e300}),
+    ] {
+        let answer = s.tasks.post("/api/generator/start", &body).await;
+        assert_eq!(
+            (answer.status, answer.code()),
+            (400, "invalid_field"),
+            "{body}: {:?}",
+            answer.body
+        );
+    }
+    assert_eq!(s.tasks.get("/api/generator/settings").await.body, before);
+
+    // The slowest rate and the longest sleep are accepted, and the leader lives with them.
+    let slowest =
+        json!({"rate_per_second": 0.001, "min_sleep_seconds": 3600, "max_sleep_seconds": 3600});
+    let answer = s.tasks.post("/api/generator/start", &slowest).await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    eventually(Duration::from_secs(10), "one task", || async {
+        !s.produced().await.is_empty()
+    })
+    .await;
+    let task = &s.tasks.get("/api/tasks").await.body["tasks"][0];
+    assert_eq!(task["taskData"]["sleep_duration_seconds"], 3600.0);
+    let healthy = reqwest::get(generator.url("/healthz")).await.unwrap();
+    assert!(healthy.status().is_success());
+    assert_eq!(s.leader().await.as_deref(), Some("slow"));
+}
+
+#[tokio::test]
+async fn the_leader_is_seen_however_many_leases_share_its_prefix() {
+    let lease_db = fresh_database().await;
+    let task_db = fresh_database().await;
+    let leases = Service::lease_service(&lease_db, &[]).await;
+    let tasks = Service::task_service(&task_db, &leases.base_url(), &[]).await;
+    // More than a page of leases whose names start with the generator's, all older than its.
+    for batch in 0..11 {
+        let resources: Vec<String> = (0..100)
+            .map(|i| format!("task-generator-crowd-{batch}-{i}"))
+            .collect();
+        let body = json!({"resources": resources, "holder": "crowd", "ttl_seconds": 300});
+        let answer = leases.post("/api/leases/batch", &body).await;
+        assert_eq!(answer.status, 200, "{:?}", answer.body);
+    }
+    let fence = take_generator_lease(&leases, "g1").await;
+    let status = tasks.get("/api/generator/status").await.body;
+    assert_eq!(status["leader"]["holder"], "g1", "{status}");
+    assert_eq!(
+        tasks.post("/api/generator/start", &json!({})).await.status,
+        200
+    );
+    let created = tasks.post("/api/tasks", &generated_task(fence, 1)).await;
+    assert_eq!(created.status, 201, "{:?}", created.body);
+}
+
+#[tokio::test]
+async fn start_and_stop_change_nothing_when_lease_service_cannot_answer() {
+    let lease_db = fresh_database().await;
+    let task_db = fresh_database().await;
+    let mut leases = Service::lease_service(&lease_db, &[]).await;
+    let tasks = Service::task_service(&task_db, &leases.base_url(), &[]).await;
+    leases.kill();
+    let before = tests::snapshot(&task_db, "generator_settings").await;
+    let start = tasks
+        .post("/api/generator/start", &json!({"rate_per_second": 7}))
+        .await;
+    assert_eq!(
+        (start.status, start.code()),
+        (503, "unavailable"),
+        "{:?}",
+        start.body
+    );
+    assert_eq!(
+        tests::snapshot(&task_db, "generator_settings").await,
+        before,
+        "a 503 start stored nothing"
+    );
+
+    leases.start_again().await;
+    let started = tasks.post("/api/generator/start", &json!({})).await;
+    assert_eq!(started.status, 200, "{:?}", started.body);
+    leases.kill();
+    let before = tests::snapshot(&task_db, "generator_settings").await;
+    let stop = tasks.post("/api/generator/stop", &json!({})).await;
+    assert_eq!(
+        (stop.status, stop.code()),
+        (503, "unavailable"),
+        "{:?}",
+        stop.body
+    );
+    assert_eq!(
+        tests::snapshot(&task_db, "generator_settings").await,
+        before,
+        "a 503 stop stored nothing"
+    );
+    assert_eq!(
+        tasks.get("/api/generator/settings").await.body["running"],
+        true
     );
 }

@@ -670,6 +670,73 @@ async fn a_lapsed_task_still_leased_does_not_crowd_out_due_ones() {
 }
 
 #[tokio::test]
+async fn a_repeat_of_an_idempotent_create_must_ask_for_the_same_task() {
+    let s = stack(&[]).await;
+    let first = json!({
+        "task_data": {"n": 1},
+        "idempotency_key": "k1",
+        "priority": 3,
+        "max_attempts": 4,
+        "scheduled_at": "2999-01-01T00:00:00.123456789Z",
+    });
+    let id = s.create_id(first.clone()).await;
+    let same = s.create(first.clone()).await;
+    assert_eq!((same.status, same.body["id"].as_i64()), (200, Some(id)));
+    let before = snapshot(&s.task_db, "tasks").await;
+    for (field, value) in [
+        ("priority", json!(4)),
+        ("max_attempts", json!(5)),
+        ("scheduled_at", json!("2999-01-01T00:00:01Z")),
+        ("queue", json!("other")),
+    ] {
+        let mut repeat = first.clone();
+        repeat[field] = value;
+        let answer = s.create(repeat).await;
+        assert_eq!(
+            (answer.status, answer.code()),
+            (422, "idempotency_key_reused"),
+            "{field}: {:?}",
+            answer.body
+        );
+        assert!(
+            answer.body["error"].as_str().unwrap().contains(field),
+            "{:?}",
+            answer.body
+        );
+    }
+    for omitted in ["priority", "max_attempts", "scheduled_at"] {
+        let mut repeat = first.clone();
+        repeat.as_object_mut().unwrap().remove(omitted);
+        let answer = s.create(repeat).await;
+        assert_eq!(
+            (answer.status, answer.code()),
+            (422, "idempotency_key_reused")
+        );
+    }
+    assert_eq!(
+        snapshot(&s.task_db, "tasks").await,
+        before,
+        "nothing written"
+    );
+
+    // A retry moves the stored schedule; a repeat of the create is still the same request.
+    let plain = json!({"task_data": {"n": 2}, "idempotency_key": "k2"});
+    let retried = s.create_id(plain.clone()).await;
+    assert_eq!(s.claim("w").await.body["id"].as_i64(), Some(retried));
+    let failed = s
+        .fail(retried, json!({"processor": "w", "error": "boom"}))
+        .await;
+    assert_eq!(failed.status, 202, "{:?}", failed.body);
+    let repeat = s.create(plain).await;
+    assert_eq!(
+        (repeat.status, repeat.body["id"].as_i64()),
+        (200, Some(retried)),
+        "{:?}",
+        repeat.body
+    );
+}
+
+#[tokio::test]
 async fn a_batch_of_completions_judges_each_as_alone_in_one_request() {
     let s = stack(&[]).await;
     let mut ids = Vec::new();
