@@ -85,7 +85,7 @@ pub async fn run(
         retry_max_seconds: config.retry_max_seconds,
         metrics: metrics.clone(),
     };
-    let sweeper_leases = engine.leases_retrying.clone();
+    let sweeper_engine = engine.clone();
     let (claims, completions) = groups(&pool, &engine, config.groups_in_flight);
     let state = web::Data::new(AppState {
         pool: pool.clone(),
@@ -118,8 +118,7 @@ pub async fn run(
 
     let sweeper = actix_web::rt::spawn(sweeper::run(
         pool,
-        sweeper_leases,
-        metrics,
+        sweeper_engine,
         SweeperConfig {
             holder: config
                 .instance_id

@@ -259,6 +259,26 @@ pub async fn lock_lapsed(conn: &mut Db, queue: Option<&str>, limit: i64) -> Resu
     .await
 }
 
+/// Ends as cancelled up to `batch` running tasks whose cancellation was asked for and whose
+/// lease has run out by the recorded expiry: their workers stopped heartbeating, so nobody else
+/// would end them. Rows another transaction holds are skipped.
+#[tracing::instrument(name = "UPDATE tasks", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "tasks"))]
+pub async fn cancel_lapsed(conn: &mut Db, batch: i64) -> Result<Vec<TaskRow>> {
+    diesel::sql_query(format!(
+        "UPDATE tasks SET status = 'cancelled', processed_at = now(), updated_at = now()
+         WHERE id IN (SELECT id FROM tasks
+                      WHERE status = 'running' AND must_heartbeat_before <= now()
+                        AND cancel_requested
+                      ORDER BY must_heartbeat_before
+                      LIMIT $1
+                      FOR UPDATE SKIP LOCKED)
+         RETURNING {COLUMNS}"
+    ))
+    .bind::<BigInt, _>(batch)
+    .load(conn)
+    .await
+}
+
 /// Due pending tasks, highest priority then earliest scheduled, locked with `SKIP LOCKED`
 /// (never the sample's `OFFSET` scan). The two statements let each use its partial index.
 #[tracing::instrument(name = "SELECT tasks", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "tasks"))]

@@ -1,4 +1,6 @@
-//! Retention: deletes tasks that finished long ago, so the table does not grow forever.
+//! Retention: deletes tasks that finished long ago, so the table does not grow forever; and
+//! ends as cancelled the running tasks whose cancellation was asked for and whose workers then
+//! stopped heartbeating, in queues no claim comes to end them in.
 //!
 //! Every replica runs the loop; a round sweeps only on the replica that holds the lease
 //! [`SWEEPER_RESOURCE`] from lease-service, kept by reentrant acquires round after round. When
@@ -7,14 +9,14 @@
 use std::time::Duration;
 
 use rand::Rng;
+use shared::LeaseError;
 use shared::api::{Proof, Secret};
 use shared::server::ApiError;
 use shared::server::db::{self, DbPool};
-use shared::{LeaseClient, LeaseError};
 use tokio_util::sync::CancellationToken;
 
-use crate::metrics::Metrics;
 use crate::repo;
+use crate::tasks::{self, Engine};
 
 pub const SWEEPER_RESOURCE: &str = "leasehold:task-retention-sweeper";
 const BATCH: i64 = 1000;
@@ -26,13 +28,9 @@ pub struct SweeperConfig {
     pub retention_seconds: i64,
 }
 
-pub async fn run(
-    pool: DbPool,
-    leases: LeaseClient,
-    metrics: Metrics,
-    config: SweeperConfig,
-    stop: CancellationToken,
-) {
+pub async fn run(pool: DbPool, engine: Engine, config: SweeperConfig, stop: CancellationToken) {
+    let leases = &engine.leases_retrying;
+    let metrics = &engine.metrics;
     // Long enough to survive one missed round, so the same replica keeps sweeping.
     let ttl = config
         .interval
@@ -55,7 +53,7 @@ pub async fn run(
                 if lease.secret.is_some() {
                     secret = lease.secret;
                 }
-                match sweep(&pool, config.retention_seconds).await {
+                match sweep(&pool, &engine, config.retention_seconds).await {
                     Ok(deleted) => {
                         metrics.swept.inc_by(deleted);
                         if deleted > 0 {
@@ -92,8 +90,15 @@ pub async fn run(
     }
 }
 
-async fn sweep(pool: &DbPool, retention_seconds: i64) -> Result<u64, ApiError> {
+async fn sweep(pool: &DbPool, engine: &Engine, retention_seconds: i64) -> Result<u64, ApiError> {
     let mut conn = db::connection(pool).await?;
+    loop {
+        let cancelled = repo::cancel_lapsed(&mut conn, BATCH).await?;
+        tasks::end_cancelled(engine, &cancelled).await;
+        if i64::try_from(cancelled.len()).unwrap_or(0) < BATCH {
+            break;
+        }
+    }
     repo::prune_history(&mut conn, retention_seconds).await?;
     let mut deleted = 0u64;
     loop {

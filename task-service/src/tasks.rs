@@ -353,7 +353,11 @@ pub fn claims_per_group(wants: &[Want]) -> usize {
 ///   no worker knows that fence, so the task is claimed under it rather than blocked until the
 ///   stray lease runs out;
 /// * a task that has used all its attempts is not handed out but marked dead, once its lease
-///   proves the last attempt is over.
+///   proves the last attempt is over; no request's `limit` is spent on it.
+///
+/// A lapsed task whose cancellation was asked for is never handed out: it ends as cancelled
+/// (its worker stopped heartbeating, so nobody will end it otherwise), and its lease is released
+/// after commit. The retention sweeper ends such tasks too, in queues nobody claims from.
 ///
 /// If the transaction fails after leases were granted, they are released at once.
 #[tracing::instrument(name = "claim group", skip_all, fields(
@@ -373,7 +377,16 @@ pub async fn claim_group(
         .transaction::<_, ApiError, _>(async |conn| {
             let mut round = Round::new(wants);
             repo::claim_by_index_order(conn).await?;
-            let lapsed = repo::lock_lapsed(conn, queue, total).await?;
+            let (cancelled, lapsed): (Vec<TaskRow>, Vec<TaskRow>) =
+                repo::lock_lapsed(conn, queue, total)
+                    .await?
+                    .into_iter()
+                    .partition(|task| task.cancel_requested);
+            for task in cancelled {
+                round
+                    .cancelled
+                    .push(repo::mark_final(conn, task.id, "cancelled", None).await?);
+            }
             round.grant(conn, engine, lapsed, &granted).await?;
             let room = total - round.taken();
             if room > 0 {
@@ -387,10 +400,10 @@ pub async fn claim_group(
                     "lease-service unavailable: {reason}"
                 )));
             }
-            Ok((round.claimed, round.exhausted))
+            Ok((round.claimed, round.exhausted, round.cancelled))
         })
         .await;
-    let (claimed, exhausted) = match outcome {
+    let (claimed, exhausted, cancelled) = match outcome {
         Ok(done) => done,
         Err(err) => {
             let granted =
@@ -429,7 +442,29 @@ pub async fn claim_group(
             .release_after_commit(row.id, holder, lease.proof())
             .await;
     }
+    end_cancelled(engine, &cancelled).await;
     Ok(claimed)
+}
+
+/// After the commit that ended lapsed tasks as cancelled: counts them, and releases their
+/// leases on their last workers' behalf, should any still be live.
+pub async fn end_cancelled(engine: &Engine, cancelled: &[TaskRow]) {
+    for row in cancelled {
+        engine
+            .metrics
+            .cancelled
+            .with_label_values(&[row.queue.as_str()])
+            .inc();
+        tracing::info!(
+            task.id = row.id,
+            "task cancelled: its worker stopped heartbeating after the cancellation was asked for"
+        );
+        if let Some(processor) = row.processor.as_deref() {
+            engine
+                .release_after_commit(row.id, processor, row.lease_proof())
+                .await;
+        }
+    }
 }
 
 /// Claims due tasks for one request, in a group with the claims that arrive with it
@@ -465,10 +500,12 @@ pub type ClaimGroups =
 struct Round<'w> {
     wants: &'w [Want],
     claimed: Vec<Vec<TaskRow>>,
-    /// Tasks each request has used its room on: claimed, or marked dead.
+    /// Tasks each request has claimed.
     taken: Vec<i64>,
     /// Tasks marked dead, with their holder and the lease to release after commit.
     exhausted: Vec<(TaskRow, String, Lease)>,
+    /// Lapsed tasks whose cancellation was asked for, ended as cancelled.
+    cancelled: Vec<TaskRow>,
     unavailable: Option<String>,
 }
 
@@ -479,6 +516,7 @@ impl<'w> Round<'w> {
             claimed: wants.iter().map(|_| Vec::new()).collect(),
             taken: wants.iter().map(|_| 0).collect(),
             exhausted: Vec::new(),
+            cancelled: Vec::new(),
             unavailable: None,
         }
     }
@@ -506,14 +544,26 @@ impl<'w> Round<'w> {
             .map(|(want, taken)| want.limit - taken)
             .collect();
         let mut owners: Vec<usize> = Vec::with_capacity(candidates.len());
-        for _ in &candidates {
-            let Some(owner) = room.iter().position(|left| *left > 0) else {
-                break;
+        let mut kept: Vec<TaskRow> = Vec::with_capacity(candidates.len());
+        for task in candidates {
+            let owner = if exhausted(&task) {
+                // Its lease is taken only to prove that its last attempt is over, then it is
+                // marked dead: no request's room is spent on it.
+                room.iter().position(|left| *left > 0).unwrap_or(0)
+            } else {
+                let Some(owner) = room.iter().position(|left| *left > 0) else {
+                    continue;
+                };
+                room[owner] -= 1;
+                owner
             };
-            room[owner] -= 1;
             owners.push(owner);
+            kept.push(task);
         }
-        let candidates: Vec<TaskRow> = candidates.into_iter().take(owners.len()).collect();
+        let candidates = kept;
+        if candidates.is_empty() {
+            return Ok(());
+        }
         // One call and one commit in lease-service for the whole group.
         let resources: Vec<String> = candidates.iter().map(|t| engine.resource(t.id)).collect();
         let holders: Vec<String> = owners
@@ -570,8 +620,7 @@ impl<'w> Round<'w> {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .push((task.id, holder.clone(), lease.clone()));
-            self.taken[owner] += 1;
-            if task.attempts >= task.max_attempts {
+            if exhausted(&task) {
                 let reason = format!(
                     "attempts exhausted: the lease of attempt {} of {} ran out (processor {:?} stopped heartbeating)",
                     task.attempts,
@@ -581,6 +630,7 @@ impl<'w> Round<'w> {
                 let row = repo::mark_final(conn, task.id, "dead", Some(&reason)).await?;
                 self.exhausted.push((row, holder.clone(), lease));
             } else {
+                self.taken[owner] += 1;
                 to_claim.push((owner, task.id, lease));
             }
         }
@@ -610,6 +660,11 @@ impl<'w> Round<'w> {
         }
         Ok(())
     }
+}
+
+/// A task that has used all its attempts: it is never handed out again.
+fn exhausted(task: &TaskRow) -> bool {
+    task.attempts >= task.max_attempts
 }
 
 /// How a locked transition ended: a task to answer with, or a refusal that still committed a

@@ -736,6 +736,115 @@ async fn a_repeat_of_an_idempotent_create_must_ask_for_the_same_task() {
     );
 }
 
+impl Stack {
+    /// Waits until lease-service says the task's lease is no longer live: its worker is gone.
+    async fn wait_lease_gone(&self, id: i64) {
+        tests::eventually(
+            Duration::from_secs(10),
+            "the task's lease to run out",
+            || async {
+                let active = self
+                    .leases
+                    .get(&format!("/api/leases/active?resource=task:{id}"))
+                    .await;
+                active.status == 200 && active.body["leases"].as_array().is_some_and(Vec::is_empty)
+            },
+        )
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn a_cancelled_task_whose_worker_died_ends_cancelled_and_is_never_claimed_again() {
+    let s = stack(&[("TASK_LEASE_TTL_SECONDS", "1")]).await;
+    let id = s.create_id(json!({"task_data": {}})).await;
+    assert_eq!(s.claim("w1").await.body["id"].as_i64(), Some(id));
+    let cancel = s
+        .tasks
+        .post(&format!("/api/tasks/{id}/cancel"), &json!({}))
+        .await;
+    assert_eq!(cancel.status, 202, "{:?}", cancel.body);
+    // w1 dies without another heartbeat.
+    s.wait_lease_gone(id).await;
+    let claim = s.claim("w2").await;
+    assert_eq!(
+        (claim.status, claim.body["message"].as_str()),
+        (200, Some("No tasks available")),
+        "a cancelled task was handed out again: {:?}",
+        claim.body
+    );
+    let task = s.task(id).await;
+    assert_eq!(
+        (
+            task["status"].as_str(),
+            task["attempts"].as_i64(),
+            task["processor"].as_str()
+        ),
+        (Some("cancelled"), Some(1), Some("w1")),
+        "{task}"
+    );
+    assert_eq!(s.claim("w3").await.status, 200);
+    let late = s.heartbeat(id, json!({"processor": "w1"})).await;
+    assert_eq!((late.status, late.code()), (409, "task_finished"));
+}
+
+#[tokio::test]
+async fn the_sweeper_ends_a_cancelled_task_whose_worker_died_where_nobody_claims() {
+    let s = stack(&[
+        ("TASK_LEASE_TTL_SECONDS", "1"),
+        ("TASK_SWEEP_INTERVAL_SECONDS", "1"),
+    ])
+    .await;
+    let id = s
+        .create_id(json!({"task_data": {}, "queue": "quiet"}))
+        .await;
+    let claim = s
+        .tasks
+        .post(
+            "/api/tasks/next",
+            &json!({"processor": "w1", "queue": "quiet"}),
+        )
+        .await;
+    assert_eq!(claim.body["id"].as_i64(), Some(id), "{:?}", claim.body);
+    let cancel = s
+        .tasks
+        .post(&format!("/api/tasks/{id}/cancel"), &json!({}))
+        .await;
+    assert_eq!(cancel.status, 202);
+    tests::eventually(
+        Duration::from_secs(15),
+        "the sweeper to end the task",
+        || async { s.task(id).await["status"] == "cancelled" },
+    )
+    .await;
+    assert_eq!(s.task(id).await["attempts"], 1);
+}
+
+#[tokio::test]
+async fn marking_an_exhausted_task_dead_spends_no_claim_slot() {
+    let s = stack(&[("TASK_LEASE_TTL_SECONDS", "1")]).await;
+    let exhausted = s
+        .create_id(json!({"task_data": {"n": 1}, "max_attempts": 1}))
+        .await;
+    assert_eq!(s.claim("w1").await.body["id"].as_i64(), Some(exhausted));
+    let due = s.create_id(json!({"task_data": {"n": 2}})).await;
+    s.wait_lease_gone(exhausted).await;
+    let claim = s
+        .tasks
+        .post("/api/tasks/next", &json!({"processor": "w2", "limit": 1}))
+        .await;
+    assert_eq!(claim.status, 202, "{:?}", claim.body);
+    let ids: Vec<i64> = claim
+        .body
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ids, [due]);
+    assert_eq!(s.task(exhausted).await["status"], "dead");
+}
+
 #[tokio::test]
 async fn a_batch_of_completions_judges_each_as_alone_in_one_request() {
     let s = stack(&[]).await;
