@@ -394,6 +394,8 @@ async fn readyz(state: State) -> Result<HttpResponse, ApiError> {
         .await;
     match leases {
         Ok(answer) if answer.status().is_success() => {
+            // A TTL lease-service refuses would starve every claim while all looks healthy.
+            tasks::check_lease_ttl(&state.engine).await?;
             Ok(HttpResponse::Ok().json(serde_json::json!({ "status": "ready" })))
         }
         Ok(answer) => Err(ApiError::Unavailable(format!(

@@ -84,6 +84,7 @@ pub async fn run(
         retry_base_seconds: config.retry_base_seconds,
         retry_max_seconds: config.retry_max_seconds,
         metrics: metrics.clone(),
+        lease_ttl_verdict: tasks::TtlVerdict::default(),
     };
     let sweeper_engine = engine.clone();
     let (claims, completions) = groups(&pool, &engine, config.groups_in_flight);

@@ -50,6 +50,86 @@ pub struct Engine {
     pub retry_base_seconds: f64,
     pub retry_max_seconds: f64,
     pub metrics: Metrics,
+    /// Whether lease-service accepts [`Engine::lease_ttl`].
+    pub lease_ttl_verdict: TtlVerdict,
+}
+
+/// What lease-service last said of task-service's lease TTL: nothing yet, accepted, or refused
+/// (with why). A refused TTL starves every claim, so it fails `/readyz` and claims answer 503
+/// `task_lease_ttl_rejected` rather than "No tasks available".
+#[derive(Debug, Clone, Default)]
+pub struct TtlVerdict(std::sync::Arc<std::sync::Mutex<Option<Result<(), String>>>>);
+
+impl TtlVerdict {
+    fn get(&self) -> Option<Result<(), String>> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn accept(&self) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(Ok(()));
+    }
+
+    /// Records the refusal and answers the error that names it; logs it when it is news.
+    fn reject(&self, ttl: Duration, refusal: &str) -> ApiError {
+        let message = format!(
+            "lease-service refuses task-service's lease TTL of {} s (TASK_LEASE_TTL_SECONDS), so \
+             no task can be claimed: set it within lease-service's LEASE_MIN_TTL_SECONDS and \
+             LEASE_MAX_TTL_SECONDS ({refusal})",
+            ttl.as_secs()
+        );
+        let previous = self
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .replace(Err(message.clone()));
+        if previous != Some(Err(message.clone())) {
+            tracing::error!("{message}");
+        }
+        ApiError::Misconfigured {
+            code: "task_lease_ttl_rejected",
+            message,
+        }
+    }
+}
+
+/// Whether lease-service accepts task-service's lease TTL, for `/readyz`: once a claim or this
+/// probe has seen it accepted, no call is made; otherwise a lease is taken with that TTL on a
+/// resource of its own and released at once (a refused TTL writes nothing in lease-service).
+/// When lease-service cannot be asked, this says nothing: its health check reports that.
+pub async fn check_lease_ttl(engine: &Engine) -> Result<(), ApiError> {
+    if engine.lease_ttl_verdict.get() == Some(Ok(())) {
+        return Ok(());
+    }
+    let probe: u64 = rand::random();
+    let resource = format!("leasehold:task-lease-ttl-probe:{probe:016x}");
+    let holder = format!("task-service-probe-{probe:016x}");
+    match engine
+        .leases
+        .acquire(&resource, &holder, Some(engine.lease_ttl))
+        .await
+    {
+        Ok(lease) => {
+            engine.lease_ttl_verdict.accept();
+            if let Err(err) = engine
+                .leases
+                .release(&resource, &holder, lease.proof())
+                .await
+            {
+                tracing::debug!(error = %err, "TTL probe lease not released; it will expire");
+            }
+            Ok(())
+        }
+        Err(LeaseError::Rejected { code, error, .. }) if code == "invalid_ttl" => {
+            Err(engine.lease_ttl_verdict.reject(engine.lease_ttl, &error))
+        }
+        Err(err) => {
+            tracing::debug!(error = %err, "could not probe the task lease TTL");
+            Ok(())
+        }
+    }
 }
 
 impl Engine {
@@ -394,6 +474,11 @@ pub async fn claim_group(
                 round.grant(conn, engine, due, &granted).await?;
             }
             if round.taken() == 0
+                && let Some(err) = round.misconfigured
+            {
+                return Err(err);
+            }
+            if round.taken() == 0
                 && let Some(reason) = round.unavailable
             {
                 return Err(ApiError::Unavailable(format!(
@@ -507,6 +592,8 @@ struct Round<'w> {
     /// Lapsed tasks whose cancellation was asked for, ended as cancelled.
     cancelled: Vec<TaskRow>,
     unavailable: Option<String>,
+    /// lease-service refused the lease TTL: no claim can succeed until it is fixed.
+    misconfigured: Option<ApiError>,
 }
 
 impl<'w> Round<'w> {
@@ -518,6 +605,7 @@ impl<'w> Round<'w> {
             exhausted: Vec::new(),
             cancelled: Vec::new(),
             unavailable: None,
+            misconfigured: None,
         }
     }
 
@@ -575,7 +663,15 @@ impl<'w> Round<'w> {
             .acquire_each(&resources, &holders, Some(engine.lease_ttl))
             .await
         {
-            Ok(answer) => answer,
+            Ok(answer) => {
+                engine.lease_ttl_verdict.accept();
+                answer
+            }
+            Err(LeaseError::Rejected { code, error, .. }) if code == "invalid_ttl" => {
+                self.misconfigured =
+                    Some(engine.lease_ttl_verdict.reject(engine.lease_ttl, &error));
+                return Ok(());
+            }
             Err(LeaseError::Unavailable(reason)) => {
                 self.unavailable = Some(reason);
                 return Ok(());

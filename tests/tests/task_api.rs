@@ -846,6 +846,71 @@ async fn marking_an_exhausted_task_dead_spends_no_claim_slot() {
 }
 
 #[tokio::test]
+async fn a_task_lease_ttl_lease_service_refuses_fails_readiness_and_claims_loudly() {
+    let lease_db = fresh_database().await;
+    let task_db = fresh_database().await;
+    let leases = Service::lease_service(
+        &lease_db,
+        &[
+            ("LEASE_MAX_TTL_SECONDS", "10"),
+            ("LEASE_DEFAULT_TTL_SECONDS", "10"),
+        ],
+    )
+    .await;
+    let tasks = Service::task_service(
+        &task_db,
+        &leases.base_url(),
+        &[("TASK_LEASE_TTL_SECONDS", "60")],
+    )
+    .await;
+    let ready = tasks.get("/readyz").await;
+    assert_eq!(
+        (ready.status, ready.code()),
+        (503, "task_lease_ttl_rejected"),
+        "{:?}",
+        ready.body
+    );
+    assert!(
+        ready.body["error"]
+            .as_str()
+            .unwrap()
+            .contains("TASK_LEASE_TTL_SECONDS"),
+        "{:?}",
+        ready.body
+    );
+    let created = tasks.post("/api/tasks", &json!({"task_data": {}})).await;
+    assert_eq!(created.status, 201);
+    let claim = tasks
+        .post("/api/tasks/next", &json!({"processor": "w"}))
+        .await;
+    assert_eq!(
+        (claim.status, claim.code()),
+        (503, "task_lease_ttl_rejected"),
+        "{:?}",
+        claim.body
+    );
+    let id = created.body["id"].as_i64().unwrap();
+    assert_eq!(
+        tasks.get(&format!("/api/tasks/{id}")).await.body["task"]["status"],
+        "pending"
+    );
+    assert_eq!(tasks.get("/readyz").await.status, 503);
+
+    // Within lease-service's bounds, both are fine.
+    let fine = Service::task_service(
+        &task_db,
+        &leases.base_url(),
+        &[("TASK_LEASE_TTL_SECONDS", "10")],
+    )
+    .await;
+    assert_eq!(fine.get("/readyz").await.status, 200);
+    let claim = fine
+        .post("/api/tasks/next", &json!({"processor": "w"}))
+        .await;
+    assert_eq!(claim.status, 202, "{:?}", claim.body);
+}
+
+#[tokio::test]
 async fn a_batch_of_completions_judges_each_as_alone_in_one_request() {
     let s = stack(&[]).await;
     let mut ids = Vec::new();

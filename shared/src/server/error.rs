@@ -51,6 +51,10 @@ pub enum ApiError {
     /// The database (or another dependency) cannot be reached; retrying later may work.
     #[error("{0}")]
     Unavailable(String),
+    /// The service cannot do its work until an operator fixes its configuration (503); `code`
+    /// names what is wrong, so that it is not taken for a passing outage.
+    #[error("{message}")]
+    Misconfigured { code: &'static str, message: String },
     #[error("internal error")]
     Internal(String),
 }
@@ -69,7 +73,8 @@ impl ApiError {
             Self::Invalid { code, .. }
             | Self::Conflict { code, .. }
             | Self::Unprocessable { code, .. }
-            | Self::NotFound { code, .. } => code,
+            | Self::NotFound { code, .. }
+            | Self::Misconfigured { code, .. } => code,
             Self::Held { .. } => "lease_held",
             Self::Unauthorized(_) => "unauthorized",
             Self::Forbidden(_) => "forbidden",
@@ -146,7 +151,7 @@ impl ResponseError for ApiError {
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
-            Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Unavailable(_) | Self::Misconfigured { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -155,6 +160,7 @@ impl ResponseError for ApiError {
         match self {
             Self::Internal(detail) => tracing::error!(%detail, "internal error"),
             Self::Unavailable(detail) => tracing::warn!(%detail, "dependency unavailable"),
+            Self::Misconfigured { message, .. } => tracing::error!(%message, "misconfigured"),
             _ => {}
         }
         let body = self.body();
