@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 
 use clap::{Args, Parser, Subcommand};
 use shared::server::auth::Auth;
+use shared::server::http::AllowedOrigins;
 
 /// Leasehold's lease service: time-bound, exclusive, renewable, fenced leases kept in PostgreSQL.
 #[derive(Debug, Parser)]
@@ -96,6 +97,12 @@ pub struct ServeConfig {
     /// as long again, gets 408 and is disconnected, so slow clients cannot hold connections.
     #[arg(long, env = "CLIENT_REQUEST_TIMEOUT_MS", default_value_t = 5000)]
     pub client_request_timeout_ms: u64,
+
+    /// Origins whose web pages may call this service from a browser (CORS): comma-separated
+    /// `scheme://host[:port]`, or `*` for any. Unset: none; a page of another origin can
+    /// neither write (403 `origin_not_allowed`) nor read the answers.
+    #[arg(long, env = "CORS_ALLOWED_ORIGINS", default_value = "", hide_default_value = true, value_parser = AllowedOrigins::parse)]
+    pub cors_allowed_origins: AllowedOrigins,
 
     /// Bearer tokens for the write routes: comma-separated `role[+role...]:token` entries,
     /// tokens of 16 bytes or more. Roles: `leaseholder` (acquire, renew, release) and

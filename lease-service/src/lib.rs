@@ -90,6 +90,7 @@ pub async fn run(
         );
     }
     let auth = web::Data::new(config.auth_tokens.clone());
+    let origins = web::Data::new(config.cors_allowed_origins.clone());
     let address = listener
         .local_addr()
         .context("reading the listen address")?;
@@ -101,7 +102,9 @@ pub async fn run(
         metrics.http.clone(),
         stop.clone(),
         move |cfg| {
-            cfg.app_data(state.clone()).app_data(auth.clone());
+            cfg.app_data(state.clone())
+                .app_data(auth.clone())
+                .app_data(origins.clone());
             http::configure(cfg);
         },
     )

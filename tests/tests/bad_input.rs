@@ -315,10 +315,61 @@ async fn a_table_of_bad_requests_each_gets_the_right_error_and_writes_nothing() 
                 "POST",
                 "/api/leases",
                 "<lease/>",
-                400,
-                "malformed_json",
+                415,
+                "unsupported_media_type",
             )
         },
+        // What a web page can send anywhere without a preflight: refused, not parsed as JSON.
+        Case {
+            content_type: Some("text/plain"),
+            ..case(
+                "JSON sent as text/plain",
+                "POST",
+                "/api/leases",
+                r#"{"resource":"r","holder":"h"}"#,
+                415,
+                "unsupported_media_type",
+            )
+        },
+        Case {
+            content_type: Some("application/x-www-form-urlencoded"),
+            ..case(
+                "a form's body",
+                "PUT",
+                "/api/leases/renew",
+                r#"{"resource":"held","holder":"owner"}"#,
+                415,
+                "unsupported_media_type",
+            )
+        },
+        Case {
+            content_type: None,
+            ..case(
+                "a body without a content type",
+                "DELETE",
+                "/api/leases/release",
+                r#"{"resource":"held","holder":"owner"}"#,
+                415,
+                "unsupported_media_type",
+            )
+        },
+        // PostgreSQL text cannot hold NUL: a query parameter carrying one is refused up front.
+        case(
+            "NUL in resource_prefix",
+            "GET",
+            "/api/leases?resource_prefix=%00",
+            "",
+            400,
+            "invalid_query",
+        ),
+        case(
+            "NUL in resource",
+            "GET",
+            "/api/leases/active?resource=held%00",
+            "",
+            400,
+            "invalid_query",
+        ),
     ];
     assert!(cases.len() >= 12);
     refuse_all(&svc, &cases, &db, "leases", &before).await;
@@ -565,12 +616,81 @@ async fn task_service_refuses_bad_requests_with_the_right_error_and_writes_nothi
             404,
             "not_found",
         ),
+        // Before PostgreSQL's first timestamp (4713 BC), and past what RFC 3339 can write.
+        case(
+            "scheduled_at before 4713 BC",
+            "POST",
+            "/api/tasks",
+            r#"{"task_data":{},"scheduled_at":"-5000-01-01T00:00:00Z"}"#,
+            400,
+            "invalid_field",
+        ),
+        case(
+            "scheduled_at in year 0",
+            "POST",
+            "/api/tasks",
+            r#"{"task_data":{},"scheduled_at":"0000-06-01T00:00:00Z"}"#,
+            400,
+            "invalid_field",
+        ),
+        case(
+            "scheduled_at after year 9999",
+            "POST",
+            "/api/tasks",
+            r#"{"task_data":{},"scheduled_at":"+10000-01-01T00:00:00Z"}"#,
+            400,
+            "invalid_field",
+        ),
+        case(
+            "NUL in the queue filter",
+            "GET",
+            "/api/tasks?queue=q%00",
+            "",
+            400,
+            "invalid_query",
+        ),
+        case(
+            "NUL in the dashboard's lease filter",
+            "GET",
+            "/api/dashboard/leases?resource_prefix=%00",
+            "",
+            400,
+            "invalid_query",
+        ),
+        Case {
+            content_type: Some("text/plain"),
+            ..case(
+                "a task sent as text/plain",
+                "POST",
+                "/api/tasks",
+                r#"{"task_data":{}}"#,
+                415,
+                "unsupported_media_type",
+            )
+        },
+        Case {
+            content_type: Some("application/x-www-form-urlencoded"),
+            ..case(
+                "a generator start sent as a form",
+                "POST",
+                "/api/generator/start",
+                "rate_per_second=5",
+                415,
+                "unsupported_media_type",
+            )
+        },
     ];
+    let settings_before = snapshot(&task_db, "generator_settings").await;
     refuse_all(&tasks, &cases, &task_db, "tasks", &before).await;
     assert_eq!(
         snapshot(&lease_db, "leases").await,
         leases_before,
         "no lease was taken"
+    );
+    assert_eq!(
+        snapshot(&task_db, "generator_settings").await,
+        settings_before,
+        "the generator was not touched"
     );
     assert_eq!(tasks.get("/healthz").await.status, 200);
 }
@@ -657,4 +777,77 @@ async fn a_client_too_slow_to_send_its_body_gets_408_and_a_prompt_one_is_served(
     prompt.read_exact(&mut first_line).await.unwrap();
     assert_eq!(&first_line, b"HTTP/1.1 201");
     assert_eq!(svc.get("/healthz").await.status, 200);
+}
+
+/// `POST /api/generator/start` reads its optional body as bytes, outside the JSON extractor and
+/// its error handler: a body too large or too slow is still answered in JSON, and changes
+/// nothing.
+#[tokio::test]
+async fn errors_actix_web_makes_itself_are_json_too() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let lease_db = fresh_database().await;
+    let task_db = fresh_database().await;
+    let leases = Service::lease_service(&lease_db, &[]).await;
+    let tasks = Service::task_service(
+        &task_db,
+        &leases.base_url(),
+        &[("CLIENT_REQUEST_TIMEOUT_MS", "500")],
+    )
+    .await;
+    let before = snapshot(&task_db, "generator_settings").await;
+
+    let oversized = format!(
+        r#"{{"rate_per_second": 1, "pad": "{}"}}"#,
+        "z".repeat(300_000)
+    );
+    let answer = tasks
+        .raw(
+            "POST",
+            "/api/generator/start",
+            Some("application/json"),
+            oversized,
+        )
+        .await;
+    assert_eq!(
+        (answer.status, answer.code()),
+        (413, "payload_too_large"),
+        "{:?} {:?}",
+        answer.headers.get("content-type"),
+        answer.body
+    );
+    assert!(answer.body["error"].is_string(), "{:?}", answer.body);
+
+    // Headers at once, then half the body, then nothing.
+    let body = br#"{"rate_per_second": 2}"#;
+    let head = format!(
+        "POST /api/generator/start HTTP/1.1\r\nHost: leasehold\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n",
+        body.len()
+    );
+    let mut slow = tokio::net::TcpStream::connect(("127.0.0.1", tasks.port))
+        .await
+        .unwrap();
+    slow.write_all(head.as_bytes()).await.unwrap();
+    slow.write_all(&body[..8]).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        slow.read_to_end(&mut answer),
+    )
+    .await
+    .expect("the slow client is answered and disconnected")
+    .unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(
+        answer
+            .to_ascii_lowercase()
+            .contains("content-type: application/json"),
+        "{answer}"
+    );
+    assert!(answer.contains(r#""code":"request_timeout""#), "{answer}");
+
+    assert_eq!(snapshot(&task_db, "generator_settings").await, before);
+    assert_eq!(tasks.get("/healthz").await.status, 200);
 }

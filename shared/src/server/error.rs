@@ -39,6 +39,10 @@ pub enum ApiError {
     /// A known token without the role the route needs.
     #[error("{0}")]
     Forbidden(String),
+    /// A browser request from a web page of another origin, which `CORS_ALLOWED_ORIGINS` does
+    /// not name: a write it sends, or the preflight that asks leave to send one.
+    #[error("{0}")]
+    OriginNotAllowed(String),
     #[error("method not allowed")]
     MethodNotAllowed,
     #[error("request body too large (limit {limit} bytes)")]
@@ -78,6 +82,7 @@ impl ApiError {
             Self::Held { .. } => "lease_held",
             Self::Unauthorized(_) => "unauthorized",
             Self::Forbidden(_) => "forbidden",
+            Self::OriginNotAllowed(_) => "origin_not_allowed",
             Self::MethodNotAllowed => "method_not_allowed",
             Self::PayloadTooLarge { .. } => "payload_too_large",
             Self::UnsupportedMediaType => "unsupported_media_type",
@@ -146,7 +151,7 @@ impl ResponseError for ApiError {
             Self::Unprocessable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             Self::NotFound { .. } => StatusCode::NOT_FOUND,
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-            Self::Forbidden(_) => StatusCode::FORBIDDEN,
+            Self::Forbidden(_) | Self::OriginNotAllowed(_) => StatusCode::FORBIDDEN,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,

@@ -85,6 +85,25 @@ pub fn validate_name_within(
     }
 }
 
+/// The instants a request may name: years 1 to 9999. That is what RFC 3339 can write, so every
+/// time the API stores it can also answer and its clients read back, and it lies well inside
+/// PostgreSQL's `timestamptz` (4713 BC to 294276 AD), whose bounds would otherwise fail the
+/// statement.
+pub fn validate_timestamp(
+    field: &'static str,
+    at: &chrono::DateTime<chrono::Utc>,
+) -> Result<(), ApiError> {
+    use chrono::Datelike;
+    if (1..=9999).contains(&at.year()) {
+        return Ok(());
+    }
+    Err(ApiError::invalid(
+        "invalid_field",
+        field,
+        format!("{field} must lie within the years 1 to 9999, got {at}"),
+    ))
+}
+
 /// A lease secret read from a column (task-service keeps its task leases' secrets).
 impl diesel::deserialize::FromSql<diesel::sql_types::Text, diesel::pg::Pg> for crate::api::Secret {
     fn from_sql(value: diesel::pg::PgValue<'_>) -> diesel::deserialize::Result<Self> {
@@ -110,5 +129,26 @@ mod tests {
         assert_eq!(first_duplicate([1, 2, 3]), None);
         assert_eq!(first_duplicate([1, 2, 1, 2]), Some(1));
         assert_eq!(first_duplicate(["a", "b", "b"]), Some("b"));
+    }
+
+    #[test]
+    fn timestamps_lie_within_the_years_one_to_9999() {
+        use chrono::{TimeZone, Utc};
+        for (year, ok) in [
+            (-4714, false),
+            (0, false),
+            (1, true),
+            (2030, true),
+            (9999, true),
+        ] {
+            let at = Utc.with_ymd_and_hms(year, 1, 1, 0, 0, 0).single();
+            let verdict = at.map(|at| validate_timestamp("scheduled_at", &at).is_ok());
+            assert_eq!(verdict, Some(ok), "{year}");
+        }
+        let late = Utc.with_ymd_and_hms(10_000, 1, 1, 0, 0, 0).single();
+        assert_eq!(
+            late.map(|at| validate_timestamp("at", &at).is_ok()),
+            Some(false)
+        );
     }
 }

@@ -1,0 +1,336 @@
+//! The front door both services share: a write's body must be declared JSON, a web page of
+//! another origin can neither write nor get a CORS preflight answered unless
+//! `CORS_ALLOWED_ORIGINS` names it, and what is refused writes nothing. Requests without a body
+//! (the sample's generator start and stop, a cancel) and the services' own clients keep
+//! working.
+#![allow(clippy::unwrap_used)]
+
+use serde_json::{Value, json};
+use tests::{Answer, Service, fresh_database, snapshot};
+
+const EVIL: &str = "https://evil.example";
+
+/// `method path` with `headers` and, if any, `body`.
+async fn send(
+    service: &Service,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+) -> Answer {
+    let client = reqwest::Client::new();
+    let mut request = client.request(
+        reqwest::Method::from_bytes(method.as_bytes()).unwrap(),
+        service.url(path),
+    );
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    if let Some(body) = body {
+        request = request.body(body.to_owned());
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let bytes = response.bytes().await.unwrap();
+    Answer {
+        status,
+        body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        headers,
+    }
+}
+
+fn assert_refused(answer: &Answer, status: u16, code: &str, what: &str) {
+    assert_eq!(
+        (answer.status, answer.code()),
+        (status, code),
+        "{what}: {:?}",
+        answer.body
+    );
+    assert!(
+        answer.body["error"].is_string(),
+        "{what}: {:?}",
+        answer.body
+    );
+    assert!(
+        !answer.headers.contains_key("access-control-allow-origin"),
+        "{what}: no CORS grant"
+    );
+}
+
+struct Stack {
+    lease_db: String,
+    task_db: String,
+    leases: Service,
+    tasks: Service,
+}
+
+async fn stack(env: &[(&str, &str)]) -> Stack {
+    let lease_db = fresh_database().await;
+    let task_db = fresh_database().await;
+    let leases = Service::lease_service(&lease_db, env).await;
+    let tasks = Service::task_service(&task_db, &leases.base_url(), env).await;
+    Stack {
+        lease_db,
+        task_db,
+        leases,
+        tasks,
+    }
+}
+
+#[tokio::test]
+async fn a_write_body_must_be_declared_json_and_a_write_without_one_needs_no_content_type() {
+    let s = stack(&[]).await;
+    let task = r#"{"task_data": {"sleep_duration_seconds": 1}}"#;
+    for (content_type, what) in [
+        (Some("text/plain"), "text/plain"),
+        (
+            Some("text/plain;charset=UTF-8"),
+            "text/plain with a charset",
+        ),
+        (Some("application/x-www-form-urlencoded"), "a form"),
+        (Some("multipart/form-data; boundary=x"), "multipart"),
+        (None, "no content type"),
+    ] {
+        let headers: Vec<(&str, &str)> = content_type
+            .map(|c| vec![("content-type", c)])
+            .unwrap_or_default();
+        let answer = send(&s.tasks, "POST", "/api/tasks", &headers, Some(task)).await;
+        assert_refused(&answer, 415, "unsupported_media_type", what);
+        let answer = send(
+            &s.leases,
+            "POST",
+            "/api/leases",
+            &headers,
+            Some(r#"{"resource": "r", "holder": "h"}"#),
+        )
+        .await;
+        assert_refused(&answer, 415, "unsupported_media_type", what);
+    }
+    assert!(snapshot(&s.task_db, "tasks").await.is_empty());
+    assert!(snapshot(&s.lease_db, "leases").await.is_empty());
+
+    // JSON, with parameters or as a +json type, is served.
+    let answer = send(
+        &s.tasks,
+        "POST",
+        "/api/tasks",
+        &[("content-type", "application/json; charset=utf-8")],
+        Some(task),
+    )
+    .await;
+    assert_eq!(answer.status, 201, "{:?}", answer.body);
+    let id = answer.body["id"].as_i64().unwrap();
+    let answer = send(
+        &s.leases,
+        "POST",
+        "/api/leases",
+        &[("content-type", "application/vnd.leasehold+json")],
+        Some(r#"{"resource": "r", "holder": "h"}"#),
+    )
+    .await;
+    assert_eq!(answer.status, 201, "{:?}", answer.body);
+
+    // Without a body no content type is needed: the sample's generator page and curl.
+    let started = send(&s.tasks, "POST", "/api/generator/start", &[], None).await;
+    assert_eq!(started.status, 200, "{:?}", started.body);
+    let stopped = send(&s.tasks, "DELETE", "/api/generator/stop", &[], None).await;
+    assert_eq!(stopped.status, 200, "{:?}", stopped.body);
+    let cancelled = send(
+        &s.tasks,
+        "POST",
+        &format!("/api/tasks/{id}/cancel"),
+        &[],
+        None,
+    )
+    .await;
+    assert_eq!(cancelled.status, 200, "{:?}", cancelled.body);
+}
+
+#[tokio::test]
+async fn a_web_page_of_another_origin_can_neither_write_nor_be_granted_a_preflight() {
+    let s = stack(&[]).await;
+    let created = s
+        .tasks
+        .post(
+            "/api/tasks",
+            &json!({"task_data": {"sleep_duration_seconds": 1}}),
+        )
+        .await;
+    assert_eq!(created.status, 201);
+    let id = created.body["id"].as_i64().unwrap();
+    let tasks_before = snapshot(&s.task_db, "tasks").await;
+    let settings_before = snapshot(&s.task_db, "generator_settings").await;
+
+    // The preflight a page sends before a JSON write: refused, in JSON, without a grant.
+    for (service, path) in [(&s.tasks, "/api/tasks"), (&s.leases, "/api/leases")] {
+        let answer = send(
+            service,
+            "OPTIONS",
+            path,
+            &[
+                ("origin", EVIL),
+                ("access-control-request-method", "POST"),
+                ("access-control-request-headers", "content-type"),
+            ],
+            None,
+        )
+        .await;
+        assert_refused(&answer, 403, "origin_not_allowed", path);
+    }
+
+    // What a page can send without a preflight: body-less writes and writes with a "simple"
+    // content type. Each is refused before it does anything.
+    let foreign = [("origin", EVIL)];
+    let answer = send(&s.tasks, "POST", "/api/generator/start", &foreign, None).await;
+    assert_refused(&answer, 403, "origin_not_allowed", "generator start");
+    let answer = send(
+        &s.tasks,
+        "POST",
+        &format!("/api/tasks/{id}/cancel"),
+        &foreign,
+        None,
+    )
+    .await;
+    assert_refused(&answer, 403, "origin_not_allowed", "cancel");
+    let answer = send(
+        &s.tasks,
+        "POST",
+        "/api/tasks/next",
+        &[("origin", EVIL), ("content-type", "text/plain")],
+        Some(r#"{"processor": "evil"}"#),
+    )
+    .await;
+    assert_refused(&answer, 403, "origin_not_allowed", "claim");
+    let answer = send(
+        &s.leases,
+        "POST",
+        "/api/leases",
+        &[("origin", "null"), ("content-type", "application/json")],
+        Some(r#"{"resource": "r", "holder": "h"}"#),
+    )
+    .await;
+    assert_refused(
+        &answer,
+        403,
+        "origin_not_allowed",
+        "acquire from an opaque origin",
+    );
+    assert_eq!(snapshot(&s.task_db, "tasks").await, tasks_before);
+    assert_eq!(
+        snapshot(&s.task_db, "generator_settings").await,
+        settings_before
+    );
+    assert!(snapshot(&s.lease_db, "leases").await.is_empty());
+
+    // Reads stay open, but the page is not allowed to read the answer.
+    let read = send(&s.tasks, "GET", "/api/tasks", &foreign, None).await;
+    assert_eq!(read.status, 200);
+    assert!(!read.headers.contains_key("access-control-allow-origin"));
+
+    // The dashboard's own page is of the service's origin: its writes are served.
+    let own = s.tasks.base_url();
+    let answer = send(
+        &s.tasks,
+        "POST",
+        &format!("/api/tasks/{id}/cancel"),
+        &[
+            ("origin", own.as_str()),
+            ("content-type", "application/json"),
+        ],
+        Some("{}"),
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+}
+
+#[tokio::test]
+async fn an_origin_named_in_cors_allowed_origins_is_granted() {
+    let ops = "https://ops.example.com";
+    let s = stack(&[(
+        "CORS_ALLOWED_ORIGINS",
+        "http://localhost:3000, https://ops.example.com/",
+    )])
+    .await;
+    for (service, path) in [(&s.tasks, "/api/tasks"), (&s.leases, "/api/leases/renew")] {
+        let answer = send(
+            service,
+            "OPTIONS",
+            path,
+            &[
+                ("origin", ops),
+                ("access-control-request-method", "PUT"),
+                (
+                    "access-control-request-headers",
+                    "content-type, authorization",
+                ),
+            ],
+            None,
+        )
+        .await;
+        assert_eq!(answer.status, 204, "{path}: {:?}", answer.body);
+        let header = |name: &str| {
+            answer
+                .headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_ascii_lowercase()
+        };
+        assert_eq!(header("access-control-allow-origin"), ops);
+        assert!(header("access-control-allow-methods").contains("put"));
+        assert!(header("access-control-allow-headers").contains("content-type"));
+        assert!(header("access-control-allow-headers").contains("authorization"));
+        assert!(header("vary").contains("origin"));
+    }
+    let created = send(
+        &s.tasks,
+        "POST",
+        "/api/tasks",
+        &[("origin", ops), ("content-type", "application/json")],
+        Some(r#"{"task_data": {}}"#),
+    )
+    .await;
+    assert_eq!(created.status, 201, "{:?}", created.body);
+    assert_eq!(
+        created.headers.get("access-control-allow-origin").unwrap(),
+        ops
+    );
+    let listed = send(&s.leases, "GET", "/api/leases", &[("origin", ops)], None).await;
+    assert_eq!(listed.status, 200);
+    assert_eq!(
+        listed.headers.get("access-control-allow-origin").unwrap(),
+        ops
+    );
+    // Any other origin is still refused.
+    let answer = send(
+        &s.tasks,
+        "POST",
+        "/api/generator/start",
+        &[("origin", EVIL)],
+        None,
+    )
+    .await;
+    assert_refused(&answer, 403, "origin_not_allowed", "another origin");
+}
+
+#[tokio::test]
+async fn a_malformed_cors_allowed_origins_stops_the_service_at_start() {
+    let db = fresh_database().await;
+    for name in ["lease-service", "task-service"] {
+        let run = tokio::process::Command::new(tests::binary(name))
+            .env("DATABASE_URL", &db)
+            .env("LISTEN_ADDR", format!("127.0.0.1:{}", tests::free_port()))
+            .env("CORS_ALLOWED_ORIGINS", "ops.example.com/dashboard")
+            .kill_on_drop(true)
+            .output();
+        // A service that starts anyway is killed when the wait is given up.
+        let output = tokio::time::timeout(std::time::Duration::from_secs(20), run)
+            .await
+            .unwrap_or_else(|_| panic!("{name} started with a malformed CORS_ALLOWED_ORIGINS"))
+            .unwrap();
+        assert!(!output.status.success(), "{name} started");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("CORS_ALLOWED_ORIGINS"), "{name}: {stderr}");
+    }
+}
