@@ -342,7 +342,7 @@ async fn each_task_service_role_does_exactly_what_it_may() {
         assert_eq!(answer.status, 202, "{method} {path}: {:?}", answer.body);
     }
     assert_eq!(
-        tasks.get(&format!("/api/tasks/{id}")).await.body["status"],
+        tasks.get(&format!("/api/tasks/{id}")).await.body["task"]["status"],
         "succeeded"
     );
     let second = create(Some(PRODUCER)).await;
@@ -394,7 +394,7 @@ async fn a_task_service_whose_lease_token_is_refused_says_so_and_claims_nothing(
         claim.body
     );
     assert_eq!(
-        tasks.get(&format!("/api/tasks/{id}")).await.body["status"],
+        tasks.get(&format!("/api/tasks/{id}")).await.body["task"]["status"],
         "pending"
     );
     assert!(snapshot(&lease_db, "leases").await.is_empty());
@@ -678,7 +678,7 @@ async fn the_sweepers_lease_cannot_be_renewed_by_someone_who_knows_its_holders_n
     let resource = "leasehold:lease-retention-sweeper";
     eventually(Duration::from_secs(10), "the sweeper's lease", || async {
         let active = leases.get("/api/leases/active").await.body;
-        active
+        active["leases"]
             .as_array()
             .is_some_and(|list| list.iter().any(|l| l["resource"] == resource))
     })

@@ -235,7 +235,7 @@ async fn the_dashboard_shows_and_operates_a_live_stack() {
     );
     browser.click("#confirm-yes").await;
     eventually(Duration::from_secs(10), "the lease revoked", || async {
-        leases.get(&format!("/api/leases/{lease_id}")).await.body["status"] == "revoked"
+        leases.get(&format!("/api/leases/{lease_id}")).await.body["lease"]["status"] == "revoked"
     })
     .await;
 

@@ -71,7 +71,7 @@ impl Stack {
                 .tasks
                 .get(&format!("/api/tasks?limit=1000&cursor={cursor}"))
                 .await;
-            for task in page.body.as_array().unwrap() {
+            for task in page.body["tasks"].as_array().unwrap() {
                 let generator = &task["taskData"]["generator"];
                 all.push(Produced {
                     holder: generator["holder"].as_str().unwrap().to_owned(),
@@ -306,7 +306,7 @@ async fn status_is_the_same_through_every_replica_and_start_stop_work_through_ei
     let s = stack().await;
     let comparable = |mut status: Value| {
         if let Some(leader) = status["leader"].as_object_mut() {
-            leader.remove("expires_in_ms");
+            leader.remove("expiresInMs");
         }
         status
     };
@@ -335,7 +335,7 @@ async fn status_is_the_same_through_every_replica_and_start_stop_work_through_ei
         (a["status"].as_str(), a["producing"].as_bool()),
         (Some("STARTED"), Some(true))
     );
-    assert_eq!(a["settings"]["rate_per_second"], 5.0);
+    assert_eq!(a["settings"]["ratePerSecond"], 5.0);
 
     // After a takeover, both still agree, on the new leader.
     let old = a["leader"]["holder"].as_str().unwrap().to_owned();

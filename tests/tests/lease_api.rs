@@ -21,18 +21,18 @@ async fn every_route_answers_with_its_success_and_error_codes() {
     assert_eq!(first.status, 201, "{:?}", first.body);
     assert_eq!(first.body["holder"], "alice");
     assert_eq!(first.body["status"], "active");
-    assert_eq!(first.body["ttl_seconds"], 30);
+    assert_eq!(first.body["ttlSeconds"], 30);
     let fence = first.body["fence"].as_i64().unwrap();
     let id = first.body["id"].as_i64().unwrap();
     let again = svc.post("/api/leases", &lease("printer", "alice")).await;
     assert_eq!(again.status, 200);
     assert_eq!(again.body["fence"].as_i64(), Some(fence));
-    assert!(again.body["renewed_at"].is_string());
+    assert!(again.body["renewedAt"].is_string());
     let other = svc.post("/api/leases", &lease("printer", "bob")).await;
     assert_eq!(other.status, 409);
     assert_eq!(other.code(), "lease_held");
     assert_eq!(other.body["holder"], "alice");
-    assert!(other.body["expires_at"].is_string());
+    assert!(other.body["expiresAt"].is_string());
     assert!(other.body["error"].is_string());
 
     // Renew: 200 by the holder; 409 by another; 404 for an unknown resource.
@@ -48,7 +48,7 @@ async fn every_route_answers_with_its_success_and_error_codes() {
         )
         .await;
     assert_eq!(renewed_fenced.status, 200);
-    assert_eq!(renewed_fenced.body["ttl_seconds"], 60);
+    assert_eq!(renewed_fenced.body["ttlSeconds"], 60);
     let by_other = svc.put("/api/leases/renew", &lease("printer", "bob")).await;
     assert_eq!((by_other.status, by_other.code()), (409, "not_holder"));
     let unknown = svc
@@ -59,7 +59,7 @@ async fn every_route_answers_with_its_success_and_error_codes() {
     // Reads.
     let by_id = svc.get(&format!("/api/leases/{id}")).await;
     assert_eq!(by_id.status, 200);
-    assert_eq!(by_id.body["resource"], "printer");
+    assert_eq!(by_id.body["lease"]["resource"], "printer");
     assert_eq!(
         svc.get("/api/leases/987654").await.code(),
         "lease_not_found"
@@ -68,38 +68,30 @@ async fn every_route_answers_with_its_success_and_error_codes() {
     assert_eq!(svc.get("/api/leases/not-a-number").await.status, 400);
     let all = svc.get("/api/leases").await;
     assert_eq!(all.status, 200);
-    assert_eq!(all.body.as_array().unwrap().len(), 1);
+    assert_eq!(all.body["leases"].as_array().unwrap().len(), 1);
     assert_eq!(
-        svc.get("/api/leases/active")
-            .await
-            .body
+        svc.get("/api/leases/active").await.body["leases"]
             .as_array()
             .unwrap()
             .len(),
         1
     );
     assert_eq!(
-        svc.get("/api/leases/renewed")
-            .await
-            .body
+        svc.get("/api/leases/renewed").await.body["leases"]
             .as_array()
             .unwrap()
             .len(),
         1
     );
     assert_eq!(
-        svc.get("/api/leases/released")
-            .await
-            .body
+        svc.get("/api/leases/released").await.body["leases"]
             .as_array()
             .unwrap()
             .len(),
         0
     );
     assert_eq!(
-        svc.get("/api/leases/expired")
-            .await
-            .body
+        svc.get("/api/leases/expired").await.body["leases"]
             .as_array()
             .unwrap()
             .len(),
@@ -121,18 +113,14 @@ async fn every_route_answers_with_its_success_and_error_codes() {
         .await;
     assert_eq!(retried.status, 200);
     assert_eq!(
-        svc.get("/api/leases/released")
-            .await
-            .body
+        svc.get("/api/leases/released").await.body["leases"]
             .as_array()
             .unwrap()
             .len(),
         1
     );
     assert_eq!(
-        svc.get("/api/leases/active")
-            .await
-            .body
+        svc.get("/api/leases/active").await.body["leases"]
             .as_array()
             .unwrap()
             .len(),
@@ -324,8 +312,8 @@ async fn refused_renewals_and_releases_change_nothing() {
     assert_eq!((release.status, release.code()), (409, "lease_expired"));
     assert_eq!(snapshot(&db, "leases").await, expired);
     let listed = svc.get("/api/leases/expired").await;
-    assert_eq!(listed.body.as_array().unwrap().len(), 1);
-    assert_eq!(listed.body[0]["status"], "expired");
+    assert_eq!(listed.body["leases"].as_array().unwrap().len(), 1);
+    assert_eq!(listed.body["leases"][0]["status"], "expired");
 
     // And anyone may take it now, with a higher fence.
     let taken = svc.post("/api/leases", &lease("r", "next")).await;
@@ -358,7 +346,10 @@ async fn a_released_lease_is_acquirable_at_once_and_a_retried_release_never_touc
     let late = svc.delete("/api/leases/release", &release).await;
     assert_eq!((late.status, late.code()), (409, "not_holder"));
     assert_eq!(snapshot(&db, "leases").await, before);
-    assert_eq!(svc.get("/api/leases/active").await.body[0]["holder"], "b");
+    assert_eq!(
+        svc.get("/api/leases/active").await.body["leases"][0]["holder"],
+        "b"
+    );
 
     // Nor a newer lease of the same holder: the stale fence protects it.
     assert_eq!(
@@ -387,8 +378,8 @@ async fn ttl_is_per_request_within_configurable_bounds() {
             assert_eq!(answer.code(), "invalid_ttl");
             assert_eq!(answer.body["field"], "ttl_seconds");
         } else {
-            assert_eq!(answer.body["ttl_seconds"], ttl);
-            let left = answer.body["expires_in_ms"].as_i64().unwrap();
+            assert_eq!(answer.body["ttlSeconds"], ttl);
+            let left = answer.body["expiresInMs"].as_i64().unwrap();
             assert!(left > (ttl - 1) * 1000 && left <= ttl * 1000, "{left}");
         }
     }
@@ -408,7 +399,7 @@ async fn ttl_is_per_request_within_configurable_bounds() {
     )
     .await;
     let default = narrow.post("/api/leases", &lease("narrow", "h")).await;
-    assert_eq!(default.body["ttl_seconds"], 10);
+    assert_eq!(default.body["ttlSeconds"], 10);
     for ttl in [4, 61] {
         let body = json!({"resource": "narrow-x", "holder": "h", "ttl_seconds": ttl});
         assert_eq!(narrow.post("/api/leases", &body).await.status, 400);
@@ -432,7 +423,7 @@ async fn listings_paginate_in_a_stable_order() {
         let page = svc.get(&path).await;
         assert_eq!(page.status, 200);
         pages += 1;
-        for item in page.body.as_array().unwrap() {
+        for item in page.body["leases"].as_array().unwrap() {
             seen.push(item["id"].as_i64().unwrap());
         }
         match page.headers.get("x-next-cursor") {
@@ -456,7 +447,7 @@ async fn listings_paginate_in_a_stable_order() {
     );
 
     let prefixed = svc.get("/api/leases/active?resource_prefix=page-1").await;
-    assert_eq!(prefixed.body.as_array().unwrap().len(), 10);
+    assert_eq!(prefixed.body["leases"].as_array().unwrap().len(), 10);
 
     for bad in [
         "limit=0",
@@ -479,7 +470,7 @@ async fn listings_paginate_in_a_stable_order() {
     )
     .await;
     let capped = svc.get("/api/leases?limit=5000").await;
-    assert_eq!(capped.body.as_array().unwrap().len(), 1000);
+    assert_eq!(capped.body["leases"].as_array().unwrap().len(), 1000);
     assert!(capped.headers.contains_key("x-next-cursor"));
 }
 
@@ -524,10 +515,7 @@ async fn the_retention_sweeper_deletes_only_old_ended_leases_on_one_replica() {
     execute(&db, "UPDATE leases SET created_at = now() - interval '1 day' WHERE resource = 'old-but-renewed'").await;
 
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let remaining: HashSet<String> = one
-        .get("/api/leases")
-        .await
-        .body
+    let remaining: HashSet<String> = one.get("/api/leases").await.body["leases"]
         .as_array()
         .unwrap()
         .iter()
@@ -572,7 +560,7 @@ async fn sigterm_stops_gracefully_and_hands_the_sweeper_lease_over() {
     let mut svc = Service::lease_service(&db, &[("LEASE_SWEEP_INTERVAL_SECONDS", "1")]).await;
     tokio::time::sleep(Duration::from_millis(1800)).await;
     let sweeper = svc.get("/api/leases?resource_prefix=leasehold:").await;
-    assert_eq!(sweeper.body[0]["status"], "active");
+    assert_eq!(sweeper.body["leases"][0]["status"], "active");
     assert_eq!(svc.terminate(Duration::from_secs(10)).await, Some(0));
     let after = snapshot(&db, "leases").await;
     assert!(
@@ -623,7 +611,7 @@ async fn a_batch_acquires_each_free_resource_extends_its_own_and_reports_the_hel
     let acquired = answer.body["acquired"].as_array().unwrap();
     assert_eq!(acquired.len(), 1);
     assert_eq!(acquired[0]["resource"], "a");
-    assert_eq!(acquired[0]["ttl_seconds"], 60);
+    assert_eq!(acquired[0]["ttlSeconds"], 60);
     assert_eq!(acquired[0]["secret"].as_str().map(str::len), Some(64));
     let extended = answer.body["extended"].as_array().unwrap();
     assert_eq!(extended.len(), 1);
@@ -637,7 +625,7 @@ async fn a_batch_acquires_each_free_resource_extends_its_own_and_reports_the_hel
         (held[0]["resource"].as_str(), held[0]["holder"].as_str()),
         (Some("b"), Some("other"))
     );
-    assert!(held[0]["expires_in_ms"].as_i64().unwrap() > 0);
+    assert!(held[0]["expiresInMs"].as_i64().unwrap() > 0);
 
     // The acquired lease is an ordinary lease: its secret renews and releases it.
     let proven = json!({"resource": "a", "holder": "me", "secret": acquired[0]["secret"]});
@@ -719,7 +707,7 @@ async fn concurrent_overlapping_batches_never_deadlock_and_give_each_resource_on
             assert!(previous.is_none(), "{lease} acquired twice");
         }
     }
-    let active = svc.get("/api/leases/active?limit=1000").await.body;
+    let active = svc.get("/api/leases/active?limit=1000").await.body["leases"].clone();
     for lease in active.as_array().unwrap() {
         let resource = lease["resource"].as_str().unwrap();
         assert_eq!(
@@ -753,7 +741,7 @@ async fn a_batch_release_answers_each_release_as_alone_in_one_transaction() {
         vec![(200, ""), (409, "not_holder"), (404, "lease_not_found")]
     );
     assert_eq!(answer.body["results"][0]["lease"]["status"], "released");
-    let active = svc.get("/api/leases/active").await.body;
+    let active = svc.get("/api/leases/active").await.body["leases"].clone();
     assert_eq!(active.as_array().unwrap().len(), 1);
     assert_eq!(active[0]["resource"], "theirs");
     let empty = svc
@@ -984,7 +972,7 @@ async fn concurrent_single_requests_are_served_in_groups_each_as_alone() {
     for (i, answer) in renewals.iter().take(HOLDERS).enumerate() {
         assert_eq!(answer.status, 200, "{:?}", answer.body);
         assert_eq!(answer.body["fence"], acquires[i].body["fence"]);
-        assert!(answer.body["renewed_at"].is_string());
+        assert!(answer.body["renewedAt"].is_string());
     }
     assert_eq!(
         outcomes(&renewals[HOLDERS..]),
@@ -1030,7 +1018,7 @@ async fn concurrent_single_requests_are_served_in_groups_each_as_alone() {
     );
     let active = svc.get("/api/leases/active").await;
     assert_eq!(
-        active.body.as_array().map(Vec::len),
+        active.body["leases"].as_array().map(Vec::len),
         Some(1),
         "only the contended lease is left: {:?}",
         active.body

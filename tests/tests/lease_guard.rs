@@ -227,7 +227,10 @@ async fn a_dropped_guard_releases_its_lease_and_errors_are_typed() {
     let mut released = false;
     for _ in 0..50 {
         let leases = svc.get("/api/leases/released").await;
-        if leases.body.as_array().is_some_and(|l| l.len() == 1) {
+        if leases.body["leases"]
+            .as_array()
+            .is_some_and(|l| l.len() == 1)
+        {
             released = true;
             break;
         }
@@ -284,9 +287,9 @@ async fn renewal_errors_are_not_a_loss_while_there_is_time_left() {
     assert!(!guard.is_lost(), "{:?}", guard.loss_reason());
     assert_eq!(guard.fence(), fence);
     let current = svc.get("/api/leases/active").await;
-    assert_eq!(current.body[0]["holder"], "holder");
+    assert_eq!(current.body["leases"][0]["holder"], "holder");
     assert!(
-        current.body[0]["expires_in_ms"].as_i64().unwrap() > 3000,
+        current.body["leases"][0]["expiresInMs"].as_i64().unwrap() > 3000,
         "renewed again after the pause"
     );
 }

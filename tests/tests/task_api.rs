@@ -61,7 +61,7 @@ impl Stack {
     }
 
     async fn task(&self, id: i64) -> Value {
-        self.tasks.get(&format!("/api/tasks/{id}")).await.body
+        self.tasks.get(&format!("/api/tasks/{id}")).await.body["task"].clone()
     }
 }
 
@@ -98,7 +98,7 @@ async fn the_sample_workers_requests_drive_a_task_from_claim_to_completion() {
     assert_eq!(beat.status, 202, "{:?}", beat.body);
     assert!(beat.body["lastHeartBeatAt"].as_str() >= task["lastHeartBeatAt"].as_str());
     let started = s.tasks.get("/api/tasks/started").await;
-    assert_eq!(started.body.as_array().unwrap().len(), 1);
+    assert_eq!(started.body["tasks"].as_array().unwrap().len(), 1);
 
     let done = s
         .complete(
@@ -115,14 +115,11 @@ async fn the_sample_workers_requests_drive_a_task_from_claim_to_completion() {
     assert_eq!(none.status, 200);
     assert!(none.body["message"].is_string());
     assert_eq!(
-        s.tasks.get("/api/tasks/processed").await.body[0]["id"].as_i64(),
+        s.tasks.get("/api/tasks/processed").await.body["tasks"][0]["id"].as_i64(),
         Some(id)
     );
     assert_eq!(
-        s.tasks
-            .get("/api/tasks/started")
-            .await
-            .body
+        s.tasks.get("/api/tasks/started").await.body["tasks"]
             .as_array()
             .unwrap()
             .len(),
@@ -130,7 +127,7 @@ async fn the_sample_workers_requests_drive_a_task_from_claim_to_completion() {
     );
     // The task's lease was released with the completion.
     let lease = s.leases.get("/api/leases/released").await;
-    assert_eq!(lease.body[0]["resource"], format!("task:{id}"));
+    assert_eq!(lease.body["leases"][0]["resource"], format!("task:{id}"));
 }
 
 #[tokio::test]
@@ -425,7 +422,10 @@ async fn cancel_ends_pending_tasks_at_once_and_running_ones_at_their_next_heartb
         .await;
     assert_eq!((complete.status, complete.code()), (409, "task_finished"));
     let lease = s.leases.get("/api/leases/released").await;
-    assert_eq!(lease.body[0]["resource"], format!("task:{running}"));
+    assert_eq!(
+        lease.body["leases"][0]["resource"],
+        format!("task:{running}")
+    );
     let unknown = s.tasks.post("/api/tasks/424242/cancel", &json!({})).await;
     assert_eq!(unknown.status, 404);
 }
@@ -509,9 +509,9 @@ async fn claims_follow_priority_schedule_and_queue_and_can_be_batched() {
     assert_eq!(counts.body["queues"]["emails"]["running"], 1);
     assert_eq!(counts.body["total"]["pending"], 0);
     let filtered = s.tasks.get("/api/tasks?status=running&queue=emails").await;
-    assert_eq!(filtered.body.as_array().unwrap().len(), 1);
+    assert_eq!(filtered.body["tasks"].as_array().unwrap().len(), 1);
     let paged = s.tasks.get("/api/tasks?limit=2").await;
-    assert_eq!(paged.body.as_array().unwrap().len(), 2);
+    assert_eq!(paged.body["tasks"].as_array().unwrap().len(), 2);
     let cursor = paged
         .headers
         .get("x-next-cursor")
@@ -523,7 +523,7 @@ async fn claims_follow_priority_schedule_and_queue_and_can_be_batched() {
         .tasks
         .get(&format!("/api/tasks?limit=10&cursor={cursor}"))
         .await;
-    assert_eq!(rest.body.as_array().unwrap().len(), 3);
+    assert_eq!(rest.body["tasks"].as_array().unwrap().len(), 3);
 }
 
 #[tokio::test]
@@ -588,11 +588,7 @@ async fn retention_deletes_only_old_finished_tasks_and_metrics_report() {
     .await;
     execute(&s.task_db, &format!("UPDATE tasks SET created_at = now() - interval '30 days', scheduled_at = now() + interval '1 day' WHERE id = {old_pending}")).await;
     tokio::time::sleep(Duration::from_millis(3500)).await;
-    let left: Vec<i64> = s
-        .tasks
-        .get("/api/tasks")
-        .await
-        .body
+    let left: Vec<i64> = s.tasks.get("/api/tasks").await.body["tasks"]
         .as_array()
         .unwrap()
         .iter()
@@ -966,7 +962,7 @@ async fn a_batch_of_completions_judges_each_as_alone_in_one_request() {
     assert_eq!(results[0]["task"]["taskOutput"], json!({"ok": 1}));
     let status = |id: i64| {
         let tasks = &s.tasks;
-        async move { tasks.get(&format!("/api/tasks/{id}")).await.body["status"].clone() }
+        async move { tasks.get(&format!("/api/tasks/{id}")).await.body["task"]["status"].clone() }
     };
     assert_eq!(status(done).await, "succeeded");
     assert_eq!(
@@ -977,7 +973,7 @@ async fn a_batch_of_completions_judges_each_as_alone_in_one_request() {
     assert_eq!(status(cancelled).await, "cancelled");
     assert_eq!(status(too_big).await, "running");
     // Each completed or cancelled task's lease is released; the others' are kept.
-    let active = s.leases.get("/api/leases/active").await.body;
+    let active = s.leases.get("/api/leases/active").await.body["leases"].clone();
     let mut held: Vec<String> = active
         .as_array()
         .unwrap()
@@ -1030,7 +1026,7 @@ async fn concurrent_single_claims_and_completions_are_served_in_groups_each_as_a
     }))
     .await;
     // Every claimant got one task of its own, under its own name and fence.
-    let active = s.leases.get("/api/leases/active").await.body;
+    let active = s.leases.get("/api/leases/active").await.body["leases"].clone();
     let lease_of = |id: i64| {
         active
             .as_array()
@@ -1103,7 +1099,7 @@ async fn concurrent_single_claims_and_completions_are_served_in_groups_each_as_a
     // Every lease was released by its own holder.
     let active = s.leases.get("/api/leases/active").await;
     assert_eq!(
-        active.body.as_array().map(Vec::len),
+        active.body["leases"].as_array().map(Vec::len),
         Some(0),
         "{:?}",
         active.body

@@ -42,7 +42,7 @@ async fn one_trace_follows_a_claim_from_worker_to_task_service_to_lease_service(
         .await;
     let id = created.body["id"].as_i64().unwrap().to_string();
     eventually(Duration::from_secs(20), "the task done", || async {
-        tasks.get(&format!("/api/tasks/{id}")).await.body["status"] == "succeeded"
+        tasks.get(&format!("/api/tasks/{id}")).await.body["task"]["status"] == "succeeded"
     })
     .await;
 

@@ -55,7 +55,7 @@ impl Stack {
     }
 
     async fn task(&self, id: i64) -> Value {
-        self.tasks.get(&format!("/api/tasks/{id}")).await.body
+        self.tasks.get(&format!("/api/tasks/{id}")).await.body["task"].clone()
     }
 
     async fn counts(&self) -> Value {
@@ -103,7 +103,7 @@ async fn a_thousand_tasks_three_workers_every_task_succeeds_once() {
                 .tasks
                 .get(&format!("/api/tasks?limit=1000&cursor={cursor}"))
                 .await;
-            for task in page.body.as_array().unwrap() {
+            for task in page.body["tasks"].as_array().unwrap() {
                 assert_eq!(task["attempts"], 1, "{task}");
                 seen.insert(task["processor"].as_str().unwrap().to_owned());
             }
