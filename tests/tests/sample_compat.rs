@@ -327,3 +327,158 @@ async fn the_root_sends_a_browser_to_the_dashboard() {
     assert_eq!(page.status().as_u16(), 200);
     assert!(page.text().await.unwrap().contains("<html"));
 }
+
+/// Every key of `value` that is not camelCase, with its path; the contents of user data
+/// (`taskData`, `taskOutput`) and maps keyed by user-chosen names (`queues`) are not ours to name.
+fn snake_keys(path: &str, value: &Value, found: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            for (key, inner) in map {
+                let here = format!("{path}.{key}");
+                if key.contains('_') || key.contains('-') {
+                    found.push(here.clone());
+                }
+                if !matches!(key.as_str(), "taskData" | "taskOutput" | "queues" | "total") {
+                    snake_keys(&here, inner, found);
+                }
+            }
+        }
+        Value::Array(items) => {
+            for (n, item) in items.iter().enumerate() {
+                snake_keys(&format!("{path}[{n}]"), item, found);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// One convention across the API: every answer of every read and write route of both services,
+/// refusals included, names its fields in camelCase.
+#[tokio::test]
+async fn every_answer_of_both_services_is_camel_case() {
+    let s = stack().await;
+    let mut answers: Vec<(String, Value)> = Vec::new();
+    let mut keep = |what: &str, answer: tests::Answer| {
+        assert!(answer.body.is_object(), "{what}: {:?}", answer.body);
+        answers.push((what.to_owned(), answer.body));
+    };
+    let lease = json!({"resource": "r", "holder": "h", "ttl_seconds": 30});
+    let acquired = s.leases.post("/api/leases", &lease).await;
+    let id = acquired.body["id"].as_i64().unwrap();
+    keep("acquire", acquired);
+    keep(
+        "held",
+        s.leases
+            .post("/api/leases", &json!({"resource": "r", "holder": "other"}))
+            .await,
+    );
+    keep(
+        "batch acquire",
+        s.leases
+            .post(
+                "/api/leases/batch",
+                &json!({"resources": ["r", "q"], "holder": "other"}),
+            )
+            .await,
+    );
+    keep("renew", s.leases.put("/api/leases/renew", &lease).await);
+    keep(
+        "one lease",
+        s.leases.get(&format!("/api/leases/{id}")).await,
+    );
+    keep("leases", s.leases.get("/api/leases?limit=1").await);
+    keep(
+        "release",
+        s.leases.delete("/api/leases/release", &lease).await,
+    );
+    keep(
+        "released again",
+        s.leases.put("/api/leases/renew", &lease).await,
+    );
+
+    let created = s
+        .tasks
+        .post(
+            "/api/tasks",
+            &json!({"task_data": {"sleep_duration_seconds": 1, "snake_case": true}}),
+        )
+        .await;
+    let task = created.body["id"].as_i64().unwrap();
+    keep("create", created);
+    keep(
+        "claim",
+        s.tasks
+            .post("/api/tasks/next", &json!({"processor": "w"}))
+            .await,
+    );
+    keep(
+        "heartbeat",
+        s.tasks
+            .put(
+                &format!("/api/tasks/{task}/heartbeat"),
+                &json!({"processor": "w"}),
+            )
+            .await,
+    );
+    keep(
+        "not yours",
+        s.tasks
+            .put(
+                &format!("/api/tasks/{task}/heartbeat"),
+                &json!({"processor": "x"}),
+            )
+            .await,
+    );
+    keep(
+        "complete",
+        s.tasks
+            .put(
+                &format!("/api/tasks/{task}/complete"),
+                &json!({"processor": "w", "task_output": {"out_put": 1}}),
+            )
+            .await,
+    );
+    keep("one task", s.tasks.get(&format!("/api/tasks/{task}")).await);
+    keep(
+        "events",
+        s.tasks.get(&format!("/api/tasks/{task}/events")).await,
+    );
+    keep("tasks", s.tasks.get("/api/tasks").await);
+    keep("counts", s.tasks.get("/api/tasks/counts").await);
+    keep(
+        "generator status",
+        s.tasks.get("/api/generator/status").await,
+    );
+    keep(
+        "generator start",
+        s.tasks
+            .post("/api/generator/start", &json!({"rate_per_second": 2}))
+            .await,
+    );
+    keep(
+        "generator settings",
+        s.tasks.get("/api/generator/settings").await,
+    );
+    keep(
+        "generator stop",
+        s.tasks.raw("DELETE", "/api/generator/stop", None, "").await,
+    );
+    keep("overview", s.tasks.get("/api/dashboard/overview").await);
+    keep(
+        "dashboard leases",
+        s.tasks.get("/api/dashboard/leases").await,
+    );
+    keep(
+        "bad input",
+        s.tasks.post("/api/tasks", &json!({"task_data": 1})).await,
+    );
+
+    let mut found = Vec::new();
+    for (what, body) in &answers {
+        snake_keys(what, body, &mut found);
+    }
+    assert!(found.is_empty(), "not camelCase: {found:?}");
+    // The walk does look inside: the overview's own fields were read.
+    let overview = &answers.iter().find(|(w, _)| w == "overview").unwrap().1;
+    assert!(overview["oldestDue"].is_array() && overview["throughput"]["bucketSeconds"].is_i64());
+}
