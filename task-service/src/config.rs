@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 
 use clap::{Args, Parser, Subcommand};
 use shared::server::auth::Auth;
+use shared::server::http::AllowedOrigins;
 
 /// Leasehold's task service: a PostgreSQL task queue whose claims are leases from lease-service.
 #[derive(Debug, Parser)]
@@ -134,6 +135,18 @@ pub struct ServeConfig {
     /// as long again, gets 408 and is disconnected, so slow clients cannot hold connections.
     #[arg(long, env = "CLIENT_REQUEST_TIMEOUT_MS", default_value_t = 5000)]
     pub client_request_timeout_ms: u64,
+
+    /// Origins whose web pages may call this service from a browser (CORS): comma-separated
+    /// `scheme://host[:port]`, or `*` for any. Unset: none; a page of another origin can
+    /// neither write (403 `origin_not_allowed`) nor read the answers.
+    #[arg(long, env = "CORS_ALLOWED_ORIGINS", default_value = "", hide_default_value = true, value_parser = AllowedOrigins::parse)]
+    pub cors_allowed_origins: AllowedOrigins,
+
+    /// Most distinct queue names that get a `queue` label of their own in `/metrics`: the first
+    /// this many queues a replica meets; tasks of any other queue are counted under
+    /// `queue="_other"`, so producers choosing queue names cannot grow the metrics without bound.
+    #[arg(long, env = "METRICS_MAX_QUEUES", default_value_t = crate::metrics::DEFAULT_MAX_QUEUES)]
+    pub metrics_max_queues: usize,
 }
 
 impl ServeConfig {

@@ -64,7 +64,8 @@ pub async fn run(
     stop: CancellationToken,
 ) -> anyhow::Result<()> {
     let pool = db::pool(&config.database_url, config.database_pool_size)?;
-    let metrics = Metrics::new().context("registering metrics")?;
+    let metrics =
+        Metrics::with_max_queues(config.metrics_max_queues).context("registering metrics")?;
     let lease_url = config.lease_service_url.trim_end_matches('/').to_owned();
     let call_timeout = Duration::from_millis(config.lease_call_timeout_ms);
     let token = config
@@ -99,6 +100,7 @@ pub async fn run(
     });
     config.auth_tokens.announce("task-service");
     let auth = web::Data::new(config.auth_tokens.clone());
+    let origins = web::Data::new(config.cors_allowed_origins.clone());
     let address = listener
         .local_addr()
         .context("reading the listen address")?;
@@ -110,7 +112,9 @@ pub async fn run(
         metrics.http.clone(),
         stop.clone(),
         move |cfg| {
-            cfg.app_data(state.clone()).app_data(auth.clone());
+            cfg.app_data(state.clone())
+                .app_data(auth.clone())
+                .app_data(origins.clone());
             http::configure(cfg);
         },
     )

@@ -1,7 +1,15 @@
 //! Prometheus metrics of one task-service process, served at `GET /metrics`. Counters count what
 //! this replica did; the `tasks` and `oldest_due_task_age_seconds` gauges are read from the
 //! database at scrape time, so every replica reports the same totals.
+//!
+//! Queue names are chosen by producers, so the `queue` label is capped ([`QueueLabels`]): the
+//! first `METRICS_MAX_QUEUES` queues a replica meets get their own value, every other queue is
+//! counted under [`OTHER_QUEUES`].
 
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use prometheus::core::{MetricVec, MetricVecBuilder};
 use prometheus::{
     GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
 };
@@ -9,23 +17,87 @@ use shared::server::http::HttpMetrics;
 
 use crate::repo::{OldestDue, QueueCount};
 
+/// `METRICS_MAX_QUEUES` unless configured.
+pub const DEFAULT_MAX_QUEUES: usize = 100;
+
+/// The `queue` label value of every queue past the cap.
+pub const OTHER_QUEUES: &str = "_other";
+
+/// The queue label values handed out so far: each queue keeps the value it first got, so a
+/// series never changes name while the process lives.
+#[derive(Debug)]
+pub struct QueueLabels {
+    max: usize,
+    named: Mutex<HashSet<String>>,
+}
+
+impl QueueLabels {
+    pub fn new(max: usize) -> QueueLabels {
+        QueueLabels {
+            max,
+            named: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// `queue` itself while fewer than the cap have been named, else [`OTHER_QUEUES`].
+    pub fn label<'a>(&self, queue: &'a str) -> &'a str {
+        let Ok(mut named) = self.named.lock() else {
+            return OTHER_QUEUES;
+        };
+        if named.contains(queue) {
+            return queue;
+        }
+        if named.len() < self.max {
+            named.insert(queue.to_owned());
+            return queue;
+        }
+        OTHER_QUEUES
+    }
+}
+
+/// A metric family whose first label is a queue: [`ByQueue::with_label_values`] puts the
+/// queue through [`QueueLabels`].
+#[derive(Clone)]
+pub struct ByQueue<V> {
+    vec: V,
+    queues: Arc<QueueLabels>,
+}
+
+impl<V> std::fmt::Debug for ByQueue<V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ByQueue").finish_non_exhaustive()
+    }
+}
+
+impl<T: MetricVecBuilder> ByQueue<MetricVec<T>> {
+    /// The series for `values`, the first of which is the queue.
+    pub fn with_label_values(&self, values: &[&str]) -> T::M {
+        let mut values = values.to_vec();
+        if let Some(queue) = values.first_mut() {
+            *queue = self.queues.label(queue);
+        }
+        self.vec.with_label_values(&values)
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Metrics {
     pub registry: Registry,
     pub http: HttpMetrics,
-    pub created: IntCounterVec,
-    pub claimed: IntCounterVec,
-    pub completed: IntCounterVec,
-    pub failed: IntCounterVec,
-    pub dead: IntCounterVec,
-    pub cancelled: IntCounterVec,
-    pub retried: IntCounterVec,
+    pub created: ByQueue<IntCounterVec>,
+    pub claimed: ByQueue<IntCounterVec>,
+    pub completed: ByQueue<IntCounterVec>,
+    pub failed: ByQueue<IntCounterVec>,
+    pub dead: ByQueue<IntCounterVec>,
+    pub cancelled: ByQueue<IntCounterVec>,
+    pub retried: ByQueue<IntCounterVec>,
     pub lease_lost: IntCounterVec,
-    pub claim_to_complete: HistogramVec,
+    pub claim_to_complete: ByQueue<HistogramVec>,
     pub tasks: IntGaugeVec,
     pub oldest_due: GaugeVec,
     pub swept: IntCounter,
     pub sweeps: IntCounterVec,
+    queues: Arc<QueueLabels>,
 }
 
 fn counter(
@@ -40,7 +112,18 @@ fn counter(
 }
 
 impl Metrics {
+    /// Metrics with the default cap on queue labels.
     pub fn new() -> prometheus::Result<Self> {
+        Metrics::with_max_queues(DEFAULT_MAX_QUEUES)
+    }
+
+    /// Metrics whose `queue` label names at most `max_queues` queues (and [`OTHER_QUEUES`]).
+    pub fn with_max_queues(max_queues: usize) -> prometheus::Result<Self> {
+        let queues = Arc::new(QueueLabels::new(max_queues));
+        let by_queue = |vec| ByQueue {
+            vec,
+            queues: queues.clone(),
+        };
         let registry = Registry::new();
         let http = HttpMetrics::register(&registry)?;
         let created = counter(
@@ -129,35 +212,41 @@ impl Metrics {
         Ok(Self {
             registry,
             http,
-            created,
-            claimed,
-            completed,
-            failed,
-            dead,
-            cancelled,
-            retried,
+            created: by_queue(created),
+            claimed: by_queue(claimed),
+            completed: by_queue(completed),
+            failed: by_queue(failed),
+            dead: by_queue(dead),
+            cancelled: by_queue(cancelled),
+            retried: by_queue(retried),
             lease_lost,
-            claim_to_complete,
+            claim_to_complete: ByQueue {
+                vec: claim_to_complete,
+                queues: queues.clone(),
+            },
             tasks,
             oldest_due,
             swept,
             sweeps,
+            queues,
         })
     }
 
-    /// Replaces the database-derived gauges with a fresh reading.
+    /// Replaces the database-derived gauges with a fresh reading. The queues past the cap add
+    /// up under [`OTHER_QUEUES`]: their tasks summed, their oldest due task the oldest of all.
     pub fn observe_database(&self, counts: &[QueueCount], oldest: &[OldestDue]) {
         self.tasks.reset();
         for row in counts {
             self.tasks
-                .with_label_values(&[row.queue.as_str(), row.status.as_str()])
-                .set(row.count);
+                .with_label_values(&[self.queues.label(&row.queue), row.status.as_str()])
+                .add(row.count);
         }
         self.oldest_due.reset();
         for row in oldest {
-            self.oldest_due
-                .with_label_values(&[row.queue.as_str()])
-                .set(row.age_seconds);
+            let gauge = self
+                .oldest_due
+                .with_label_values(&[self.queues.label(&row.queue)]);
+            gauge.set(gauge.get().max(row.age_seconds));
         }
     }
 }

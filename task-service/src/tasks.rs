@@ -332,6 +332,9 @@ fn validate_new(engine: &Engine, request: CreateTask) -> Result<NewTask, ApiErro
     if let Some(key) = &request.idempotency_key {
         validate_name_within("idempotency_key", key, MAX_KEY_BYTES)?;
     }
+    if let Some(at) = &request.scheduled_at {
+        shared::server::validate_timestamp("scheduled_at", at)?;
+    }
     Ok(NewTask {
         task_data: request.task_data,
         scheduled_at: request.scheduled_at,

@@ -347,3 +347,76 @@ async fn a_generated_task_has_one_creation_trace_from_generator_to_database() {
     drop(generator);
     receiver.stop().await;
 }
+
+/// The values of `label` over the series of `metric` (lines `metric{...label="value"...} n`).
+fn label_values(metrics: &str, metric: &str, label: &str) -> std::collections::BTreeSet<String> {
+    let prefix = format!("{metric}{{");
+    let key = format!("{label}=\"");
+    metrics
+        .lines()
+        .filter(|line| line.starts_with(&prefix))
+        .filter_map(|line| {
+            let start = line.find(&key)? + key.len();
+            let end = start + line[start..].find('"')?;
+            Some(line[start..end].to_owned())
+        })
+        .collect()
+}
+
+/// Queue names are the producers' choice: `/metrics` names at most `METRICS_MAX_QUEUES` of them,
+/// and counts every other queue under `queue="_other"`, totals intact.
+#[tokio::test(flavor = "multi_thread")]
+async fn queue_labels_are_capped_and_the_other_queues_add_up_under_other() {
+    let lease_db = fresh_database().await;
+    let task_db = fresh_database().await;
+    let leases = Service::lease_service(&lease_db, &[]).await;
+    let tasks = Service::task_service(
+        &task_db,
+        &leases.base_url(),
+        &[("METRICS_MAX_QUEUES", "10")],
+    )
+    .await;
+    for n in 0..40 {
+        let created = tasks
+            .post(
+                "/api/tasks",
+                &json!({"task_data": {"n": n}, "queue": format!("queue-{n}")}),
+            )
+            .await;
+        assert_eq!(created.status, 201, "{:?}", created.body);
+    }
+    let metrics = tasks.metrics().await;
+    for metric in [
+        "tasks_created_total",
+        "tasks",
+        "oldest_due_task_age_seconds",
+    ] {
+        let queues = label_values(&metrics, metric, "queue");
+        assert_eq!(queues.len(), 11, "{metric}: {queues:?}");
+        assert!(queues.contains("_other"), "{metric}: {queues:?}");
+    }
+    assert_eq!(metric_sum(&metrics, "tasks_created_total{"), 40.0);
+    assert_eq!(
+        metric_sum(&metrics, r#"tasks_created_total{queue="_other"}"#),
+        30.0
+    );
+    assert_eq!(
+        metric_sum(&metrics, r#"tasks{queue="_other",status="pending"}"#),
+        30.0
+    );
+    assert_eq!(metric_sum(&metrics, "tasks{"), 40.0);
+    // A queue keeps the label it first got.
+    let claimed = tasks
+        .post(
+            "/api/tasks/next",
+            &json!({"processor": "p", "queue": "queue-0"}),
+        )
+        .await;
+    assert_eq!(claimed.status, 202, "{:?}", claimed.body);
+    let metrics = tasks.metrics().await;
+    assert_eq!(
+        metric_sum(&metrics, r#"tasks_claimed_total{queue="queue-0"}"#),
+        1.0
+    );
+    assert_eq!(label_values(&metrics, "tasks", "queue").len(), 11);
+}
