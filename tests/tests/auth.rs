@@ -546,7 +546,7 @@ async fn a_locked_stack_runs_tasks_and_generator_and_no_secret_reaches_a_log_or_
         ("LEASE_REQUIRE_SECRET", "true"),
     ];
     env.extend_from_slice(&otel);
-    let leases = Service::lease_service(&lease_db, &env).await;
+    let mut leases = Service::lease_service(&lease_db, &env).await;
     let task_tokens =
         format!("producer:{PRODUCER},worker:{WORKER},operator:{OPERATOR},producer:{GENERATOR}");
     let mut env = vec![
@@ -555,7 +555,7 @@ async fn a_locked_stack_runs_tasks_and_generator_and_no_secret_reaches_a_log_or_
         ("TASK_LEASE_TTL_SECONDS", "3"),
     ];
     env.extend_from_slice(&otel);
-    let tasks = Service::task_service(&task_db, &leases.base_url(), &env).await;
+    let mut tasks = Service::task_service(&task_db, &leases.base_url(), &env).await;
     let mut env = vec![
         ("AUTH_TOKEN", WORKER),
         ("WORKER_ID", "locked-worker"),
@@ -564,7 +564,7 @@ async fn a_locked_stack_runs_tasks_and_generator_and_no_secret_reaches_a_log_or_
         ("POLL_MAX_MS", "200"),
     ];
     env.extend_from_slice(&otel);
-    let worker = Service::worker(&tasks.base_url(), &env).await;
+    let mut worker = Service::worker(&tasks.base_url(), &env).await;
     let mut env = vec![
         ("AUTH_TOKEN", GENERATOR),
         ("GENERATOR_LEASE_TTL_SECONDS", "3"),
@@ -572,7 +572,7 @@ async fn a_locked_stack_runs_tasks_and_generator_and_no_secret_reaches_a_log_or_
         ("GENERATOR_SETTINGS_POLL_MS", "200"),
     ];
     env.extend_from_slice(&otel);
-    let generator = Service::generator(&tasks.base_url(), &leases.base_url(), "g1", &env).await;
+    let mut generator = Service::generator(&tasks.base_url(), &leases.base_url(), "g1", &env).await;
 
     for _ in 0..5 {
         let created = tasks
@@ -634,7 +634,16 @@ async fn a_locked_stack_runs_tasks_and_generator_and_no_secret_reaches_a_log_or_
         secrets.len()
     );
 
-    tokio::time::sleep(Duration::from_secs(1)).await; // the last spans' export
+    // Stopped, each process has exported its last spans and written its last line; a fixed
+    // wait would be no promise of either on a slow machine.
+    for service in [&mut generator, &mut worker, &mut tasks, &mut leases] {
+        let name = service.name.clone();
+        assert_eq!(
+            service.terminate(Duration::from_secs(30)).await,
+            Some(0),
+            "{name}"
+        );
+    }
     let spans = receiver.spans();
     for service in ["lease-service", "task-service", "worker"] {
         assert!(

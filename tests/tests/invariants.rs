@@ -46,6 +46,11 @@ async fn a_busy_run_with_crashes_and_pauses_keeps_every_invariant() {
     // Faults: kill -9 a worker mid-task, pause the generators' leader past its lease, kill it.
     tokio::time::sleep(Duration::from_secs(3)).await;
     workers[0].kill();
+    // Three seconds of work are no promise that a leader has been elected on a slow machine.
+    eventually(Duration::from_secs(30), "a generator leader", || async {
+        tasks.get("/api/generator/status").await.body["leader"]["holder"].is_string()
+    })
+    .await;
     let leader = tasks.get("/api/generator/status").await.body["leader"]["holder"]
         .as_str()
         .unwrap()

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use shared::{GuardConfig, LeaseClient, LeaseError, LeaseGuard, LeaseLost, with_lease};
-use tests::{Service, execute, fresh_database};
+use tests::{Service, eventually, execute, fresh_database};
 
 fn config(resource: &str, holder: &str, ttl_seconds: u64) -> GuardConfig {
     GuardConfig::new(resource, holder).ttl(Duration::from_secs(ttl_seconds))
@@ -115,11 +115,15 @@ async fn a_pause_past_the_ttl_cancels_the_work_under_with_lease() {
         )
         .await
     });
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert!(
-        ticks.load(Ordering::SeqCst) > 10,
-        "the work runs while the lease is held"
-    );
+    eventually(
+        Duration::from_secs(30),
+        "the work running while the lease is held",
+        || {
+            let ticks = ticks.load(Ordering::SeqCst);
+            async move { ticks > 10 }
+        },
+    )
+    .await;
 
     let paused = Instant::now();
     svc.pause();
@@ -358,10 +362,23 @@ async fn a_periodic_singleton_ticks_on_one_replica_and_hands_over_on_shutdown() 
         })
     };
     let (stop_a, stop_b) = (CancellationToken::new(), CancellationToken::new());
+    let ticked = |name: &'static str, at_least: usize| {
+        let ticks = ticks.clone();
+        move || {
+            let n = ticks.lock().unwrap().iter().filter(|t| t.0 == name).count();
+            async move { n >= at_least }
+        }
+    };
     let a = replica("a", stop_a.clone());
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // a leads before b starts.
+    eventually(Duration::from_secs(30), "a leading", ticked("a", 1)).await;
     let b = replica("b", stop_b.clone());
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    eventually(
+        Duration::from_secs(30),
+        "a ticking 15 times",
+        ticked("a", 15),
+    )
+    .await;
     {
         let ticks = ticks.lock().unwrap();
         assert!(ticks.len() >= 15, "{}", ticks.len());
@@ -373,7 +390,7 @@ async fn a_periodic_singleton_ticks_on_one_replica_and_hands_over_on_shutdown() 
     let stopped = Instant::now();
     stop_a.cancel();
     a.await.unwrap().unwrap();
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    eventually(Duration::from_secs(30), "b taking over", ticked("b", 1)).await;
     stop_b.cancel();
     b.await.unwrap().unwrap();
     let ticks = ticks.lock().unwrap();

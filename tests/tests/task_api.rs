@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tests::{Answer, Service, execute, fresh_database, metric_sum, snapshot, verdicts};
+use tests::{Answer, Service, eventually, execute, fresh_database, metric_sum, snapshot, verdicts};
 
 struct Stack {
     task_db: String,
@@ -587,17 +587,21 @@ async fn retention_deletes_only_old_finished_tasks_and_metrics_report() {
     )
     .await;
     execute(&s.task_db, &format!("UPDATE tasks SET created_at = now() - interval '30 days', scheduled_at = now() + interval '1 day' WHERE id = {old_pending}")).await;
-    tokio::time::sleep(Duration::from_millis(3500)).await;
-    let left: Vec<i64> = s.tasks.get("/api/tasks").await.body["tasks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["id"].as_i64().unwrap())
-        .collect();
-    assert_eq!(left, vec![new_done, old_pending]);
+    let left = || async {
+        s.tasks.get("/api/tasks").await.body["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["id"].as_i64().unwrap())
+            .collect::<Vec<i64>>()
+    };
+    // Deletions only remove, so once the list is right it stays right; wait for the sweep.
+    eventually(Duration::from_secs(60), "retention's sweep", || async {
+        left().await == vec![new_done, old_pending]
+    })
+    .await;
 
-    let metrics = s.tasks.metrics().await;
-    for line in [
+    let lines = [
         r#"tasks_claimed_total{queue="default"} 2"#,
         r#"tasks_completed_total{queue="default"} 2"#,
         r#"tasks{queue="default",status="pending"} 1"#,
@@ -605,9 +609,13 @@ async fn retention_deletes_only_old_finished_tasks_and_metrics_report() {
         "task_claim_to_complete_seconds_count",
         "task_retention_deleted_total 1",
         "http_requests_total",
-    ] {
-        assert!(metrics.contains(line), "metrics lack {line}:\n{metrics}");
-    }
+    ];
+    // The counters move after the deletion commits, the gauges on their own schedule.
+    eventually(Duration::from_secs(60), "the sweep's metrics", || async {
+        let metrics = s.tasks.metrics().await;
+        lines.iter().all(|line| metrics.contains(line))
+    })
+    .await;
 }
 
 #[tokio::test]
