@@ -17,7 +17,9 @@ async fn leasehold(lease_url: &str, task_url: &str, token: Option<&str>, args: &
         .args(args)
         .env("LEASE_SERVICE_URL", lease_url)
         .env("TASK_SERVICE_URL", task_url)
-        .env_remove("LEASEHOLD_TOKEN");
+        .env_remove("LEASEHOLD_TOKEN")
+        // A timed-out or failed test must not leave a `--wait` polling behind it.
+        .kill_on_drop(true);
     if let Some(token) = token {
         command.env("LEASEHOLD_TOKEN", token);
     }
