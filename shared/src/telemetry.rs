@@ -3,8 +3,11 @@
 //! * Logs: human-readable lines by default, one JSON object per line with `LOG_FORMAT=json`;
 //!   `RUST_LOG` filters (default `info`). Every line logged inside a span carries its OpenTelemetry
 //!   `trace_id` and `span_id`, so logs and traces correlate.
-//! * Traces: a `tracing-opentelemetry` layer turns spans into OpenTelemetry spans. They are
-//!   exported over OTLP/HTTP when `OTEL_EXPORTER_OTLP_ENDPOINT` (or
+//! * Traces: a `tracing-opentelemetry` layer turns spans (those at `INFO` and above: every span
+//!   Leasehold makes) into OpenTelemetry spans, whatever `RUST_LOG` says: `RUST_LOG` filters the
+//!   log lines only, so quieter logs never lose a trace or a `traceparent`; which traces are kept
+//!   is `OTEL_TRACES_SAMPLER`'s to say. They are exported over OTLP/HTTP when
+//!   `OTEL_EXPORTER_OTLP_ENDPOINT` (or
 //!   `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) is set, configured by the standard variables
 //!   (`OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_TRACES_SAMPLER`, `OTEL_BSP_*`, ...).
 //!   Without an endpoint nothing is exported and nothing complains, but spans still get ids and
@@ -19,9 +22,10 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing_opentelemetry::{OpenTelemetrySpanExt, OtelData};
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::{FilterExt, LevelFilter, filter_fn};
 use tracing_subscriber::fmt::format::{Format, Writer};
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
-use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::layer::{Layer, SubscriberExt};
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 
@@ -82,13 +86,23 @@ pub fn init(service_name: &'static str) -> Telemetry {
     }
     let provider = builder.build();
     let exporting = requested && export_error.is_none();
-    let otel = tracing_opentelemetry::layer().with_tracer(provider.tracer(service_name));
-
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // Each layer filters for itself: a filter on the whole subscriber would let RUST_LOG=warn
+    // disable the spans, and with them the traces and the `traceparent` sent on.
+    let otel = tracing_opentelemetry::layer()
+        .with_tracer(provider.tracer(service_name))
+        .with_filter(LevelFilter::INFO);
+    // The log lines follow RUST_LOG. The spans the traces keep stay visible to the log layer
+    // too (printing nothing by themselves), so a line logged inside one still carries its
+    // trace and span ids, at any level.
+    let spans = filter_fn(|metadata| metadata.is_span() && *metadata.level() <= LevelFilter::INFO)
+        .with_max_level_hint(LevelFilter::INFO);
+    let log_filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info"))
+        .or(spans);
     let json = std::env::var("LOG_FORMAT").is_ok_and(|v| v.eq_ignore_ascii_case("json"));
     // Colours only for a person at a terminal, never in files or collectors.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let json_layer = json.then(|| {
+    let logs = if json {
         tracing_subscriber::fmt::layer()
             .json()
             .with_writer(std::io::stderr)
@@ -96,8 +110,8 @@ pub fn init(service_name: &'static str) -> Telemetry {
                 json: true,
                 inner: Format::default().json().with_current_span(true),
             })
-    });
-    let text_layer = (!json).then(|| {
+            .boxed()
+    } else {
         tracing_subscriber::fmt::layer()
             .with_ansi(ansi)
             .with_writer(std::io::stderr)
@@ -105,12 +119,11 @@ pub fn init(service_name: &'static str) -> Telemetry {
                 json: false,
                 inner: Format::default().with_ansi(ansi),
             })
-    });
+            .boxed()
+    };
     let installed = tracing_subscriber::registry()
-        .with(filter)
         .with(otel)
-        .with(json_layer)
-        .with(text_layer)
+        .with(logs.with_filter(log_filter))
         .try_init()
         .is_ok();
     if !installed {
@@ -223,10 +236,13 @@ where
         mut writer: Writer<'_>,
         event: &tracing::Event<'_>,
     ) -> std::fmt::Result {
-        let ids = ctx.lookup_current().and_then(|span| {
-            let extensions = span.extensions();
-            let data = extensions.get::<OtelData>()?;
-            Some((data.trace_id()?, data.span_id()?))
+        // The innermost span the traces know (a DEBUG span shown by RUST_LOG is not one).
+        let ids = ctx.lookup_current().and_then(|current| {
+            current.scope().find_map(|span| {
+                let extensions = span.extensions();
+                let data = extensions.get::<OtelData>()?;
+                Some((data.trace_id()?, data.span_id()?))
+            })
         });
         let mut line = String::new();
         self.inner

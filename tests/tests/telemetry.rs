@@ -420,3 +420,84 @@ async fn queue_labels_are_capped_and_the_other_queues_add_up_under_other() {
     );
     assert_eq!(label_values(&metrics, "tasks", "queue").len(), 11);
 }
+
+/// With `RUST_LOG=warn` the log is quiet, but the traces are whole: spans are exported and
+/// `traceparent` crosses the hop from task-service to lease-service, and a warning logged
+/// inside a request still names its trace.
+#[tokio::test(flavor = "multi_thread")]
+async fn traces_do_not_depend_on_the_log_level() {
+    let receiver = OtlpReceiver::start();
+    let endpoint = receiver.endpoint();
+    let env = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+        ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ("LOG_FORMAT", "json"),
+        ("RUST_LOG", "warn"),
+    ];
+    let lease_db = fresh_database().await;
+    let task_db = fresh_database().await;
+    let mut leases = Service::lease_service(&lease_db, &env).await;
+    let tasks = Service::task_service(&task_db, &leases.base_url(), &env).await;
+    let created = tasks.post("/api/tasks", &json!({"task_data": {}})).await;
+    assert_eq!(created.status, 201);
+    let claimed = tasks
+        .post("/api/tasks/next", &json!({"processor": "p"}))
+        .await;
+    assert_eq!(claimed.status, 202, "{:?}", claimed.body);
+
+    let mut found = None;
+    eventually(
+        Duration::from_secs(20),
+        "the claim's spans from task-service and lease-service, in one trace",
+        || {
+            let spans = receiver.spans();
+            found = spans
+                .iter()
+                .filter(|s| {
+                    s.service == "task-service"
+                        && s.kind == SERVER
+                        && s.attributes.get("http.route").map(String::as_str)
+                            == Some("/api/tasks/next")
+                })
+                .find_map(|server| {
+                    let lease_server = spans.iter().find(|s| {
+                        s.service == "lease-service"
+                            && s.kind == SERVER
+                            && s.trace_id == server.trace_id
+                    })?;
+                    let caller = spans
+                        .iter()
+                        .find(|s| s.span_id == lease_server.parent_span_id)?;
+                    Some((caller.service.clone(), caller.kind))
+                });
+            let done = found.is_some();
+            async move { done }
+        },
+    )
+    .await;
+    assert_eq!(found, Some(("task-service".to_owned(), CLIENT)));
+
+    // A warning inside a request: lease-service is gone, so the next claim is 503.
+    let created = tasks.post("/api/tasks", &json!({"task_data": {}})).await;
+    assert_eq!(created.status, 201);
+    leases.kill();
+    let refused = tasks
+        .post("/api/tasks/next", &json!({"processor": "p2"}))
+        .await;
+    assert_eq!(refused.status, 503, "{:?}", refused.body);
+    let log = tasks.log_text();
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect();
+    assert!(
+        lines.iter().all(|line| line["level"] != "INFO"),
+        "RUST_LOG=warn still rules the log:\n{log}"
+    );
+    assert!(
+        lines.iter().any(|line| line["level"] == "WARN"
+            && line["trace_id"].as_str().is_some_and(|t| t.len() == 32)),
+        "a warning logged inside a request carries its trace id:\n{log}"
+    );
+    receiver.stop().await;
+}
