@@ -538,7 +538,7 @@ pub async fn list(
     .bind::<BigInt, _>(max_bytes)
     .load(conn)
     .await?;
-    let read = sized.iter().next().map_or(0, |first| first.page_rows);
+    let read = sized.as_slice().first().map_or(0, |first| first.page_rows);
     let cut = i64::try_from(sized.len()).unwrap_or(i64::MAX) < read;
     Ok((sized.into_iter().map(|sized| sized.task).collect(), cut))
 }

@@ -390,7 +390,13 @@ fn resident_mib(pid: nix::unistd::Pid, field: &str) -> f64 {
     status
         .lines()
         .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .and_then(|rest| {
+            rest.trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })
         .map_or(0.0, |kib| kib / 1024.0)
 }
 
@@ -424,8 +430,12 @@ async fn memory(bench: &Bench, options: &BenchOptions, report: &mut Report) {
                     let mut cursor = String::new();
                     loop {
                         let url = format!("{list}?queue={QUEUE}&limit=1000&cursor={cursor}");
-                        let Ok(answer) = http.get(&url).send().await else { break };
-                        let Ok(body) = answer.bytes().await else { break };
+                        let Ok(answer) = http.get(&url).send().await else {
+                            break;
+                        };
+                        let Ok(body) = answer.bytes().await else {
+                            break;
+                        };
                         pages += 1;
                         bytes += body.len() as u64;
                         let page: Value = serde_json::from_slice(&body).unwrap_or_default();
