@@ -511,7 +511,7 @@ pub async fn claim_group(
                 .claimed
                 .with_label_values(&[row.queue.as_str()])
                 .inc();
-            tracing::info!(
+            tracing::debug!(
                 task.id = row.id,
                 task.fence = row.fence,
                 task.attempts = row.attempts,
@@ -1222,7 +1222,8 @@ async fn finish(engine: &Engine, outcome: Transition, processor: &str) -> Result
     let span = tracing::Span::current();
     span.record("task.queue", row.queue.as_str());
     span.record("task.status", row.status.as_str());
-    tracing::info!(task.id = row.id, task.status = %row.status, "task updated");
+    // One line per request would drown the log (RUST_LOG=task_service=debug shows them).
+    tracing::debug!(task.id = row.id, task.status = %row.status, "task updated");
     match outcome {
         Transition::Done(row) => Ok(to_api(row)),
         Transition::Cancelled(row) => {

@@ -19,6 +19,8 @@ async fn stack(endpoint: &str) -> (Service, Service, Service) {
         ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint),
         ("OTEL_BSP_SCHEDULE_DELAY", "100"),
         ("LOG_FORMAT", "json"),
+        // Each task's lines (logged inside its request's span) are at debug level.
+        ("RUST_LOG", "info,task_service=debug"),
     ];
     let lease_db = fresh_database().await;
     let task_db = fresh_database().await;
@@ -419,6 +421,63 @@ async fn queue_labels_are_capped_and_the_other_queues_add_up_under_other() {
         1.0
     );
     assert_eq!(label_values(&metrics, "tasks", "queue").len(), 11);
+}
+
+/// Lines logged after `skip` lines, at INFO or above.
+fn loud_lines_after(log: &str, skip: usize) -> Vec<String> {
+    log.lines()
+        .skip(skip)
+        .filter(|line| {
+            [" INFO ", " WARN ", " ERROR "]
+                .iter()
+                .any(|l| line.contains(l))
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A request, or a task going through, is no log line at INFO: a stack at `RUST_LOG=info` that
+/// does steady work logs next to nothing (each task's lines are at debug level).
+#[tokio::test(flavor = "multi_thread")]
+async fn requests_and_tasks_are_not_logged_one_by_one_at_info() {
+    let lease_db = fresh_database().await;
+    let task_db = fresh_database().await;
+    let leases = Service::lease_service(&lease_db, &[]).await;
+    let tasks = Service::task_service(&task_db, &leases.base_url(), &[]).await;
+    let worker = Service::worker(
+        &tasks.base_url(),
+        &[("WORKER_ID", "quiet-worker"), ("POLL_MAX_MS", "200")],
+    )
+    .await;
+    let lines = |service: &Service| service.log_text().lines().count();
+    let started = [lines(&leases), lines(&tasks), lines(&worker)];
+    for n in 0..20 {
+        let created = tasks
+            .post(
+                "/api/tasks",
+                &json!({"task_data": {"sleep_duration_seconds": 0, "n": n}}),
+            )
+            .await;
+        assert_eq!(created.status, 201);
+    }
+    eventually(Duration::from_secs(60), "20 completions", || async {
+        tasks.get("/api/tasks/counts").await.body["total"]["succeeded"] == 20
+    })
+    .await;
+    for _ in 0..20 {
+        assert_eq!(tasks.get("/api/tasks?limit=5").await.status, 200);
+        assert_eq!(leases.get("/api/leases?limit=5").await.status, 200);
+    }
+    for (service, skip) in [&leases, &tasks, &worker].into_iter().zip(started) {
+        let loud = loud_lines_after(&service.log_text(), skip);
+        assert!(
+            loud.len() < 5,
+            "{} logged {} lines at INFO or above for 20 tasks and 40 reads:\n{}",
+            service.name,
+            loud.len(),
+            loud.join("\n")
+        );
+    }
 }
 
 /// With `RUST_LOG=warn` the log is quiet, but the traces are whole: spans are exported and

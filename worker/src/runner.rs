@@ -314,7 +314,7 @@ async fn process<H: TaskHandler>(
     let settings = &ctx.settings;
     let processor = settings.worker_id.as_str();
     let _in_flight = InFlight::new(&ctx.metrics.in_flight);
-    tracing::info!(
+    tracing::debug!(
         task_id = id,
         fence,
         processor,
@@ -400,7 +400,7 @@ async fn complete(
             let elapsed = claim_sent.elapsed();
             ctx.metrics.completed.inc();
             ctx.metrics.claim_to_complete.observe(elapsed.as_secs_f64());
-            tracing::info!(
+            tracing::debug!(
                 task_id = id,
                 fence,
                 processor,
