@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use tests::{Service, binary, eventually, fresh_database};
+use tokio::io::AsyncBufReadExt as _;
 
 const TOKEN: &str = "cli-operator-token-0123456789";
 
@@ -246,7 +247,7 @@ async fn tasks_are_created_watched_to_the_end_listed_shown_tailed_retried_and_ca
     let task_db = fresh_database().await;
     let leases = Service::lease_service(&lease_db, &[]).await;
     let tasks = Service::task_service(&task_db, &leases.base_url(), &[]).await;
-    let _worker = Service::worker(
+    let worker = Service::worker(
         &tasks.base_url(),
         &[("WORKER_CONCURRENCY", "8"), ("POLL_MAX_MS", "100")],
     )
@@ -374,45 +375,64 @@ async fn tasks_are_created_watched_to_the_end_listed_shown_tailed_retried_and_ca
     let cancelled = leasehold(&l, &t, None, &["tasks", "cancel", &later_id, "--json"]).await;
     assert_eq!(documents(&cancelled)[0]["status"], "cancelled");
 
-    // Tail: a task created while it runs shows up, then again when it has succeeded.
-    let tail = tokio::spawn({
-        let (l, t) = (l.clone(), t.clone());
-        async move {
-            leasehold(
-                &l,
-                &t,
-                None,
-                &[
-                    "tasks",
-                    "tail",
-                    "--seconds",
-                    "6",
-                    "--interval-ms",
-                    "200",
-                    "--json",
-                ],
-            )
+    // Tail: a task created while it runs shows up, then again when it has succeeded. Nothing
+    // rests on timing: the tail is known to be watching once a task created after its start
+    // shows up (it prints only what comes after it started), and the worker is held until the
+    // tail has shown the new task pending.
+    let mut tail = tokio::process::Command::new(binary("leasehold"))
+        .args(["tasks", "tail", "--interval-ms", "200", "--json"])
+        .env("LEASE_SERVICE_URL", &l)
+        .env("TASK_SERVICE_URL", &t)
+        .env_remove("LEASEHOLD_TOKEN")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(tail.stdout.take().unwrap()).lines();
+    let mut tail_statuses = async |id: i64, timeout: Duration| -> Option<String> {
+        let next = async {
+            while let Some(line) = lines.next_line().await.unwrap() {
+                let task: Value = serde_json::from_str(&line).unwrap();
+                if task["id"].as_i64() == Some(id) {
+                    return task["status"].as_str().map(str::to_owned);
+                }
+            }
+            None
+        };
+        tokio::time::timeout(timeout, next).await.ok().flatten()
+    };
+    let never = json!({"task_data": {}, "scheduled_at": "2099-01-01T00:00:00Z"});
+    let mut watching = false;
+    for _ in 0..30 {
+        let marker = tasks.post("/api/tasks", &never).await.body["id"]
+            .as_i64()
+            .unwrap();
+        if tail_statuses(marker, Duration::from_secs(2))
             .await
+            .is_some()
+        {
+            watching = true;
+            break;
         }
-    });
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    // Due a moment later, so that it is seen pending before the worker (polling faster than the
-    // tail) takes it.
-    let due = chrono::Utc::now() + chrono::Duration::milliseconds(1500);
+    }
+    assert!(watching, "the tail never showed a new task");
+    worker.pause();
     let fresh = tasks
         .post(
             "/api/tasks",
-            &json!({"task_data": {"sleep_duration_seconds": 1}, "scheduled_at": due}),
+            &json!({"task_data": {"sleep_duration_seconds": 1}}),
         )
         .await;
-    let fresh_id = fresh.body["id"].clone();
-    let tail = tail.await.unwrap();
-    ok(&tail, "tail");
-    let seen: Vec<String> = documents(&tail)
-        .iter()
-        .filter(|task| task["id"] == fresh_id)
-        .map(|task| task["status"].as_str().unwrap().to_owned())
-        .collect();
+    let fresh_id = fresh.body["id"].as_i64().unwrap();
+    let mut seen = Vec::new();
+    seen.extend(tail_statuses(fresh_id, Duration::from_secs(30)).await);
+    worker.resume();
+    while seen.last().is_none_or(|status| status != "succeeded") {
+        match tail_statuses(fresh_id, Duration::from_secs(60)).await {
+            Some(status) => seen.push(status),
+            None => break,
+        }
+    }
     assert_eq!(
         seen.first().map(String::as_str),
         Some("pending"),
@@ -423,6 +443,7 @@ async fn tasks_are_created_watched_to_the_end_listed_shown_tailed_retried_and_ca
         Some("succeeded"),
         "{seen:?}"
     );
+    tail.kill().await.unwrap();
 }
 
 #[tokio::test]
