@@ -201,8 +201,9 @@ pub fn descendants(root: u32) -> Vec<u32> {
     found
 }
 
-/// Kills `root` and every descendant with `SIGKILL`. Each is stopped first, so that none can
-/// start another process or be reparented out of sight while the tree is read.
+/// Kills `root` and every descendant with `SIGKILL`, and waits until the descendants are gone
+/// (`root`, the caller's child, is the caller's to reap). Each is stopped first, so that none
+/// can start another process or be reparented out of sight while the tree is read.
 pub fn kill_process_tree(root: u32) {
     let signal = |pid: u32, signal: Signal| {
         if let Ok(pid) = i32::try_from(pid) {
@@ -222,8 +223,17 @@ pub fn kill_process_tree(root: u32) {
             stopped.push(pid);
         }
     }
-    for pid in stopped {
+    for &pid in &stopped {
         signal(pid, Signal::SIGKILL);
+    }
+    // A signal is delivered asynchronously: wait, so that nothing is left once this returns.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while stopped
+        .iter()
+        .any(|&pid| pid != root && leasehold_local::process::pid_alive(pid))
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
@@ -641,4 +651,40 @@ pub fn verdicts(results: &Value) -> Vec<(i64, &str)> {
             )
         })
         .collect()
+}
+
+#[cfg(test)]
+mod guard_tests {
+    use super::*;
+
+    /// A test that panics with a process tree running leaves none of it behind.
+    #[test]
+    fn a_guard_kills_its_whole_tree_when_its_test_panics() {
+        let mut command = Command::new("sh");
+        command
+            .args(["-c", "sleep 300 & sleep 300 & wait"])
+            .stdin(Stdio::null());
+        let guard = ChildGuard::spawn(command, Signal::SIGKILL).unwrap();
+        let root = guard.id();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let tree = loop {
+            let children = descendants(root);
+            if children.len() == 2 {
+                break children;
+            }
+            assert!(Instant::now() < deadline, "the shell started {children:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+            let _guard = guard;
+            panic!("a failing test");
+        }));
+        assert!(panicked.is_err());
+        for pid in tree.into_iter().chain([root]) {
+            assert!(
+                !leasehold_local::process::pid_alive(pid),
+                "{pid} outlived its test"
+            );
+        }
+    }
 }
