@@ -28,15 +28,15 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(get_only("/dashboard", page))
         .service(get_only("/", to_dashboard))
         .service(
-        web::scope("/api/dashboard")
-            .service(get_only("/overview", overview))
-            .service(get_only("/leases", leases))
-            .service(
-                web::resource("/leases/{id}/revoke")
-                    .route(web::post().to(revoke))
-                    .default_service(web::to(method_not_allowed)),
-            ),
-    );
+            web::scope("/api/dashboard")
+                .service(get_only("/overview", overview))
+                .service(get_only("/leases", leases))
+                .service(
+                    web::resource("/leases/{id}/revoke")
+                        .route(web::post().to(revoke))
+                        .default_service(web::to(method_not_allowed)),
+                ),
+        );
 }
 
 /// A browser sent to the service's address lands on the dashboard, not on a 404.

@@ -190,8 +190,7 @@ async fn runs_the_stack_on_a_private_postgres_and_stops_it_all_on_ctrl_c() {
                 .json()
                 .await
                 .unwrap();
-            // One task may come wrapped, as listings are.
-            task.get("task").unwrap_or(&task)["status"] == "succeeded"
+            task["task"]["status"] == "succeeded"
         },
     )
     .await;
@@ -248,9 +247,8 @@ async fn runs_the_stack_on_a_private_postgres_and_stops_it_all_on_ctrl_c() {
         .json()
         .await
         .unwrap();
-    let leases = leases.get("leases").unwrap_or(&leases);
     assert!(
-        leases
+        leases["leases"]
             .as_array()
             .unwrap()
             .iter()
