@@ -29,6 +29,7 @@ fn any_json() -> impl Strategy<Value = Value> {
             .prop_map(|f| json!(f)),
         ".{0,40}".prop_map(Value::String),
         "\\PC{0,600}".prop_map(Value::String),
+        timestamp().prop_map(Value::String),
     ];
     leaf.prop_recursive(3, 24, 6, |inner| {
         prop_oneof![
@@ -37,6 +38,22 @@ fn any_json() -> impl Strategy<Value = Value> {
                 .prop_map(|m| Value::Object(m.into_iter().collect())),
         ]
     })
+}
+
+/// A time as RFC 3339 writes it, of any year from 300,000 BC to 300,000 AD (PostgreSQL's
+/// `timestamptz` holds 4713 BC to 294276 AD), or something close to one.
+fn timestamp() -> impl Strategy<Value = String> {
+    prop_oneof![
+        (-300_000i32..=300_000).prop_map(|year| {
+            let sign = match year {
+                ..0 => "-",
+                10_000.. => "+",
+                _ => "",
+            };
+            format!("{sign}{:04}-06-15T12:00:00.123456789Z", year.abs())
+        }),
+        "[+-]?[0-9]{4,6}-[01][0-9]-[0-3][0-9]T[0-2][0-9]:[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?(Z|[+-][01][0-9]:[0-5][0-9])",
+    ]
 }
 
 /// A valid body for the route, with one field replaced by anything (or removed).
@@ -314,6 +331,11 @@ async fn task_service_survives_generated_hostile_requests() {
     let start = json!({"rate_per_second": 1.0, "min_sleep_seconds": 0.0, "max_sleep_seconds": 1.0});
     let strategy = prop_oneof![
         body(create).prop_map(|body| Target::json("POST", "/api/tasks", body)),
+        timestamp().prop_map(|at| Target::json(
+            "POST",
+            "/api/tasks",
+            serde_json::to_vec(&json!({"task_data": {}, "scheduled_at": at})).unwrap()
+        )),
         body(next).prop_map(|body| Target::json("POST", "/api/tasks/next", body)),
         (
             id_segment(),
