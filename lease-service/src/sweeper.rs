@@ -57,9 +57,20 @@ pub async fn run(pool: DbPool, metrics: Metrics, config: SweeperConfig, stop: Ca
         };
         metrics.sweeps.with_label_values(&[outcome]).inc();
     }
-    if let Err(err) = hand_over(&pool, &config.holder).await {
-        tracing::debug!(error = %err, "could not release the sweeper lease; it will expire");
+    // A pooled connection may have been opened by an HTTP worker whose runtime has just stopped
+    // with the server, taking the connection with it; the pool drops a connection that failed,
+    // so a second or third try gets a live one.
+    for attempt in 1..=3 {
+        match hand_over(&pool, &config.holder).await {
+            Ok(()) => return,
+            Err(err) => tracing::debug!(
+                error = %err,
+                attempt,
+                "could not release the sweeper lease"
+            ),
+        }
     }
+    tracing::warn!("could not release the sweeper lease; it will expire");
 }
 
 /// One round: `Some(deleted)` if this replica holds the sweeper lease, `None` if another does.
