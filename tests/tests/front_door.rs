@@ -334,3 +334,32 @@ async fn a_malformed_cors_allowed_origins_stops_the_service_at_start() {
         assert!(stderr.contains("CORS_ALLOWED_ORIGINS"), "{name}: {stderr}");
     }
 }
+
+/// A page of the service's own origin whose browser sends `Origin: null` (the page was served
+/// with `Referrer-Policy: no-referrer`) still writes: the browser's `Sec-Fetch-Site` says the
+/// request is same-origin, and no page can forge it. Without it, `null` is a foreign origin.
+#[tokio::test]
+async fn a_same_origin_page_whose_browser_sends_origin_null_still_writes() {
+    let s = stack(&[]).await;
+    let json = ("content-type", "application/json");
+    let body = r#"{"task_data": {"sleep_duration_seconds": 0}}"#;
+    let own = send(
+        &s.tasks,
+        "POST",
+        "/api/tasks",
+        &[json, ("origin", "null"), ("sec-fetch-site", "same-origin")],
+        Some(body),
+    )
+    .await;
+    assert_eq!(own.status, 201, "{:?}", own.body);
+    let before = snapshot(&s.task_db, "tasks").await;
+    for site in [None, Some("cross-site"), Some("same-site")] {
+        let mut headers = vec![json, ("origin", "null")];
+        if let Some(site) = site {
+            headers.push(("sec-fetch-site", site));
+        }
+        let foreign = send(&s.tasks, "POST", "/api/tasks", &headers, Some(body)).await;
+        assert_refused(&foreign, 403, "origin_not_allowed", &format!("{site:?}"));
+    }
+    assert_eq!(snapshot(&s.task_db, "tasks").await, before);
+}

@@ -154,7 +154,8 @@ pub async fn not_found(request: HttpRequest) -> ApiError {
 fn json_config(limit: usize) -> web::JsonConfig {
     web::JsonConfig::default()
         .limit(limit)
-        // The sample's clients and curl users do not always say what they send.
+        // `front_door` has already refused a body that does not say it is JSON; this takes
+        // every type it let through (`application/json`, `application/*+json`).
         .content_type_required(false)
         .error_handler(move |err, _| json_error(err, limit).into())
 }
@@ -265,7 +266,7 @@ fn normalise_origin(text: &str) -> Option<String> {
         "https" => ":443",
         _ => return None,
     };
-    let valid = |c: char| c.is_ascii_alphanumeric() || "-.:[]".contains(c);
+    let valid = |c: char| c.is_ascii_alphanumeric() || "-._:[]".contains(c);
     if authority.is_empty() || !authority.chars().all(valid) {
         return None;
     }
@@ -291,6 +292,16 @@ fn provenance(request: &ServiceRequest) -> Provenance {
     let Some(origin) = request.headers().get(header::ORIGIN) else {
         return Provenance::Unmarked;
     };
+    // A browser says so itself when a page writes to its own origin, and no page can forge the
+    // header; it holds where the browser sends `Origin: null` (a page served with
+    // `Referrer-Policy: no-referrer`, as hardening proxies add).
+    if request
+        .headers()
+        .get("sec-fetch-site")
+        .is_some_and(|site| site == "same-origin")
+    {
+        return Provenance::SameOrigin;
+    }
     let origin = origin.to_str().unwrap_or_default();
     // The host the browser addressed (proxies' X-Forwarded-Host included); the scheme is left
     // out, as a TLS-terminating proxy may hide it.
