@@ -34,9 +34,9 @@ pub struct AppState {
     /// lease-service's base URL: `/readyz` asks its `/healthz`, the dashboard its lease views.
     pub lease_service_url: String,
     pub http: reqwest::Client,
-    /// Listings that may run at once: with [`LIST_MAX_BYTES`], what bounds the memory that open
-    /// reads of large tasks can take. Others wait their turn.
-    pub listings: tokio::sync::Semaphore,
+    /// Listings that may run at once, each until its answer is sent: with [`LIST_MAX_BYTES`],
+    /// what bounds the memory that open reads of large tasks can take. Others wait their turn.
+    pub listings: std::sync::Arc<tokio::sync::Semaphore>,
 }
 
 /// Most bytes of task JSON (`taskData`, `taskOutput`, `lastError`) in one listing page; past it
@@ -45,6 +45,34 @@ pub const LIST_MAX_BYTES: i64 = 4 * 1024 * 1024;
 
 /// Listings served at once by one replica.
 pub const LISTINGS_IN_FLIGHT: usize = 4;
+
+/// How long a listing waits for its turn before answering 503: readers that do not read their
+/// answers hold the turns, and waiting on them for ever would hide that.
+const LISTING_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// An answer's body that holds its listing's turn until it is sent. actix polls a body again
+/// only once most of what it last gave is written to the socket, so a page stays counted
+/// against [`LISTINGS_IN_FLIGHT`] for as long as its bytes are in this process, however slowly
+/// its reader reads.
+struct HoldingTurn {
+    body: actix_web::body::BoxBody,
+    _turn: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl actix_web::body::MessageBody for HoldingTurn {
+    type Error = Box<dyn std::error::Error>;
+
+    fn size(&self) -> actix_web::body::BodySize {
+        self.body.size()
+    }
+
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<web::Bytes, Self::Error>>> {
+        std::pin::Pin::new(&mut self.get_mut().body).poll_next(cx)
+    }
+}
 
 impl std::fmt::Debug for AppState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -289,10 +317,13 @@ async fn list(
     if let Some(queue) = &query.queue {
         validate_name_within("queue", queue, 128)?;
     }
-    let _turn = state
-        .listings
-        .acquire()
+    let turn = tokio::time::timeout(LISTING_WAIT, state.listings.clone().acquire_owned())
         .await
+        .map_err(|_| {
+            ApiError::Unavailable(format!(
+                "{LISTINGS_IN_FLIGHT} listings are being sent; try again later"
+            ))
+        })?
         .map_err(|_| ApiError::Unavailable("shutting down".to_owned()))?;
     let mut conn = db::connection(&state.pool).await?;
     let (rows, cut) = repo::list(
@@ -305,7 +336,7 @@ async fn list(
     .await?;
     drop(conn);
     let tasks: Vec<_> = rows.into_iter().map(tasks::to_api).collect();
-    Ok(page.respond(
+    let answer = page.respond(
         &request,
         "tasks",
         tasks,
@@ -315,7 +346,10 @@ async fn list(
             ("status", query.status.as_deref()),
             ("queue", query.queue.as_deref()),
         ],
-    ))
+    );
+    Ok(answer
+        .map_body(|_, body| HoldingTurn { body, _turn: turn })
+        .map_into_boxed_body())
 }
 
 /// Per queue, the number of tasks in each status (every status listed, zeros included).

@@ -96,7 +96,7 @@ pub async fn run(
         engine,
         lease_service_url: lease_url.clone(),
         http: reqwest::Client::new(),
-        listings: tokio::sync::Semaphore::new(http::LISTINGS_IN_FLIGHT),
+        listings: std::sync::Arc::new(tokio::sync::Semaphore::new(http::LISTINGS_IN_FLIGHT)),
     });
     config.auth_tokens.announce("task-service");
     let auth = web::Data::new(config.auth_tokens.clone());

@@ -482,3 +482,60 @@ async fn every_answer_of_both_services_is_camel_case() {
     let overview = &answers.iter().find(|(w, _)| w == "overview").unwrap().1;
     assert!(overview["oldestDue"].is_array() && overview["throughput"]["bucketSeconds"].is_i64());
 }
+
+/// Readers that ask for pages of large tasks and never read them hold their listing's turn
+/// until the page is sent, so their pages count against the bound on memory; a listing that
+/// finds every turn held answers 503 once it has waited, and one is served again as soon as a
+/// reader goes away.
+#[tokio::test]
+async fn readers_that_do_not_read_hold_their_turn_and_the_rest_are_told_to_wait() {
+    use tokio::io::AsyncWriteExt;
+    let s = stack().await;
+    let big = "x".repeat(60 * 1024);
+    for n in 0..80 {
+        let created = s
+            .tasks
+            .post("/api/tasks", &json!({"task_data": {"n": n, "pad": big}}))
+            .await;
+        assert_eq!(created.status, 201);
+    }
+    let address: std::net::SocketAddr = format!("127.0.0.1:{}", s.tasks.port).parse().unwrap();
+    let mut stalled = Vec::new();
+    for _ in 0..4 {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        // A small window, so the kernel cannot take a 4 MiB page off task-service's hands.
+        socket.set_recv_buffer_size(4096).unwrap();
+        let mut stream = socket.connect(address).await.unwrap();
+        stream
+            .write_all(b"GET /api/tasks?limit=1000 HTTP/1.1\r\nhost: test\r\n\r\n")
+            .await
+            .unwrap();
+        stalled.push(stream);
+    }
+    // Patient enough to outwait task-service's own wait for a turn.
+    let patient = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let mut turned_away = None;
+    for _ in 0..5 {
+        let answer = patient
+            .get(s.tasks.url("/api/tasks?limit=1"))
+            .send()
+            .await
+            .unwrap();
+        if answer.status().as_u16() == 503 {
+            turned_away = Some(answer.json::<Value>().await.unwrap());
+            break;
+        }
+    }
+    let answer = turned_away.expect("a listing waited out the stalled readers' turns");
+    assert_eq!(answer["code"], "unavailable");
+    drop(stalled);
+    tests::eventually(
+        std::time::Duration::from_secs(30),
+        "a listing served once the stalled readers left",
+        || async { s.tasks.get("/api/tasks?limit=1").await.status == 200 },
+    )
+    .await;
+}
