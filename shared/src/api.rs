@@ -18,6 +18,8 @@ pub const DEFAULT_TTL_SECONDS: i64 = 30;
 /// `status` and `expires_in_ms` are computed with the database's clock at the moment of the
 /// response, so a client never needs a synchronised clock to know how long it has left.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+// Each field also reads its old snake_case name, so that a client of this version works against
+// a lease-service of the previous one while a deployment rolls over (see README, Deploy).
 #[serde(rename_all = "camelCase")]
 pub struct Lease {
     pub id: i64,
@@ -25,14 +27,20 @@ pub struct Lease {
     pub holder: String,
     /// Fencing token: greater for every new acquisition of a resource; renewals keep it.
     pub fence: i64,
+    #[serde(alias = "ttl_seconds")]
     pub ttl_seconds: i32,
     pub status: LeaseStatus,
     /// When the current acquisition was made (the sample's column name).
+    #[serde(alias = "created_at")]
     pub created_at: DateTime<Utc>,
+    #[serde(alias = "renewed_at")]
     pub renewed_at: Option<DateTime<Utc>>,
+    #[serde(alias = "released_at")]
     pub released_at: Option<DateTime<Utc>>,
+    #[serde(alias = "expires_at")]
     pub expires_at: DateTime<Utc>,
     /// Milliseconds until expiry by the database's clock; 0 once expired or released.
+    #[serde(alias = "expires_in_ms")]
     pub expires_in_ms: i64,
     /// Proof of holding, in the answer to a new acquisition only (and to a reentrant one that
     /// presented it): renew and release present it, so that a holder's name alone is not
@@ -224,7 +232,9 @@ pub struct ReleaseResult {
 pub struct HeldLease {
     pub resource: String,
     pub holder: String,
+    #[serde(alias = "expires_at")]
     pub expires_at: DateTime<Utc>,
+    #[serde(alias = "expires_in_ms")]
     pub expires_in_ms: i64,
 }
 
@@ -269,9 +279,11 @@ pub struct ErrorBody {
     pub holder: Option<String>,
     /// On `lease_held`: when the current holder's lease expires unless renewed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(alias = "expires_at")]
     pub expires_at: Option<DateTime<Utc>>,
     /// On `lease_held`: milliseconds until that expiry, by the database's clock.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(alias = "expires_in_ms")]
     pub expires_in_ms: Option<i64>,
     /// On input errors: the offending field, where one can be named.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -288,5 +300,24 @@ impl ErrorBody {
             expires_in_ms: None,
             field: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leases_are_answered_in_camel_case_and_read_in_either_case() {
+        let old = serde_json::json!({"id": 3, "resource": "r", "holder": "h", "fence": 7,
+            "ttl_seconds": 30, "status": "active", "created_at": "2026-11-21T12:36:10Z",
+            "renewed_at": null, "released_at": null, "expires_at": "2026-11-21T12:36:40Z",
+            "expires_in_ms": 30000});
+        let lease: Lease = serde_json::from_value(old).unwrap();
+        assert_eq!((lease.ttl_seconds, lease.expires_in_ms), (30, 30000));
+        let new = serde_json::to_value(&lease).unwrap();
+        assert_eq!(new["expiresInMs"], 30000);
+        assert!(new.get("expires_in_ms").is_none());
+        assert_eq!(serde_json::from_value::<Lease>(new).unwrap(), lease);
     }
 }
