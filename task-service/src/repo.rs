@@ -6,7 +6,7 @@ use diesel::{OptionalExtension, QueryableByName};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use shared::api::{Proof, Secret};
 use shared::server::db::Cache;
-use shared::server::http::{Order, Page};
+use shared::server::http::Page;
 
 pub type Db = AsyncPgConnection;
 type Result<T> = std::result::Result<T, diesel::result::Error>;
@@ -241,39 +241,53 @@ pub async fn claim_by_index_order(conn: &mut Db) -> Result<()> {
         .map(drop)
 }
 
-/// Running tasks whose lease has run out by the recorded expiry, oldest first, locked; rows
-/// another transaction holds are skipped, never waited for.
+/// Running tasks whose lease has run out by the recorded expiry and whose cancellation nobody
+/// asked for, oldest first, locked; rows another transaction holds are skipped, never waited
+/// for. `exhausted` picks those that have used all their attempts (to be marked dead, never
+/// handed out) or the others (to be claimed): read apart, the ones only to be ended never fill
+/// the `LIMIT` meant for ones to claim.
 #[tracing::instrument(name = "SELECT tasks", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "tasks"))]
-pub async fn lock_lapsed(conn: &mut Db, queue: Option<&str>, limit: i64) -> Result<Vec<TaskRow>> {
+pub async fn lock_lapsed(
+    conn: &mut Db,
+    queue: Option<&str>,
+    exhausted: bool,
+    limit: i64,
+) -> Result<Vec<TaskRow>> {
     diesel::sql_query(format!(
         "SELECT {COLUMNS} FROM tasks
          WHERE status = 'running' AND must_heartbeat_before <= now()
            AND ($1::text IS NULL OR queue = $1)
+           AND NOT cancel_requested AND (attempts >= max_attempts) = $2
          ORDER BY must_heartbeat_before
-         LIMIT $2
+         LIMIT $3
          FOR UPDATE SKIP LOCKED"
     ))
     .bind::<Nullable<Text>, _>(queue)
+    .bind::<Bool, _>(exhausted)
     .bind::<BigInt, _>(limit)
     .load(conn)
     .await
 }
 
-/// Ends as cancelled up to `batch` running tasks whose cancellation was asked for and whose
-/// lease has run out by the recorded expiry: their workers stopped heartbeating, so nobody else
-/// would end them. Rows another transaction holds are skipped.
+/// Ends as cancelled up to `batch` running tasks (of `queue`, if given) whose cancellation was
+/// asked for and whose lease has run out by the recorded expiry: their workers stopped
+/// heartbeating, so nobody else would end them. Claims call it before reading lapsed tasks,
+/// and the retention sweeper for queues nobody claims from. Rows another transaction holds are
+/// skipped.
 #[tracing::instrument(name = "UPDATE tasks", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "tasks"))]
-pub async fn cancel_lapsed(conn: &mut Db, batch: i64) -> Result<Vec<TaskRow>> {
+pub async fn cancel_lapsed(conn: &mut Db, queue: Option<&str>, batch: i64) -> Result<Vec<TaskRow>> {
     diesel::sql_query(format!(
         "UPDATE tasks SET status = 'cancelled', processed_at = now(), updated_at = now()
          WHERE id IN (SELECT id FROM tasks
                       WHERE status = 'running' AND must_heartbeat_before <= now()
+                        AND ($1::text IS NULL OR queue = $1)
                         AND cancel_requested
                       ORDER BY must_heartbeat_before
-                      LIMIT $1
+                      LIMIT $2
                       FOR UPDATE SKIP LOCKED)
          RETURNING {COLUMNS}"
     ))
+    .bind::<Nullable<Text>, _>(queue)
     .bind::<BigInt, _>(batch)
     .load(conn)
     .await
@@ -513,10 +527,6 @@ pub async fn list(
 ) -> Result<(Vec<TaskRow>, bool)> {
     let statuses: Vec<String> = statuses.iter().map(|s| (*s).to_owned()).collect();
     let (order, past) = page.order.sql();
-    let from = page.cursor.unwrap_or(match page.order {
-        Order::Asc => 0,
-        Order::Desc => i64::MAX,
-    });
     let sized: Vec<SizedRow> = diesel::sql_query(format!(
         "SELECT {COLUMNS}, page_rows FROM (
              SELECT page.*, count(*) OVER () AS page_rows,
@@ -533,7 +543,7 @@ pub async fn list(
     ))
     .bind::<Array<Text>, _>(statuses)
     .bind::<Nullable<Text>, _>(queue)
-    .bind::<BigInt, _>(from)
+    .bind::<BigInt, _>(page.past_id())
     .bind::<BigInt, _>(page.fetch())
     .bind::<BigInt, _>(max_bytes)
     .load(conn)

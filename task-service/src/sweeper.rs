@@ -93,7 +93,7 @@ pub async fn run(pool: DbPool, engine: Engine, config: SweeperConfig, stop: Canc
 async fn sweep(pool: &DbPool, engine: &Engine, retention_seconds: i64) -> Result<u64, ApiError> {
     let mut conn = db::connection(pool).await?;
     loop {
-        let cancelled = repo::cancel_lapsed(&mut conn, BATCH).await?;
+        let cancelled = repo::cancel_lapsed(&mut conn, None, BATCH).await?;
         tasks::end_cancelled(engine, &cancelled).await;
         if i64::try_from(cancelled.len()).unwrap_or(0) < BATCH {
             break;

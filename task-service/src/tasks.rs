@@ -436,11 +436,14 @@ pub fn claims_per_group(wants: &[Want]) -> usize {
 ///   no worker knows that fence, so the task is claimed under it rather than blocked until the
 ///   stray lease runs out;
 /// * a task that has used all its attempts is not handed out but marked dead, once its lease
-///   proves the last attempt is over; no request's `limit` is spent on it.
+///   proves the last attempt is over; no request's `limit` is spent on it, and it is read apart
+///   from the lapsed tasks to claim (up to the lease batch's size), so it never takes the place
+///   of one.
 ///
 /// A lapsed task whose cancellation was asked for is never handed out: it ends as cancelled
-/// (its worker stopped heartbeating, so nobody will end it otherwise), and its lease is released
-/// after commit. The retention sweeper ends such tasks too, in queues nobody claims from.
+/// (its worker stopped heartbeating, so nobody will end it otherwise) by the statement the
+/// retention sweeper uses for queues nobody claims from, before any lapsed task is read, and its
+/// lease is released after commit.
 ///
 /// If the transaction fails after leases were granted, they are released at once.
 #[tracing::instrument(name = "claim group", skip_all, fields(
@@ -460,15 +463,14 @@ pub async fn claim_group(
         .transaction::<_, ApiError, _>(async |conn| {
             let mut round = Round::new(wants);
             repo::claim_by_index_order(conn).await?;
-            let (cancelled, lapsed): (Vec<TaskRow>, Vec<TaskRow>) =
-                repo::lock_lapsed(conn, queue, total)
-                    .await?
-                    .into_iter()
-                    .partition(|task| task.cancel_requested);
-            for task in cancelled {
-                round
-                    .cancelled
-                    .push(repo::mark_final(conn, task.id, "cancelled", None).await?);
+            // Lapsed tasks that are only to be ended are taken apart from those to claim, so
+            // that they never fill the places of claimable ones (nor spend a request's room).
+            round.cancelled = repo::cancel_lapsed(conn, queue, total).await?;
+            let mut lapsed = repo::lock_lapsed(conn, queue, false, total).await?;
+            // One lease-service batch holds both: the exhausted fill what the claimable left.
+            let spare = MAX_CLAIM - i64::try_from(lapsed.len()).unwrap_or(MAX_CLAIM);
+            if spare > 0 {
+                lapsed.extend(repo::lock_lapsed(conn, queue, true, spare).await?);
             }
             round.grant(conn, engine, lapsed, &granted).await?;
             let room = total - round.taken();

@@ -850,6 +850,51 @@ async fn marking_an_exhausted_task_dead_spends_no_claim_slot() {
 }
 
 #[tokio::test]
+async fn lapsed_tasks_that_are_only_ended_never_take_the_place_of_a_claimable_one() {
+    let s = stack(&[("TASK_LEASE_TTL_SECONDS", "1")]).await;
+    let exhausted = s
+        .create_id(json!({"task_data": {"n": 1}, "max_attempts": 1}))
+        .await;
+    let cancelled = s.create_id(json!({"task_data": {"n": 2}})).await;
+    let claimable = s.create_id(json!({"task_data": {"n": 3}})).await;
+    for id in [exhausted, cancelled, claimable] {
+        assert_eq!(s.claim("w1").await.body["id"].as_i64(), Some(id));
+    }
+    let cancel = s
+        .tasks
+        .post(&format!("/api/tasks/{cancelled}/cancel"), &json!({}))
+        .await;
+    assert_eq!(cancel.status, 202, "{:?}", cancel.body);
+    for id in [exhausted, cancelled, claimable] {
+        s.wait_lease_gone(id).await;
+    }
+    // The tasks only to be ended lapsed first; nothing is pending.
+    for (id, ago) in [(exhausted, 3), (cancelled, 2), (claimable, 1)] {
+        execute(
+            &s.task_db,
+            &format!(
+                "UPDATE tasks SET must_heartbeat_before = now() - interval '{ago} seconds' \
+                 WHERE id = {id}"
+            ),
+        )
+        .await;
+    }
+    let claim = s
+        .tasks
+        .post("/api/tasks/next", &json!({"processor": "w2", "limit": 1}))
+        .await;
+    assert_eq!(claim.status, 202, "{:?}", claim.body);
+    assert_eq!(
+        claim.body[0]["id"].as_i64(),
+        Some(claimable),
+        "{:?}",
+        claim.body
+    );
+    assert_eq!(s.task(exhausted).await["status"], "dead");
+    assert_eq!(s.task(cancelled).await["status"], "cancelled");
+}
+
+#[tokio::test]
 async fn a_task_lease_ttl_lease_service_refuses_fails_readiness_and_claims_loudly() {
     let lease_db = fresh_database().await;
     let task_db = fresh_database().await;
