@@ -233,6 +233,13 @@ async fn list(
             ));
         }
     }
+    if query.resource.is_some() && query.resource_prefix.is_some() {
+        return Err(ApiError::invalid(
+            "invalid_query",
+            "resource",
+            "give resource (one resource) or resource_prefix, not both",
+        ));
+    }
     let filter = repo::ResourceFilter {
         exact: query.resource.as_deref(),
         prefix: query.resource_prefix.as_deref(),

@@ -9,7 +9,7 @@ use diesel::sql_types::{BigInt, Binary, Bool, Integer, Nullable, Text, Timestamp
 use diesel::{OptionalExtension, QueryableByName};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use shared::server::db::Cache;
-use shared::server::http::{Order, Page};
+use shared::server::http::Page;
 
 use std::collections::HashMap;
 
@@ -683,13 +683,10 @@ pub async fn list(
     page: Page,
 ) -> Result<Vec<LeaseRow>, DieselError> {
     let (order, past) = page.order.sql();
-    let from = page.cursor.unwrap_or(match page.order {
-        Order::Asc => 0,
-        Order::Desc => i64::MAX,
-    });
     // One text per filter, so that each kept plan uses its own index: the exact name its unique
     // index, whatever number of resources share a prefix.
     let (resource, name) = match (resources.exact, resources.prefix) {
+        // The handler refuses both at once.
         (Some(exact), _) => ("resource = $2", Some(exact)),
         (None, Some(prefix)) => ("starts_with(resource, $2)", Some(prefix)),
         (None, None) => ("$2::text IS NULL", None),
@@ -699,7 +696,7 @@ pub async fn list(
         listing.condition()
     );
     diesel::sql_query(sql)
-        .bind::<BigInt, _>(from)
+        .bind::<BigInt, _>(page.past_id())
         .bind::<Nullable<Text>, _>(name)
         .bind::<BigInt, _>(page.fetch())
         .cached()

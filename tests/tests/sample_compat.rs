@@ -271,6 +271,34 @@ async fn listings_page_by_next_cursor_in_either_order() {
     }
     let bad = s.tasks.get("/api/tasks?order=sideways").await;
     assert_eq!((bad.status, bad.code()), (400, "invalid_query"));
+    // One resource, or those under a prefix: asked for both, neither is silently dropped.
+    let both = s
+        .leases
+        .get("/api/leases?resource=a&resource_prefix=b")
+        .await;
+    assert_eq!((both.status, both.code()), (400, "invalid_query"));
+    for (query, expected) in [("resource=printer", 1), ("resource=print", 0)] {
+        let exact = s.leases.get(&format!("/api/leases?{query}")).await;
+        assert_eq!(
+            exact.body["leases"].as_array().map(Vec::len),
+            Some(0),
+            "{query}"
+        );
+        let acquired = s
+            .leases
+            .post(
+                "/api/leases",
+                &json!({"resource": "printer", "holder": "h"}),
+            )
+            .await;
+        assert!(acquired.status < 300);
+        let exact = s.leases.get(&format!("/api/leases?{query}")).await;
+        assert_eq!(
+            exact.body["leases"].as_array().map(Vec::len),
+            Some(expected),
+            "{query}"
+        );
+    }
 }
 
 /// A page of large tasks is cut by its size in bytes, not only its row count, and the cursor

@@ -753,6 +753,14 @@ impl Page {
         })
     }
 
+    /// The id this page continues past: the cursor, or the start of the listing in its order.
+    pub fn past_id(self) -> i64 {
+        self.cursor.unwrap_or(match self.order {
+            Order::Asc => 0,
+            Order::Desc => i64::MAX,
+        })
+    }
+
     /// How many rows to fetch: one more than the page, to know whether another page follows.
     pub fn fetch(self) -> i64 {
         self.limit + 1
