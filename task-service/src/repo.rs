@@ -169,22 +169,33 @@ pub async fn clock(conn: &mut Db) -> Result<DateTime<Utc>> {
         .map(|row| row.now)
 }
 
-/// The task an idempotency key names, with the schedule its creator asked for (`None`: none).
+/// The task an idempotency key names, and whether a create asking for `scheduled_at` asks for
+/// the schedule its creator asked for.
 #[derive(Debug, QueryableByName)]
 pub struct KeyedTask {
     // Not `row`: the derive's own code names its row so.
     #[diesel(embed)]
     pub task: TaskRow,
-    #[diesel(sql_type = Nullable<Timestamptz>)]
-    pub requested_scheduled_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Bool)]
+    pub same_schedule: bool,
 }
 
+/// The task `key` names. Its schedule is compared in the database with `scheduled_at` bound
+/// exactly as [`insert`] binds it: a time carries more precision than the column keeps, and
+/// only the same conversion rounds it the same way (before 2000 chrono's truncation is not
+/// diesel's).
 #[tracing::instrument(name = "SELECT tasks", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "tasks"))]
-pub async fn find_by_idempotency_key(conn: &mut Db, key: &str) -> Result<Option<KeyedTask>> {
+pub async fn find_by_idempotency_key(
+    conn: &mut Db,
+    key: &str,
+    scheduled_at: Option<DateTime<Utc>>,
+) -> Result<Option<KeyedTask>> {
     diesel::sql_query(format!(
-        "SELECT {COLUMNS}, requested_scheduled_at FROM tasks WHERE idempotency_key = $1"
+        "SELECT {COLUMNS}, requested_scheduled_at IS NOT DISTINCT FROM $2 AS same_schedule
+         FROM tasks WHERE idempotency_key = $1"
     ))
     .bind::<Text, _>(key)
+    .bind::<Nullable<Timestamptz>, _>(scheduled_at)
     .cached()
     .get_result(conn)
     .await

@@ -192,7 +192,7 @@ pub async fn create(
     }
     // The key is taken: answer with the task it names, if it is the same request.
     let key = task.idempotency_key.as_deref().unwrap_or_default();
-    let existing = repo::find_by_idempotency_key(conn, key)
+    let existing = repo::find_by_idempotency_key(conn, key, task.scheduled_at)
         .await?
         .ok_or_else(|| {
             ApiError::Unavailable(
@@ -221,16 +221,13 @@ pub async fn create(
 /// stored one moves with retries); an omitted `max_attempts` is the default, as it was resolved
 /// for both.
 fn differences(existing: &repo::KeyedTask, task: &NewTask) -> Vec<&'static str> {
-    use chrono::SubsecRound;
     let row = &existing.task;
-    // The database keeps microseconds.
-    let scheduled = task.scheduled_at.map(|at| at.trunc_subsecs(6));
     [
         ("task_data", row.task_data == task.task_data),
         ("queue", row.queue == task.queue),
         ("priority", row.priority == task.priority),
         ("max_attempts", row.max_attempts == task.max_attempts),
-        ("scheduled_at", existing.requested_scheduled_at == scheduled),
+        ("scheduled_at", existing.same_schedule),
     ]
     .into_iter()
     .filter(|(_, same)| !same)
@@ -256,7 +253,9 @@ async fn create_generated(
         return Ok(Some(row));
     }
     if let Some(key) = task.idempotency_key.as_deref()
-        && repo::find_by_idempotency_key(conn, key).await?.is_some()
+        && repo::find_by_idempotency_key(conn, key, task.scheduled_at)
+            .await?
+            .is_some()
     {
         return Ok(None);
     }

@@ -738,6 +738,21 @@ async fn a_repeat_of_an_idempotent_create_must_ask_for_the_same_task() {
         "{:?}",
         repeat.body
     );
+
+    // A schedule finer than the microseconds stored, before 2000: the same request all the same.
+    let old = json!({
+        "task_data": {"n": 3},
+        "idempotency_key": "k3",
+        "scheduled_at": "1999-12-31T23:59:59.1234567Z",
+    });
+    let id = s.create_id(old.clone()).await;
+    let repeat = s.create(old).await;
+    assert_eq!(
+        (repeat.status, repeat.body["id"].as_i64()),
+        (200, Some(id)),
+        "{:?}",
+        repeat.body
+    );
 }
 
 impl Stack {
