@@ -6,9 +6,14 @@
 //! lives until the process exits. When the process exits for any reason
 //! (normal return, `std::process::exit` without destructors, a panic abort,
 //! `SIGKILL`), that thread dies with it and the kernel signals the children.
+//!
+//! The signal reaches only the child itself, not the processes it starts (cargo does not pass
+//! a signal on to rustc or build scripts), so [`spawn_group_tied_to_process`] runs a command
+//! in a process group of its own that is killed as a whole.
 
 use std::io;
-use std::process::{Child, Command};
+use std::os::unix::process::CommandExt as _;
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::OnceLock;
 use std::sync::mpsc;
 
@@ -76,6 +81,75 @@ pub fn spawn_tied_to_process(mut command: Command, death_signal: Signal) -> io::
     answer
         .recv()
         .map_err(|_| io::Error::other("the child-spawner thread did not answer"))?
+}
+
+/// A command running in a process group of its own, with everything it started: killed as a
+/// whole (`SIGKILL`) when dropped, and when this process dies, however it dies.
+#[derive(Debug)]
+pub struct TiedGroup {
+    /// The command's process.
+    leader: Child,
+    /// `sh`, the group's first member, blocked reading `keeper_stdin`. This process holds the
+    /// only copy of the write end, so the read returns once this process is gone, and the
+    /// keeper then kills its own group. Being in the group, it also keeps the group's id from
+    /// being reused, so the group can be killed by id without a race.
+    keeper: Child,
+    keeper_stdin: Option<ChildStdin>,
+}
+
+/// Spawns `command` in a new process group that dies with this process (see [`TiedGroup`]).
+/// The command's own process also gets `death_signal`, as with [`spawn_tied_to_process`].
+pub fn spawn_group_tied_to_process(
+    mut command: Command,
+    death_signal: Signal,
+) -> io::Result<TiedGroup> {
+    let mut keeper = Command::new("/bin/sh")
+        .args(["-c", "read _; kill -KILL 0"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()?;
+    let keeper_stdin = keeper.stdin.take();
+    let pgid = keeper.id();
+    command.process_group(i32::try_from(pgid).map_err(io::Error::other)?);
+    match spawn_tied_to_process(command, death_signal) {
+        Ok(leader) => Ok(TiedGroup {
+            leader,
+            keeper,
+            keeper_stdin,
+        }),
+        Err(error) => {
+            let _ = keeper.kill();
+            let _ = keeper.wait();
+            Err(error)
+        }
+    }
+}
+
+impl TiedGroup {
+    /// The pid of the command's process.
+    pub fn id(&self) -> u32 {
+        self.leader.id()
+    }
+
+    /// The command's exit status, if it has exited (what it started may still run until the
+    /// group is dropped).
+    pub fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
+        self.leader.try_wait()
+    }
+}
+
+impl Drop for TiedGroup {
+    fn drop(&mut self) {
+        // The keeper is not reaped yet, so the group id is still this group's.
+        if let Ok(pgid) = i32::try_from(self.keeper.id()) {
+            let _ = nix::sys::signal::killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+        }
+        drop(self.keeper_stdin.take());
+        let _ = self.keeper.wait();
+        let _ = self.leader.wait();
+    }
 }
 
 /// Makes the child ask the kernel for `signal` when its parent thread dies.

@@ -23,7 +23,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::postgres::{PrivatePostgres, SUPERUSER, redact_url};
-use crate::process::{send_signal, spawn_tied_to_process};
+use crate::process::{send_signal, spawn_group_tied_to_process, spawn_tied_to_process};
 
 /// Default port of the private PostgreSQL (`LEASEHOLD_PG_PORT`).
 pub const DEFAULT_PG_PORT: u16 = 54329;
@@ -738,19 +738,17 @@ async fn build(config: &StackConfig, services: &[ServiceSpec]) -> anyhow::Result
     }
     let shown = format!("cargo {}", args.join(" "));
     tracing::info!("building the services and the CLI: {shown}");
-    let status = tokio::process::Command::new(&cargo)
+    let mut command = Command::new(&cargo);
+    command
         .args(&args)
         .current_dir(&config.workspace_root)
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .status()
-        .await
-        .with_context(|| {
-            format!(
-                "could not run `{shown}` (cargo: {})",
-                cargo.to_string_lossy()
-            )
-        })?;
+        .stdin(Stdio::null());
+    let status = run_to_end(command).await.with_context(|| {
+        format!(
+            "could not run `{shown}` (cargo: {})",
+            cargo.to_string_lossy()
+        )
+    })?;
     ensure!(
         status.success(),
         "`{shown}` failed ({status}) in {}; fix the errors above, or use --no-build to run the binaries already built",
@@ -772,12 +770,12 @@ pub fn build_packages(services: &[ServiceSpec]) -> BTreeSet<&'static str> {
 async fn migrate(service: &ServiceSpec, binary: &Path, args: &[String]) -> anyhow::Result<()> {
     let shown = format!("{} {}", service.binary, args.join(" "));
     tracing::info!("running `{shown}`");
-    let status = tokio::process::Command::new(binary)
+    let mut command = Command::new(binary);
+    command
         .args(args)
         .envs(service.env.iter().map(|(name, value)| (name, value)))
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .status()
+        .stdin(Stdio::null());
+    let status = run_to_end(command)
         .await
         .with_context(|| format!("could not run {}", binary.display()))?;
     if !status.success() {
@@ -790,6 +788,19 @@ async fn migrate(service: &ServiceSpec, binary: &Path, args: &[String]) -> anyho
         bail!("`{shown}` failed ({status}){database}; see its output above");
     }
     Ok(())
+}
+
+/// Runs `command` to its end, in a process group of its own that dies with this process, or as
+/// soon as the returned future is dropped (Ctrl-C during the build): cargo passes no signal on
+/// to rustc and build scripts, so killing cargo alone would leave them compiling.
+async fn run_to_end(command: Command) -> io::Result<std::process::ExitStatus> {
+    let mut group = spawn_group_tied_to_process(command, Signal::SIGKILL)?;
+    loop {
+        if let Some(status) = group.try_wait()? {
+            return Ok(status);
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
 }
 
 /// Sends `GET path` over HTTP/1.1 and returns the response's status code.
