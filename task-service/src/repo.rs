@@ -91,7 +91,7 @@ pub async fn insert(conn: &mut Db, task: &NewTask) -> Result<Option<TaskRow>> {
     diesel::sql_query(format!(
         "INSERT INTO tasks (task_data, scheduled_at, requested_scheduled_at, queue, priority,
                             max_attempts, idempotency_key)
-         VALUES ($1, COALESCE($2, now()), $2, $3, $4, $5, $6)
+         VALUES ($1, COALESCE($2, now()), COALESCE($2, now()), $3, $4, $5, $6)
          ON CONFLICT (idempotency_key) DO NOTHING
          RETURNING {COLUMNS}"
     ))
@@ -130,7 +130,8 @@ pub async fn insert_generated(
          ), inserted AS (
              INSERT INTO tasks (task_data, scheduled_at, requested_scheduled_at, queue, priority,
                                 max_attempts, idempotency_key, created_at, updated_at)
-             SELECT $1, COALESCE($2, at.now), $2, $3, $4, $5, $6, at.now, at.now
+             SELECT $1, COALESCE($2, at.now), COALESCE($2, at.now), $3, $4, $5, $6, at.now,
+                    at.now
              FROM at WHERE at.now < $7
              ON CONFLICT (idempotency_key) DO NOTHING
              RETURNING {COLUMNS}
@@ -183,7 +184,8 @@ pub struct KeyedTask {
 /// The task `key` names. Its schedule is compared in the database with `scheduled_at` bound
 /// exactly as [`insert`] binds it: a time carries more precision than the column keeps, and
 /// only the same conversion rounds it the same way (before 2000 chrono's truncation is not
-/// diesel's).
+/// diesel's). A create that names none asks for its task's creation time, as [`insert`] stores
+/// it; a task whose requested schedule is not known (see its migration) matches any.
 #[tracing::instrument(name = "SELECT tasks", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "tasks"))]
 pub async fn find_by_idempotency_key(
     conn: &mut Db,
@@ -191,7 +193,9 @@ pub async fn find_by_idempotency_key(
     scheduled_at: Option<DateTime<Utc>>,
 ) -> Result<Option<KeyedTask>> {
     diesel::sql_query(format!(
-        "SELECT {COLUMNS}, requested_scheduled_at IS NOT DISTINCT FROM $2 AS same_schedule
+        "SELECT {COLUMNS},
+                (requested_scheduled_at IS NULL
+                 OR requested_scheduled_at = COALESCE($2, created_at)) AS same_schedule
          FROM tasks WHERE idempotency_key = $1"
     ))
     .bind::<Text, _>(key)

@@ -218,8 +218,8 @@ pub async fn create(
 /// The fields in which `task` asks for something other than the stored task its idempotency key
 /// names: a repeat must be the same request, or its creator would silently get a task it did
 /// not ask for. `scheduled_at` is compared with the schedule the first request asked for (the
-/// stored one moves with retries); an omitted `max_attempts` is the default, as it was resolved
-/// for both.
+/// stored one moves with retries; naming none asks for the creation time), where that is known;
+/// an omitted `max_attempts` is the default, as it was resolved for both.
 fn differences(existing: &repo::KeyedTask, task: &NewTask) -> Vec<&'static str> {
     let row = &existing.task;
     [

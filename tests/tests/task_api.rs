@@ -755,6 +755,73 @@ async fn a_repeat_of_an_idempotent_create_must_ask_for_the_same_task() {
     );
 }
 
+#[tokio::test]
+async fn repeats_of_creates_made_before_the_requested_schedule_was_kept_are_judged_fairly() {
+    use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
+    let task_db = fresh_database().await;
+    // A database as the release before the column left it, with tasks its code made.
+    task_service::migrate(&task_db).await.unwrap();
+    let mut conn = AsyncPgConnection::establish(&task_db).await.unwrap();
+    let columns = "task_data, queue, priority, max_attempts, idempotency_key";
+    conn.batch_execute(&format!(
+        "{}
+         DELETE FROM __diesel_schema_migrations WHERE version = '20261123000106';
+         INSERT INTO tasks ({columns}, scheduled_at)
+         VALUES ('{{}}', 'default', 0, 10, 'none', now()),
+                ('{{}}', 'default', 0, 10, 'named', '2999-01-01T00:00:00.123456Z');
+         -- The generator's insert read the clock for the schedule, then for the creation.
+         INSERT INTO tasks ({columns}, scheduled_at, created_at)
+         VALUES ('{{}}', 'default', 0, 10, 'generated', now(), now() + interval '3 microseconds');
+         -- Created for 2999, then claimed and retried: the schedule it was created with is gone.
+         INSERT INTO tasks ({columns}, scheduled_at, fence, attempts, last_error)
+         VALUES ('{{}}', 'default', 0, 10, 'retried', now() + interval '1 minute', 1, 1, 'boom');",
+        include_str!(
+            "../../task-service/migrations/2026-11-23-000106_task_requested_schedule/down.sql"
+        )
+    ))
+    .await
+    .unwrap();
+    task_service::migrate(&task_db).await.unwrap();
+    let lease_db = fresh_database().await;
+    let leases = Service::lease_service(&lease_db, &[]).await;
+    let tasks = Service::task_service(&task_db, &leases.base_url(), &[]).await;
+
+    let named = "2999-01-01T00:00:00.123456Z";
+    let other = "2999-01-01T00:00:01Z";
+    let fresh = "fresh";
+    assert_eq!(
+        tasks
+            .post(
+                "/api/tasks",
+                &json!({"task_data": {}, "idempotency_key": fresh})
+            )
+            .await
+            .status,
+        201
+    );
+    for (key, schedule, same) in [
+        ("none", None, true),
+        ("none", Some(named), false),
+        ("named", Some(named), true),
+        ("named", Some(other), false),
+        ("named", None, false),
+        ("generated", None, true),
+        ("retried", Some(named), true),
+        ("retried", None, true),
+        // Made after the upgrade: whether it named a schedule is known.
+        (fresh, None, true),
+        (fresh, Some(named), false),
+    ] {
+        let mut repeat = json!({"task_data": {}, "idempotency_key": key});
+        if let Some(at) = schedule {
+            repeat["scheduled_at"] = json!(at);
+        }
+        let answer = tasks.post("/api/tasks", &repeat).await;
+        let expected = if same { 200 } else { 422 };
+        assert_eq!(answer.status, expected, "{repeat}: {:?}", answer.body);
+    }
+}
+
 impl Stack {
     /// Waits until lease-service says the task's lease is no longer live: its worker is gone.
     async fn wait_lease_gone(&self, id: i64) {
