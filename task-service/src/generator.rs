@@ -23,11 +23,18 @@ pub async fn status(conn: &mut Db, engine: &Engine) -> Result<GeneratorStatus, A
 
 /// The replica holding the generator's lease, as lease-service tells it.
 async fn leader(engine: &Engine) -> Result<Option<GeneratorLeader>, ApiError> {
-    Ok(engine
-        .leases_retrying
-        .current(&engine.generator_resource)
+    ask_leader(&engine.leases_retrying, engine)
         .await
-        .map_err(|err| ApiError::Unavailable(format!("cannot ask lease-service who leads: {err}")))?
+        .map_err(|err| ApiError::Unavailable(format!("cannot ask lease-service who leads: {err}")))
+}
+
+async fn ask_leader(
+    leases: &shared::LeaseClient,
+    engine: &Engine,
+) -> Result<Option<GeneratorLeader>, shared::LeaseError> {
+    Ok(leases
+        .current(&engine.generator_resource)
+        .await?
         .map(|lease| GeneratorLeader {
             holder: lease.holder,
             fence: lease.fence,
@@ -103,12 +110,23 @@ pub async fn start(
 }
 
 /// Stops the generator: once this answers, no generator task is stored (see
-/// [`crate::repo::insert_generated`]). Like a start, it changes nothing if lease-service cannot
-/// say who leads.
+/// [`crate::repo::insert_generated`]). The stop needs only this database, whose settings row
+/// gates every generator create, so it is stored first: an operator can stop the generator
+/// while lease-service is down. Who leads is then asked once, without retries, only for the
+/// answer; if lease-service cannot tell, the answer says the leader is unknown.
 pub async fn stop(conn: &mut Db, engine: &Engine) -> Result<GeneratorStatus, ApiError> {
-    let leader = leader(engine).await?;
-    let row = repo::set_generator(conn, false, None, None, None).await?;
-    Ok(compose(to_api(row), leader))
+    let settings = to_api(repo::set_generator(conn, false, None, None, None).await?);
+    Ok(match ask_leader(&engine.leases, engine).await {
+        Ok(leader) => compose(settings, leader),
+        Err(err) => {
+            let mut status = compose(settings, None);
+            status.message = format!(
+                "Generator is not running. Its leader is unknown: lease-service could not be \
+                 asked ({err})."
+            );
+            status
+        }
+    })
 }
 
 fn to_api(row: GeneratorRow) -> GeneratorSettings {
