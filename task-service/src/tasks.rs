@@ -97,7 +97,8 @@ impl TtlVerdict {
 
 /// Whether lease-service accepts task-service's lease TTL, for `/readyz`: once a claim or this
 /// probe has seen it accepted, no call is made; otherwise a lease is taken with that TTL on a
-/// resource of its own and released at once (a refused TTL writes nothing in lease-service).
+/// resource of its own and released in the background (a refused TTL writes nothing in
+/// lease-service).
 /// When lease-service cannot be asked, this says nothing: its health check reports that.
 pub async fn check_lease_ttl(engine: &Engine) -> Result<(), ApiError> {
     if engine.lease_ttl_verdict.get() == Some(Ok(())) {
@@ -113,13 +114,14 @@ pub async fn check_lease_ttl(engine: &Engine) -> Result<(), ApiError> {
     {
         Ok(lease) => {
             engine.lease_ttl_verdict.accept();
-            if let Err(err) = engine
-                .leases
-                .release(&resource, &holder, lease.proof())
-                .await
-            {
-                tracing::debug!(error = %err, "TTL probe lease not released; it will expire");
-            }
+            // The verdict is in: the answer (a readiness probe's, on a short budget) does not
+            // wait for the release, which nothing depends on.
+            let leases = engine.leases.clone();
+            tokio::spawn(async move {
+                if let Err(err) = leases.release(&resource, &holder, lease.proof()).await {
+                    tracing::debug!(error = %err, "TTL probe lease not released; it will expire");
+                }
+            });
             Ok(())
         }
         Err(LeaseError::Rejected { code, error, .. }) if code == "invalid_ttl" => {

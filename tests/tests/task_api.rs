@@ -2,6 +2,8 @@
 //! driven by hand-written worker requests (the worker binary has tests of its own).
 #![allow(clippy::unwrap_used)]
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -1039,6 +1041,104 @@ async fn a_task_lease_ttl_lease_service_refuses_fails_readiness_and_claims_loudl
         .post("/api/tasks/next", &json!({"processor": "w"}))
         .await;
     assert_eq!(claim.status, 202, "{:?}", claim.body);
+}
+
+/// A stand-in for lease-service: `/healthz` answers at once, an acquire answers with a lease
+/// while `acquires_answer` is set, and every other call never answers. It stops with the test.
+async fn stalling_lease_service(acquires_answer: Arc<AtomicBool>) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(serve_stalling(stream, Arc::clone(&acquires_answer)));
+        }
+    });
+    url
+}
+
+async fn serve_stalling(mut stream: tokio::net::TcpStream, acquires_answer: Arc<AtomicBool>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut read = Vec::new();
+    loop {
+        let mut chunk = [0u8; 4096];
+        let request = loop {
+            let text = String::from_utf8_lossy(&read).into_owned();
+            if let Some(end) = text.find("\r\n\r\n") {
+                let length: usize = text[..end]
+                    .lines()
+                    .find_map(|line| {
+                        let (name, value) = line.split_once(':')?;
+                        name.eq_ignore_ascii_case("content-length")
+                            .then(|| value.trim().parse().unwrap())
+                    })
+                    .unwrap_or(0);
+                if read.len() >= end + 4 + length {
+                    read.drain(..end + 4 + length);
+                    break text[..end].lines().next().unwrap_or("").to_owned();
+                }
+            }
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => read.extend_from_slice(&chunk[..n]),
+            }
+        };
+        let (status, body) = if request.starts_with("GET /healthz ") {
+            ("200 OK", json!({"status": "ok"}))
+        } else if request.starts_with("POST /api/leases ") && acquires_answer.load(Ordering::SeqCst)
+        {
+            let lease = json!({
+                "id": 1, "resource": "probe", "holder": "probe", "fence": 1, "ttlSeconds": 30,
+                "status": "active", "createdAt": "2026-01-01T00:00:00Z", "renewedAt": null,
+                "releasedAt": null, "expiresAt": "2026-01-01T00:00:30Z", "expiresInMs": 30000,
+            });
+            ("201 Created", lease)
+        } else {
+            return std::future::pending().await;
+        };
+        let body = body.to_string();
+        let answer = format!(
+            "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        if stream.write_all(answer.as_bytes()).await.is_err() {
+            return;
+        }
+    }
+}
+
+#[tokio::test]
+async fn readiness_answers_within_its_budget_however_long_lease_service_stalls() {
+    let acquires_answer = Arc::new(AtomicBool::new(false));
+    let lease_url = stalling_lease_service(Arc::clone(&acquires_answer)).await;
+    let task_db = fresh_database().await;
+    // Lease calls may take far longer than a readiness probe waits.
+    let tasks =
+        Service::task_service(&task_db, &lease_url, &[("LEASE_CALL_TIMEOUT_MS", "60000")]).await;
+    // A 2 s budget, and room for a slow machine: far less than a stalled lease call.
+    let probe = reqwest::Client::builder()
+        .timeout(Duration::from_secs(6))
+        .build()
+        .unwrap();
+    let ready = || async {
+        let answer = probe
+            .get(tasks.url("/readyz"))
+            .send()
+            .await
+            .unwrap_or_else(|err| panic!("/readyz did not answer in time: {err}"));
+        let status = answer.status().as_u16();
+        (status, answer.json::<Value>().await.unwrap())
+    };
+    // The TTL probe's acquire stalls: not ready, said in time.
+    let (status, body) = ready().await;
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("task lease TTL"),
+        "{body}"
+    );
+    // It is granted, and the probe lease's release stalls: ready, without waiting for it.
+    acquires_answer.store(true, Ordering::SeqCst);
+    let (status, body) = ready().await;
+    assert_eq!(status, 200, "{body}");
 }
 
 #[tokio::test]
