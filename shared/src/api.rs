@@ -304,6 +304,7 @@ impl ErrorBody {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
