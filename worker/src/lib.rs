@@ -33,12 +33,15 @@
 //! configuration of [`config::WorkerConfig`] (flags and environment variables).
 
 pub mod backoff;
+mod chaos;
 pub mod client;
 pub mod completions;
 pub mod config;
 pub mod handler;
+mod heartbeat;
 pub mod metrics;
 pub mod runner;
+mod task_run;
 
 pub use backoff::Backoff;
 pub use client::{CallError, TaskClient};

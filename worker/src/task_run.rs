@@ -1,0 +1,378 @@
+//! One claimed task's run, from the handler's start to its final answer: the handler races the
+//! lease's loss, the shutdown's hand-back and the chaos crash, and whatever wins decides what is
+//! sent (`complete`, `fail`, a hand-back) or that nothing is. It is one async function per task,
+//! spawned by the claim loop, so that a task's whole life reads top to bottom in one place and a
+//! panic or a dropped future stays inside that task. Every answer goes through [`deliver`], the
+//! one place that retries and that refuses to send once the lease may be lost: a worker must
+//! never answer for a task someone else may now hold.
+
+use std::any::Any;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use futures_util::FutureExt;
+use prometheus::IntGauge;
+use shared::tasks::Task;
+use tokio::time::{Instant, sleep, sleep_until};
+use tokio_util::sync::CancellationToken;
+
+use crate::chaos::{chaos_crash_at, chaos_pause, crash};
+use crate::client::CallError;
+use crate::handler::{TaskFailure, TaskHandler};
+use crate::heartbeat::{LeaseState, keep_alive, retry_backoff};
+use crate::runner::{Ctx, HAND_BACK_TIMEOUT};
+
+/// Longest error message sent with `fail`.
+pub const MAX_ERROR_CHARS: usize = 2_000;
+
+/// How the work on a task ended.
+enum Outcome {
+    Lost,
+    HandBack,
+    Done(Result<crate::handler::TaskResult, Box<dyn Any + Send>>),
+}
+
+/// Works on one claimed task, from start to its final answer (or loss).
+pub(crate) async fn process<H: TaskHandler>(
+    ctx: Arc<Ctx>,
+    handler: Arc<H>,
+    task: Task,
+    claim_sent: Instant,
+    hand_back: CancellationToken,
+) {
+    let id = task.id;
+    let fence = task.fence;
+    let settings = &ctx.settings;
+    let processor = settings.worker_id.as_str();
+    let _in_flight = InFlight::new(&ctx.metrics.in_flight);
+    tracing::debug!(
+        task_id = id,
+        fence,
+        processor,
+        queue = %task.queue,
+        attempts = task.attempts,
+        "claimed task {id}"
+    );
+
+    let lease = Arc::new(LeaseState::new(
+        settings.lease_ttl.saturating_sub(settings.safety_margin),
+        claim_sent,
+    ));
+    let stop_heartbeats = CancellationToken::new();
+    let _stop_heartbeats_on_exit = stop_heartbeats.clone().drop_guard();
+    tokio::spawn(keep_alive(
+        ctx.clone(),
+        id,
+        fence,
+        lease.clone(),
+        stop_heartbeats,
+        chaos_pause(settings, claim_sent),
+    ));
+    let crash_at = chaos_crash_at(settings, &task);
+
+    let cancel = CancellationToken::new();
+    let work = AssertUnwindSafe(handler.handle(task, cancel.clone())).catch_unwind();
+    let outcome = tokio::select! {
+        biased;
+        () = lease.lost.cancelled() => Outcome::Lost,
+        () = hand_back.cancelled() => Outcome::HandBack,
+        () = sleep_until_some(crash_at) => crash(id, fence),
+        result = work => Outcome::Done(result),
+    };
+    // The handler is finished or its future was just dropped; tell anything it started, too.
+    cancel.cancel();
+
+    match outcome {
+        Outcome::Lost => {
+            ctx.metrics.lost.inc();
+            tracing::warn!(
+                task_id = id,
+                fence,
+                processor,
+                reason = %lease.reason(),
+                "lost task {id}: work cancelled; it will not be completed by this worker"
+            );
+        }
+        Outcome::HandBack => hand_back_task(&ctx, id, fence, &lease).await,
+        Outcome::Done(result) => {
+            if crash_at.is_some() {
+                crash(id, fence); // the chosen point lay beyond the end of the work
+            }
+            match result {
+                Ok(Ok(output)) => complete(&ctx, id, fence, &lease, claim_sent, output).await,
+                Ok(Err(failure)) => fail(&ctx, id, fence, &lease, failure).await,
+                Err(panic) => {
+                    let failure = TaskFailure::retryable(format!(
+                        "the task handler panicked: {}",
+                        panic_message(panic.as_ref())
+                    ));
+                    fail(&ctx, id, fence, &lease, failure).await;
+                }
+            }
+        }
+    }
+}
+
+async fn complete(
+    ctx: &Ctx,
+    id: i64,
+    fence: Option<i64>,
+    lease: &LeaseState,
+    claim_sent: Instant,
+    output: serde_json::Value,
+) {
+    let processor = ctx.settings.worker_id.as_str();
+    let delivery = deliver(ctx, id, "complete", lease, None, || {
+        ctx.completer.complete(id, fence, output.clone())
+    })
+    .await;
+    match delivery {
+        Delivery::Accepted => {
+            let elapsed = claim_sent.elapsed();
+            ctx.metrics.completed.inc();
+            ctx.metrics.claim_to_complete.observe(elapsed.as_secs_f64());
+            tracing::debug!(
+                task_id = id,
+                fence,
+                processor,
+                elapsed_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+                "completed task {id}"
+            );
+        }
+        Delivery::Refused(err) if err.is_loss() => {
+            ctx.metrics.lost.inc();
+            tracing::warn!(
+                task_id = id,
+                fence,
+                processor,
+                code = err.code().unwrap_or_default(),
+                error = %err,
+                "task-service refused the completion of task {id}; dropping it"
+            );
+        }
+        Delivery::Refused(err) => {
+            // An output task-service will not store (too large, say) would be refused on every
+            // attempt: report the task as failed for good instead.
+            tracing::error!(
+                task_id = id,
+                fence,
+                processor,
+                error = %err,
+                "task-service rejected the output of task {id}; reporting it as failed"
+            );
+            let failure = TaskFailure::permanent(format!("task-service refused the output: {err}"));
+            fail(ctx, id, fence, lease, failure).await;
+        }
+        Delivery::Abandoned(reason) => {
+            ctx.metrics.lost.inc();
+            tracing::warn!(
+                task_id = id,
+                fence,
+                processor,
+                %reason,
+                "gave up completing task {id}; it is reclaimed when its lease expires"
+            );
+        }
+    }
+}
+
+async fn fail(ctx: &Ctx, id: i64, fence: Option<i64>, lease: &LeaseState, failure: TaskFailure) {
+    let processor = ctx.settings.worker_id.as_str();
+    let message = truncate(&failure.message, MAX_ERROR_CHARS);
+    let delivery = deliver(ctx, id, "fail", lease, None, || {
+        ctx.client
+            .fail(id, processor, fence, &message, failure.retryable, false)
+    })
+    .await;
+    match delivery {
+        Delivery::Accepted => {
+            ctx.metrics.failed.inc();
+            tracing::info!(
+                task_id = id,
+                fence,
+                processor,
+                retryable = failure.retryable,
+                error = %message,
+                "failed task {id}"
+            );
+        }
+        Delivery::Refused(err) => {
+            ctx.metrics.lost.inc();
+            tracing::warn!(
+                task_id = id,
+                fence,
+                processor,
+                error = %err,
+                handler_error = %message,
+                "task-service refused the failure of task {id}; dropping it"
+            );
+        }
+        Delivery::Abandoned(reason) => {
+            ctx.metrics.lost.inc();
+            tracing::warn!(
+                task_id = id,
+                fence,
+                processor,
+                %reason,
+                handler_error = %message,
+                "gave up reporting the failure of task {id}; it is reclaimed when its lease expires"
+            );
+        }
+    }
+}
+
+/// Shutdown: hands the task back (`fail` with `requeue: true`) so it can be claimed at once.
+async fn hand_back_task(ctx: &Ctx, id: i64, fence: Option<i64>, lease: &LeaseState) {
+    let processor = ctx.settings.worker_id.as_str();
+    let message = format!("worker {processor} shut down before finishing the task");
+    let limit = Instant::now() + HAND_BACK_TIMEOUT;
+    let delivery = deliver(ctx, id, "hand back", lease, Some(limit), || {
+        ctx.client.fail(id, processor, fence, &message, true, true)
+    })
+    .await;
+    match delivery {
+        Delivery::Accepted => {
+            ctx.metrics.requeued.inc();
+            tracing::info!(
+                task_id = id,
+                fence,
+                processor,
+                "handed back task {id} (shutting down)"
+            );
+        }
+        Delivery::Refused(err) => {
+            ctx.metrics.lost.inc();
+            tracing::warn!(
+                task_id = id,
+                fence,
+                processor,
+                error = %err,
+                "task-service refused to take back task {id}"
+            );
+        }
+        Delivery::Abandoned(reason) => {
+            ctx.metrics.lost.inc();
+            tracing::warn!(
+                task_id = id,
+                fence,
+                processor,
+                %reason,
+                "could not hand back task {id}; it is reclaimed when its lease expires"
+            );
+        }
+    }
+}
+
+/// How sending a task's final answer ended.
+enum Delivery {
+    Accepted,
+    Refused(CallError),
+    Abandoned(String),
+}
+
+/// Sends an answer, retrying transient failures until the lease is lost (its deadline passes or
+/// a heartbeat is refused) or until `limit`. Nothing is sent once the deadline has passed. A request already sent is always awaited (it is
+/// bounded by the request timeout): task-service judges it by the fence.
+async fn deliver<F, Fut>(
+    ctx: &Ctx,
+    id: i64,
+    what: &str,
+    lease: &LeaseState,
+    limit: Option<Instant>,
+    mut call: F,
+) -> Delivery
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Option<Task>, CallError>>,
+{
+    let mut backoff = retry_backoff(&ctx.settings);
+    loop {
+        // Checked here too, not only by the heartbeat loop: after a pause of the whole process
+        // (SIGSTOP, a VM freeze) this task may run before that loop notices the deadline.
+        if Instant::now() >= lease.deadline() {
+            lease.lose("no heartbeat confirmed before the lease deadline".to_owned());
+        }
+        if lease.lost.is_cancelled() {
+            return Delivery::Abandoned(lease.reason());
+        }
+        if limit.is_some_and(|limit| Instant::now() >= limit) {
+            return Delivery::Abandoned(format!("{what} not confirmed in time"));
+        }
+        match call().await {
+            Ok(_) => return Delivery::Accepted,
+            Err(err @ CallError::Refused { .. }) => return Delivery::Refused(err),
+            Err(CallError::Transient(reason)) => {
+                tracing::warn!(
+                    task_id = id,
+                    %reason,
+                    "{what} of task {id} failed; retrying until the lease deadline"
+                );
+            }
+        }
+        tokio::select! {
+            () = lease.lost.cancelled() => {}
+            () = sleep_until_some(limit) => {}
+            () = sleep(backoff.next_delay()) => {}
+        }
+    }
+}
+
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn panic_message(panic: &(dyn Any + Send)) -> String {
+    if let Some(text) = panic.downcast_ref::<&str>() {
+        (*text).to_owned()
+    } else if let Some(text) = panic.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "(no message)".to_owned()
+    }
+}
+
+fn truncate(text: &str, max_chars: usize) -> String {
+    match text.char_indices().nth(max_chars) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_owned(),
+    }
+}
+
+/// Counts a task in `worker_tasks_in_flight` while alive.
+struct InFlight(IntGauge);
+
+impl InFlight {
+    fn new(gauge: &IntGauge) -> Self {
+        gauge.inc();
+        Self(gauge.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_errors_are_truncated_on_a_char_boundary() {
+        assert_eq!(truncate("short", 10), "short");
+        assert_eq!(truncate("ééééé", 3), "ééé…");
+    }
+
+    #[test]
+    fn panic_messages_are_read() {
+        let Err(panic) = std::panic::catch_unwind(|| panic!("boom {}", 1));
+        assert_eq!(panic_message(panic.as_ref()), "boom 1");
+        let Err(panic) = std::panic::catch_unwind(|| panic!("static"));
+        assert_eq!(panic_message(panic.as_ref()), "static");
+    }
+}
