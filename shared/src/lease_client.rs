@@ -468,7 +468,9 @@ fn ttl_seconds(ttl: Duration) -> i64 {
     i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX).max(1)
 }
 
-fn describe(err: &reqwest::Error) -> String {
+/// A failed HTTP exchange in a few words that say which kind it was (timed out, could not
+/// connect, or reqwest's own words): what the clients of both services log and report.
+pub fn describe(err: &reqwest::Error) -> String {
     if err.is_timeout() {
         format!("timed out: {err}")
     } else if err.is_connect() {

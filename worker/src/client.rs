@@ -311,7 +311,7 @@ async fn exchange<B: Serialize>(
     .instrument(span.clone())
     .await;
     let response = sent.map_err(|err| {
-        let reason = describe(&err);
+        let reason = shared::lease_client::describe(&err);
         shared::telemetry::record_response(&span, Err(&reason));
         CallError::Transient(reason)
     })?;
@@ -320,7 +320,7 @@ async fn exchange<B: Serialize>(
     let bytes = response
         .bytes()
         .await
-        .map_err(|err| CallError::Transient(describe(&err)))?;
+        .map_err(|err| CallError::Transient(shared::lease_client::describe(&err)))?;
     if status.is_success() {
         return Ok(bytes.to_vec());
     }
@@ -359,16 +359,6 @@ fn parse_claim(bytes: &[u8]) -> Result<Vec<Task>, CallError> {
         other => Err(CallError::Transient(format!(
             "unexpected claim answer: {other}"
         ))),
-    }
-}
-
-fn describe(err: &reqwest::Error) -> String {
-    if err.is_timeout() {
-        format!("timed out: {err}")
-    } else if err.is_connect() {
-        format!("cannot connect: {err}")
-    } else {
-        err.to_string()
     }
 }
 
