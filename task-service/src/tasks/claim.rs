@@ -1,0 +1,465 @@
+//! Claiming tasks (`POST /api/tasks/claim`). Claims arrive in bursts from many workers, and each
+//! one alone would cost a transaction and a lease-service call; so the claims waiting for one
+//! queue are gathered into a group ([`ClaimGroups`]) that takes its tasks in one transaction
+//! and their leases in one lease-service batch. Within the group every claim is judged as if
+//! it came alone, in arrival order, and lease-service still has the final word on each task.
+
+use std::sync::PoisonError;
+
+use diesel_async::AsyncConnection;
+use shared::LeaseError;
+use shared::api::Lease;
+use shared::server::{ApiError, validate_name, validate_name_within};
+use shared::tasks::{ClaimTasks, Task};
+use tracing::field::Empty;
+
+use super::refusal::credentials_refused;
+use super::validate::{MAX_CLAIM, MAX_QUEUE_BYTES};
+use super::{Engine, to_api};
+use crate::repo::{self, Db, TaskRow};
+
+/// One claim request's part in a claim group: who claims, and at most how many tasks.
+#[derive(Debug, Clone)]
+pub struct Want {
+    pub processor: String,
+    pub limit: i64,
+}
+
+/// Checks a claim request; what it wants.
+pub fn want(request: &ClaimTasks) -> Result<Want, ApiError> {
+    validate_name("processor", &request.processor)?;
+    if let Some(queue) = &request.queue {
+        validate_name_within("queue", queue, MAX_QUEUE_BYTES)?;
+    }
+    let limit = request.limit.unwrap_or(1);
+    if !(1..=MAX_CLAIM).contains(&limit) {
+        return Err(ApiError::invalid(
+            "invalid_limit",
+            "limit",
+            format!("limit must be between 1 and {MAX_CLAIM}, got {limit}"),
+        ));
+    }
+    Ok(Want {
+        processor: request.processor.clone(),
+        limit,
+    })
+}
+
+/// How many waiting claims, from the front, go in one group: their limits add up to at most
+/// [`MAX_CLAIM`], one statement's and one lease batch's worth.
+pub fn claims_per_group(wants: &[Want]) -> usize {
+    let mut total = 0;
+    wants
+        .iter()
+        .take_while(|want| {
+            total += want.limit;
+            total <= MAX_CLAIM
+        })
+        .count()
+}
+
+/// Claims due tasks of `queue` for a group of claim requests in one transaction: each gets up
+/// to its `limit`, in the group's order, and the tasks of all of them take their leases in one
+/// lease-service call (each under its own claimant's name).
+///
+/// Candidates are locked with `SKIP LOCKED`: running tasks whose lease ran out by the recorded
+/// expiry first, then, for the room left, due pending tasks by priority and schedule. Each
+/// candidate's lease is acquired from lease-service while its row is locked, and lease-service
+/// has the final word:
+/// * a refusal (another holder) skips the task, and a lapsed task's recorded expiry moves to the
+///   holder's, so it stops crowding the claim;
+/// * a *reentrant* acquire (this processor name already holds the task's lease) skips it too
+///   when the lease's fence is the task's: another worker with the same name has it, and
+///   handing it out again would give both one fence. A reentrant lease with any other fence was
+///   granted to a claim that never committed (its answer timed out, or its transaction failed):
+///   no worker knows that fence, so the task is claimed under it rather than blocked until the
+///   stray lease runs out;
+/// * a task that has used all its attempts is not handed out but marked dead, once its lease
+///   proves the last attempt is over; no request's `limit` is spent on it, and it is read apart
+///   from the lapsed tasks to claim (up to the lease batch's size), so it never takes the place
+///   of one.
+///
+/// A lapsed task whose cancellation was asked for is never handed out: it ends as cancelled
+/// (its worker stopped heartbeating, so nobody will end it otherwise) by the statement the
+/// retention sweeper uses for queues nobody claims from, before any lapsed task is read, and its
+/// lease is released after commit.
+///
+/// If the transaction fails after leases were granted, they are released at once.
+#[tracing::instrument(name = "claim group", skip_all, fields(
+    task.queue = queue.unwrap_or(""),
+    task.group.size = wants.len(),
+))]
+pub async fn claim_group(
+    conn: &mut Db,
+    engine: &Engine,
+    queue: Option<&str>,
+    wants: &[Want],
+) -> Result<Vec<Vec<TaskRow>>, ApiError> {
+    let total: i64 = wants.iter().map(|want| want.limit).sum();
+    // Leases granted inside the transaction, to release should it fail.
+    let granted = std::sync::Mutex::new(Vec::new());
+    let outcome = conn
+        .transaction::<_, ApiError, _>(async |conn| {
+            let mut round = Round::new(wants);
+            repo::claim_by_index_order(conn).await?;
+            // Lapsed tasks that are only to be ended are taken apart from those to claim, so
+            // that they never fill the places of claimable ones (nor spend a request's room).
+            round.cancelled = repo::cancel_lapsed(conn, queue, total).await?;
+            let mut lapsed = repo::lock_lapsed(conn, queue, false, total).await?;
+            // One lease-service batch holds both: the exhausted fill what the claimable left.
+            let spare = MAX_CLAIM - i64::try_from(lapsed.len()).unwrap_or(MAX_CLAIM);
+            if spare > 0 {
+                lapsed.extend(repo::lock_lapsed(conn, queue, true, spare).await?);
+            }
+            round.grant(conn, engine, lapsed, &granted).await?;
+            let room = total - round.taken();
+            if room > 0 {
+                let due = repo::lock_due(conn, queue, room).await?;
+                round.grant(conn, engine, due, &granted).await?;
+            }
+            if round.taken() == 0
+                && let Some(err) = round.misconfigured
+            {
+                return Err(err);
+            }
+            if round.taken() == 0
+                && let Some(reason) = round.unavailable
+            {
+                return Err(ApiError::Unavailable(format!(
+                    "lease-service unavailable: {reason}"
+                )));
+            }
+            Ok((round.claimed, round.exhausted, round.cancelled))
+        })
+        .await;
+    let (claimed, exhausted, cancelled) = match outcome {
+        Ok(done) => done,
+        Err(err) => {
+            let granted =
+                std::mem::take(&mut *granted.lock().unwrap_or_else(PoisonError::into_inner));
+            for (id, holder, lease) in granted {
+                engine
+                    .release_after_commit(id, &holder, lease.proof())
+                    .await;
+            }
+            return Err(err);
+        }
+    };
+    for (want, rows) in wants.iter().zip(&claimed) {
+        for row in rows {
+            engine
+                .metrics
+                .claimed
+                .with_label_values(&[row.queue.as_str()])
+                .inc();
+            tracing::debug!(
+                task.id = row.id,
+                task.fence = row.fence,
+                task.attempts = row.attempts,
+                task.processor = %want.processor,
+                "task claimed"
+            );
+        }
+    }
+    for (row, holder, lease) in &exhausted {
+        engine
+            .metrics
+            .dead
+            .with_label_values(&[row.queue.as_str(), "attempts_exhausted"])
+            .inc();
+        engine
+            .release_after_commit(row.id, holder, lease.proof())
+            .await;
+    }
+    end_cancelled(engine, &cancelled).await;
+    Ok(claimed)
+}
+
+/// After the commit that ended lapsed tasks as cancelled: counts them, and releases their
+/// leases on their last workers' behalf, should any still be live.
+pub async fn end_cancelled(engine: &Engine, cancelled: &[TaskRow]) {
+    for row in cancelled {
+        engine
+            .metrics
+            .cancelled
+            .with_label_values(&[row.queue.as_str()])
+            .inc();
+        tracing::info!(
+            task.id = row.id,
+            "task cancelled: its worker stopped heartbeating after the cancellation was asked for"
+        );
+        if let Some(processor) = row.processor.as_deref() {
+            engine
+                .release_after_commit(row.id, processor, row.lease_proof())
+                .await;
+        }
+    }
+}
+
+/// Claims due tasks for one request, in a group with the claims that arrive with it
+/// ([`claim_group`]).
+#[tracing::instrument(name = "claim tasks", skip_all, fields(
+    task.processor = %request.processor,
+    task.queue = request.queue.as_deref().unwrap_or(""),
+    task.id = Empty,
+    task.ids = Empty,
+    task.fence = Empty,
+))]
+pub async fn claim(claims: &ClaimGroups, request: &ClaimTasks) -> Result<Vec<Task>, ApiError> {
+    let want = want(request)?;
+    let claimed = claims
+        .submit(request.queue.clone(), want)
+        .await
+        .unwrap_or_else(|| Err(ApiError::Internal("the claim group failed".to_owned())))?;
+    let span = tracing::Span::current();
+    if let [row] = claimed.as_slice() {
+        span.record("task.id", row.id);
+        span.record("task.fence", row.fence.unwrap_or_default());
+    }
+    let ids: Vec<String> = claimed.iter().map(|row| row.id.to_string()).collect();
+    span.record("task.ids", ids.join(","));
+    Ok(claimed.into_iter().map(to_api).collect())
+}
+
+/// Claim requests gathered by queue into [`claim_group`]s.
+pub type ClaimGroups =
+    shared::server::coalesce::Coalescer<Option<String>, Want, Result<Vec<TaskRow>, ApiError>>;
+
+/// What one claim group has taken so far, per request.
+struct Round<'w> {
+    wants: &'w [Want],
+    claimed: Vec<Vec<TaskRow>>,
+    /// Tasks each request has claimed.
+    taken: Vec<i64>,
+    /// Tasks marked dead, with their holder and the lease to release after commit.
+    exhausted: Vec<(TaskRow, String, Lease)>,
+    /// Lapsed tasks whose cancellation was asked for, ended as cancelled.
+    cancelled: Vec<TaskRow>,
+    unavailable: Option<String>,
+    /// lease-service refused the lease TTL: no claim can succeed until it is fixed.
+    misconfigured: Option<ApiError>,
+}
+
+impl<'w> Round<'w> {
+    fn new(wants: &'w [Want]) -> Self {
+        Round {
+            wants,
+            claimed: wants.iter().map(|_| Vec::new()).collect(),
+            taken: wants.iter().map(|_| 0).collect(),
+            exhausted: Vec::new(),
+            cancelled: Vec::new(),
+            unavailable: None,
+            misconfigured: None,
+        }
+    }
+
+    fn taken(&self) -> i64 {
+        self.taken.iter().sum()
+    }
+
+    /// Hands each candidate, in order, to the first request with room left, asks lease-service
+    /// for every candidate's lease at once, and records the answers.
+    async fn grant(
+        &mut self,
+        conn: &mut Db,
+        engine: &Engine,
+        candidates: Vec<TaskRow>,
+        granted: &std::sync::Mutex<Vec<(i64, String, Lease)>>,
+    ) -> Result<(), ApiError> {
+        if candidates.is_empty() {
+            return Ok(());
+        }
+        let mut room: Vec<i64> = self
+            .wants
+            .iter()
+            .zip(&self.taken)
+            .map(|(want, taken)| want.limit - taken)
+            .collect();
+        let mut owners: Vec<usize> = Vec::with_capacity(candidates.len());
+        let mut kept: Vec<TaskRow> = Vec::with_capacity(candidates.len());
+        for task in candidates {
+            let owner = if exhausted(&task) {
+                // Its lease is taken only to prove that its last attempt is over, then it is
+                // marked dead: no request's room is spent on it.
+                room.iter().position(|left| *left > 0).unwrap_or(0)
+            } else {
+                let Some(owner) = room.iter().position(|left| *left > 0) else {
+                    continue;
+                };
+                room[owner] -= 1;
+                owner
+            };
+            owners.push(owner);
+            kept.push(task);
+        }
+        let candidates = kept;
+        if candidates.is_empty() {
+            return Ok(());
+        }
+        // One call and one commit in lease-service for the whole group.
+        let resources: Vec<String> = candidates.iter().map(|t| engine.resource(t.id)).collect();
+        let holders: Vec<String> = owners
+            .iter()
+            .map(|owner| self.wants[*owner].processor.clone())
+            .collect();
+        let mut answer = match engine
+            .leases
+            .acquire_each(&resources, &holders, Some(engine.lease_ttl))
+            .await
+        {
+            Ok(answer) => {
+                engine.lease_ttl_verdict.accept();
+                answer
+            }
+            Err(LeaseError::Rejected { code, error, .. }) if code == "invalid_ttl" => {
+                self.misconfigured =
+                    Some(engine.lease_ttl_verdict.reject(engine.lease_ttl, &error));
+                return Ok(());
+            }
+            Err(LeaseError::Unavailable(reason)) => {
+                self.unavailable = Some(reason);
+                return Ok(());
+            }
+            Err(
+                err @ LeaseError::Rejected {
+                    status: 401 | 403, ..
+                },
+            ) => {
+                self.unavailable = Some(credentials_refused(&err));
+                return Ok(());
+            }
+            Err(other) => {
+                tracing::warn!(error = %other, "lease-service refused a batch of task leases");
+                return Ok(());
+            }
+        };
+        let mut to_claim: Vec<(usize, i64, Lease)> = Vec::new();
+        for ((task, resource), owner) in candidates.into_iter().zip(resources).zip(owners) {
+            let take = |leases: &mut Vec<Lease>| {
+                let at = leases.iter().position(|l| l.resource == resource)?;
+                Some(leases.swap_remove(at))
+            };
+            let lease = if let Some(lease) = take(&mut answer.acquired) {
+                lease
+            } else if let Some(lease) = take(&mut answer.extended) {
+                // The same name already works on it under this fence: not handed out twice.
+                if task.fence == Some(lease.fence) {
+                    continue;
+                }
+                lease
+            } else {
+                if task.status == "running"
+                    && let Some(held) = answer.held.iter().find(|h| h.resource == resource)
+                {
+                    repo::postpone_lapse(conn, task.id, held.expires_at).await?;
+                }
+                continue;
+            };
+            let holder = &self.wants[owner].processor;
+            granted
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push((task.id, holder.clone(), lease.clone()));
+            if exhausted(&task) {
+                let reason = format!(
+                    "attempts exhausted: the lease of attempt {} of {} ran out (processor {:?} stopped heartbeating)",
+                    task.attempts,
+                    task.max_attempts,
+                    task.processor.as_deref().unwrap_or("?")
+                );
+                let row = repo::mark_final(conn, task.id, "dead", Some(&reason)).await?;
+                self.exhausted.push((row, holder.clone(), lease));
+            } else {
+                self.taken[owner] += 1;
+                to_claim.push((owner, task.id, lease));
+            }
+        }
+        if !to_claim.is_empty() {
+            let claims: Vec<repo::Claim<'_>> = to_claim
+                .iter()
+                .map(|(owner, id, lease)| repo::Claim {
+                    id: *id,
+                    processor: &self.wants[*owner].processor,
+                    fence: lease.fence,
+                    lease_secret: lease.secret.as_ref(),
+                    lease_expiry: lease.expires_at,
+                })
+                .collect();
+            let mut rows: std::collections::HashMap<i64, TaskRow> =
+                repo::mark_claimed(conn, &claims)
+                    .await?
+                    .into_iter()
+                    .map(|row| (row.id, row))
+                    .collect();
+            // Each request's tasks in the order the candidates came: priority, then schedule.
+            for (owner, id, _) in &to_claim {
+                if let Some(row) = rows.remove(id) {
+                    self.claimed[*owner].push(row);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A task that has used all its attempts: it is never handed out again.
+fn exhausted(task: &TaskRow) -> bool {
+    task.attempts >= task.max_attempts
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::tasks::fixtures;
+
+    fn wants(limits: &[i64]) -> Vec<Want> {
+        limits
+            .iter()
+            .map(|&limit| Want {
+                processor: "w".to_owned(),
+                limit,
+            })
+            .collect()
+    }
+
+    fn claim_request(limit: Option<i64>) -> ClaimTasks {
+        ClaimTasks {
+            processor: "w".to_owned(),
+            queue: None,
+            limit,
+        }
+    }
+
+    #[test]
+    fn a_group_holds_at_most_one_batch_of_tasks() {
+        assert_eq!(claims_per_group(&wants(&[])), 0);
+        assert_eq!(claims_per_group(&wants(&[1, 1, 1])), 3);
+        assert_eq!(claims_per_group(&wants(&[40, 60, 1])), 2);
+        assert_eq!(claims_per_group(&wants(&[100, 1])), 1);
+        // The front is kept in order: a small claim behind a large one waits its turn.
+        assert_eq!(claims_per_group(&wants(&[50, 51, 1])), 1);
+    }
+
+    #[test]
+    fn a_claim_wants_one_task_unless_it_says_otherwise() {
+        assert_eq!(want(&claim_request(None)).unwrap().limit, 1);
+        assert_eq!(
+            want(&claim_request(Some(MAX_CLAIM))).unwrap().limit,
+            MAX_CLAIM
+        );
+        for bad in [0, -1, MAX_CLAIM + 1] {
+            let err = want(&claim_request(Some(bad))).unwrap_err();
+            assert_eq!(err.code(), "invalid_limit", "limit {bad}");
+        }
+    }
+
+    #[test]
+    fn a_task_is_exhausted_once_its_attempts_are_used() {
+        let mut task = fixtures::row("running", Some("w"), Some(1));
+        task.attempts = task.max_attempts - 1;
+        assert!(!exhausted(&task));
+        task.attempts = task.max_attempts;
+        assert!(exhausted(&task));
+    }
+}

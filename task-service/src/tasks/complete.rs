@@ -1,0 +1,287 @@
+//! Completing tasks (`PUT /api/tasks/{id}/complete` and the batch `PUT /api/tasks/complete`).
+//! Releasing the task's lease is the final proof of ownership, so a completion costs a
+//! lease-service call made while the row is locked; single completions are gathered into groups
+//! ([`CompletionGroups`]) that share one transaction and one batch release, and a batch request
+//! is one such group. Each completion is still judged exactly as it would be alone.
+
+use diesel_async::AsyncConnection;
+use shared::api::Proof;
+use shared::server::{ApiError, check_batch_size, first_duplicate, validate_name};
+use shared::tasks::{CompleteItem, CompleteTask, CompleteTasks, ItemResult, Task};
+use tracing::field::Empty;
+
+use super::refusal::{lease_refusal, task_not_found};
+use super::transition::{check_owner, finish};
+use super::validate::{MAX_CLAIM, check_size};
+use super::{Engine, Transition};
+use crate::repo::{self, Db, TaskRow};
+
+/// One completion in a group: who completes which task, with what output.
+#[derive(Debug)]
+pub struct Completion {
+    pub processor: String,
+    pub item: CompleteItem,
+}
+
+/// Single completions gathered into groups of [`complete_group`].
+pub type CompletionGroups =
+    shared::server::coalesce::Coalescer<(), Completion, Result<Transition, ApiError>>;
+
+/// How many waiting completions, from the front, go in one group: at most [`MAX_CLAIM`], and
+/// never one task twice (a repeat waits for the next group, and is judged after the first).
+pub fn completions_per_group(waiting: &[Completion]) -> usize {
+    shared::server::coalesce::distinct_prefix(
+        waiting.iter().map(|completion| completion.item.id),
+        usize::try_from(MAX_CLAIM).unwrap_or(100),
+    )
+}
+
+/// A worker's completion of one task (`PUT /{id}/complete`), judged in a group with the
+/// completions that arrive with it ([`complete_group`]), exactly as it would be alone.
+#[tracing::instrument(name = "complete task", skip_all, fields(
+    task.id = id,
+    task.processor = %request.processor,
+    task.fence = request.fence.unwrap_or_default(),
+    task.queue = Empty,
+    task.status = Empty,
+))]
+pub async fn complete(
+    groups: &CompletionGroups,
+    engine: &Engine,
+    id: i64,
+    request: CompleteTask,
+) -> Result<Task, ApiError> {
+    validate_name("processor", &request.processor)?;
+    check_size("task_output", &request.task_output)?;
+    let completion = Completion {
+        processor: request.processor,
+        item: CompleteItem {
+            id,
+            task_output: request.task_output,
+            fence: request.fence,
+        },
+    };
+    let processor = completion.processor.clone();
+    let outcome = groups
+        .submit((), completion)
+        .await
+        .unwrap_or_else(|| Err(ApiError::Internal("the completion group failed".to_owned())));
+    answer(engine, outcome, &processor).await
+}
+
+/// A worker's completions of several tasks (`PUT /api/tasks/complete`): one group. Each item is
+/// answered with its own status; only a request that is wrong as a whole, or a database
+/// failure, fails the request.
+#[tracing::instrument(name = "complete tasks", skip_all, fields(task.processor = %request.processor))]
+pub async fn complete_many(
+    conn: &mut Db,
+    engine: &Engine,
+    request: &CompleteTasks,
+) -> Result<Vec<ItemResult>, ApiError> {
+    validate_name("processor", &request.processor)?;
+    let max = usize::try_from(MAX_CLAIM).unwrap_or(100);
+    check_batch_size("tasks", "completions", request.tasks.len(), max)?;
+    if let Some(id) = first_duplicate(request.tasks.iter().map(|item| item.id)) {
+        return Err(ApiError::invalid(
+            "duplicate_task",
+            "tasks",
+            format!("task {id} is listed twice"),
+        ));
+    }
+    let completions: Vec<Completion> = request
+        .tasks
+        .iter()
+        .map(|item| Completion {
+            processor: request.processor.clone(),
+            item: item.clone(),
+        })
+        .collect();
+    let outcomes = complete_group(conn, engine, &completions).await?;
+    let mut results = Vec::with_capacity(completions.len());
+    for (completion, outcome) in completions.iter().zip(outcomes) {
+        let id = completion.item.id;
+        results.push(match answer(engine, outcome, &completion.processor).await {
+            Ok(task) => ItemResult {
+                id,
+                status: 202,
+                task: Some(task),
+                error: None,
+            },
+            Err(err) => ItemResult {
+                id,
+                status: actix_web::ResponseError::status_code(&err).as_u16(),
+                task: None,
+                error: Some(err.body()),
+            },
+        });
+    }
+    Ok(results)
+}
+
+/// What a completion's transition answers: the task, or the refusal; counts completions.
+async fn answer(
+    engine: &Engine,
+    outcome: Result<Transition, ApiError>,
+    processor: &str,
+) -> Result<Task, ApiError> {
+    let transition = outcome?;
+    if let Transition::Done(row) = &transition {
+        engine
+            .metrics
+            .completed
+            .with_label_values(&[row.queue.as_str()])
+            .inc();
+    }
+    finish(engine, transition, processor).await
+}
+
+/// Completions of distinct tasks, each by its own processor: one transaction, one lease-service
+/// call (a batch release), one commit. Each is judged as if it came alone: refused unless its
+/// processor owns the task (with the fence, if given); ended as cancelled if a cancellation was
+/// asked for; else its lease is released, which is the final proof of ownership, and only then
+/// is the task marked succeeded.
+#[tracing::instrument(name = "complete group", skip_all, fields(
+    task.group.size = completions.len(),
+    task.ids = Empty,
+))]
+pub async fn complete_group(
+    conn: &mut Db,
+    engine: &Engine,
+    completions: &[Completion],
+) -> Result<Vec<Result<Transition, ApiError>>, ApiError> {
+    let ids: Vec<i64> = completions.iter().map(|c| c.item.id).collect();
+    tracing::Span::current().record(
+        "task.ids",
+        ids.iter().map(i64::to_string).collect::<Vec<_>>().join(","),
+    );
+    let outcomes = conn
+        .transaction::<_, ApiError, _>(async |conn| {
+            let mut locked: std::collections::HashMap<i64, TaskRow> = repo::lock_many(conn, &ids)
+                .await?
+                .into_iter()
+                .map(|row| (row.id, row))
+                .collect();
+            let mut outcomes: Vec<Option<Result<Transition, ApiError>>> =
+                completions.iter().map(|_| None).collect();
+            let mut releasing: Vec<(usize, TaskRow)> = Vec::new();
+            for (index, completion) in completions.iter().enumerate() {
+                let item = &completion.item;
+                let verdict = match check_size("task_output", &item.task_output) {
+                    Err(err) => Err(err),
+                    Ok(()) => match locked.remove(&item.id) {
+                        None => Err(task_not_found(item.id)),
+                        Some(task) => match check_owner(&task, &completion.processor, item.fence) {
+                            Err(err) => Err(err),
+                            Ok(()) if task.cancel_requested => Ok(Transition::Cancelled(
+                                repo::mark_final(conn, task.id, "cancelled", None).await?,
+                            )),
+                            Ok(()) => {
+                                releasing.push((index, task));
+                                continue;
+                            }
+                        },
+                    },
+                };
+                outcomes[index] = Some(verdict);
+            }
+            if releasing.is_empty() {
+                return Ok(outcomes);
+            }
+            let leases: Vec<(String, String, Proof<'_>)> = releasing
+                .iter()
+                .map(|(index, task)| {
+                    (
+                        engine.resource(task.id),
+                        completions[*index].processor.clone(),
+                        task.lease_proof(),
+                    )
+                })
+                .collect();
+            match engine.leases.release_many(&leases).await {
+                Err(err) => {
+                    let refusal = lease_refusal(engine, "complete", err);
+                    for (index, _) in &releasing {
+                        outcomes[*index] = Some(Err(refusal.clone()));
+                    }
+                }
+                Ok(answers) => {
+                    let mut succeeded: Vec<(usize, i64)> = Vec::new();
+                    for ((index, task), answer) in releasing.iter().zip(answers) {
+                        match answer {
+                            Err(err) => {
+                                outcomes[*index] =
+                                    Some(Err(lease_refusal(engine, "complete", err)));
+                            }
+                            Ok(_) => succeeded.push((*index, task.id)),
+                        }
+                    }
+                    let done: Vec<(i64, &serde_json::Value)> = succeeded
+                        .iter()
+                        .map(|(index, id)| (*id, &completions[*index].item.task_output))
+                        .collect();
+                    let rows = if done.is_empty() {
+                        Vec::new()
+                    } else {
+                        repo::mark_succeeded_many(conn, &done).await?
+                    };
+                    for (row, took) in rows {
+                        engine
+                            .metrics
+                            .claim_to_complete
+                            .with_label_values(&[row.queue.as_str()])
+                            .observe(took);
+                        if let Some((index, _)) = succeeded.iter().find(|(_, id)| *id == row.id) {
+                            outcomes[*index] = Some(Ok(Transition::Done(row)));
+                        }
+                    }
+                }
+            }
+            Ok(outcomes)
+        })
+        .await?;
+    Ok(completions
+        .iter()
+        .zip(outcomes)
+        .map(|(completion, outcome)| {
+            outcome.unwrap_or_else(|| {
+                Err(ApiError::Internal(format!(
+                    "task {} was not judged",
+                    completion.item.id
+                )))
+            })
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn completions(ids: &[i64]) -> Vec<Completion> {
+        ids.iter()
+            .map(|&id| Completion {
+                processor: "w".to_owned(),
+                item: CompleteItem {
+                    id,
+                    task_output: serde_json::json!({}),
+                    fence: None,
+                },
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_group_never_judges_one_task_twice() {
+        assert_eq!(completions_per_group(&completions(&[1, 2, 3])), 3);
+        assert_eq!(completions_per_group(&completions(&[1, 2, 1, 3])), 2);
+    }
+
+    #[test]
+    fn a_group_holds_at_most_one_batch() {
+        let ids: Vec<i64> = (0..MAX_CLAIM + 5).collect();
+        assert_eq!(
+            completions_per_group(&completions(&ids)),
+            usize::try_from(MAX_CLAIM).unwrap_or(100)
+        );
+    }
+}

@@ -1,0 +1,200 @@
+//! The task rules: creating, claiming, heartbeating, completing, failing and cancelling.
+//!
+//! Every transition locks the task's row, checks who may make it, and—where a worker is
+//! involved—asks lease-service, which has the final word on ownership: a claim acquires the
+//! task's lease (only a *new* acquisition counts), a heartbeat renews it with the claim's fence,
+//! and a completion or failure releases it with that fence. Release doubles as the ownership
+//! proof at the end of the work: it succeeds only for the current holder with the current fence,
+//! and, retried after a lost answer, succeeds again, so a worker can safely retry `complete`.
+//!
+//! # Layout
+//!
+//! One module per operation, as in mini-redis's `src/cmd/`, so that a change to one rule lands
+//! in the file that holds it and nowhere else:
+//!
+//! * `create`: `POST /api/tasks`, idempotent repeats, and the generator's fence;
+//! * `validate`: the limits and the checks of what a request may store;
+//! * `claim`: claim requests, gathered by queue into one transaction and one lease batch;
+//! * `complete`: completions, single or batched, judged in groups;
+//! * `transition`: heartbeat, fail, retry and cancel, and the ownership check they share;
+//! * `refusal`: the errors several operations answer with;
+//! * `ttl`: whether lease-service accepts the task lease TTL (for `/readyz` and claims).
+//!
+//! This module keeps what every operation shares: the [`Engine`], how a transition ends, the
+//! row lookups, and the mapping of a row to the API's [`Task`].
+
+mod claim;
+mod complete;
+mod create;
+mod refusal;
+mod transition;
+mod ttl;
+mod validate;
+
+use std::time::Duration;
+
+use rand::Rng;
+use shared::LeaseClient;
+use shared::api::Proof;
+use shared::server::ApiError;
+use shared::tasks::{Task, TaskStatus};
+
+use crate::metrics::Metrics;
+use crate::repo::{self, Db, TaskRow};
+
+pub use claim::{ClaimGroups, Want, claim, claim_group, claims_per_group, end_cancelled, want};
+pub use complete::{
+    Completion, CompletionGroups, complete, complete_group, complete_many, completions_per_group,
+};
+pub use create::{Created, create};
+pub use transition::{cancel, fail, heartbeat, retry};
+pub use ttl::{TtlVerdict, check_lease_ttl};
+pub use validate::{MAX_CLAIM, MAX_DATA_BYTES};
+
+use refusal::task_not_found;
+
+/// What the task rules need besides a connection.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    /// For calls made while task rows are locked: short timeout, no retries.
+    pub leases: LeaseClient,
+    /// For releases after commit: retried, nothing waits on them.
+    pub leases_retrying: LeaseClient,
+    pub lease_ttl: Duration,
+    pub lease_prefix: String,
+    /// The generator's lease resource: a create naming a `generator_fence` is checked against it.
+    pub generator_resource: String,
+    pub default_max_attempts: i32,
+    pub retry_base_seconds: f64,
+    pub retry_max_seconds: f64,
+    pub metrics: Metrics,
+    /// Whether lease-service accepts [`Engine::lease_ttl`].
+    pub lease_ttl_verdict: TtlVerdict,
+}
+
+impl Engine {
+    fn resource(&self, id: i64) -> String {
+        format!("{}{id}", self.lease_prefix)
+    }
+
+    /// Capped exponential backoff with jitter: the `attempts`-th failure waits between half and
+    /// all of `min(max, base · 2^(attempts-1))`.
+    pub fn retry_delay(&self, attempts: i32) -> f64 {
+        let exponent = attempts.saturating_sub(1).clamp(0, 30);
+        let ceiling = (self.retry_base_seconds * 2f64.powi(exponent)).min(self.retry_max_seconds);
+        ceiling * rand::rng().random_range(0.5..=1.0)
+    }
+
+    /// Releases a lease after the transaction that ended its task committed. A failure only
+    /// means the lease runs out by itself.
+    async fn release_after_commit(&self, id: i64, processor: &str, proof: Proof<'_>) {
+        if let Err(err) = self
+            .leases_retrying
+            .release(&self.resource(id), processor, proof)
+            .await
+        {
+            tracing::debug!(task = id, error = %err, "lease release after commit failed; it will expire");
+        }
+    }
+}
+
+/// How a locked transition ended: a task to answer with, or a refusal that still committed a
+/// change (a cancellation noticed on the way), whose lease must then be released.
+#[derive(Debug)]
+pub enum Transition {
+    Done(TaskRow),
+    Cancelled(TaskRow),
+}
+
+pub async fn get(conn: &mut Db, id: i64) -> Result<Task, ApiError> {
+    Ok(to_api(locked_or_missing(repo::find(conn, id).await?, id)?))
+}
+
+async fn locked(conn: &mut Db, id: i64) -> Result<TaskRow, ApiError> {
+    locked_or_missing(repo::lock(conn, id).await?, id)
+}
+
+fn locked_or_missing(row: Option<TaskRow>, id: i64) -> Result<TaskRow, ApiError> {
+    row.ok_or_else(|| task_not_found(id))
+}
+
+fn parse_status(status: &str) -> TaskStatus {
+    // The table's CHECK constraint admits only these five.
+    TaskStatus::parse(status).unwrap_or(TaskStatus::Dead)
+}
+
+pub fn to_api(row: TaskRow) -> Task {
+    Task {
+        id: row.id,
+        task_data: row.task_data,
+        scheduled_at: row.scheduled_at,
+        processor: row.processor,
+        last_heart_beat_at: row.last_heartbeat_at,
+        must_heart_beat_before: row.must_heartbeat_before,
+        started_at: row.started_at,
+        processed_at: row.processed_at,
+        task_output: row.task_output,
+        status: parse_status(&row.status),
+        queue: row.queue,
+        priority: row.priority,
+        attempts: row.attempts,
+        max_attempts: row.max_attempts,
+        fence: row.fence,
+        idempotency_key: row.idempotency_key,
+        last_error: row.last_error,
+        cancel_requested: row.cancel_requested,
+        created_at: row.created_at,
+        updated_at: row.updated_at,
+    }
+}
+
+/// What the operations' unit tests share: an engine whose lease-service is never reached (the
+/// pure rules make no call), and a task row in a chosen state.
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod fixtures {
+    use super::*;
+
+    pub(super) fn engine() -> Engine {
+        let leases = LeaseClient::new("http://127.0.0.1:9");
+        Engine {
+            leases: leases.clone(),
+            leases_retrying: leases,
+            lease_ttl: Duration::from_secs(30),
+            lease_prefix: "task:".to_owned(),
+            generator_resource: "generator".to_owned(),
+            default_max_attempts: 7,
+            retry_base_seconds: 1.0,
+            retry_max_seconds: 60.0,
+            metrics: Metrics::new().unwrap(),
+            lease_ttl_verdict: TtlVerdict::default(),
+        }
+    }
+
+    pub(super) fn row(status: &str, processor: Option<&str>, fence: Option<i64>) -> TaskRow {
+        let epoch = chrono::DateTime::from_timestamp(0, 0).unwrap();
+        TaskRow {
+            id: 42,
+            task_data: serde_json::json!({"n": 1}),
+            queue: "default".to_owned(),
+            priority: 0,
+            status: status.to_owned(),
+            scheduled_at: epoch,
+            processor: processor.map(str::to_owned),
+            fence,
+            attempts: 1,
+            max_attempts: 3,
+            last_heartbeat_at: None,
+            must_heartbeat_before: None,
+            started_at: None,
+            processed_at: None,
+            task_output: None,
+            last_error: None,
+            cancel_requested: false,
+            idempotency_key: None,
+            created_at: epoch,
+            updated_at: epoch,
+            lease_secret: None,
+        }
+    }
+}

@@ -1,0 +1,314 @@
+//! A running task's other transitions: its worker's heartbeat and failure, and an operator's
+//! retry and cancel. A worker's transition is allowed only to the task's current worker (by
+//! name, and by fence when given), and its lease call is made while the row is locked, so
+//! lease-service's answer and the row's change cannot disagree. A cancellation asked for
+//! meanwhile wins over the worker's transition: the task ends as cancelled, and the worker is
+//! told to stop.
+
+use diesel_async::AsyncConnection;
+use shared::server::{ApiError, validate_name};
+use shared::tasks::{FailTask, Heartbeat, Task, TaskStatus};
+use tracing::field::Empty;
+
+use super::refusal::{finished, lease_refusal};
+use super::validate::MAX_ERROR_BYTES;
+use super::{Engine, Transition, locked, parse_status, to_api};
+use crate::repo::{self, Db, TaskRow};
+
+/// Locks the task for a transition by its worker: refused unless `processor` (with `fence`)
+/// owns it; `Ok(Err(..))` when a cancellation asked for meanwhile ends it instead (recording
+/// `error`, if given); `Ok(Ok(task))` to go on.
+async fn owned(
+    conn: &mut Db,
+    id: i64,
+    processor: &str,
+    fence: Option<i64>,
+    error: Option<&str>,
+) -> Result<Result<TaskRow, Transition>, ApiError> {
+    let task = locked(conn, id).await?;
+    check_owner(&task, processor, fence)?;
+    if task.cancel_requested {
+        let row = repo::mark_final(conn, id, "cancelled", error).await?;
+        return Ok(Err(Transition::Cancelled(row)));
+    }
+    Ok(Ok(task))
+}
+
+#[tracing::instrument(name = "heartbeat task", skip_all, fields(
+    task.id = id,
+    task.processor = %request.processor,
+    task.fence = request.fence.unwrap_or_default(),
+    task.queue = Empty,
+    task.status = Empty,
+))]
+pub async fn heartbeat(
+    conn: &mut Db,
+    engine: &Engine,
+    id: i64,
+    request: &Heartbeat,
+) -> Result<Task, ApiError> {
+    validate_name("processor", &request.processor)?;
+    let processor = request.processor.as_str();
+    let outcome = conn
+        .transaction::<_, ApiError, _>(async |conn| {
+            let task = match owned(conn, id, processor, request.fence, None).await? {
+                Ok(task) => task,
+                Err(cancelled) => return Ok(cancelled),
+            };
+            let lease = engine
+                .leases
+                .renew(&engine.resource(id), processor, task.lease_proof(), None)
+                .await
+                .map_err(|err| lease_refusal(engine, "heartbeat", err))?;
+            Ok(Transition::Done(
+                repo::record_heartbeat(conn, id, lease.expires_at).await?,
+            ))
+        })
+        .await?;
+    finish(engine, outcome, processor).await
+}
+
+#[tracing::instrument(name = "fail task", skip_all, fields(
+    task.id = id,
+    task.processor = %request.processor,
+    task.fence = request.fence.unwrap_or_default(),
+    task.queue = Empty,
+    task.status = Empty,
+))]
+pub async fn fail(
+    conn: &mut Db,
+    engine: &Engine,
+    id: i64,
+    request: &FailTask,
+) -> Result<Task, ApiError> {
+    validate_name("processor", &request.processor)?;
+    // PostgreSQL text cannot hold NUL; the error is for people, so it is cleaned, not refused.
+    let error: String = request
+        .error
+        .chars()
+        .filter(|c| *c != '\0')
+        .take(MAX_ERROR_BYTES / 4)
+        .collect();
+    let processor = request.processor.as_str();
+    let outcome = conn
+        .transaction::<_, ApiError, _>(async |conn| {
+            let task = match owned(conn, id, processor, request.fence, Some(&error)).await? {
+                Ok(task) => task,
+                Err(cancelled) => return Ok(cancelled),
+            };
+            engine
+                .leases
+                .release(&engine.resource(id), processor, task.lease_proof())
+                .await
+                .map_err(|err| lease_refusal(engine, "fail", err))?;
+            let queue = task.queue.as_str();
+            let row = if request.requeue {
+                engine
+                    .metrics
+                    .failed
+                    .with_label_values(&[queue, "requeued"])
+                    .inc();
+                repo::mark_retry(conn, id, &error, 0.0, true).await?
+            } else if !request.retryable || task.attempts >= task.max_attempts {
+                engine
+                    .metrics
+                    .failed
+                    .with_label_values(&[queue, "dead"])
+                    .inc();
+                engine
+                    .metrics
+                    .dead
+                    .with_label_values(&[queue, "failed"])
+                    .inc();
+                let reason = if request.retryable {
+                    format!(
+                        "attempt {} of {} failed: {error}",
+                        task.attempts, task.max_attempts
+                    )
+                } else {
+                    format!("failed, not retryable: {error}")
+                };
+                repo::mark_final(conn, id, "dead", Some(&reason)).await?
+            } else {
+                engine
+                    .metrics
+                    .failed
+                    .with_label_values(&[queue, "retry"])
+                    .inc();
+                repo::mark_retry(conn, id, &error, engine.retry_delay(task.attempts), false).await?
+            };
+            Ok(Transition::Done(row))
+        })
+        .await?;
+    finish(engine, outcome, processor).await
+}
+
+/// An operator's retry of a dead task (`POST /{id}/retry`): pending again, due now, with its
+/// attempts renewed; any other status is 409 `not_dead`.
+pub async fn retry(conn: &mut Db, engine: &Engine, id: i64) -> Result<Task, ApiError> {
+    let row = conn
+        .transaction::<_, ApiError, _>(async |conn| {
+            let task = locked(conn, id).await?;
+            match parse_status(&task.status) {
+                TaskStatus::Dead => Ok(repo::requeue_dead(conn, id).await?),
+                other => Err(ApiError::Conflict {
+                    code: "not_dead",
+                    message: format!(
+                        "task {id} is {}: only a dead task can be retried",
+                        other.as_str()
+                    ),
+                }),
+            }
+        })
+        .await?;
+    engine
+        .metrics
+        .retried
+        .with_label_values(&[row.queue.as_str()])
+        .inc();
+    tracing::info!(
+        task.id = id,
+        "dead task put back in its queue by an operator"
+    );
+    Ok(to_api(row))
+}
+
+/// A pending task is cancelled at once (200, `Ok(true)`); a running one is marked, and its
+/// worker's next heartbeat or completion ends it (202, `Ok(false)`).
+pub async fn cancel(conn: &mut Db, engine: &Engine, id: i64) -> Result<(Task, bool), ApiError> {
+    let (row, immediate) = conn
+        .transaction::<_, ApiError, _>(async |conn| {
+            let task = locked(conn, id).await?;
+            match parse_status(&task.status) {
+                TaskStatus::Pending => {
+                    Ok((repo::mark_final(conn, id, "cancelled", None).await?, true))
+                }
+                TaskStatus::Running => Ok((repo::request_cancel(conn, id).await?, false)),
+                done => Err(finished(id, done)),
+            }
+        })
+        .await?;
+    if immediate {
+        engine
+            .metrics
+            .cancelled
+            .with_label_values(&[row.queue.as_str()])
+            .inc();
+    }
+    Ok((to_api(row), immediate))
+}
+
+/// After the transition's commit: release the lease of a task that a cancellation ended, and
+/// answer.
+pub(super) async fn finish(
+    engine: &Engine,
+    outcome: Transition,
+    processor: &str,
+) -> Result<Task, ApiError> {
+    let row = match &outcome {
+        Transition::Done(row) | Transition::Cancelled(row) => row,
+    };
+    let span = tracing::Span::current();
+    span.record("task.queue", row.queue.as_str());
+    span.record("task.status", row.status.as_str());
+    // One line per request would drown the log (RUST_LOG=task_service=debug shows them).
+    tracing::debug!(task.id = row.id, task.status = %row.status, "task updated");
+    match outcome {
+        Transition::Done(row) => Ok(to_api(row)),
+        Transition::Cancelled(row) => {
+            engine
+                .metrics
+                .cancelled
+                .with_label_values(&[row.queue.as_str()])
+                .inc();
+            engine
+                .release_after_commit(row.id, processor, row.lease_proof())
+                .await;
+            Err(ApiError::Conflict {
+                code: "cancelled",
+                message: format!("task {} was cancelled; stop working on it", row.id),
+            })
+        }
+    }
+}
+
+/// Whether `processor` (with `fence`, if given) may act on the task as its current worker.
+pub(super) fn check_owner(
+    task: &TaskRow,
+    processor: &str,
+    fence: Option<i64>,
+) -> Result<(), ApiError> {
+    let status = parse_status(&task.status);
+    if status.is_final() {
+        return Err(finished(task.id, status));
+    }
+    if let Some(fence) = fence
+        && task.fence != Some(fence)
+    {
+        return Err(ApiError::Conflict {
+            code: "lease_lost",
+            message: format!(
+                "fence {fence} is not the task's current fence {}: another claim superseded yours",
+                task.fence.map_or("(none)".to_owned(), |f| f.to_string())
+            ),
+        });
+    }
+    if task.processor.as_deref() != Some(processor) {
+        return Err(ApiError::Conflict {
+            code: "not_owner",
+            message: format!("task {} is not claimed by {processor:?}", task.id),
+        });
+    }
+    if status != TaskStatus::Running {
+        return Err(ApiError::Conflict {
+            code: "lease_lost",
+            message: format!("task {} is no longer running", task.id),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tasks::fixtures;
+
+    fn refusal(task: &TaskRow, processor: &str, fence: Option<i64>) -> &'static str {
+        check_owner(task, processor, fence)
+            .err()
+            .map_or("allowed", |err| err.code())
+    }
+
+    #[test]
+    fn the_current_worker_may_act_with_or_without_its_fence() {
+        let task = fixtures::row("running", Some("w1"), Some(7));
+        assert_eq!(refusal(&task, "w1", Some(7)), "allowed");
+        assert_eq!(refusal(&task, "w1", None), "allowed");
+    }
+
+    #[test]
+    fn a_superseded_fence_is_lost_even_under_the_same_name() {
+        let task = fixtures::row("running", Some("w1"), Some(7));
+        assert_eq!(refusal(&task, "w1", Some(6)), "lease_lost");
+        // The fence is judged first: a stale claim learns that it lost the lease.
+        assert_eq!(refusal(&task, "w2", Some(6)), "lease_lost");
+    }
+
+    #[test]
+    fn another_worker_is_not_the_owner() {
+        let task = fixtures::row("running", Some("w1"), Some(7));
+        assert_eq!(refusal(&task, "w2", None), "not_owner");
+        assert_eq!(refusal(&task, "w2", Some(7)), "not_owner");
+    }
+
+    #[test]
+    fn a_task_no_longer_running_is_lost_and_a_finished_one_says_so() {
+        let pending = fixtures::row("pending", Some("w1"), Some(7));
+        assert_eq!(refusal(&pending, "w1", Some(7)), "lease_lost");
+        for done in ["succeeded", "dead", "cancelled"] {
+            let task = fixtures::row(done, Some("w1"), Some(7));
+            assert_eq!(refusal(&task, "w1", Some(7)), "task_finished", "{done}");
+            assert_eq!(refusal(&task, "w2", Some(6)), "task_finished", "{done}");
+        }
+    }
+}
