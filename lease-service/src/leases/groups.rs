@@ -1,0 +1,148 @@
+//! Groups: concurrent single acquires, renewals and releases are served together, one statement
+//! and one commit per group, so that under load the database does one round trip for many
+//! requests instead of one each, and each member still gets the answer it would have got alone.
+//! Every operation's coalescer (from `shared::server::coalesce`) is built here the same way, so
+//! grouping is wired once; the operation modules supply only what a group does (`acquire_group`,
+//! `renew_group`, `release_group`). A group names each resource once because one `UPDATE` may
+//! touch a row only once, and a failure of the group as a whole is every member's answer because
+//! no member's statement ran alone.
+
+use std::future::Future;
+
+use shared::api::{Lease, MAX_BATCH_RESOURCES};
+use shared::server::coalesce::{Coalescer, distinct_prefix};
+
+use super::acquire::{Acquisition, acquire_group};
+use super::release::release_group;
+use super::renew::renew_group;
+use super::{AcquireOutcome, OnResource, SecretPolicy, TtlPolicy};
+use crate::db::DbPool;
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+use crate::repo::{Release, Renewal};
+
+/// Serves single acquires, renewals and releases: those that arrive while a statement of their
+/// kind is in flight go together as the next one (see [`shared::server::coalesce`]), one
+/// statement and one commit for the group, and each gets the answer it would have got alone.
+/// A group names each resource once; a second request for a resource waits for the next group.
+/// An acquire that presents a secret (a reentrant acquire proving it holds) runs alone.
+#[derive(Clone)]
+pub struct Groups {
+    pub(super) context: GroupContext,
+    pub(super) acquires: Coalescer<(), Acquisition, Result<AcquireOutcome, ApiError>>,
+    pub(super) renewals: Coalescer<(), Renewal, Result<Lease, ApiError>>,
+    pub(super) releases: Coalescer<(), Release, Result<Lease, ApiError>>,
+}
+
+impl std::fmt::Debug for Groups {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Groups").finish_non_exhaustive()
+    }
+}
+
+/// What a group's work needs.
+#[derive(Clone)]
+pub(super) struct GroupContext {
+    pub(super) pool: DbPool,
+    pub(super) ttl: TtlPolicy,
+    pub(super) secrets: SecretPolicy,
+    pub(super) metrics: Metrics,
+}
+
+impl Groups {
+    /// Up to `in_flight` statements of each kind at once, each on a connection of its own from
+    /// `pool`.
+    pub fn new(
+        pool: DbPool,
+        ttl: TtlPolicy,
+        secrets: SecretPolicy,
+        metrics: Metrics,
+        in_flight: usize,
+    ) -> Groups {
+        let context = GroupContext {
+            pool,
+            ttl,
+            secrets,
+            metrics,
+        };
+        Groups {
+            acquires: grouped(&context, "acquire", in_flight, acquire_group),
+            renewals: grouped(&context, "renew", in_flight, renew_group),
+            releases: grouped(&context, "release", in_flight, release_group),
+            context,
+        }
+    }
+}
+
+/// What a member gets when its group's work panicked.
+pub(super) fn group_failed<T>() -> Result<T, ApiError> {
+    Err(ApiError::Internal(
+        "the group this request was served in failed".to_owned(),
+    ))
+}
+
+/// The next group: the waiting requests up to the first that names a resource again (one
+/// statement may touch a row only once), a batch's worth at most.
+fn one_per_resource<I: OnResource>(waiting: &[I]) -> usize {
+    distinct_prefix(waiting.iter().map(I::resource), MAX_BATCH_RESOURCES)
+}
+
+/// A coalescer of `operation`'s requests whose groups run `serve`; a failure of the group as a
+/// whole (no connection, a database error) is every member's answer.
+fn grouped<I, T, F, Fut>(
+    context: &GroupContext,
+    operation: &'static str,
+    in_flight: usize,
+    serve: F,
+) -> Coalescer<(), I, Result<T, ApiError>>
+where
+    I: OnResource + Send + Sync + 'static,
+    T: Send + 'static,
+    F: Fn(GroupContext, Vec<I>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Vec<Result<T, ApiError>>, ApiError>> + Send + 'static,
+{
+    let context = context.clone();
+    Coalescer::new(
+        in_flight,
+        one_per_resource::<I>,
+        Box::new(move |(), items: Vec<I>| {
+            let members = items.len();
+            context
+                .metrics
+                .group_sizes
+                .with_label_values(&[operation])
+                .observe(members as f64);
+            let served = serve(context.clone(), items);
+            Box::pin(async move {
+                served
+                    .await
+                    .unwrap_or_else(|err| (0..members).map(|_| Err(err.clone())).collect())
+            })
+        }),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn release(resource: &str) -> Release {
+        Release {
+            resource: resource.to_owned(),
+            holder: "h".to_owned(),
+            fence: None,
+            secret_hash: None,
+            id: None,
+        }
+    }
+
+    #[test]
+    fn a_group_ends_before_a_resource_named_again_and_at_a_batch() {
+        let waiting: Vec<Release> = ["a", "b", "a", "c"].into_iter().map(release).collect();
+        assert_eq!(one_per_resource(&waiting), 2);
+        let many: Vec<Release> = (0..MAX_BATCH_RESOURCES + 5)
+            .map(|i| release(&format!("r{i}")))
+            .collect();
+        assert_eq!(one_per_resource(&many), MAX_BATCH_RESOURCES);
+    }
+}
