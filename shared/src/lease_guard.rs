@@ -14,6 +14,8 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
+
+use crate::deadline::LeaseDeadline;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{DEFAULT_TTL_SECONDS, Lease, Proof, Secret};
@@ -134,9 +136,9 @@ struct Shared {
     lease: Mutex<Lease>,
     reason: Mutex<Option<LeaseLost>>,
     lost: CancellationToken,
-    /// The instant (safety margin already taken off) until which the lease is certainly held,
-    /// so that [`LeaseGuard::is_held`] can answer without waiting for the renewal task to run.
-    confirmed_until: Mutex<Instant>,
+    /// Until when the lease is certainly held, so that [`LeaseGuard::is_held`] can answer
+    /// without waiting for the renewal task to run.
+    deadline: LeaseDeadline,
 }
 
 impl Shared {
@@ -206,18 +208,14 @@ impl LeaseGuard {
             lease: Mutex::new(lease),
             reason: Mutex::new(None),
             lost: CancellationToken::new(),
-            confirmed_until: Mutex::new(deadline(sent, ttl, margin)),
+            deadline: LeaseDeadline::new(sent, ttl, margin),
         });
         let stop = CancellationToken::new();
         let renewer = tokio::spawn(keep_renewed(
             client.clone(),
             shared.clone(),
             stop.clone(),
-            Timing {
-                interval,
-                margin,
-                ttl,
-            },
+            interval,
             sent,
         ));
         Ok(Self {
@@ -327,13 +325,7 @@ impl LeaseHandle {
 
     /// See [`LeaseGuard::is_held`]: check it right before acting on the lease.
     pub fn is_held(&self) -> bool {
-        !self.shared.lost.is_cancelled()
-            && Instant::now()
-                < *self
-                    .shared
-                    .confirmed_until
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
+        !self.shared.lost.is_cancelled() && !self.shared.deadline.passed()
     }
 
     /// Cancelled the moment the lease is lost (a child token).
@@ -371,19 +363,6 @@ impl Drop for LeaseGuard {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Timing {
-    interval: Duration,
-    margin: Duration,
-    ttl: Duration,
-}
-
-/// Until when a lease confirmed by a request sent at `sent` is certainly held, less the margin.
-fn deadline(sent: Instant, ttl: Duration, margin: Duration) -> Instant {
-    let valid_until = sent + ttl;
-    valid_until.checked_sub(margin).unwrap_or(valid_until)
-}
-
 fn lease_ttl(lease: &Lease) -> Duration {
     Duration::from_secs(u64::try_from(lease.ttl_seconds).unwrap_or(1).max(1))
 }
@@ -393,7 +372,7 @@ async fn keep_renewed(
     client: LeaseClient,
     shared: Arc<Shared>,
     stop: CancellationToken,
-    timing: Timing,
+    interval: Duration,
     sent: Instant,
 ) {
     let Lease {
@@ -407,12 +386,10 @@ async fn keep_renewed(
         fence: Some(fence),
         secret: secret.as_ref().map(Secret::expose),
     };
-    let mut confirmed_until = deadline(sent, timing.ttl, timing.margin);
-    let mut next_renewal = sent + timing.interval;
+    let mut next_renewal = sent + interval;
     let mut last_error: Option<String> = None;
     // After a failed renewal, try again soon, but not in a tight loop.
-    let retry_pause =
-        (timing.interval / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+    let retry_pause = (interval / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
     loop {
         let renewal = async {
             tokio::time::sleep_until(next_renewal).await;
@@ -422,7 +399,7 @@ async fn keep_renewed(
         tokio::select! {
             biased;
             () = stop.cancelled() => return,
-            () = tokio::time::sleep_until(confirmed_until) => {
+            () = tokio::time::sleep_until(shared.deadline.at()) => {
                 shared.lose(LeaseLost::Unconfirmed { last_error });
                 return;
             }
@@ -430,9 +407,8 @@ async fn keep_renewed(
                 Ok(mut lease) => {
                     // Renewals do not repeat the secret; keep the acquire's.
                     lease.secret.clone_from(&secret);
-                    confirmed_until = deadline(sent, lease_ttl(&lease), timing.margin);
-                    *shared.confirmed_until.lock().unwrap_or_else(PoisonError::into_inner) = confirmed_until;
-                    next_renewal = sent + timing.interval;
+                    shared.deadline.confirm(sent, lease_ttl(&lease));
+                    next_renewal = sent + interval;
                     last_error = None;
                     *shared.lease.lock().unwrap_or_else(PoisonError::into_inner) = lease;
                 }

@@ -13,6 +13,7 @@
 //!   mapping, extractor configuration, the database pool and migrations, HTTP metrics, paging.
 
 pub mod api;
+pub mod deadline;
 pub mod generator;
 pub mod identity;
 pub mod lease_client;
@@ -27,6 +28,7 @@ pub mod tasks;
 pub mod telemetry;
 
 pub use api::{ErrorBody, Lease, LeaseStatus};
+pub use deadline::LeaseDeadline;
 pub use lease_client::{LeaseClient, LeaseError, RetryPolicy};
 pub use lease_guard::{GuardConfig, LeaseGuard, LeaseHandle, LeaseLost, with_lease};
 pub use singleton::{Singleton, SingletonEvent};

@@ -10,6 +10,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use shared::LeaseDeadline;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
@@ -24,45 +25,36 @@ const RETRY_MAX: Duration = Duration::from_secs(2);
 
 /// What the runner and the heartbeat loop know about a task's lease.
 pub(crate) struct LeaseState {
-    /// TTL minus the safety margin.
-    valid_for: Duration,
-    /// Send instant of the last accepted claim or heartbeat.
-    confirmed: Mutex<Instant>,
+    /// The task lease's TTL, which every accepted claim or heartbeat confirms anew.
+    ttl: Duration,
+    /// Counted from the send instant of the last accepted claim or heartbeat.
+    deadline: LeaseDeadline,
     reason: Mutex<Option<String>>,
     /// Cancelled when the lease is lost.
     pub(crate) lost: CancellationToken,
 }
 
 impl LeaseState {
-    pub(crate) fn new(valid_for: Duration, claim_sent: Instant) -> Self {
+    pub(crate) fn new(ttl: Duration, margin: Duration, claim_sent: Instant) -> Self {
         Self {
-            valid_for,
-            confirmed: Mutex::new(claim_sent),
+            ttl,
+            deadline: LeaseDeadline::new(claim_sent, ttl, margin),
             reason: Mutex::new(None),
             lost: CancellationToken::new(),
         }
     }
 
     pub(crate) fn confirmed(&self) -> Instant {
-        *self
-            .confirmed
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.deadline.confirmed()
     }
 
     /// The instant after which the lease is treated as lost unless confirmed again.
     pub(crate) fn deadline(&self) -> Instant {
-        self.confirmed() + self.valid_for
+        self.deadline.at()
     }
 
     pub(crate) fn confirm(&self, sent: Instant) {
-        let mut confirmed = self
-            .confirmed
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if sent > *confirmed {
-            *confirmed = sent;
-        }
+        self.deadline.confirm(sent, self.ttl);
     }
 
     pub(crate) fn lose(&self, reason: String) {
@@ -188,7 +180,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_lease_deadline_moves_with_confirmations_only_forward() {
         let start = Instant::now();
-        let lease = LeaseState::new(Duration::from_secs(28), start);
+        let lease = LeaseState::new(Duration::from_secs(30), Duration::from_secs(2), start);
         assert_eq!(lease.deadline(), start + Duration::from_secs(28));
         lease.confirm(start + Duration::from_secs(15));
         assert_eq!(lease.deadline(), start + Duration::from_secs(43));

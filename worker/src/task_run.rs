@@ -56,7 +56,8 @@ pub(crate) async fn process<H: TaskHandler>(
     );
 
     let lease = Arc::new(LeaseState::new(
-        settings.lease_ttl.saturating_sub(settings.safety_margin),
+        settings.lease_ttl,
+        settings.safety_margin,
         claim_sent,
     ));
     let stop_heartbeats = CancellationToken::new();

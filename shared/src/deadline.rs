@@ -1,0 +1,88 @@
+//! The conservative lease deadline, the one rule by which a holder decides on its own that it
+//! may no longer act on a lease: the leases guard ([`crate::lease_guard`]) and the worker's
+//! task heartbeat both keep one.
+//!
+//! The lease service judges expiry by its database's clock, which a holder cannot read. What a
+//! holder does know is when it *sent* the last request that the service confirmed: the lease was
+//! granted or renewed at some moment after that, so it lasts at least until that send instant
+//! plus the TTL, by any clock running at the database's rate. The holder counts on its own
+//! monotonic clock from the send instant (never from the answer's arrival, which may come late)
+//! and gives up a safety margin for the difference in clock rates.
+
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// Until when a lease is certainly held, as last confirmed. Shared between the task that renews
+/// the lease and the code acting on it, which checks it right before it acts.
+#[derive(Debug)]
+pub struct LeaseDeadline {
+    margin: Duration,
+    /// The send instant of the last confirmed request, and the TTL it confirmed.
+    confirmed: Mutex<(Instant, Duration)>,
+}
+
+impl LeaseDeadline {
+    /// A lease of `ttl`, confirmed by a request sent at `sent`; `margin` is given up at the end.
+    pub fn new(sent: Instant, ttl: Duration, margin: Duration) -> Self {
+        Self {
+            margin,
+            confirmed: Mutex::new((sent, ttl)),
+        }
+    }
+
+    /// Records a confirmation of a lease of `ttl` by a request sent at `sent`. Only a later
+    /// request moves the deadline: a late answer to an earlier one confirms nothing new.
+    pub fn confirm(&self, sent: Instant, ttl: Duration) {
+        let mut confirmed = self.lock();
+        if sent >= confirmed.0 {
+            *confirmed = (sent, ttl);
+        }
+    }
+
+    /// The send instant of the last confirmed request.
+    pub fn confirmed(&self) -> Instant {
+        self.lock().0
+    }
+
+    /// The instant after which the lease is treated as lost unless confirmed again.
+    pub fn at(&self) -> Instant {
+        let (sent, ttl) = *self.lock();
+        let valid_until = sent + ttl;
+        valid_until.checked_sub(self.margin).unwrap_or(valid_until)
+    }
+
+    /// Whether the deadline has passed.
+    pub fn passed(&self) -> bool {
+        Instant::now() >= self.at()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, (Instant, Duration)> {
+        self.confirmed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_deadline_counts_from_the_send_instant_and_moves_only_forward() {
+        let start = Instant::now();
+        let deadline = LeaseDeadline::new(start, Duration::from_secs(30), Duration::from_secs(2));
+        assert_eq!(deadline.at(), start + Duration::from_secs(28));
+        deadline.confirm(start + Duration::from_secs(15), Duration::from_secs(30));
+        assert_eq!(deadline.at(), start + Duration::from_secs(43));
+        assert_eq!(deadline.confirmed(), start + Duration::from_secs(15));
+        // A late answer to an older request.
+        deadline.confirm(start + Duration::from_secs(5), Duration::from_secs(30));
+        assert_eq!(deadline.at(), start + Duration::from_secs(43));
+        // A renewal that changed the TTL.
+        deadline.confirm(start + Duration::from_secs(20), Duration::from_secs(10));
+        assert_eq!(deadline.at(), start + Duration::from_secs(28));
+        assert!(!deadline.passed());
+    }
+}
