@@ -7,6 +7,23 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+/// Longest queue name task-service accepts, in bytes. The worker checks its `WORKER_QUEUE`
+/// against it at startup, so a bad setting fails there rather than on every claim.
+pub const MAX_QUEUE_BYTES: usize = 128;
+
+/// Most tasks one claim (`POST /api/tasks/next` with `limit`) may take. Each claimed task takes
+/// a lease in one lease-service batch, so it may not exceed that batch's limit.
+pub const MAX_CLAIM: i64 = 100;
+
+/// Most completions one `PUT /api/tasks/complete` may carry ([`CompleteTasks`]); task-service
+/// also gathers single completions into groups of at most this many. Their leases are released
+/// in one lease-service batch.
+pub const MAX_COMPLETE_BATCH: usize = 100;
+
+// A claim's leases are acquired, and a completion group's released, in one lease-service batch.
+const _: () = assert!(MAX_CLAIM as usize <= crate::api::MAX_BATCH_RESOURCES);
+const _: () = assert!(MAX_COMPLETE_BATCH <= crate::api::MAX_BATCH_RESOURCES);
+
 /// Where a task is in its life. `succeeded`, `dead` and `cancelled` are final.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -46,6 +63,19 @@ impl TaskStatus {
             self,
             TaskStatus::Succeeded | TaskStatus::Dead | TaskStatus::Cancelled
         )
+    }
+}
+
+/// A status read from task-service's `status` column. A word this enum does not know is an
+/// error, never a guess: the column's CHECK constraint allows only these five.
+#[cfg(feature = "server")]
+impl diesel::deserialize::FromSql<diesel::sql_types::Text, diesel::pg::Pg> for TaskStatus {
+    fn from_sql(value: diesel::pg::PgValue<'_>) -> diesel::deserialize::Result<Self> {
+        let text = <String as diesel::deserialize::FromSql<
+            diesel::sql_types::Text,
+            diesel::pg::Pg,
+        >>::from_sql(value)?;
+        Self::parse(&text).ok_or_else(|| format!("unknown task status {text:?}").into())
     }
 }
 

@@ -15,7 +15,7 @@ use shared::server::http::{
 use shared::server::{ApiError, validate_name_within};
 use shared::tasks::{
     ClaimTasks, CompleteTask, CompleteTasks, CompletedTasks, CreateTask, FailTask, Heartbeat,
-    NoTask, TaskStatus,
+    MAX_QUEUE_BYTES, NoTask, TaskStatus,
 };
 
 use crate::tasks::{self, Created, Engine};
@@ -299,7 +299,7 @@ async fn list(
     within: &[TaskStatus],
 ) -> Result<HttpResponse, ApiError> {
     let page = Page::parse(query.limit, query.cursor.as_deref(), query.order)?;
-    let mut statuses: Vec<&str> = within.iter().map(|s| s.as_str()).collect();
+    let mut statuses: Vec<TaskStatus> = within.to_vec();
     if let Some(wanted) = query.status.as_deref().filter(|s| !s.is_empty()) {
         let mut chosen = Vec::new();
         for name in wanted.split(',') {
@@ -310,12 +310,12 @@ async fn list(
                     format!("unknown status {name:?}; known: pending, running, succeeded, dead, cancelled"),
                 )
             })?;
-            chosen.push(status.as_str());
+            chosen.push(status);
         }
         statuses.retain(|s| chosen.contains(s));
     }
     if let Some(queue) = &query.queue {
-        validate_name_within("queue", queue, 128)?;
+        validate_name_within("queue", queue, MAX_QUEUE_BYTES)?;
     }
     let turn = tokio::time::timeout(LISTING_WAIT, state.listings.clone().acquire_owned())
         .await
@@ -362,10 +362,8 @@ async fn counts(state: State) -> Result<HttpResponse, ApiError> {
         let per_queue = queues
             .entry(row.queue.clone())
             .or_insert_with(|| TaskStatus::ALL.iter().map(|s| (s.as_str(), 0)).collect());
-        if let Some(status) = TaskStatus::parse(&row.status) {
-            *per_queue.entry(status.as_str()).or_default() += row.count;
-            *total.entry(status.as_str()).or_default() += row.count;
-        }
+        *per_queue.entry(row.status.as_str()).or_default() += row.count;
+        *total.entry(row.status.as_str()).or_default() += row.count;
     }
     Ok(HttpResponse::Ok().json(serde_json::json!({ "queues": queues, "total": total })))
 }

@@ -7,6 +7,7 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use shared::api::{Proof, Secret};
 use shared::server::db::Cache;
 use shared::server::http::Page;
+use shared::tasks::TaskStatus;
 
 pub type Db = AsyncPgConnection;
 type Result<T> = std::result::Result<T, diesel::result::Error>;
@@ -23,7 +24,7 @@ pub struct TaskRow {
     #[diesel(sql_type = Integer)]
     pub priority: i32,
     #[diesel(sql_type = Text)]
-    pub status: String,
+    pub status: TaskStatus,
     #[diesel(sql_type = Timestamptz)]
     pub scheduled_at: DateTime<Utc>,
     #[diesel(sql_type = Nullable<Text>)]
@@ -446,7 +447,7 @@ pub async fn mark_succeeded_many(
 pub async fn mark_final(
     conn: &mut Db,
     id: i64,
-    status: &str,
+    status: TaskStatus,
     error: Option<&str>,
 ) -> Result<TaskRow> {
     diesel::sql_query(format!(
@@ -456,7 +457,7 @@ pub async fn mark_final(
          RETURNING {COLUMNS}"
     ))
     .bind::<BigInt, _>(id)
-    .bind::<Text, _>(status)
+    .bind::<Text, _>(status.as_str())
     .bind::<Nullable<Text>, _>(error)
     .cached()
     .get_result(conn)
@@ -535,12 +536,12 @@ struct SizedRow {
 #[tracing::instrument(name = "SELECT tasks", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "tasks"))]
 pub async fn list(
     conn: &mut Db,
-    statuses: &[&str],
+    statuses: &[TaskStatus],
     queue: Option<&str>,
     page: Page,
     max_bytes: i64,
 ) -> Result<(Vec<TaskRow>, bool)> {
-    let statuses: Vec<String> = statuses.iter().map(|s| (*s).to_owned()).collect();
+    let statuses: Vec<&str> = statuses.iter().map(|s| s.as_str()).collect();
     let (order, past) = page.order.sql();
     let sized: Vec<SizedRow> = diesel::sql_query(format!(
         "SELECT {COLUMNS}, page_rows FROM (
@@ -573,7 +574,7 @@ pub struct QueueCount {
     #[diesel(sql_type = Text)]
     pub queue: String,
     #[diesel(sql_type = Text)]
-    pub status: String,
+    pub status: TaskStatus,
     #[diesel(sql_type = BigInt)]
     pub count: i64,
 }
@@ -760,9 +761,9 @@ pub struct TaskEvent {
     #[diesel(sql_type = Timestamptz)]
     pub at: DateTime<Utc>,
     #[diesel(sql_type = Nullable<Text>)]
-    pub from_status: Option<String>,
+    pub from_status: Option<TaskStatus>,
     #[diesel(sql_type = Text)]
-    pub to_status: String,
+    pub to_status: TaskStatus,
     #[diesel(sql_type = Nullable<Text>)]
     pub processor: Option<String>,
     #[diesel(sql_type = Nullable<BigInt>)]

@@ -16,8 +16,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::client::{CallError, TaskClient};
 
-/// Most completions in one request (task-service accepts up to 100).
-pub const MAX_COMPLETION_BATCH: usize = 100;
+/// Most completions in one request: task-service's limit.
+pub const MAX_COMPLETION_BATCH: usize = shared::tasks::MAX_COMPLETE_BATCH;
 
 type Answer = Result<Option<Task>, CallError>;
 

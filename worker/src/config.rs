@@ -30,7 +30,7 @@ pub mod defaults {
 /// Longest `WORKER_ID` accepted (task-service's limit on a processor name).
 pub const MAX_NAME_BYTES: usize = shared::api::MAX_NAME_BYTES;
 /// Longest `WORKER_QUEUE` accepted (task-service's limit on a queue name).
-pub const MAX_QUEUE_BYTES: usize = 128;
+pub const MAX_QUEUE_BYTES: usize = shared::tasks::MAX_QUEUE_BYTES;
 /// Longest lease TTL accepted, in seconds (lease-service's default upper bound).
 pub const MAX_LEASE_TTL_SECONDS: f64 = 3_600.0;
 /// Longest grace period accepted, in seconds.

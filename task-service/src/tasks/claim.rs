@@ -10,11 +10,10 @@ use diesel_async::AsyncConnection;
 use shared::LeaseError;
 use shared::api::Lease;
 use shared::server::{ApiError, validate_name, validate_name_within};
-use shared::tasks::{ClaimTasks, Task};
+use shared::tasks::{ClaimTasks, MAX_CLAIM, MAX_QUEUE_BYTES, Task, TaskStatus};
 use tracing::field::Empty;
 
 use super::refusal::credentials_refused;
-use super::validate::{MAX_CLAIM, MAX_QUEUE_BYTES};
 use super::{Engine, to_api};
 use crate::repo::{self, Db, TaskRow};
 
@@ -348,7 +347,7 @@ impl<'w> Round<'w> {
                 }
                 lease
             } else {
-                if task.status == "running"
+                if task.status == TaskStatus::Running
                     && let Some(held) = answer.held.iter().find(|h| h.resource == resource)
                 {
                     repo::postpone_lapse(conn, task.id, held.expires_at).await?;
@@ -367,7 +366,7 @@ impl<'w> Round<'w> {
                     task.max_attempts,
                     task.processor.as_deref().unwrap_or("?")
                 );
-                let row = repo::mark_final(conn, task.id, "dead", Some(&reason)).await?;
+                let row = repo::mark_final(conn, task.id, TaskStatus::Dead, Some(&reason)).await?;
                 self.exhausted.push((row, holder.clone(), lease));
             } else {
                 self.taken[owner] += 1;
@@ -456,7 +455,7 @@ mod tests {
 
     #[test]
     fn a_task_is_exhausted_once_its_attempts_are_used() {
-        let mut task = fixtures::row("running", Some("w"), Some(1));
+        let mut task = fixtures::row(TaskStatus::Running, Some("w"), Some(1));
         task.attempts = task.max_attempts - 1;
         assert!(!exhausted(&task));
         task.attempts = task.max_attempts;

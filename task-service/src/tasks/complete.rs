@@ -7,12 +7,14 @@
 use diesel_async::AsyncConnection;
 use shared::api::Proof;
 use shared::server::{ApiError, check_batch_size, first_duplicate, validate_name};
-use shared::tasks::{CompleteItem, CompleteTask, CompleteTasks, ItemResult, Task};
+use shared::tasks::{
+    CompleteItem, CompleteTask, CompleteTasks, ItemResult, MAX_COMPLETE_BATCH, Task, TaskStatus,
+};
 use tracing::field::Empty;
 
 use super::refusal::{lease_refusal, task_not_found};
 use super::transition::{check_owner, finish};
-use super::validate::{MAX_CLAIM, check_size};
+use super::validate::check_size;
 use super::{Engine, Transition};
 use crate::repo::{self, Db, TaskRow};
 
@@ -27,12 +29,12 @@ pub struct Completion {
 pub type CompletionGroups =
     shared::server::coalesce::Coalescer<(), Completion, Result<Transition, ApiError>>;
 
-/// How many waiting completions, from the front, go in one group: at most [`MAX_CLAIM`], and
+/// How many waiting completions, from the front, go in one group: at most [`MAX_COMPLETE_BATCH`], and
 /// never one task twice (a repeat waits for the next group, and is judged after the first).
 pub fn completions_per_group(waiting: &[Completion]) -> usize {
     shared::server::coalesce::distinct_prefix(
         waiting.iter().map(|completion| completion.item.id),
-        usize::try_from(MAX_CLAIM).unwrap_or(100),
+        MAX_COMPLETE_BATCH,
     )
 }
 
@@ -79,8 +81,12 @@ pub async fn complete_many(
     request: &CompleteTasks,
 ) -> Result<Vec<ItemResult>, ApiError> {
     validate_name("processor", &request.processor)?;
-    let max = usize::try_from(MAX_CLAIM).unwrap_or(100);
-    check_batch_size("tasks", "completions", request.tasks.len(), max)?;
+    check_batch_size(
+        "tasks",
+        "completions",
+        request.tasks.len(),
+        MAX_COMPLETE_BATCH,
+    )?;
     if let Some(id) = first_duplicate(request.tasks.iter().map(|item| item.id)) {
         return Err(ApiError::invalid(
             "duplicate_task",
@@ -173,7 +179,8 @@ pub async fn complete_group(
                         Some(task) => match check_owner(&task, &completion.processor, item.fence) {
                             Err(err) => Err(err),
                             Ok(()) if task.cancel_requested => Ok(Transition::Cancelled(
-                                repo::mark_final(conn, task.id, "cancelled", None).await?,
+                                repo::mark_final(conn, task.id, TaskStatus::Cancelled, None)
+                                    .await?,
                             )),
                             Ok(()) => {
                                 releasing.push((index, task));
@@ -278,10 +285,11 @@ mod tests {
 
     #[test]
     fn a_group_holds_at_most_one_batch() {
-        let ids: Vec<i64> = (0..MAX_CLAIM + 5).collect();
+        let ids: Vec<i64> =
+            (0..i64::try_from(MAX_COMPLETE_BATCH).unwrap_or(i64::MAX) + 5).collect();
         assert_eq!(
             completions_per_group(&completions(&ids)),
-            usize::try_from(MAX_CLAIM).unwrap_or(100)
+            MAX_COMPLETE_BATCH
         );
     }
 }

@@ -159,6 +159,8 @@ async fn check_generator_fence(engine: &Engine, fence: i64) -> Result<chrono::Ti
 
 #[cfg(test)]
 mod tests {
+    use shared::tasks::TaskStatus;
+
     use super::*;
     use crate::tasks::fixtures;
 
@@ -176,7 +178,7 @@ mod tests {
     #[test]
     fn a_repeat_of_the_same_request_differs_in_nothing() {
         let existing = repo::KeyedTask {
-            task: fixtures::row("pending", None, None),
+            task: fixtures::row(TaskStatus::Pending, None, None),
             same_schedule: true,
         };
         assert!(differences(&existing, &same_as(&existing.task)).is_empty());
@@ -185,7 +187,7 @@ mod tests {
     #[test]
     fn every_differing_field_is_named() {
         let existing = repo::KeyedTask {
-            task: fixtures::row("pending", None, None),
+            task: fixtures::row(TaskStatus::Pending, None, None),
             same_schedule: false,
         };
         let mut task = same_as(&existing.task);

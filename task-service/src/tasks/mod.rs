@@ -37,7 +37,7 @@ use rand::Rng;
 use shared::LeaseClient;
 use shared::api::Proof;
 use shared::server::ApiError;
-use shared::tasks::{Task, TaskStatus};
+use shared::tasks::Task;
 
 use crate::metrics::Metrics;
 use crate::repo::{self, Db, TaskRow};
@@ -49,7 +49,7 @@ pub use complete::{
 pub use create::{Created, create};
 pub use transition::{cancel, fail, heartbeat, retry};
 pub use ttl::{TtlVerdict, check_lease_ttl};
-pub use validate::{MAX_CLAIM, MAX_DATA_BYTES};
+pub use validate::MAX_DATA_BYTES;
 
 use refusal::task_not_found;
 
@@ -118,11 +118,6 @@ fn locked_or_missing(row: Option<TaskRow>, id: i64) -> Result<TaskRow, ApiError>
     row.ok_or_else(|| task_not_found(id))
 }
 
-fn parse_status(status: &str) -> TaskStatus {
-    // The table's CHECK constraint admits only these five.
-    TaskStatus::parse(status).unwrap_or(TaskStatus::Dead)
-}
-
 pub fn to_api(row: TaskRow) -> Task {
     Task {
         id: row.id,
@@ -134,7 +129,7 @@ pub fn to_api(row: TaskRow) -> Task {
         started_at: row.started_at,
         processed_at: row.processed_at,
         task_output: row.task_output,
-        status: parse_status(&row.status),
+        status: row.status,
         queue: row.queue,
         priority: row.priority,
         attempts: row.attempts,
@@ -153,6 +148,8 @@ pub fn to_api(row: TaskRow) -> Task {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod fixtures {
+    use shared::tasks::TaskStatus;
+
     use super::*;
 
     pub(super) fn engine() -> Engine {
@@ -171,14 +168,14 @@ mod fixtures {
         }
     }
 
-    pub(super) fn row(status: &str, processor: Option<&str>, fence: Option<i64>) -> TaskRow {
+    pub(super) fn row(status: TaskStatus, processor: Option<&str>, fence: Option<i64>) -> TaskRow {
         let epoch = chrono::DateTime::from_timestamp(0, 0).unwrap();
         TaskRow {
             id: 42,
             task_data: serde_json::json!({"n": 1}),
             queue: "default".to_owned(),
             priority: 0,
-            status: status.to_owned(),
+            status,
             scheduled_at: epoch,
             processor: processor.map(str::to_owned),
             fence,

@@ -12,7 +12,7 @@ use tracing::field::Empty;
 
 use super::refusal::{finished, lease_refusal};
 use super::validate::MAX_ERROR_BYTES;
-use super::{Engine, Transition, locked, parse_status, to_api};
+use super::{Engine, Transition, locked, to_api};
 use crate::repo::{self, Db, TaskRow};
 
 /// Locks the task for a transition by its worker: refused unless `processor` (with `fence`)
@@ -28,7 +28,7 @@ async fn owned(
     let task = locked(conn, id).await?;
     check_owner(&task, processor, fence)?;
     if task.cancel_requested {
-        let row = repo::mark_final(conn, id, "cancelled", error).await?;
+        let row = repo::mark_final(conn, id, TaskStatus::Cancelled, error).await?;
         return Ok(Err(Transition::Cancelled(row)));
     }
     Ok(Ok(task))
@@ -128,7 +128,7 @@ pub async fn fail(
                 } else {
                     format!("failed, not retryable: {error}")
                 };
-                repo::mark_final(conn, id, "dead", Some(&reason)).await?
+                repo::mark_final(conn, id, TaskStatus::Dead, Some(&reason)).await?
             } else {
                 engine
                     .metrics
@@ -149,7 +149,7 @@ pub async fn retry(conn: &mut Db, engine: &Engine, id: i64) -> Result<Task, ApiE
     let row = conn
         .transaction::<_, ApiError, _>(async |conn| {
             let task = locked(conn, id).await?;
-            match parse_status(&task.status) {
+            match task.status {
                 TaskStatus::Dead => Ok(repo::requeue_dead(conn, id).await?),
                 other => Err(ApiError::Conflict {
                     code: "not_dead",
@@ -179,10 +179,11 @@ pub async fn cancel(conn: &mut Db, engine: &Engine, id: i64) -> Result<(Task, bo
     let (row, immediate) = conn
         .transaction::<_, ApiError, _>(async |conn| {
             let task = locked(conn, id).await?;
-            match parse_status(&task.status) {
-                TaskStatus::Pending => {
-                    Ok((repo::mark_final(conn, id, "cancelled", None).await?, true))
-                }
+            match task.status {
+                TaskStatus::Pending => Ok((
+                    repo::mark_final(conn, id, TaskStatus::Cancelled, None).await?,
+                    true,
+                )),
                 TaskStatus::Running => Ok((repo::request_cancel(conn, id).await?, false)),
                 done => Err(finished(id, done)),
             }
@@ -212,7 +213,11 @@ pub(super) async fn finish(
     span.record("task.queue", row.queue.as_str());
     span.record("task.status", row.status.as_str());
     // One line per request would drown the log (RUST_LOG=task_service=debug shows them).
-    tracing::debug!(task.id = row.id, task.status = %row.status, "task updated");
+    tracing::debug!(
+        task.id = row.id,
+        task.status = row.status.as_str(),
+        "task updated"
+    );
     match outcome {
         Transition::Done(row) => Ok(to_api(row)),
         Transition::Cancelled(row) => {
@@ -238,7 +243,7 @@ pub(super) fn check_owner(
     processor: &str,
     fence: Option<i64>,
 ) -> Result<(), ApiError> {
-    let status = parse_status(&task.status);
+    let status = task.status;
     if status.is_final() {
         return Err(finished(task.id, status));
     }
@@ -281,14 +286,14 @@ mod tests {
 
     #[test]
     fn the_current_worker_may_act_with_or_without_its_fence() {
-        let task = fixtures::row("running", Some("w1"), Some(7));
+        let task = fixtures::row(TaskStatus::Running, Some("w1"), Some(7));
         assert_eq!(refusal(&task, "w1", Some(7)), "allowed");
         assert_eq!(refusal(&task, "w1", None), "allowed");
     }
 
     #[test]
     fn a_superseded_fence_is_lost_even_under_the_same_name() {
-        let task = fixtures::row("running", Some("w1"), Some(7));
+        let task = fixtures::row(TaskStatus::Running, Some("w1"), Some(7));
         assert_eq!(refusal(&task, "w1", Some(6)), "lease_lost");
         // The fence is judged first: a stale claim learns that it lost the lease.
         assert_eq!(refusal(&task, "w2", Some(6)), "lease_lost");
@@ -296,19 +301,23 @@ mod tests {
 
     #[test]
     fn another_worker_is_not_the_owner() {
-        let task = fixtures::row("running", Some("w1"), Some(7));
+        let task = fixtures::row(TaskStatus::Running, Some("w1"), Some(7));
         assert_eq!(refusal(&task, "w2", None), "not_owner");
         assert_eq!(refusal(&task, "w2", Some(7)), "not_owner");
     }
 
     #[test]
     fn a_task_no_longer_running_is_lost_and_a_finished_one_says_so() {
-        let pending = fixtures::row("pending", Some("w1"), Some(7));
+        let pending = fixtures::row(TaskStatus::Pending, Some("w1"), Some(7));
         assert_eq!(refusal(&pending, "w1", Some(7)), "lease_lost");
-        for done in ["succeeded", "dead", "cancelled"] {
+        for done in [
+            TaskStatus::Succeeded,
+            TaskStatus::Dead,
+            TaskStatus::Cancelled,
+        ] {
             let task = fixtures::row(done, Some("w1"), Some(7));
-            assert_eq!(refusal(&task, "w1", Some(7)), "task_finished", "{done}");
-            assert_eq!(refusal(&task, "w2", Some(6)), "task_finished", "{done}");
+            assert_eq!(refusal(&task, "w1", Some(7)), "task_finished", "{done:?}");
+            assert_eq!(refusal(&task, "w2", Some(6)), "task_finished", "{done:?}");
         }
     }
 }

@@ -4,16 +4,13 @@
 //! database error.
 
 use shared::server::{ApiError, validate_name_within};
-use shared::tasks::CreateTask;
+use shared::tasks::{CreateTask, MAX_QUEUE_BYTES};
 
 use super::Engine;
 use crate::repo::NewTask;
 
 /// Largest `task_data` (and `task_output`), serialised.
 pub const MAX_DATA_BYTES: usize = 64 * 1024;
-/// Most tasks one claim may take.
-pub const MAX_CLAIM: i64 = 100;
-pub(super) const MAX_QUEUE_BYTES: usize = 128;
 const MAX_KEY_BYTES: usize = 255;
 pub(super) const MAX_ERROR_BYTES: usize = 4096;
 const PRIORITY_RANGE: std::ops::RangeInclusive<i32> = -1000..=1000;
