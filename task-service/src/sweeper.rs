@@ -2,17 +2,30 @@
 //! ends as cancelled the running tasks whose cancellation was asked for and whose workers then
 //! stopped heartbeating, in queues no claim comes to end them in.
 //!
-//! Every replica runs the loop; a round sweeps only on the replica that holds the lease
-//! [`SWEEPER_RESOURCE`] from lease-service, kept by reentrant acquires round after round. When
-//! lease-service cannot be reached, nobody sweeps, which is always safe.
+//! Every replica runs a [`shared::Singleton`] on the lease [`SWEEPER_RESOURCE`] from
+//! lease-service (holder: this replica's instance id, TTL three intervals); only the one that
+//! holds it runs rounds ([`Singleton::run_periodic`]). When lease-service cannot be reached,
+//! nobody sweeps, which is always safe.
+//!
+//! Timing, as `run_periodic` has it: the leader sweeps as soon as it takes the lease, then every
+//! interval, measured from the start of one round to the start of the next, without jitter;
+//! standbys try to take over every interval, jittered by ±20%. (The hand-written loop this
+//! replaces slept the interval ±10% after each round, on every replica, before acquiring the
+//! lease reentrantly and sweeping, so its first round came one interval after start, and it
+//! counted a `standby` round each time another replica held the lease: the singleton does not
+//! report those tries, so `task_retention_runs_total` now counts only the rounds run, `swept`
+//! or `failed`.)
+//!
+//! A round is never cut short: losing the lease only stops waiting for it, and shutdown waits
+//! for it before the lease is released, so cancellations that commit always get their task
+//! leases released and counted ([`tasks::end_cancelled`]).
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use rand::Rng;
-use shared::LeaseError;
-use shared::api::{Proof, Secret};
 use shared::server::ApiError;
 use shared::server::db::{self, DbPool};
+use shared::{GuardConfig, Singleton};
 use tokio_util::sync::CancellationToken;
 
 use crate::repo;
@@ -29,65 +42,72 @@ pub struct SweeperConfig {
 }
 
 pub async fn run(pool: DbPool, engine: Engine, config: SweeperConfig, stop: CancellationToken) {
-    let leases = &engine.leases_retrying;
-    let metrics = &engine.metrics;
-    // Long enough to survive one missed round, so the same replica keeps sweeping.
+    // Long enough to survive one missed renewal, so the same replica keeps sweeping.
     let ttl = config
         .interval
         .saturating_mul(3)
         .max(Duration::from_secs(1));
-    // The secret of the sweeper lease while this replica holds it: its next round's reentrant
-    // acquire, and its release, must present it when lease-service requires proof.
-    let mut secret: Option<Secret> = None;
-    loop {
-        let jitter = rand::rng().random_range(0.9..1.1);
-        tokio::select! {
-            () = stop.cancelled() => break,
-            () = tokio::time::sleep(config.interval.mul_f64(jitter)) => {}
+    let singleton = Singleton::new(
+        engine.leases_retrying.clone(),
+        GuardConfig::new(SWEEPER_RESOURCE, &config.holder).ttl(ttl),
+        config.interval,
+    );
+    // The singleton drops its job the moment it is told to stop, which could cut a round between
+    // committing cancellations and releasing their leases. So it is told only once no round
+    // runs, and no round starts once `stop` is cancelled.
+    let rounds = Arc::new(tokio::sync::Mutex::new(()));
+    let contend = CancellationToken::new();
+    let gate = {
+        let (rounds, contend, stop) = (rounds.clone(), contend.clone(), stop.clone());
+        async move {
+            stop.cancelled().await;
+            let _idle = rounds.lock().await;
+            contend.cancel();
         }
-        let outcome = match leases
-            .acquire_proving(SWEEPER_RESOURCE, &config.holder, Some(ttl), secret.as_ref())
-            .await
-        {
-            Ok((lease, _)) => {
-                if lease.secret.is_some() {
-                    secret = lease.secret;
-                }
-                match sweep(&pool, &engine, config.retention_seconds).await {
-                    Ok(deleted) => {
-                        metrics.swept.inc_by(deleted);
-                        if deleted > 0 {
-                            tracing::info!(deleted, "retention sweeper deleted finished tasks");
-                        }
-                        "swept"
-                    }
-                    Err(err) => {
-                        tracing::warn!(error = %err, "task retention sweep failed");
-                        "failed"
-                    }
-                }
-            }
-            Err(LeaseError::Held { .. }) => {
-                secret = None;
-                "standby"
-            }
-            Err(err) => {
-                tracing::debug!(error = %err, "could not take the sweeper lease");
-                "failed"
-            }
-        };
-        metrics.sweeps.with_label_values(&[outcome]).inc();
-    }
-    let proof = Proof {
-        fence: None,
-        secret: secret.as_ref().map(Secret::expose),
     };
-    if let Err(err) = leases
-        .release(SWEEPER_RESOURCE, &config.holder, proof)
-        .await
-    {
-        tracing::debug!(error = %err, "sweeper lease not released; it will expire");
-    }
+    let retention_seconds = config.retention_seconds;
+    let sweeping = singleton.run_periodic(contend, config.interval, move |_lease| {
+        let (pool, engine, rounds, stop) =
+            (pool.clone(), engine.clone(), rounds.clone(), stop.clone());
+        async move {
+            let busy = rounds.lock_owned().await;
+            if stop.is_cancelled() {
+                return;
+            }
+            // Spawned, so that a lease lost mid-round drops only this wait, not the round.
+            let round = tokio::spawn(async move {
+                let _busy = busy;
+                round(&pool, &engine, retention_seconds).await;
+            });
+            if round.await.is_err() {
+                tracing::warn!("a retention sweeper round panicked");
+            }
+        }
+    });
+    let sweeping = async {
+        if let Err(err) = sweeping.await {
+            tracing::error!(error = %err, "the retention sweeper cannot hold its lease");
+        }
+    };
+    tokio::join!(sweeping, gate);
+}
+
+async fn round(pool: &DbPool, engine: &Engine, retention_seconds: i64) {
+    let metrics = &engine.metrics;
+    let outcome = match sweep(pool, engine, retention_seconds).await {
+        Ok(deleted) => {
+            metrics.swept.inc_by(deleted);
+            if deleted > 0 {
+                tracing::info!(deleted, "retention sweeper deleted finished tasks");
+            }
+            "swept"
+        }
+        Err(err) => {
+            tracing::warn!(error = %err, "task retention sweep failed");
+            "failed"
+        }
+    };
+    metrics.sweeps.with_label_values(&[outcome]).inc();
 }
 
 async fn sweep(pool: &DbPool, engine: &Engine, retention_seconds: i64) -> Result<u64, ApiError> {
