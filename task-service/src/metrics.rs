@@ -206,7 +206,7 @@ impl Metrics {
         let sweeps = counter(
             &registry,
             "task_retention_runs_total",
-            "Retention sweeper rounds, by outcome (swept, standby, failed).",
+            "Retention sweeper rounds run by the replica holding its lease, by outcome (swept, failed).",
             &["outcome"],
         )?;
         Ok(Self {
