@@ -14,12 +14,12 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use chrono::{DateTime, Utc};
 use clap::{Args, Parser, Subcommand};
+use leasehold::api::{Lease, LeasePage, LeaseStatus};
+use leasehold::generator::GeneratorStatus;
+use leasehold::tasks::{Task, TaskPage, TaskStatus};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use shared::api::{Lease, LeasePage, LeaseStatus};
-use shared::generator::GeneratorStatus;
-use shared::tasks::{Task, TaskPage, TaskStatus};
 
 /// Operate Leasehold: leases, tasks and the task generator.
 #[derive(Debug, Parser)]
@@ -241,9 +241,9 @@ struct Api {
 
 impl Api {
     fn new(cli: &Cli) -> anyhow::Result<Api> {
-        let token = cli.token.as_deref().map(shared::api::Secret::new);
+        let token = cli.token.as_deref().map(leasehold::api::Secret::new);
         let http = reqwest::Client::builder()
-            .default_headers(shared::api::Secret::bearer_headers(token.as_ref()))
+            .default_headers(leasehold::api::Secret::bearer_headers(token.as_ref()))
             .timeout(Duration::from_secs(30))
             .build()
             .context("building the HTTP client")?;

@@ -3,8 +3,8 @@
 use std::net::SocketAddr;
 
 use clap::{Args, Parser, Subcommand};
-use shared::server::auth::Auth;
-use shared::server::http::AllowedOrigins;
+use leasehold::server::auth::Auth;
+use leasehold::server::http::AllowedOrigins;
 
 /// Leasehold's lease service: time-bound, exclusive, renewable, fenced leases kept in PostgreSQL.
 #[derive(Debug, Parser)]

@@ -2,7 +2,7 @@
 
 use diesel_async::AsyncPgConnection;
 use diesel_migrations::{EmbeddedMigrations, embed_migrations};
-pub use shared::server::db::{DbConn, DbPool, connection};
+pub use leasehold::server::db::{DbConn, DbPool, connection};
 
 pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
 
@@ -12,7 +12,7 @@ const MIGRATION_LOCK_KEY: i64 = 0x4c65_6173_6573; // "Leases"
 
 /// Applies pending migrations to the leases database.
 pub async fn migrate(database_url: &str) -> anyhow::Result<()> {
-    shared::server::db::migrate(database_url, MIGRATIONS, MIGRATION_LOCK_KEY).await
+    leasehold::server::db::migrate(database_url, MIGRATIONS, MIGRATION_LOCK_KEY).await
 }
 
 /// What every lease-service session runs first.
@@ -31,10 +31,10 @@ pub const SESSION: &str = "SET enable_seqscan = off; SET plan_cache_mode = force
 
 /// The pool of lease-service's connections, each set up with [`SESSION`].
 pub fn pool(database_url: &str, size: usize) -> anyhow::Result<DbPool> {
-    shared::server::db::pool_with_session(database_url, size, SESSION)
+    leasehold::server::db::pool_with_session(database_url, size, SESSION)
 }
 
 /// One connection set up as the pool's are (for tests and the benchmark's direct SQL).
 pub async fn establish(database_url: &str) -> diesel::ConnectionResult<AsyncPgConnection> {
-    shared::server::db::establish(database_url.to_owned(), SESSION).await
+    leasehold::server::db::establish(database_url.to_owned(), SESSION).await
 }

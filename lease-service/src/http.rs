@@ -4,15 +4,15 @@
 use std::time::Duration;
 
 use actix_web::{HttpRequest, HttpResponse, web};
-use serde::Deserialize;
-use shared::api::{
+use leasehold::api::{
     AcquireLease, AcquireLeases, MAX_NAME_BYTES, ReleaseLease, ReleaseLeases, ReleasedLeases,
     RenewLease,
 };
-use shared::server::auth::{Role, locked};
-use shared::server::http::{
+use leasehold::server::auth::{Role, locked};
+use leasehold::server::http::{
     Order, Page, extractors, get_only, healthz, method_not_allowed, metrics_response,
 };
+use serde::Deserialize;
 
 use crate::db::{self, DbPool};
 use crate::error::ApiError;
@@ -45,7 +45,7 @@ impl std::fmt::Debug for AppState {
 type State = web::Data<AppState>;
 
 /// Mounts every route. The caller adds the [`AppState`] and the
-/// [`shared::server::auth::Auth`] as app data. Writes need the `leaseholder` role, revoking
+/// [`leasehold::server::auth::Auth`] as app data. Writes need the `leaseholder` role, revoking
 /// another's lease the `operator` role; reads are open.
 pub fn configure(cfg: &mut web::ServiceConfig) {
     extractors(cfg, MAX_BODY_BYTES);

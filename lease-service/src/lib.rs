@@ -14,7 +14,7 @@ pub mod config;
 pub mod db;
 /// The error type every handler returns, shared with task-service.
 pub mod error {
-    pub use shared::server::ApiError;
+    pub use leasehold::server::ApiError;
 }
 pub mod http;
 pub mod leases;
@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use actix_web::web;
 use anyhow::Context;
-use shared::server::http as server_http;
+use leasehold::server::http as server_http;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::ServeConfig;
@@ -50,7 +50,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     }
     let listener = TcpListener::bind(config.listen_addr)
         .with_context(|| format!("binding {}", config.listen_addr))?;
-    run(config, listener, shared::shutdown::token()).await
+    run(config, listener, leasehold::shutdown::token()).await
 }
 
 /// Serves on `listener` until `stop` is cancelled, then finishes in-flight requests (up to the
@@ -118,7 +118,7 @@ pub async fn run(
             holder: config
                 .instance_id
                 .clone()
-                .unwrap_or_else(|| shared::identity::instance_id("lease-service")),
+                .unwrap_or_else(|| leasehold::identity::instance_id("lease-service")),
             interval: Duration::from_secs(config.sweep_interval_seconds),
             retention_seconds: config.retention_seconds,
         },

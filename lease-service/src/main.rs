@@ -7,7 +7,7 @@ use lease_service::config::{Cli, Command};
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     // Flushes buffered spans when main returns.
-    let _telemetry = shared::telemetry::init("lease-service");
+    let _telemetry = leasehold::telemetry::init("lease-service");
     match cli.command.unwrap_or(Command::Serve(cli.serve)) {
         Command::Migrate(migrate) => lease_service::db::migrate(&migrate.database_url).await,
         Command::Serve(config) => lease_service::serve(config).await,

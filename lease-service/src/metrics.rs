@@ -1,7 +1,7 @@
 //! Prometheus metrics of one lease-service process, served at `GET /metrics`.
 
+use leasehold::server::http::HttpMetrics;
 use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry};
-use shared::server::http::HttpMetrics;
 
 /// Every metric lease-service exports. One registry per app (not the global one), so that
 /// several apps in one test process do not collide.

@@ -8,8 +8,8 @@ use diesel::result::Error as DieselError;
 use diesel::sql_types::{BigInt, Binary, Bool, Integer, Nullable, Text, Timestamptz};
 use diesel::{OptionalExtension, QueryableByName};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use shared::server::db::Cache;
-use shared::server::http::Page;
+use leasehold::server::db::Cache;
+use leasehold::server::http::Page;
 
 use std::collections::HashMap;
 

@@ -83,7 +83,7 @@ async fn round(
     // In-process and trusted: it proves nothing, and its reentrant acquire needs no secret. The
     // stored digest is of a random secret nobody knows, so the lease cannot be renewed or
     // released through the API by someone who knows only this replica's name.
-    let secret_hash = shared::server::sha256(&crate::leases::new_secret());
+    let secret_hash = leasehold::server::sha256(&crate::leases::new_secret());
     let proof = repo::AcquireProof {
         new_secret_hash: &secret_hash,
         presented_hash: None,

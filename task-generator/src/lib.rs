@@ -1,6 +1,6 @@
 //! task-generator: fake work for the workers, produced by exactly one replica at a time.
 //!
-//! Every replica runs a [`shared::Singleton`] on the lease `task-generator`. The holder reads
+//! Every replica runs a [`leasehold::Singleton`] on the lease `task-generator`. The holder reads
 //! the desired state (started or stopped, rate, sleep range) from task-service, which any
 //! task-service replica changes, and creates `{"sleep_duration_seconds": N}` tasks at the rate.
 //! Each create names its fence (`generator_fence`) and carries the idempotency key
@@ -16,15 +16,15 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
+use leasehold::generator::{
+    GeneratorSettings, MAX_RATE_PER_SECOND, MAX_SLEEP_SECONDS, MIN_RATE_PER_SECOND,
+};
+use leasehold::metrics_server::MetricsServer;
+use leasehold::tasks::CreateTask;
+use leasehold::{GuardConfig, LeaseClient, LeaseHandle, Singleton, SingletonEvent};
 use prometheus::{IntCounter, IntGauge, Registry};
 use rand::Rng;
 use reqwest::StatusCode;
-use shared::generator::{
-    GeneratorSettings, MAX_RATE_PER_SECOND, MAX_SLEEP_SECONDS, MIN_RATE_PER_SECOND,
-};
-use shared::metrics_server::MetricsServer;
-use shared::tasks::CreateTask;
-use shared::{GuardConfig, LeaseClient, LeaseHandle, Singleton, SingletonEvent};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -43,7 +43,7 @@ pub struct GeneratorConfig {
     /// `AUTH_TOKENS` and the `producer` role in task-service's, when they are set. Unset: none
     /// is sent.
     #[arg(long, env = "AUTH_TOKEN", hide_env_values = true)]
-    pub auth_token: Option<shared::api::Secret>,
+    pub auth_token: Option<leasehold::api::Secret>,
 
     /// This replica's name, the holder of the lease while it leads (default: host name, process
     /// id and a random suffix).
@@ -162,7 +162,7 @@ pub async fn run(config: GeneratorConfig, shutdown: CancellationToken) -> anyhow
     let holder = config
         .generator_id
         .clone()
-        .unwrap_or_else(|| shared::identity::instance_id("task-generator"));
+        .unwrap_or_else(|| leasehold::identity::instance_id("task-generator"));
     let metrics = Metrics::new().context("registering metrics")?;
     let server = match config.metrics_addr {
         Some(address) => Some(MetricsServer::start(address, metrics.registry.clone())?),
@@ -172,7 +172,7 @@ pub async fn run(config: GeneratorConfig, shutdown: CancellationToken) -> anyhow
 
     let producer = Producer {
         http: reqwest::Client::builder()
-            .default_headers(shared::api::Secret::bearer_headers(
+            .default_headers(leasehold::api::Secret::bearer_headers(
                 config.auth_token.as_ref(),
             ))
             .timeout(Duration::from_secs(5))
@@ -185,8 +185,12 @@ pub async fn run(config: GeneratorConfig, shutdown: CancellationToken) -> anyhow
     };
     let observed = metrics.clone();
     let singleton = Singleton::new(
-        LeaseClient::new(config.lease_service_url.trim_end_matches('/'))
-            .with_bearer_token(config.auth_token.as_ref().map(shared::api::Secret::expose)),
+        LeaseClient::new(config.lease_service_url.trim_end_matches('/')).with_bearer_token(
+            config
+                .auth_token
+                .as_ref()
+                .map(leasehold::api::Secret::expose),
+        ),
         GuardConfig::new(&config.lease_resource, &holder)
             .ttl(Duration::from_secs(config.lease_ttl_seconds)),
         Duration::from_secs_f64(config.retry_interval_seconds),
@@ -295,11 +299,11 @@ impl Producer {
         );
         let url = format!("{}/api/tasks", self.tasks_url);
         async {
-            let client = shared::telemetry::client_span("POST", &url);
+            let client = leasehold::telemetry::client_span("POST", &url);
             let answer = self
                 .http
                 .post(&url)
-                .headers(client.in_scope(shared::telemetry::inject))
+                .headers(client.in_scope(leasehold::telemetry::inject))
                 .json(body)
                 .send()
                 .instrument(client.clone())
@@ -308,7 +312,7 @@ impl Producer {
                 Ok(response) => Ok(response.status().as_u16()),
                 Err(err) => Err(err.to_string()),
             };
-            shared::telemetry::record_response(
+            leasehold::telemetry::record_response(
                 &client,
                 status.as_ref().copied().map_err(String::as_str),
             );
@@ -419,7 +423,7 @@ enum Created {
     LeadsNoLonger,
 }
 
-/// The pace the settings ask for, kept within [`shared::generator`]'s bounds whatever was read,
+/// The pace the settings ask for, kept within [`leasehold::generator`]'s bounds whatever was read,
 /// so that no value can make a duration overflow or a random range empty.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Pace {

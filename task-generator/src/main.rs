@@ -17,11 +17,11 @@ struct Cli {
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     // Flushes buffered spans when main returns.
-    let _telemetry = shared::telemetry::init("task-generator");
+    let _telemetry = leasehold::telemetry::init("task-generator");
     let shutdown = CancellationToken::new();
     let on_signal = shutdown.clone();
     tokio::spawn(async move {
-        shared::shutdown::signal().await;
+        leasehold::shutdown::signal().await;
         on_signal.cancel();
     });
     task_generator::run(cli.config, shutdown).await

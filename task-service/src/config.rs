@@ -3,8 +3,8 @@
 use std::net::SocketAddr;
 
 use clap::{Args, Parser, Subcommand};
-use shared::server::auth::Auth;
-use shared::server::http::AllowedOrigins;
+use leasehold::server::auth::Auth;
+use leasehold::server::http::AllowedOrigins;
 
 /// Leasehold's task service: a PostgreSQL task queue whose claims are leases from lease-service.
 #[derive(Debug, Parser)]
@@ -75,7 +75,7 @@ pub struct ServeConfig {
     /// Bearer token sent to lease-service (a token with the `leaseholder` role there, when its
     /// `AUTH_TOKENS` is set). Unset: none is sent.
     #[arg(long, env = "LEASE_SERVICE_TOKEN", hide_env_values = true)]
-    pub lease_service_token: Option<shared::api::Secret>,
+    pub lease_service_token: Option<leasehold::api::Secret>,
 
     /// Bearer tokens for the write routes: comma-separated `role[+role...]:token` entries,
     /// tokens of 16 bytes or more. Roles: `producer` (create tasks), `worker` (claim,

@@ -9,10 +9,10 @@
 //! task-service's token.
 
 use actix_web::{HttpRequest, HttpResponse, web};
+use leasehold::server::ApiError;
+use leasehold::server::db;
+use leasehold::server::http::{get_only, method_not_allowed};
 use serde::Deserialize;
-use shared::server::ApiError;
-use shared::server::db;
-use shared::server::http::{get_only, method_not_allowed};
 
 use crate::http::State;
 use crate::{generator, repo};
@@ -142,7 +142,7 @@ async fn revoke(
 /// Sends `request` and answers with lease-service's status and JSON body as they are.
 async fn forward(request: reqwest::RequestBuilder) -> Result<HttpResponse, ApiError> {
     let response = request
-        .headers(shared::telemetry::inject())
+        .headers(leasehold::telemetry::inject())
         .timeout(std::time::Duration::from_secs(5))
         .send()
         .await

@@ -3,11 +3,11 @@
 //! the same answer, and start/stop take effect whichever replica receives them (the sample's
 //! status depended on which replica answered, and stop had to reach the lease holder).
 
-use shared::generator::{
+use leasehold::generator::{
     GeneratorLeader, GeneratorSettings, GeneratorStatus, MAX_RATE_PER_SECOND, MAX_SLEEP_SECONDS,
     MIN_RATE_PER_SECOND, StartGenerator,
 };
-use shared::server::ApiError;
+use leasehold::server::ApiError;
 
 use crate::repo::{self, Db, GeneratorRow};
 use crate::tasks::Engine;
@@ -29,9 +29,9 @@ async fn leader(engine: &Engine) -> Result<Option<GeneratorLeader>, ApiError> {
 }
 
 async fn ask_leader(
-    leases: &shared::LeaseClient,
+    leases: &leasehold::LeaseClient,
     engine: &Engine,
-) -> Result<Option<GeneratorLeader>, shared::LeaseError> {
+) -> Result<Option<GeneratorLeader>, leasehold::LeaseError> {
     Ok(leases
         .current(&engine.generator_resource)
         .await?
@@ -67,7 +67,7 @@ fn compose(settings: GeneratorSettings, leader: Option<GeneratorLeader>) -> Gene
 }
 
 /// Starts the generator, changing any settings given. Every setting must lie within the bounds
-/// of [`shared::generator`], which the generator also keeps to whatever it reads.
+/// of [`leasehold::generator`], which the generator also keeps to whatever it reads.
 ///
 /// lease-service is asked who leads before anything is stored: a 503 then means that nothing
 /// changed, never that the change was made and only its answer failed.

@@ -5,18 +5,18 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use actix_web::{HttpRequest, HttpResponse, web};
-use serde::Deserialize;
-use shared::generator::StartGenerator;
-use shared::server::auth::{Role, locked};
-use shared::server::db::{self, DbPool};
-use shared::server::http::{
+use leasehold::generator::StartGenerator;
+use leasehold::server::auth::{Role, locked};
+use leasehold::server::db::{self, DbPool};
+use leasehold::server::http::{
     Order, Page, extractors, get_only, healthz, method_not_allowed, metrics_response,
 };
-use shared::server::{ApiError, validate_name_within};
-use shared::tasks::{
+use leasehold::server::{ApiError, validate_name_within};
+use leasehold::tasks::{
     ClaimTasks, CompleteTask, CompleteTasks, CompletedTasks, CreateTask, FailTask, Heartbeat,
     MAX_QUEUE_BYTES, NoTask, TaskStatus,
 };
+use serde::Deserialize;
 
 use crate::tasks::{self, Created, Engine};
 use crate::{generator, repo};
@@ -86,7 +86,7 @@ impl std::fmt::Debug for AppState {
 pub(crate) type State = web::Data<AppState>;
 
 /// Mounts every route. The caller adds the [`AppState`] and the
-/// [`shared::server::auth::Auth`] as app data. Each write route needs its role (producer,
+/// [`leasehold::server::auth::Auth`] as app data. Each write route needs its role (producer,
 /// worker or operator); reads are open.
 pub fn configure(cfg: &mut web::ServiceConfig) {
     extractors(cfg, MAX_BODY_BYTES);

@@ -24,9 +24,9 @@ use std::time::Duration;
 use actix_web::web;
 use anyhow::Context;
 use diesel_migrations::{EmbeddedMigrations, embed_migrations};
-use shared::server::db;
-use shared::server::http as server_http;
-use shared::{LeaseClient, RetryPolicy};
+use leasehold::server::db;
+use leasehold::server::http as server_http;
+use leasehold::{LeaseClient, RetryPolicy};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::ServeConfig;
@@ -53,7 +53,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     }
     let listener = TcpListener::bind(config.listen_addr)
         .with_context(|| format!("binding {}", config.listen_addr))?;
-    run(config, listener, shared::shutdown::token()).await
+    run(config, listener, leasehold::shutdown::token()).await
 }
 
 /// Serves on `listener` until `stop` is cancelled, then finishes in-flight requests (up to the
@@ -71,7 +71,7 @@ pub async fn run(
     let token = config
         .lease_service_token
         .as_ref()
-        .map(shared::api::Secret::expose);
+        .map(leasehold::api::Secret::expose);
     let engine = Engine {
         leases: LeaseClient::with_timeout(&lease_url, call_timeout)
             .with_retry(RetryPolicy::none())
@@ -128,7 +128,7 @@ pub async fn run(
             holder: config
                 .instance_id
                 .clone()
-                .unwrap_or_else(|| shared::identity::instance_id("task-service")),
+                .unwrap_or_else(|| leasehold::identity::instance_id("task-service")),
             interval: Duration::from_secs(config.sweep_interval_seconds),
             retention_seconds: config.retention_seconds,
         },
@@ -144,7 +144,7 @@ pub async fn run(
     served
 }
 
-/// The claim and completion groups (see [`shared::server::coalesce`]), `in_flight` of each at once (claims: per
+/// The claim and completion groups (see [`leasehold::server::coalesce`]), `in_flight` of each at once (claims: per
 /// queue); each group runs on a connection of its own from `pool`.
 fn groups(
     pool: &db::DbPool,

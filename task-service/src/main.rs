@@ -7,7 +7,7 @@ use task_service::config::{Cli, Command};
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     // Flushes buffered spans when main returns.
-    let _telemetry = shared::telemetry::init("task-service");
+    let _telemetry = leasehold::telemetry::init("task-service");
     match cli.command.unwrap_or(Command::Serve(Box::new(cli.serve))) {
         Command::Migrate(migrate) => task_service::migrate(&migrate.database_url).await,
         Command::Serve(config) => task_service::serve(*config).await,

@@ -9,11 +9,11 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
+use leasehold::server::http::HttpMetrics;
 use prometheus::core::{MetricVec, MetricVecBuilder};
 use prometheus::{
     GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
 };
-use shared::server::http::HttpMetrics;
 
 use crate::repo::{OldestDue, QueueCount};
 

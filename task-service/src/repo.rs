@@ -4,10 +4,10 @@ use chrono::{DateTime, Utc};
 use diesel::sql_types::{Array, BigInt, Bool, Double, Integer, Jsonb, Nullable, Text, Timestamptz};
 use diesel::{OptionalExtension, QueryableByName};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use shared::api::{Proof, Secret};
-use shared::server::db::Cache;
-use shared::server::http::Page;
-use shared::tasks::TaskStatus;
+use leasehold::api::{Proof, Secret};
+use leasehold::server::db::Cache;
+use leasehold::server::http::Page;
+use leasehold::tasks::TaskStatus;
 
 pub type Db = AsyncPgConnection;
 type Result<T> = std::result::Result<T, diesel::result::Error>;

@@ -2,7 +2,7 @@
 //! ends as cancelled the running tasks whose cancellation was asked for and whose workers then
 //! stopped heartbeating, in queues no claim comes to end them in.
 //!
-//! Every replica runs a [`shared::Singleton`] on the lease [`SWEEPER_RESOURCE`] from
+//! Every replica runs a [`leasehold::Singleton`] on the lease [`SWEEPER_RESOURCE`] from
 //! lease-service (holder: this replica's instance id, TTL three intervals); only the one that
 //! holds it runs rounds ([`Singleton::run_periodic`]). When lease-service cannot be reached,
 //! nobody sweeps, which is always safe.
@@ -23,9 +23,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use shared::server::ApiError;
-use shared::server::db::{self, DbPool};
-use shared::{GuardConfig, Singleton};
+use leasehold::server::ApiError;
+use leasehold::server::db::{self, DbPool};
+use leasehold::{GuardConfig, Singleton};
 use tokio_util::sync::CancellationToken;
 
 use crate::repo;

@@ -35,10 +35,10 @@ use std::time::{Duration, Instant};
 use diesel::sql_types::{BigInt, Text};
 use diesel::{OptionalExtension, QueryableByName};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use leasehold::{Lease, LeaseClient, RetryPolicy};
 use leasehold_local::postgres::PrivatePostgres;
 use serde::Serialize;
 use serde_json::{Value, json};
-use shared::{Lease, LeaseClient, RetryPolicy};
 
 use crate::Service;
 
@@ -671,7 +671,7 @@ async fn lease_sql(
                 i += 1;
                 let started = Instant::now();
                 let secret = format!("{:064x}", rand::random::<u128>());
-                let hash = shared::server::sha256(&secret);
+                let hash = leasehold::server::sha256(&secret);
                 let proof = AcquireProof {
                     new_secret_hash: &hash,
                     presented_hash: None,
@@ -841,13 +841,13 @@ async fn contended(
                                     Err(_) => Attempt::Failed,
                                 }
                             }
-                            Err(shared::LeaseError::Held { .. }) => Attempt::Refused,
+                            Err(leasehold::LeaseError::Held { .. }) => Attempt::Refused,
                             Err(_) => Attempt::Failed,
                         }
                     }
                     Some(conn) => {
                         let hash =
-                            shared::server::sha256(&format!("{:064x}", rand::random::<u128>()));
+                            leasehold::server::sha256(&format!("{:064x}", rand::random::<u128>()));
                         let proof = AcquireProof {
                             new_secret_hash: &hash,
                             presented_hash: None,

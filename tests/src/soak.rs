@@ -50,8 +50,8 @@ mod tokens {
 /// An HTTP client that sends `token` with every request.
 fn client_with(token: &str) -> reqwest::Client {
     reqwest::Client::builder()
-        .default_headers(shared::api::Secret::bearer_headers(Some(
-            &shared::api::Secret::new(token),
+        .default_headers(leasehold::api::Secret::bearer_headers(Some(
+            &leasehold::api::Secret::new(token),
         )))
         .timeout(Duration::from_secs(2))
         .build()

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use leasehold::{GuardConfig, LeaseClient, LeaseError, LeaseGuard, LeaseLost, with_lease};
 use serde_json::json;
-use shared::{GuardConfig, LeaseClient, LeaseError, LeaseGuard, LeaseLost, with_lease};
 use tests::{Service, eventually, execute, fresh_database};
 
 fn config(resource: &str, holder: &str, ttl_seconds: u64) -> GuardConfig {
@@ -46,7 +46,7 @@ async fn the_guard_keeps_its_lease_across_five_ttls_then_releases_it() {
     assert!(guard.lease().renewed_at.is_some());
 
     let released = guard.release().await.unwrap();
-    assert_eq!(released.status, shared::LeaseStatus::Released);
+    assert_eq!(released.status, leasehold::LeaseStatus::Released);
     let rival = svc
         .post(
             "/api/leases",
@@ -275,7 +275,7 @@ async fn renewal_errors_are_not_a_loss_while_there_is_time_left() {
     let db = fresh_database().await;
     let svc = Service::lease_service(&db, &[]).await;
     let client = LeaseClient::with_timeout(svc.base_url(), Duration::from_millis(300))
-        .with_retry(shared::RetryPolicy::none());
+        .with_retry(leasehold::RetryPolicy::none());
     let guard = LeaseGuard::acquire(
         &client,
         config("patient", "holder", 6).renew_interval(Duration::from_secs(1)),
@@ -302,7 +302,7 @@ async fn renewal_errors_are_not_a_loss_while_there_is_time_left() {
 async fn transient_failures_are_retried_and_refusals_are_not() {
     let db = fresh_database().await;
     let mut svc = Service::lease_service(&db, &[]).await;
-    let patient = LeaseClient::new(svc.base_url()).with_retry(shared::RetryPolicy {
+    let patient = LeaseClient::new(svc.base_url()).with_retry(leasehold::RetryPolicy {
         max_attempts: 40,
         base_delay: Duration::from_millis(50),
         max_delay: Duration::from_millis(250),
@@ -344,7 +344,7 @@ async fn a_periodic_singleton_ticks_on_one_replica_and_hands_over_on_shutdown() 
         let client = LeaseClient::new(svc.base_url());
         let ticks = ticks.clone();
         tokio::spawn(async move {
-            shared::Singleton::new(
+            leasehold::Singleton::new(
                 client,
                 config("nightly-report", name, 2),
                 Duration::from_millis(300),

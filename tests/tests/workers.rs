@@ -148,7 +148,7 @@ async fn paused_worker_race(first: &str, second: &str) {
     let id = s.create(json!({"sleep_duration_seconds": 4})).await;
     // At debug level a worker logs each task it claims and completes.
     let sleeper = s
-        .worker(first, "2", &[("RUST_LOG", "info,worker=debug")])
+        .worker(first, "2", &[("RUST_LOG", "info,leasehold_worker=debug")])
         .await;
     eventually(Duration::from_secs(10), "the first claim", || async {
         s.task(id).await["status"] == "running"
@@ -411,7 +411,7 @@ async fn a_dead_task_service_url_is_skipped_and_the_log_names_each_task() {
             ("HEARTBEAT_INTERVAL_SECONDS", "1"),
             ("POLL_MAX_MS", "200"),
             // Each task's claim and completion are logged at debug level.
-            ("RUST_LOG", "info,worker=debug"),
+            ("RUST_LOG", "info,leasehold_worker=debug"),
         ],
     )
     .await;

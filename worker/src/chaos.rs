@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use shared::tasks::Task;
+use leasehold::tasks::Task;
 use tokio::time::Instant;
 
 use crate::config::Settings;

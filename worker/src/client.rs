@@ -10,14 +10,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tracing::Instrument;
 
-use reqwest::StatusCode;
-use serde::Serialize;
-use serde_json::Value;
-use shared::ErrorBody;
-use shared::tasks::{
+use leasehold::ErrorBody;
+use leasehold::tasks::{
     ClaimTasks, CompleteItem, CompleteTask, CompleteTasks, CompletedTasks, FailTask, Heartbeat,
     Task,
 };
+use reqwest::StatusCode;
+use serde::Serialize;
+use serde_json::Value;
 
 /// Why a call did not succeed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -64,10 +64,10 @@ impl TaskClient {
     pub fn new(
         urls: Vec<String>,
         timeout: Duration,
-        token: Option<&shared::api::Secret>,
+        token: Option<&leasehold::api::Secret>,
     ) -> Result<Self, reqwest::Error> {
         let http = reqwest::Client::builder()
-            .default_headers(shared::api::Secret::bearer_headers(token))
+            .default_headers(leasehold::api::Secret::bearer_headers(token))
             .timeout(timeout)
             .connect_timeout(timeout.min(Duration::from_secs(2)))
             .build()?;
@@ -300,10 +300,10 @@ async fn exchange<B: Serialize>(
     url: &str,
     body: &B,
 ) -> Result<Vec<u8>, CallError> {
-    let span = shared::telemetry::client_span(method.as_str(), url);
+    let span = leasehold::telemetry::client_span(method.as_str(), url);
     let sent = async {
         http.request(method, url)
-            .headers(shared::telemetry::inject())
+            .headers(leasehold::telemetry::inject())
             .json(body)
             .send()
             .await
@@ -311,16 +311,16 @@ async fn exchange<B: Serialize>(
     .instrument(span.clone())
     .await;
     let response = sent.map_err(|err| {
-        let reason = shared::lease_client::describe(&err);
-        shared::telemetry::record_response(&span, Err(&reason));
+        let reason = leasehold::lease_client::describe(&err);
+        leasehold::telemetry::record_response(&span, Err(&reason));
         CallError::Transient(reason)
     })?;
     let status = response.status();
-    shared::telemetry::record_response(&span, Ok(status.as_u16()));
+    leasehold::telemetry::record_response(&span, Ok(status.as_u16()));
     let bytes = response
         .bytes()
         .await
-        .map_err(|err| CallError::Transient(shared::lease_client::describe(&err)))?;
+        .map_err(|err| CallError::Transient(leasehold::lease_client::describe(&err)))?;
     if status.is_success() {
         return Ok(bytes.to_vec());
     }

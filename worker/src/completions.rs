@@ -10,14 +10,14 @@
 
 use std::sync::Arc;
 
+use leasehold::tasks::{CompleteItem, Task};
 use serde_json::Value;
-use shared::tasks::{CompleteItem, Task};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::client::{CallError, TaskClient};
 
 /// Most completions in one request: task-service's limit.
-pub const MAX_COMPLETION_BATCH: usize = shared::tasks::MAX_COMPLETE_BATCH;
+pub const MAX_COMPLETION_BATCH: usize = leasehold::tasks::MAX_COMPLETE_BATCH;
 
 type Answer = Result<Option<Task>, CallError>;
 

@@ -28,9 +28,9 @@ pub mod defaults {
 }
 
 /// Longest `WORKER_ID` accepted (task-service's limit on a processor name).
-pub const MAX_NAME_BYTES: usize = shared::api::MAX_NAME_BYTES;
+pub const MAX_NAME_BYTES: usize = leasehold::api::MAX_NAME_BYTES;
 /// Longest `WORKER_QUEUE` accepted (task-service's limit on a queue name).
-pub const MAX_QUEUE_BYTES: usize = shared::tasks::MAX_QUEUE_BYTES;
+pub const MAX_QUEUE_BYTES: usize = leasehold::tasks::MAX_QUEUE_BYTES;
 /// Longest lease TTL accepted, in seconds (lease-service's default upper bound).
 pub const MAX_LEASE_TTL_SECONDS: f64 = 3_600.0;
 /// Longest grace period accepted, in seconds.
@@ -69,7 +69,7 @@ pub struct WorkerConfig {
     /// Bearer token sent to task-service (a token with the `worker` role, when task-service's
     /// `AUTH_TOKENS` is set). Unset: none is sent.
     #[arg(long, env = "AUTH_TOKEN", hide_env_values = true)]
-    pub auth_token: Option<shared::api::Secret>,
+    pub auth_token: Option<leasehold::api::Secret>,
 
     /// This worker's name, sent as `processor` with every call (default: host name, process id
     /// and a random hex suffix, unique per process).
@@ -148,7 +148,7 @@ pub struct Settings {
     /// Base URLs without a trailing slash, in rotation order.
     pub task_service_urls: Vec<String>,
     /// Bearer token for task-service, if its write routes are locked.
-    pub auth_token: Option<shared::api::Secret>,
+    pub auth_token: Option<leasehold::api::Secret>,
     /// Sent as `processor`.
     pub worker_id: String,
     pub queue: Option<String>,
@@ -339,7 +339,7 @@ impl WorkerConfig {
 
 /// `host:pid:random-hex`: unique per process (and per call), readable in the tasks table.
 pub fn default_worker_id() -> String {
-    shared::identity::instance_id("worker")
+    leasehold::identity::instance_id("worker")
 }
 
 fn check_name(setting: &str, value: &str, max_bytes: usize) -> Result<(), ConfigError> {

@@ -14,7 +14,7 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use worker::{DynTaskHandler, SleepHandler, handler_fn, TaskFailure};
+//! use leasehold_worker::{DynTaskHandler, SleepHandler, handler_fn, TaskFailure};
 //!
 //! let by_name: Arc<dyn DynTaskHandler> = if std::env::var("SLEEPY").is_ok() {
 //!     Arc::new(SleepHandler::default())
@@ -23,7 +23,7 @@
 //!         Ok::<_, TaskFailure>(serde_json::json!({"echo": task.task_data}))
 //!     }))
 //! };
-//! // `by_name` can be passed to `worker::run`.
+//! // `by_name` can be passed to `leasehold_worker::run`.
 //! # let _ = by_name;
 //! ```
 //!
@@ -39,8 +39,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use leasehold::tasks::Task;
 use serde_json::{Value, json};
-use shared::tasks::Task;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -287,7 +287,7 @@ impl TaskHandler for SleepHandler {
 #[allow(clippy::unwrap_used)]
 pub(crate) mod tests {
     use chrono::Utc;
-    use shared::tasks::TaskStatus;
+    use leasehold::tasks::TaskStatus;
 
     use super::*;
 

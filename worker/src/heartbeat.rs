@@ -10,7 +10,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use shared::LeaseDeadline;
+use leasehold::LeaseDeadline;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 

@@ -12,7 +12,7 @@
 //! `dyn` use), or use [`handler_fn`] with a closure:
 //!
 //! ```no_run
-//! use worker::{TaskFailure, WorkerConfig, handler_fn};
+//! use leasehold_worker::{TaskFailure, WorkerConfig, handler_fn};
 //!
 //! # async fn example() -> anyhow::Result<()> {
 //! let handler = handler_fn(|task, cancel| async move {
@@ -25,7 +25,7 @@
 //!     }
 //! });
 //! let config = WorkerConfig::new(["http://127.0.0.1:8082"]);
-//! worker::run(config, handler, shared::shutdown::signal()).await
+//! leasehold_worker::run(config, handler, leasehold::shutdown::signal()).await
 //! # }
 //! ```
 //!

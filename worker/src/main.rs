@@ -2,17 +2,17 @@
 //! handler until SIGTERM or SIGINT (then exits 0 after the graceful shutdown).
 
 use clap::Parser;
-use worker::{Cli, SleepHandler};
+use leasehold_worker::{Cli, SleepHandler};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     // Flushes buffered spans when main returns.
-    let _telemetry = shared::telemetry::init("worker");
-    worker::run(
+    let _telemetry = leasehold::telemetry::init("worker");
+    leasehold_worker::run(
         cli.config,
         SleepHandler::default(),
-        shared::shutdown::signal(),
+        leasehold::shutdown::signal(),
     )
     .await
 }

@@ -1,8 +1,8 @@
 //! Prometheus metrics of one worker process, served (with `GET /healthz`) by
 //! [`MetricsServer`] when `METRICS_ADDR` is set.
 
+pub use leasehold::metrics_server::MetricsServer;
 use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
-pub use shared::metrics_server::MetricsServer;
 
 /// Every metric the worker exports. One registry per worker (not the global one), so that
 /// several workers in one test process do not collide.

@@ -48,8 +48,8 @@ use crate::task_run::process;
 // Kept reachable where it always was: it is part of the worker's public surface.
 pub use crate::task_run::MAX_ERROR_CHARS;
 
-/// Most tasks asked for in one claim: task-service's limit ([`shared::tasks::MAX_CLAIM`]).
-pub const MAX_CLAIM_BATCH: usize = shared::tasks::MAX_CLAIM as usize;
+/// Most tasks asked for in one claim: task-service's limit ([`leasehold::tasks::MAX_CLAIM`]).
+pub const MAX_CLAIM_BATCH: usize = leasehold::tasks::MAX_CLAIM as usize;
 /// How long a task is offered back to task-service at shutdown before giving up on it (it is
 /// then reclaimed when its lease expires).
 pub const HAND_BACK_TIMEOUT: Duration = Duration::from_secs(5);

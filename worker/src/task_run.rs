@@ -12,8 +12,8 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use futures_util::FutureExt;
+use leasehold::tasks::Task;
 use prometheus::IntGauge;
-use shared::tasks::Task;
 use tokio::time::{Instant, sleep, sleep_until};
 use tokio_util::sync::CancellationToken;
 

@@ -8,10 +8,10 @@
 //! just ending is never reported as held.
 
 use diesel_async::AsyncPgConnection;
-use shared::api::{
+use leasehold::api::{
     AcquireLease, AcquireLeases, AcquiredLeases, HeldLease, MAX_BATCH_RESOURCES, Secret,
 };
-use shared::server::{check_batch_size, first_duplicate, sha256, validate_name};
+use leasehold::server::{check_batch_size, first_duplicate, sha256, validate_name};
 
 use super::groups::{GroupContext, Groups, group_failed};
 use super::refusal::{held, secret_required, wrong_secret};

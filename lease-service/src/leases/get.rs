@@ -3,7 +3,7 @@
 //! it too, and both must say "not found" the same way.
 
 use diesel_async::AsyncPgConnection;
-use shared::api::Lease;
+use leasehold::api::Lease;
 
 use super::to_api;
 use crate::error::ApiError;

@@ -1,7 +1,7 @@
 //! Groups: concurrent single acquires, renewals and releases are served together, one statement
 //! and one commit per group, so that under load the database does one round trip for many
 //! requests instead of one each, and each member still gets the answer it would have got alone.
-//! Every operation's coalescer (from `shared::server::coalesce`) is built here the same way, so
+//! Every operation's coalescer (from `leasehold::server::coalesce`) is built here the same way, so
 //! grouping is wired once; the operation modules supply only what a group does (`acquire_group`,
 //! `renew_group`, `release_group`). A group names each resource once because one `UPDATE` may
 //! touch a row only once, and a failure of the group as a whole is every member's answer because
@@ -9,8 +9,8 @@
 
 use std::future::Future;
 
-use shared::api::{Lease, MAX_BATCH_RESOURCES};
-use shared::server::coalesce::{Coalescer, distinct_prefix};
+use leasehold::api::{Lease, MAX_BATCH_RESOURCES};
+use leasehold::server::coalesce::{Coalescer, distinct_prefix};
 
 use super::acquire::{Acquisition, acquire_group};
 use super::release::release_group;
@@ -22,7 +22,7 @@ use crate::metrics::Metrics;
 use crate::repo::{Release, Renewal};
 
 /// Serves single acquires, renewals and releases: those that arrive while a statement of their
-/// kind is in flight go together as the next one (see [`shared::server::coalesce`]), one
+/// kind is in flight go together as the next one (see [`leasehold::server::coalesce`]), one
 /// statement and one commit for the group, and each gets the answer it would have got alone.
 /// A group names each resource once; a second request for a resource waits for the next group.
 /// An acquire that presents a secret (a reentrant acquire proving it holds) runs alone.

@@ -20,9 +20,9 @@ mod revoke;
 use std::collections::HashMap;
 
 use diesel_async::AsyncPgConnection;
+use leasehold::api::{Lease, LeaseStatus, Secret};
+use leasehold::server::sha256;
 use rand::Rng;
-use shared::api::{Lease, LeaseStatus, Secret};
-use shared::server::sha256;
 
 use crate::error::ApiError;
 use crate::repo::{self, LeaseRow, Release, Renewal};
@@ -173,7 +173,7 @@ pub fn to_api(row: LeaseRow) -> Lease {
 #[cfg(test)]
 mod tests {
     use chrono::{Duration, Utc};
-    use shared::server::validate_name;
+    use leasehold::server::validate_name;
 
     use super::*;
 

@@ -94,7 +94,7 @@ pub(super) fn held(current: LeaseRow) -> ApiError {
 #[cfg(test)]
 mod tests {
     use chrono::Utc;
-    use shared::server::sha256;
+    use leasehold::server::sha256;
 
     use super::*;
     use crate::leases::tests::row;

@@ -6,8 +6,8 @@
 //! it can never touch a newer lease), and refused with its reason only otherwise.
 
 use diesel_async::AsyncPgConnection;
-use shared::api::{Lease, MAX_BATCH_RESOURCES, ReleaseLease, ReleaseResult};
-use shared::server::{check_batch_size, validate_name};
+use leasehold::api::{Lease, MAX_BATCH_RESOURCES, ReleaseLease, ReleaseResult};
+use leasehold::server::{check_batch_size, validate_name};
 
 use super::groups::{GroupContext, Groups, group_failed};
 use super::refusal::{refusal, secret_matches};
@@ -188,8 +188,8 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use chrono::Utc;
-    use shared::api::{LeaseStatus, Secret};
-    use shared::server::sha256;
+    use leasehold::api::{LeaseStatus, Secret};
+    use leasehold::server::sha256;
 
     use super::*;
     use crate::leases::tests::row;

@@ -5,8 +5,8 @@
 //! can say only that nothing matched, so a renewal it did not change is judged afterwards
 //! against the lease as it now is (see `refusal`).
 
-use shared::api::{Lease, RenewLease};
-use shared::server::validate_name;
+use leasehold::api::{Lease, RenewLease};
+use leasehold::server::validate_name;
 
 use super::groups::{GroupContext, Groups, group_failed};
 use super::refusal::refusal;

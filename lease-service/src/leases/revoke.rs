@@ -5,7 +5,7 @@
 //! ended, succeeds: the outcome the operator asked for holds.
 
 use diesel_async::AsyncPgConnection;
-use shared::api::Lease;
+use leasehold::api::Lease;
 
 use super::{get, to_api};
 use crate::error::ApiError;

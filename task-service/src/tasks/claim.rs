@@ -7,10 +7,10 @@
 use std::sync::PoisonError;
 
 use diesel_async::AsyncConnection;
-use shared::LeaseError;
-use shared::api::Lease;
-use shared::server::{ApiError, validate_name, validate_name_within};
-use shared::tasks::{ClaimTasks, MAX_CLAIM, MAX_QUEUE_BYTES, Task, TaskStatus};
+use leasehold::LeaseError;
+use leasehold::api::Lease;
+use leasehold::server::{ApiError, validate_name, validate_name_within};
+use leasehold::tasks::{ClaimTasks, MAX_CLAIM, MAX_QUEUE_BYTES, Task, TaskStatus};
 use tracing::field::Empty;
 
 use super::refusal::credentials_refused;
@@ -222,7 +222,7 @@ pub async fn claim(claims: &ClaimGroups, request: &ClaimTasks) -> Result<Vec<Tas
 
 /// Claim requests gathered by queue into [`claim_group`]s.
 pub type ClaimGroups =
-    shared::server::coalesce::Coalescer<Option<String>, Want, Result<Vec<TaskRow>, ApiError>>;
+    leasehold::server::coalesce::Coalescer<Option<String>, Want, Result<Vec<TaskRow>, ApiError>>;
 
 /// What one claim group has taken so far, per request.
 struct Round<'w> {

@@ -5,9 +5,9 @@
 //! is one such group. Each completion is still judged exactly as it would be alone.
 
 use diesel_async::AsyncConnection;
-use shared::api::Proof;
-use shared::server::{ApiError, check_batch_size, first_duplicate, validate_name};
-use shared::tasks::{
+use leasehold::api::Proof;
+use leasehold::server::{ApiError, check_batch_size, first_duplicate, validate_name};
+use leasehold::tasks::{
     CompleteItem, CompleteTask, CompleteTasks, ItemResult, MAX_COMPLETE_BATCH, Task, TaskStatus,
 };
 use tracing::field::Empty;
@@ -27,12 +27,12 @@ pub struct Completion {
 
 /// Single completions gathered into groups of [`complete_group`].
 pub type CompletionGroups =
-    shared::server::coalesce::Coalescer<(), Completion, Result<Transition, ApiError>>;
+    leasehold::server::coalesce::Coalescer<(), Completion, Result<Transition, ApiError>>;
 
 /// How many waiting completions, from the front, go in one group: at most [`MAX_COMPLETE_BATCH`], and
 /// never one task twice (a repeat waits for the next group, and is judged after the first).
 pub fn completions_per_group(waiting: &[Completion]) -> usize {
-    shared::server::coalesce::distinct_prefix(
+    leasehold::server::coalesce::distinct_prefix(
         waiting.iter().map(|completion| completion.item.id),
         MAX_COMPLETE_BATCH,
     )

@@ -5,9 +5,9 @@
 //! lease, with a deadline the database enforces, so a generator replica that lost its lease
 //! (paused, partitioned) cannot add tasks beside the one that took over.
 
-use shared::api::LeaseStatus;
-use shared::server::ApiError;
-use shared::tasks::{CreateTask, Task};
+use leasehold::api::LeaseStatus;
+use leasehold::server::ApiError;
+use leasehold::tasks::{CreateTask, Task};
 use tracing::field::Empty;
 
 use super::validate::validate_new;
@@ -159,7 +159,7 @@ async fn check_generator_fence(engine: &Engine, fence: i64) -> Result<chrono::Ti
 
 #[cfg(test)]
 mod tests {
-    use shared::tasks::TaskStatus;
+    use leasehold::tasks::TaskStatus;
 
     use super::*;
     use crate::tasks::fixtures;

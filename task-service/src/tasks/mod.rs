@@ -33,11 +33,11 @@ mod validate;
 
 use std::time::Duration;
 
+use leasehold::LeaseClient;
+use leasehold::api::Proof;
+use leasehold::server::ApiError;
+use leasehold::tasks::Task;
 use rand::Rng;
-use shared::LeaseClient;
-use shared::api::Proof;
-use shared::server::ApiError;
-use shared::tasks::Task;
 
 use crate::metrics::Metrics;
 use crate::repo::{self, Db, TaskRow};
@@ -148,7 +148,7 @@ pub fn to_api(row: TaskRow) -> Task {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod fixtures {
-    use shared::tasks::TaskStatus;
+    use leasehold::tasks::TaskStatus;
 
     use super::*;
 

@@ -3,9 +3,9 @@
 //! a worker's lease means to that worker (lost, revoked, or lease-service unreachable or
 //! misconfigured, which is not the worker's fault and so is 503, not 409).
 
-use shared::LeaseError;
-use shared::server::ApiError;
-use shared::tasks::TaskStatus;
+use leasehold::LeaseError;
+use leasehold::server::ApiError;
+use leasehold::tasks::TaskStatus;
 
 use super::Engine;
 

@@ -6,8 +6,8 @@
 //! told to stop.
 
 use diesel_async::AsyncConnection;
-use shared::server::{ApiError, validate_name};
-use shared::tasks::{FailTask, Heartbeat, Task, TaskStatus};
+use leasehold::server::{ApiError, validate_name};
+use leasehold::tasks::{FailTask, Heartbeat, Task, TaskStatus};
 use tracing::field::Empty;
 
 use super::refusal::{finished, lease_refusal};

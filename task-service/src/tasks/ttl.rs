@@ -7,8 +7,8 @@
 use std::sync::PoisonError;
 use std::time::Duration;
 
-use shared::LeaseError;
-use shared::server::ApiError;
+use leasehold::LeaseError;
+use leasehold::server::ApiError;
 
 use super::Engine;
 

@@ -3,8 +3,8 @@
 //! they hold what PostgreSQL cannot (NUL in `jsonb` or `text`) to a clear refusal instead of a
 //! database error.
 
-use shared::server::{ApiError, validate_name_within};
-use shared::tasks::{CreateTask, MAX_QUEUE_BYTES};
+use leasehold::server::{ApiError, validate_name_within};
+use leasehold::tasks::{CreateTask, MAX_QUEUE_BYTES};
 
 use super::Engine;
 use crate::repo::NewTask;
@@ -46,7 +46,7 @@ pub(super) fn validate_new(engine: &Engine, request: CreateTask) -> Result<NewTa
         validate_name_within("idempotency_key", key, MAX_KEY_BYTES)?;
     }
     if let Some(at) = &request.scheduled_at {
-        shared::server::validate_timestamp("scheduled_at", at)?;
+        leasehold::server::validate_timestamp("scheduled_at", at)?;
     }
     Ok(NewTask {
         task_data: request.task_data,
