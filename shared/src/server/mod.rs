@@ -7,7 +7,9 @@ pub mod auth;
 pub mod coalesce;
 pub mod db;
 pub mod error;
+pub mod front_door;
 pub mod http;
+pub mod paging;
 
 pub use error::ApiError;
 

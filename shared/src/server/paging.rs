@@ -1,0 +1,189 @@
+//! Listing pages: `limit`, `order` and `cursor` parsed once, and a page answered as the sample's
+//! pages read it (`{"<name>": [...], "nextCursor": ...}`, also in `X-Next-Cursor` and `Link`).
+
+use actix_web::{HttpRequest, HttpResponse};
+use serde::Serialize;
+
+use super::error::ApiError;
+
+/// Page size when a listing names no `limit`, and the most one page may hold.
+pub const DEFAULT_PAGE: i64 = 100;
+pub const MAX_PAGE: i64 = 1000;
+
+/// Which end of a listing comes first. Oldest first (id order) is the sample's and the default;
+/// `order=desc` gives newest first, as an operator reading recent work wants.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Order {
+    #[default]
+    Asc,
+    Desc,
+}
+
+impl Order {
+    /// The SQL for this order over `id`, and the comparison that continues after `cursor`.
+    pub fn sql(self) -> (&'static str, &'static str) {
+        match self {
+            Order::Asc => ("ORDER BY id", ">"),
+            Order::Desc => ("ORDER BY id DESC", "<"),
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Order::Asc => "asc",
+            Order::Desc => "desc",
+        }
+    }
+}
+
+/// A listing page's size, order and position, parsed from `limit`, `order` and `cursor`. The
+/// cursor is the last id of the previous page; the next page continues past it in the same order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Page {
+    pub limit: i64,
+    pub order: Order,
+    /// The previous page's last id; `None` for the first page.
+    pub cursor: Option<i64>,
+}
+
+impl Page {
+    /// `limit` defaults to [`DEFAULT_PAGE`] and is capped at [`MAX_PAGE`]; below 1 it is refused.
+    pub fn parse(
+        limit: Option<i64>,
+        cursor: Option<&str>,
+        order: Option<Order>,
+    ) -> Result<Self, ApiError> {
+        let limit = match limit {
+            None => DEFAULT_PAGE,
+            Some(limit) if limit >= 1 => limit.min(MAX_PAGE),
+            Some(limit) => {
+                return Err(ApiError::invalid(
+                    "invalid_limit",
+                    "limit",
+                    format!("limit must be at least 1, got {limit}"),
+                ));
+            }
+        };
+        let cursor = match cursor {
+            None | Some("") => None,
+            Some(cursor) => Some(
+                cursor
+                    .parse::<i64>()
+                    .ok()
+                    .filter(|after| *after >= 0)
+                    .ok_or_else(|| {
+                        ApiError::invalid(
+                            "invalid_cursor",
+                            "cursor",
+                            "cursor is not one this service gave",
+                        )
+                    })?,
+            ),
+        };
+        Ok(Self {
+            limit,
+            order: order.unwrap_or_default(),
+            cursor,
+        })
+    }
+
+    /// The id this page continues past: the cursor, or the start of the listing in its order.
+    pub fn past_id(self) -> i64 {
+        self.cursor.unwrap_or(match self.order {
+            Order::Asc => 0,
+            Order::Desc => i64::MAX,
+        })
+    }
+
+    /// How many rows to fetch: one more than the page, to know whether another page follows.
+    pub fn fetch(self) -> i64 {
+        self.limit + 1
+    }
+
+    /// Answers `rows` (fetched with [`Page::fetch`]) as `{"<key>": [...], "nextCursor": ...}`:
+    /// the sample's pages read the listing under its key (`data.leases`, `data.tasks`), and the
+    /// cursor of the next page travels beside it (`null` on the last page), also in
+    /// `X-Next-Cursor` and `Link: <...>; rel="next"`. `cut` says the rows stop short of the
+    /// page for another reason (a size bound), so another page follows. `query` holds the other
+    /// query parameters to carry into the link.
+    pub fn respond<T: Serialize>(
+        self,
+        request: &HttpRequest,
+        key: &str,
+        mut rows: Vec<T>,
+        cut: bool,
+        id_of: impl Fn(&T) -> i64,
+        query: &[(&str, Option<&str>)],
+    ) -> HttpResponse {
+        let limit = usize::try_from(self.limit).unwrap_or(usize::MAX);
+        let more = rows.len() > limit || cut;
+        rows.truncate(limit);
+        let mut response = HttpResponse::Ok();
+        let next = rows.last().filter(|_| more).map(id_of);
+        if let Some(next) = next {
+            let mut link = format!("{}?cursor={next}&limit={}", request.path(), self.limit);
+            if self.order != Order::Asc {
+                link.push_str(&format!("&order={}", self.order.as_str()));
+            }
+            for (name, value) in query {
+                if let Some(value) = value {
+                    link.push_str(&format!("&{name}={}", percent_encode(value)));
+                }
+            }
+            response.insert_header(("X-Next-Cursor", next.to_string()));
+            response.insert_header(("Link", format!("<{link}>; rel=\"next\"")));
+        }
+        let mut body = serde_json::Map::new();
+        body.insert(
+            key.to_owned(),
+            serde_json::to_value(&rows).unwrap_or_default(),
+        );
+        body.insert(
+            "nextCursor".to_owned(),
+            next.map_or(serde_json::Value::Null, |next| next.to_string().into()),
+        );
+        response.json(body)
+    }
+}
+
+fn percent_encode(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                char::from(b).to_string()
+            }
+            other => format!("%{other:02X}"),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn page_limits_default_cap_and_refuse() {
+        assert_eq!(
+            Page::parse(None, None, None).ok(),
+            Some(Page {
+                limit: 100,
+                order: Order::Asc,
+                cursor: None
+            })
+        );
+        assert_eq!(
+            Page::parse(Some(5000), Some("42"), Some(Order::Desc)).ok(),
+            Some(Page {
+                limit: 1000,
+                order: Order::Desc,
+                cursor: Some(42)
+            })
+        );
+        assert!(Page::parse(Some(0), None, None).is_err());
+        assert!(Page::parse(None, Some("-1"), None).is_err());
+        assert!(Page::parse(None, Some("abc"), None).is_err());
+        assert_eq!(percent_encode("a b/é"), "a%20b%2F%C3%A9");
+    }
+}
