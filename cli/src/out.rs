@@ -1,0 +1,326 @@
+//! What the CLI prints: JSON or tables on standard output, progress and hints on standard
+//! error, and the tables for each wire type.
+
+use std::io::{IsTerminal, Write};
+use std::sync::{Mutex, PoisonError};
+
+use anyhow::Context;
+use chrono::{DateTime, Utc};
+use leasehold::api::{Lease, LeaseStatus};
+use leasehold::generator::GeneratorStatus;
+use leasehold::tasks::Task;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+/// Where the output goes: JSON or tables on standard output, progress and hints on standard
+/// error. Progress redraws one line in place only when standard error is a terminal; anywhere
+/// else (a pipe, a file, CI's log) each new state is a plain line of its own, without escapes.
+pub(crate) struct Out {
+    pub(crate) json: bool,
+    pub(crate) terminal: bool,
+    /// The last progress line written where lines are not redrawn: an unchanged state is not
+    /// written again.
+    pub(crate) last: Mutex<String>,
+}
+
+impl Out {
+    pub(crate) fn new(json: bool) -> Out {
+        Out {
+            json,
+            terminal: std::io::stderr().is_terminal(),
+            last: Mutex::new(String::new()),
+        }
+    }
+
+    /// Prints `value` as JSON with `--json`, else as `table` renders it.
+    pub(crate) fn value(
+        &self,
+        value: &Value,
+        table: impl FnOnce(&Value) -> anyhow::Result<String>,
+    ) -> anyhow::Result<()> {
+        let text = if self.json {
+            serde_json::to_string_pretty(value)?
+        } else {
+            table(value)?
+        };
+        self.line(&text)
+    }
+
+    pub(crate) fn line(&self, text: &str) -> anyhow::Result<()> {
+        let mut stdout = std::io::stdout().lock();
+        writeln!(stdout, "{text}")?;
+        stdout.flush()?;
+        Ok(())
+    }
+
+    /// A line for people, beside the output (never mixed into it).
+    pub(crate) fn note(&self, text: &str) {
+        let mut stderr = std::io::stderr().lock();
+        let _ = writeln!(stderr, "{text}");
+    }
+
+    /// The current state of something under way; `done` when it is the last.
+    pub(crate) fn progress(&self, text: &str, done: bool) {
+        let mut stderr = std::io::stderr().lock();
+        if self.terminal {
+            let end = if done { "\n" } else { "" };
+            let _ = write!(stderr, "\r{text}\x1b[K{end}");
+        } else {
+            let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+            if *last != text {
+                let _ = writeln!(stderr, "{text}");
+                text.clone_into(&mut last);
+            }
+        }
+        let _ = stderr.flush();
+    }
+}
+
+/// `value` read as the wire type `T`: the tables render the services' own types, so they
+/// follow the API's field names.
+pub(crate) fn typed<T: DeserializeOwned>(value: &Value) -> anyhow::Result<T> {
+    T::deserialize(value).with_context(|| format!("unexpected answer: {value}"))
+}
+
+/// Says how to get the rest when a listing stopped short of it (a page holds at most `limit`
+/// rows, and the service may cut one short to bound its size).
+pub(crate) fn more_hint(
+    shown: usize,
+    of: Option<i64>,
+    what: &str,
+    next: Option<&str>,
+) -> Option<String> {
+    let next = next?;
+    let of = of.map_or_else(String::new, |total| format!(" of {total}"));
+    Some(format!(
+        "showing {shown}{of} {what}, newest first; more with --cursor {next} (or a larger \
+         --limit, up to 1000)"
+    ))
+}
+
+/// Columns padded to their widest cell.
+pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        cells
+            .iter()
+            .zip(&widths)
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect::<Vec<_>>()
+            .join("  ")
+            .trim_end()
+            .to_owned()
+    };
+    let mut text = line(headers.to_vec());
+    for row in rows {
+        text.push('\n');
+        text.push_str(&line(row.iter().map(String::as_str).collect()));
+    }
+    text
+}
+
+/// A time as the services write it (RFC 3339, UTC), to the millisecond.
+pub(crate) fn time(at: &DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+pub(crate) fn or_dash(value: Option<String>) -> String {
+    value.unwrap_or_else(|| "-".to_owned())
+}
+
+/// A wire enum's name as the API writes it (`active`, `revoked`, ...).
+pub(crate) fn wire_name<T: Serialize>(value: &T) -> String {
+    serde_json::to_value(value)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+/// Time left on a lease: only an active lease has any; an ended one shows `-`, not a zero
+/// that reads like a lease about to run out.
+pub(crate) fn time_left(lease: &Lease) -> String {
+    if lease.status == LeaseStatus::Active {
+        format!("{:.1}s", lease.expires_in_ms as f64 / 1000.0)
+    } else {
+        "-".to_owned()
+    }
+}
+
+pub fn lease_table(leases: &[Lease]) -> String {
+    let rows: Vec<Vec<String>> = leases
+        .iter()
+        .map(|l| {
+            vec![
+                l.id.to_string(),
+                l.resource.clone(),
+                l.holder.clone(),
+                l.fence.to_string(),
+                wire_name(&l.status),
+                time_left(l),
+                time(&l.expires_at),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "ID",
+            "RESOURCE",
+            "HOLDER",
+            "FENCE",
+            "STATUS",
+            "LEFT",
+            "EXPIRES AT",
+        ],
+        &rows,
+    )
+}
+
+pub(crate) fn task_table(tasks: &[Task]) -> String {
+    let rows: Vec<Vec<String>> = tasks
+        .iter()
+        .map(|t| {
+            vec![
+                t.id.to_string(),
+                t.status.as_str().to_owned(),
+                t.queue.clone(),
+                t.priority.to_string(),
+                format!("{}/{}", t.attempts, t.max_attempts),
+                or_dash(t.processor.clone()),
+                time(&t.scheduled_at),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "ID",
+            "STATUS",
+            "QUEUE",
+            "PRIORITY",
+            "ATTEMPTS",
+            "PROCESSOR",
+            "SCHEDULED AT",
+        ],
+        &rows,
+    )
+}
+
+pub(crate) fn task_detail(task: &Task) -> String {
+    let at = |at: &Option<DateTime<Utc>>| or_dash(at.as_ref().map(time));
+    let rows: Vec<Vec<String>> = [
+        ("id", task.id.to_string()),
+        ("status", task.status.as_str().to_owned()),
+        ("queue", task.queue.clone()),
+        ("priority", task.priority.to_string()),
+        ("attempts", task.attempts.to_string()),
+        ("max attempts", task.max_attempts.to_string()),
+        ("processor", or_dash(task.processor.clone())),
+        ("fence", or_dash(task.fence.map(|f| f.to_string()))),
+        ("scheduled at", time(&task.scheduled_at)),
+        ("started at", at(&task.started_at)),
+        ("last heartbeat", at(&task.last_heart_beat_at)),
+        ("heartbeat before", at(&task.must_heart_beat_before)),
+        ("processed at", at(&task.processed_at)),
+        ("last error", or_dash(task.last_error.clone())),
+        ("cancel requested", task.cancel_requested.to_string()),
+        ("idempotency key", or_dash(task.idempotency_key.clone())),
+        ("data", task.task_data.to_string()),
+        (
+            "output",
+            or_dash(task.task_output.as_ref().map(Value::to_string)),
+        ),
+    ]
+    .into_iter()
+    .map(|(label, value)| vec![label.to_owned(), value])
+    .collect();
+    table(&["FIELD", "VALUE"], &rows)
+}
+
+pub(crate) fn generator_table(status: &GeneratorStatus) -> String {
+    let leader = status.leader.as_ref();
+    let rows = vec![
+        vec!["desired".to_owned(), status.status.clone()],
+        vec!["producing".to_owned(), status.producing.to_string()],
+        vec![
+            "rate per second".to_owned(),
+            status.settings.rate_per_second.to_string(),
+        ],
+        vec!["produced".to_owned(), status.produced.to_string()],
+        vec![
+            "leader".to_owned(),
+            or_dash(leader.map(|l| l.holder.clone())),
+        ],
+        vec![
+            "leader fence".to_owned(),
+            or_dash(leader.map(|l| l.fence.to_string())),
+        ],
+        vec![
+            "leading since".to_owned(),
+            or_dash(leader.map(|l| time(&l.since))),
+        ],
+    ];
+    table(&["GENERATOR", "VALUE"], &rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_align_columns_and_trim_trailing_space() {
+        let text = table(
+            &["ID", "NAME"],
+            &[
+                vec!["1".to_owned(), "a".to_owned()],
+                vec!["100".to_owned(), "bb".to_owned()],
+            ],
+        );
+        assert_eq!(text, "ID   NAME\n1    a\n100  bb");
+    }
+
+    #[test]
+    fn only_an_active_lease_has_time_left() {
+        let now = Utc::now();
+        let lease = |status: LeaseStatus, expires_in_ms: i64| Lease {
+            id: 1,
+            resource: "r".to_owned(),
+            holder: "h".to_owned(),
+            fence: 1,
+            ttl_seconds: 30,
+            status,
+            created_at: now,
+            renewed_at: None,
+            released_at: None,
+            expires_at: now,
+            expires_in_ms,
+            secret: None,
+        };
+        assert_eq!(time_left(&lease(LeaseStatus::Active, 1500)), "1.5s");
+        for ended in [
+            LeaseStatus::Released,
+            LeaseStatus::Revoked,
+            LeaseStatus::Expired,
+        ] {
+            assert_eq!(time_left(&lease(ended, 0)), "-");
+        }
+    }
+
+    #[test]
+    fn the_hint_says_how_to_get_more_only_when_there_is_more() {
+        assert_eq!(more_hint(100, Some(250), "tasks", None), None);
+        let hint = more_hint(100, Some(250), "tasks", Some("151")).expect("a hint");
+        assert!(
+            hint.starts_with("showing 100 of 250 tasks, newest first"),
+            "{hint}"
+        );
+        assert!(
+            hint.contains("--cursor 151") && hint.contains("--limit"),
+            "{hint}"
+        );
+    }
+}

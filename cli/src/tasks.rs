@@ -1,0 +1,357 @@
+//! `leasehold tasks`: create, list, show, cancel, retry and tail.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::Subcommand;
+use leasehold::tasks::{Task, TaskPage, TaskStatus};
+use serde_json::{Value, json};
+
+use crate::api::{Api, listing_url};
+use crate::out::{Out, more_hint, task_detail, task_table, time, typed};
+
+/// What `tasks create` asks for when given no `--data`: work the worker finishes, so that a
+/// first try (`--count 50 --wait`) shows tasks succeeding.
+pub const DEFAULT_TASK_DATA: &str = r#"{"sleep_duration_seconds": 1}"#;
+
+#[derive(Debug, Subcommand)]
+pub enum TaskCommand {
+    /// Create tasks; with --wait, watch them until none is pending or running.
+    Create {
+        /// The task's data, as a JSON object (the worker sleeps `sleep_duration_seconds`).
+        #[arg(long, default_value = DEFAULT_TASK_DATA)]
+        data: String,
+        /// How many tasks to create.
+        #[arg(long, default_value_t = 1)]
+        count: u32,
+        /// The queue to put them in (`default` when absent).
+        #[arg(long)]
+        queue: Option<String>,
+        /// Higher is claimed first, from -1000 to 1000 (0 when absent).
+        #[arg(long)]
+        priority: Option<i32>,
+        /// Claims a failing task gets before it is dead (the service's default when absent).
+        #[arg(long)]
+        max_attempts: Option<i32>,
+        /// Wait until the queue has no pending or running task, showing a live count.
+        #[arg(long)]
+        wait: bool,
+        /// Give up waiting after this many seconds (exit 1).
+        #[arg(long, default_value_t = 600)]
+        timeout_seconds: u64,
+    },
+    /// List tasks, newest first.
+    List {
+        /// Comma-separated statuses: pending, running, succeeded, dead, cancelled.
+        #[arg(long)]
+        status: Option<String>,
+        /// Only tasks of this queue.
+        #[arg(long)]
+        queue: Option<String>,
+        /// At most this many (a page is at most 1000).
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+        /// Continue from an earlier page: the cursor its last line (or its `nextCursor`) gave.
+        #[arg(long)]
+        cursor: Option<String>,
+    },
+    /// One task by id.
+    Show {
+        /// The task's id.
+        id: i64,
+    },
+    /// Cancel a task (operator role).
+    Cancel {
+        /// The task's id.
+        id: i64,
+    },
+    /// Put a dead task back in its queue (operator role).
+    Retry {
+        /// The task's id.
+        id: i64,
+    },
+    /// Print tasks as they are created and change status, until Ctrl-C (or --seconds).
+    Tail {
+        /// Only tasks of this queue.
+        #[arg(long)]
+        queue: Option<String>,
+        /// Stop after this many seconds.
+        #[arg(long)]
+        seconds: Option<u64>,
+        /// How often to look, in milliseconds.
+        #[arg(long, default_value_t = 500)]
+        interval_ms: u64,
+    },
+}
+
+pub(crate) async fn tasks(api: &Api, out: &Out, command: TaskCommand) -> anyhow::Result<()> {
+    let base = format!("{}/api/tasks", api.tasks);
+    match command {
+        TaskCommand::Create {
+            data,
+            count,
+            queue,
+            priority,
+            max_attempts,
+            wait,
+            timeout_seconds,
+        } => {
+            let task_data: Value =
+                serde_json::from_str(&data).context("--data is not valid JSON")?;
+            let body = json!({"task_data": task_data, "queue": queue, "priority": priority,
+                              "max_attempts": max_attempts});
+            let created = create_many(api, out, &base, &body, count).await?;
+            let list = Value::Array(created.clone());
+            if out.json || created.len() <= 20 {
+                out.value(&list, |_| {
+                    let tasks: Vec<Task> = typed(&list)?;
+                    Ok(task_table(&tasks))
+                })?;
+            } else {
+                out.line(&format!("created {} tasks", created.len()))?;
+            }
+            if wait {
+                let queue = created
+                    .first()
+                    .and_then(|t| t["queue"].as_str())
+                    .unwrap_or("default")
+                    .to_owned();
+                wait_for_queue(
+                    api,
+                    out,
+                    &base,
+                    &queue,
+                    Duration::from_secs(timeout_seconds),
+                )
+                .await?;
+            }
+            Ok(())
+        }
+        TaskCommand::List {
+            status,
+            queue,
+            limit,
+            cursor,
+        } => {
+            let url = listing_url(
+                &base,
+                limit,
+                cursor.as_deref(),
+                &[("status", status.as_deref()), ("queue", queue.as_deref())],
+            )?;
+            let answer = api.get(url).await?;
+            let page: TaskPage = typed(&answer)?;
+            out.value(&answer, |_| Ok(task_table(&page.tasks)))?;
+            if !out.json && page.next_cursor.is_some() {
+                // Only to say how many there are: a failure here costs the count, not the list.
+                let total = count_tasks(api, &base, status.as_deref(), queue.as_deref())
+                    .await
+                    .ok();
+                let hint = more_hint(
+                    page.tasks.len(),
+                    total,
+                    "tasks",
+                    page.next_cursor.as_deref(),
+                );
+                if let Some(hint) = hint {
+                    out.note(&hint);
+                }
+            }
+            Ok(())
+        }
+        TaskCommand::Show { id } => {
+            let answer = api.get(format!("{base}/{id}")).await?;
+            out.value(&answer, |a| Ok(task_detail(&typed(&a["task"])?)))
+        }
+        TaskCommand::Cancel { id } => {
+            let task = api
+                .call(reqwest::Method::POST, format!("{base}/{id}/cancel"), None)
+                .await?;
+            out.value(&task, |t| Ok(task_table(&[typed(t)?])))
+        }
+        TaskCommand::Retry { id } => {
+            let task = api
+                .call(reqwest::Method::POST, format!("{base}/{id}/retry"), None)
+                .await?;
+            out.value(&task, |t| Ok(task_table(&[typed(t)?])))
+        }
+        TaskCommand::Tail {
+            queue,
+            seconds,
+            interval_ms,
+        } => tail(api, out, &base, queue.as_deref(), seconds, interval_ms).await,
+    }
+}
+
+/// How many tasks a listing with these filters covers, from the queues' counts.
+pub(crate) async fn count_tasks(
+    api: &Api,
+    base: &str,
+    status: Option<&str>,
+    queue: Option<&str>,
+) -> anyhow::Result<i64> {
+    let counts = api.get(format!("{base}/counts")).await?;
+    let by_status = match queue {
+        Some(queue) => &counts["queues"][queue],
+        None => &counts["total"],
+    };
+    let wanted: Vec<&str> = status.map_or_else(Vec::new, |s| s.split(',').map(str::trim).collect());
+    let by_status = by_status.as_object().context("counts without statuses")?;
+    Ok(by_status
+        .iter()
+        .filter(|(status, _)| wanted.is_empty() || wanted.contains(&status.as_str()))
+        .filter_map(|(_, n)| n.as_i64())
+        .sum())
+}
+
+/// Creates `count` tasks, 16 requests at a time, showing the count on standard error.
+pub(crate) async fn create_many(
+    api: &Api,
+    out: &Out,
+    base: &str,
+    body: &Value,
+    count: u32,
+) -> anyhow::Result<Vec<Value>> {
+    let mut created = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
+    let mut remaining = count;
+    while remaining > 0 {
+        let wave = remaining.min(16);
+        let requests =
+            (0..wave).map(|_| api.call(reqwest::Method::POST, base.to_owned(), Some(body)));
+        for answer in futures_util::future::join_all(requests).await {
+            created.push(answer?);
+        }
+        remaining -= wave;
+        if count > 1 {
+            out.progress(
+                &format!("created {}/{count}", created.len()),
+                remaining == 0,
+            );
+        }
+    }
+    Ok(created)
+}
+
+/// Shows the queue's counts until nothing in it is pending or running.
+pub(crate) async fn wait_for_queue(
+    api: &Api,
+    out: &Out,
+    base: &str,
+    queue: &str,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let counts = api.get(format!("{base}/counts")).await?;
+        let of = |status: &str| counts["queues"][queue][status].as_i64().unwrap_or(0);
+        let line = format!(
+            "{queue}: pending {}, running {}, succeeded {}, dead {}, cancelled {}",
+            of("pending"),
+            of("running"),
+            of("succeeded"),
+            of("dead"),
+            of("cancelled")
+        );
+        if of("pending") == 0 && of("running") == 0 {
+            out.progress(&line, true);
+            if out.json {
+                out.value(&counts["queues"][queue], |_| Ok(String::new()))?;
+            }
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            out.progress(&line, true);
+            bail!("tasks in {queue} still pending or running after {timeout:?}");
+        }
+        out.progress(&line, false);
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Prints each task as it appears and each change of its status.
+pub(crate) async fn tail(
+    api: &Api,
+    out: &Out,
+    base: &str,
+    queue: Option<&str>,
+    seconds: Option<u64>,
+    interval_ms: u64,
+) -> anyhow::Result<()> {
+    let stop = seconds.map(|s| Instant::now() + Duration::from_secs(s));
+    // Tasks not yet final, by id, with the status last printed.
+    let mut watching: BTreeMap<i64, TaskStatus> = BTreeMap::new();
+    // Start from the newest task: only what happens from now on is printed.
+    let newest: TaskPage = typed(&api.get(format!("{base}?order=desc&limit=1")).await?)?;
+    let mut cursor = newest.tasks.first().map_or(0, |task| task.id);
+    loop {
+        loop {
+            let mut url = reqwest::Url::parse(base)?;
+            url.query_pairs_mut()
+                .append_pair("limit", "1000")
+                .append_pair("cursor", &cursor.to_string());
+            if let Some(queue) = queue {
+                url.query_pairs_mut().append_pair("queue", queue);
+            }
+            let page: TaskPage = typed(&api.get(url.to_string()).await?)?;
+            for task in &page.tasks {
+                cursor = cursor.max(task.id);
+                report(out, task)?;
+                if !task.status.is_final() {
+                    watching.insert(task.id, task.status);
+                }
+            }
+            if page.next_cursor.is_none() || page.tasks.is_empty() {
+                break;
+            }
+        }
+        let ids: Vec<i64> = watching.keys().copied().take(500).collect();
+        for id in ids {
+            let answer = api.get(format!("{base}/{id}")).await?;
+            let task: Task = typed(&answer["task"])?;
+            if watching.get(&id) != Some(&task.status) {
+                report(out, &task)?;
+            }
+            if task.status.is_final() {
+                watching.remove(&id);
+            } else {
+                watching.insert(id, task.status);
+            }
+        }
+        if stop.is_some_and(|stop| Instant::now() >= stop) {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(interval_ms)).await;
+    }
+}
+
+/// One line of `tail`: a JSON object per line with --json.
+pub(crate) fn report(out: &Out, task: &Task) -> anyhow::Result<()> {
+    if out.json {
+        return out.line(&serde_json::to_string(task)?);
+    }
+    out.line(&format!(
+        "{}  task {:<8} {:<10} queue={} processor={} attempts={}",
+        time(&task.updated_at),
+        task.id,
+        task.status.as_str(),
+        task.queue,
+        task.processor.as_deref().unwrap_or("-"),
+        task.attempts
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_task_data_is_work_the_worker_finishes() {
+        let data: Value = serde_json::from_str(DEFAULT_TASK_DATA).expect("JSON");
+        assert!(
+            data["sleep_duration_seconds"]
+                .as_f64()
+                .is_some_and(|s| s >= 0.0)
+        );
+    }
+}
