@@ -1,0 +1,31 @@
+//! Direct SQL on a test's database: a table's rows as JSON, to prove that nothing was written,
+//! and single statements, to age or corrupt state on purpose.
+
+use diesel::QueryableByName;
+use diesel::sql_types::Text;
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+
+#[derive(QueryableByName)]
+struct JsonRow {
+    #[diesel(sql_type = Text)]
+    json: String,
+}
+
+/// Every row of `table` as JSON text, in id order: compare before and after to prove that a
+/// refused request wrote nothing.
+pub async fn snapshot(database_url: &str, table: &str) -> Vec<String> {
+    let mut conn = AsyncPgConnection::establish(database_url).await.unwrap();
+    let rows: Vec<JsonRow> = diesel::sql_query(format!(
+        "SELECT row_to_json(t)::text AS json FROM {table} t ORDER BY id"
+    ))
+    .load(&mut conn)
+    .await
+    .unwrap();
+    rows.into_iter().map(|r| r.json).collect()
+}
+
+/// Runs one SQL statement on the database (to age rows, corrupt state on purpose, ...).
+pub async fn execute(database_url: &str, sql: &str) -> usize {
+    let mut conn = AsyncPgConnection::establish(database_url).await.unwrap();
+    diesel::sql_query(sql).execute(&mut conn).await.unwrap()
+}
