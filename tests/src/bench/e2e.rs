@@ -1,0 +1,138 @@
+//! Tasks end to end, with worker processes.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use diesel::QueryableByName;
+use diesel::sql_types::{BigInt, Text};
+use diesel_async::RunQueryDsl;
+use serde_json::json;
+
+use super::measure::{Samples, run_clients};
+use super::{Bench, BenchOptions, Figure, Report, connect};
+use crate::Service;
+
+#[derive(QueryableByName)]
+struct Drain {
+    #[diesel(sql_type = BigInt)]
+    done: i64,
+    #[diesel(sql_type = diesel::sql_types::Double)]
+    seconds: f64,
+    #[diesel(sql_type = diesel::sql_types::Double)]
+    p50_ms: f64,
+    #[diesel(sql_type = diesel::sql_types::Double)]
+    p99_ms: f64,
+}
+
+#[derive(QueryableByName)]
+struct Count {
+    #[diesel(sql_type = BigInt)]
+    count: i64,
+}
+
+async fn drained(task_db: &str, queue: &str) -> Drain {
+    let mut conn = connect(task_db).await;
+    diesel::sql_query(
+        "SELECT count(*) AS done,
+                COALESCE(EXTRACT(EPOCH FROM max(processed_at) - min(started_at)), 0)::float8 AS seconds,
+                COALESCE(percentile_cont(0.5) WITHIN GROUP
+                    (ORDER BY EXTRACT(EPOCH FROM processed_at - started_at)) * 1000, 0)::float8 AS p50_ms,
+                COALESCE(percentile_cont(0.99) WITHIN GROUP
+                    (ORDER BY EXTRACT(EPOCH FROM processed_at - started_at)) * 1000, 0)::float8 AS p99_ms
+         FROM tasks WHERE queue = $1 AND status = 'succeeded'",
+    )
+    .bind::<Text, _>(queue)
+    .get_result(&mut conn)
+    .await
+    .unwrap()
+}
+
+pub(super) async fn end_to_end(bench: &Bench, options: &BenchOptions, report: &mut Report) {
+    let section = "tasks end to end (worker processes, no-op work)";
+    for (name, workers, slots) in [
+        ("single claims", options.single_workers, 1),
+        ("batched claims", options.workers, options.batch_concurrency),
+    ] {
+        let queue = format!("e2e-{}", name.replace(' ', "-"));
+        // The backlog, created over HTTP by 32 producers.
+        let total = options.e2e_tasks;
+        let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let http = bench.http.clone();
+        let url = bench.tasks.url("/api/tasks");
+        let (samples, elapsed) = run_clients(32, |_| {
+            let http = http.clone();
+            let url = url.clone();
+            let next = next.clone();
+            let queue = queue.clone();
+            async move {
+                let mut samples = Samples::default();
+                while next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < total {
+                    let started = Instant::now();
+                    let body = json!({"task_data": {"sleep_duration_seconds": 0}, "queue": queue});
+                    match http.post(&url).json(&body).send().await {
+                        Ok(r) if r.status().as_u16() == 201 => {
+                            samples.latencies.push(started.elapsed());
+                        }
+                        _ => samples.errors += 1,
+                    }
+                }
+                samples
+            }
+        })
+        .await;
+        report.figures.push(samples.figure(
+            section,
+            &format!("create (HTTP) for {name}"),
+            32,
+            None,
+            elapsed,
+        ));
+
+        let concurrency = slots.to_string();
+        let mut running = Vec::new();
+        for w in 0..workers {
+            let id = format!("bench-{}-{w}", queue);
+            let env = [
+                ("WORKER_ID", id.as_str()),
+                ("WORKER_QUEUE", queue.as_str()),
+                ("WORKER_CONCURRENCY", concurrency.as_str()),
+                ("POLL_MIN_MS", "5"),
+                ("POLL_MAX_MS", "50"),
+                ("RUST_LOG", "warn"),
+            ];
+            running.push(Service::worker(&bench.tasks.base_url(), &env).await);
+        }
+        // Watched with a count the index answers; the figures come from the rows at the end
+        // (the database's own timestamps), so the watching costs the run little.
+        let deadline = Instant::now() + Duration::from_secs(600);
+        let mut conn = connect(&bench.task_db).await;
+        loop {
+            let done: Count = diesel::sql_query(
+                "SELECT count(*) AS count FROM tasks WHERE queue = $1 AND status = 'succeeded'",
+            )
+            .bind::<Text, _>(&queue)
+            .get_result(&mut conn)
+            .await
+            .unwrap();
+            if done.count as u64 >= total || Instant::now() > deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        drop(running);
+        let drain = drained(&bench.task_db, &queue).await;
+        let seconds = drain.seconds.max(1e-9);
+        report.figures.push(Figure {
+            section: section.to_owned(),
+            name: format!("{name}: claim → complete (claim-to-complete latency)"),
+            concurrency: workers * slots,
+            rows: None,
+            ops: drain.done as u64,
+            errors: total.saturating_sub(drain.done as u64),
+            seconds,
+            per_second: drain.done as f64 / seconds,
+            p50_ms: drain.p50_ms,
+            p99_ms: drain.p99_ms,
+        });
+    }
+}

@@ -1,0 +1,172 @@
+//! The benchmark harness: Leasehold side by side with the physical limit (the same SQL run
+//! directly), with the sample's claim algorithm, and with itself as its tables grow, all in one
+//! run on one machine, so that the ratios hold even where the absolute figures are noisy.
+//!
+//! It starts a private PostgreSQL with PostgreSQL's default, durable settings (every commit
+//! waits for its WAL to reach the disk), lease-service and task-service as real processes, and
+//! worker processes for the end-to-end figures. Nothing here asserts a time: the CI test runs the
+//! quick mode only to keep the harness working; `cargo run --release -p tests --bin bench` is
+//! for a person (see `--help`).
+//!
+//! What each section measures:
+//! - **leases**: acquire, renew and release through lease-service's HTTP API with 1 to 128
+//!   concurrent clients (closed loop, each client on its own resources), then the very same
+//!   repository functions (the same SQL statements) called directly over as many database
+//!   connections: the physical limit, and the ratio HTTP / SQL.
+//! - **tasks end to end**: a backlog created over HTTP, drained by worker processes that do
+//!   nothing: single claims (32 one-slot workers, so every claim and every completion is a
+//!   request for one task) or batched claims (8 workers of 32 slots, each claim asking for the
+//!   free slots at once, completions ready together sent together); throughput and
+//!   claim-to-complete latency from the database's own timestamps.
+//! - **sample's claim**: the sample's algorithm (`ORDER BY scheduled_at OFFSET n LIMIT 1 FOR
+//!   UPDATE` on its unindexed table, the lease call made while the row is locked), against
+//!   Leasehold's claim over HTTP, claim-and-complete cycles on the same backlog sizes.
+//! - **contention**: clients racing for a few shared resources (1 is leader election), each
+//!   acquiring one at random and releasing it at once when it wins: cycles and refusals per
+//!   second, through HTTP and as direct SQL.
+//! - **growth**: the lease and claim figures again with more and more finished tasks and ended
+//!   leases present.
+//! - **latency under half load**: claims at a fixed rate of half the measured maximum.
+//!
+//! Layout: `options` says what to run; `measure` runs closed-loop clients and turns their
+//! latencies into figures; `report` holds the figures, ratios and the markdown. One module per
+//! section: `leases`, `contention`, `e2e`, `sample` (with the half-load latency), `growth` and
+//! `memory`. This file starts the machine under test ([`Bench`]) and runs the sections.
+
+mod contention;
+mod e2e;
+mod growth;
+mod leases;
+mod measure;
+mod memory;
+mod options;
+mod report;
+mod sample;
+
+use std::time::Duration;
+
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use leasehold::{LeaseClient, RetryPolicy};
+use leasehold_local::postgres::PrivatePostgres;
+
+use crate::Service;
+use contention::contention;
+use e2e::end_to_end;
+use growth::growth;
+use leases::leases;
+use memory::memory;
+use sample::sample_comparison;
+
+pub use options::BenchOptions;
+pub use report::{Figure, MemoryFigure, Ratio, Report};
+
+/// The machine under test: a durable private PostgreSQL and the two services.
+pub struct Bench {
+    _postgres: PrivatePostgres,
+    pub lease_db: String,
+    pub task_db: String,
+    pub leases: Service,
+    pub tasks: Service,
+    http: reqwest::Client,
+}
+
+impl std::fmt::Debug for Bench {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bench")
+            .field("lease_db", &self.lease_db)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Bench {
+    pub async fn start() -> Bench {
+        let postgres = tokio::task::spawn_blocking(PrivatePostgres::start_ephemeral_durable)
+            .await
+            .unwrap_or_else(|err| panic!("{err}"))
+            .unwrap_or_else(|err| panic!("cannot start the benchmark's PostgreSQL: {err}"));
+        postgres.create_database("leases").await.unwrap();
+        postgres.create_database("tasks").await.unwrap();
+        let lease_db = postgres.url("leases");
+        let task_db = postgres.url("tasks");
+        let quiet = [
+            ("RUST_LOG", "warn"),
+            ("HTTP_WORKERS", "2"),
+            ("DATABASE_POOL_SIZE", "32"),
+        ];
+        let leases = Service::lease_service(&lease_db, &quiet).await;
+        let tasks = Service::task_service(&task_db, &leases.base_url(), &quiet).await;
+        Bench {
+            _postgres: postgres,
+            lease_db,
+            task_db,
+            leases,
+            tasks,
+            http: reqwest::Client::builder()
+                .pool_max_idle_per_host(256)
+                .timeout(Duration::from_secs(60))
+                .build()
+                .unwrap(),
+        }
+    }
+
+    fn lease_client(&self) -> LeaseClient {
+        LeaseClient::from_parts(self.http.clone(), self.leases.base_url())
+            .with_retry(RetryPolicy::none())
+    }
+}
+
+/// Runs every section and returns the report.
+pub async fn run(options: &BenchOptions) -> Report {
+    let bench = Bench::start().await;
+    let mut report = Report::default();
+    let wanted = |section: &str| {
+        options.sections.is_empty() || options.sections.iter().any(|s| s == section)
+    };
+    if wanted("leases") {
+        leases(&bench, options, &mut report).await;
+    }
+    if wanted("contention") {
+        contention(&bench, options, &mut report).await;
+    }
+    if wanted("e2e") {
+        end_to_end(&bench, options, &mut report).await;
+    }
+    if wanted("sample") {
+        sample_comparison(&bench, options, &mut report).await;
+    }
+    if wanted("growth") {
+        growth(&bench, options, &mut report).await;
+    }
+    if wanted("memory") {
+        memory(&bench, options, &mut report).await;
+    }
+    report
+}
+
+async fn connect(url: &str) -> AsyncPgConnection {
+    AsyncPgConnection::establish(url)
+        .await
+        .unwrap_or_else(|err| panic!("connecting to {url}: {err}"))
+}
+
+async fn execute(url: &str, sql: &str) {
+    let mut conn = connect(url).await;
+    diesel::sql_query(sql)
+        .execute(&mut conn)
+        .await
+        .unwrap_or_else(|err| panic!("{sql}: {err}"));
+}
+
+/// A hint of what limits what, printed under the tables.
+pub const LIMITS: &str = "\
+Every write is a durable commit (fsync of the WAL), shared by concurrent commits through
+PostgreSQL's group commit; both cores serve PostgreSQL, the services and the load generator at
+once. A claim is task-service's transaction with one lease-service call inside it (a batch
+acquire: one statement, one commit); a completion likewise with a batch release. Claims and
+single completions that arrive together are served as one group, and so are single lease
+acquires, renewals and releases in lease-service (GROUPS_IN_FLIGHT of each service); the
+direct-SQL clients run one statement and one commit per operation.
+Memory under open reads is bounded by task-service itself, not by the machine: a listing page
+ends at 4 MiB of task JSON, counted in PostgreSQL before any row is loaded, and a replica serves
+4 listings at once (the rest wait), so the peak is about 4 pages of rows plus their JSON,
+whatever the number of readers or the size of the tasks.";

@@ -1,0 +1,126 @@
+//! The run's figures, ratios and memory figures, and their markdown tables.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+/// One measured figure.
+#[derive(Debug, Clone, Serialize)]
+pub struct Figure {
+    pub section: String,
+    pub name: String,
+    /// Concurrent clients (or worker slots).
+    pub concurrency: usize,
+    /// Rows present in the table the figure depends on, where that is the point.
+    pub rows: Option<u64>,
+    pub ops: u64,
+    pub errors: u64,
+    pub seconds: f64,
+    pub per_second: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+}
+
+/// A ratio between two figures of the same run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Ratio {
+    pub name: String,
+    pub value: f64,
+}
+
+/// task-service's resident memory while readers page through large tasks at once.
+#[derive(Debug, Clone, Serialize)]
+pub struct MemoryFigure {
+    pub tasks: u64,
+    pub task_kib: u64,
+    pub readers: usize,
+    /// Pages read (all readers together) and the bytes they carried.
+    pub pages: u64,
+    pub mib_read: f64,
+    pub rss_before_mib: f64,
+    pub rss_peak_mib: f64,
+    pub rss_after_mib: f64,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Report {
+    pub figures: Vec<Figure>,
+    pub ratios: Vec<Ratio>,
+    pub memory: Vec<MemoryFigure>,
+}
+
+impl Report {
+    pub fn find(&self, section: &str, name: &str, concurrency: usize) -> Option<&Figure> {
+        self.figures
+            .iter()
+            .find(|f| f.section == section && f.name == name && f.concurrency == concurrency)
+    }
+
+    pub(super) fn ratio(&mut self, name: impl Into<String>, numerator: f64, denominator: f64) {
+        let value = if denominator > 0.0 {
+            numerator / denominator
+        } else {
+            0.0
+        };
+        self.ratios.push(Ratio {
+            name: name.into(),
+            value,
+        });
+    }
+
+    /// The report as markdown tables, one per section, then the ratios.
+    pub fn markdown(&self) -> String {
+        let mut out = String::new();
+        let mut sections: Vec<&str> = Vec::new();
+        for figure in &self.figures {
+            if !sections.contains(&figure.section.as_str()) {
+                sections.push(&figure.section);
+            }
+        }
+        for section in sections {
+            let _ = writeln!(out, "\n### {section}\n");
+            let _ = writeln!(
+                out,
+                "| what | clients | rows present | ops | errors | per second | p50 ms | p99 ms |"
+            );
+            let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|");
+            for f in self.figures.iter().filter(|f| f.section == section) {
+                let rows = f.rows.map_or(String::new(), |r| r.to_string());
+                let _ = writeln!(
+                    out,
+                    "| {} | {} | {} | {} | {} | {:.0} | {:.2} | {:.2} |",
+                    f.name, f.concurrency, rows, f.ops, f.errors, f.per_second, f.p50_ms, f.p99_ms
+                );
+            }
+        }
+        if !self.memory.is_empty() {
+            let _ = writeln!(out, "\n### memory: open reads of large tasks\n");
+            let _ = writeln!(
+                out,
+                "| tasks | KiB each | readers | pages read | MiB read | RSS before MiB | RSS peak MiB | RSS after MiB |"
+            );
+            let _ = writeln!(out, "|---:|---:|---:|---:|---:|---:|---:|---:|");
+            for m in &self.memory {
+                let _ = writeln!(
+                    out,
+                    "| {} | {} | {} | {} | {:.0} | {:.0} | {:.0} | {:.0} |",
+                    m.tasks,
+                    m.task_kib,
+                    m.readers,
+                    m.pages,
+                    m.mib_read,
+                    m.rss_before_mib,
+                    m.rss_peak_mib,
+                    m.rss_after_mib
+                );
+            }
+        }
+        let _ = writeln!(out, "\n### ratios (same run)\n");
+        let _ = writeln!(out, "| ratio | value |");
+        let _ = writeln!(out, "|---|---:|");
+        for ratio in &self.ratios {
+            let _ = writeln!(out, "| {} | {:.2} |", ratio.name, ratio.value);
+        }
+        out
+    }
+}
