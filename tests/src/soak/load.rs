@@ -1,0 +1,118 @@
+//! The soak's own traffic and watching: its producer, its operator's calls, the drain after
+//! the faults, and the acknowledged tasks the table lost.
+
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::{Value, json};
+
+use super::{client_with, tokens};
+
+/// Adds tasks at `rate` per second until `stop`; some fail on purpose, some for good. Returns
+/// the ids of the tasks whose creation was acknowledged.
+pub(super) async fn produce(
+    task_url: String,
+    rate: u32,
+    seed: u64,
+    stop: tokio_util::sync::CancellationToken,
+) -> Vec<i64> {
+    let http = client_with(tokens::PRODUCER);
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed);
+    let mut created = Vec::new();
+    let period = Duration::from_secs_f64(1.0 / f64::from(rate.max(1)));
+    let mut ticker = tokio::time::interval(period);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    while !stop.is_cancelled() {
+        tokio::select! {
+            () = stop.cancelled() => break,
+            _ = ticker.tick() => {}
+        }
+        let fail: Value = match rng.random_range(0..10) {
+            0 => json!(0.5),
+            1 => json!("permanent"),
+            _ => Value::Null,
+        };
+        let body = json!({
+            "task_name": "soak",
+            "task_data": {"sleep_duration_seconds": rng.random_range(0.0..0.5), "fail": fail},
+            "max_attempts": 5,
+        });
+        if let Ok(response) = http
+            .post(format!("{task_url}/api/tasks"))
+            .json(&body)
+            .send()
+            .await
+            && response.status().is_success()
+            && let Ok(task) = response.json::<Value>().await
+            && let Some(id) = task["id"].as_i64()
+        {
+            created.push(id);
+        }
+    }
+    created
+}
+
+#[derive(diesel::QueryableByName)]
+struct TaskId {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    id: i64,
+}
+
+/// The ids in `acknowledged` that the tasks table does not have.
+pub(super) async fn missing_tasks(task_db: &str, acknowledged: &[i64]) -> Vec<i64> {
+    use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+    let mut conn = AsyncPgConnection::establish(task_db).await.unwrap();
+    let present: std::collections::HashSet<i64> = diesel::sql_query("SELECT id FROM tasks")
+        .load::<TaskId>(&mut conn)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|row| row.id)
+        .collect();
+    acknowledged
+        .iter()
+        .copied()
+        .filter(|id| !present.contains(id))
+        .collect()
+}
+
+/// Sends `body` to `path` through `base`, as an operator, until it is answered 200, or
+/// `timeout` passes.
+pub(super) async fn post_until_ok(base: &str, path: &str, body: &Value, timeout: Duration) -> bool {
+    let http = client_with(tokens::OPERATOR);
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if let Ok(response) = http.post(format!("{base}{path}")).json(body).send().await
+            && response.status().is_success()
+        {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    false
+}
+
+/// Waits until no task is pending or running; how long that took, or `None` on timeout.
+pub(super) async fn drain(task_url: &str, timeout: Duration) -> Option<Duration> {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if let Ok(response) = http
+            .get(format!("{task_url}/api/tasks/counts"))
+            .send()
+            .await
+            && let Ok(counts) = response.json::<Value>().await
+        {
+            let total = &counts["total"];
+            if total["pending"] == 0 && total["running"] == 0 {
+                return Some(start.elapsed());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    None
+}

@@ -1,0 +1,179 @@
+//! The soak: the whole stack as real processes on a private PostgreSQL, under load, with faults
+//! injected on a seeded random schedule, then the invariant checker over the recorded history.
+//!
+//! The stack: two replicas each of lease-service and task-service behind round-robin proxies
+//! ([`crate::proxy`]), three task-generator replicas, four or more workers, and a producer that
+//! adds tasks of its own (some failing on purpose) next to the generator's. Every lease and
+//! task change is recorded by the services' own triggers in the same transaction, so the
+//! checker ([`crate::checker`]) judges what the databases committed, not what clients saw.
+//!
+//! The seed fixes the sequence of choices (which fault, which target, how long); the
+//! processes' timing still differs between runs, so a replay reproduces the schedule, not
+//! every interleaving.
+//!
+//! Run it long with `cargo run -p tests --bin soak -- --help` (after
+//! `cargo build --workspace --bins`); `tests/tests/soak.rs` runs the short CI mode.
+//!
+//! Layout: `options` says what to run; `stack` starts the processes and picks a fault's
+//! targets; `faults` draws the schedule and injects each fault; `load` is the soak's own
+//! producer and its operator's calls, the drain and the count of lost tasks; `summary` is what
+//! a run found. This file holds the front door's tokens and [`run`].
+
+mod faults;
+mod load;
+mod options;
+mod stack;
+mod summary;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::json;
+use tokio::task::JoinSet;
+
+use crate::checker;
+use faults::{Injection, draw_fault, draw_hold, inject};
+use load::{drain, missing_tasks, post_until_ok, produce};
+use stack::Stack;
+
+pub use faults::Fault;
+pub use options::SoakOptions;
+pub use summary::Summary;
+
+/// Lease length of every lease in the soak (tasks, generator): short, so that pauses longer
+/// than it are cheap to inject.
+const TTL_SECONDS: f64 = 2.0;
+
+/// The soak runs with the front door locked, as production would: every write carries a
+/// bearer token with its role, and lease-service requires proof of holding (the lease's
+/// secret) for renew and release.
+mod tokens {
+    /// task-service's token at lease-service.
+    pub const SERVICE: &str = "soak-task-service-token-0001";
+    /// The generators' one token: leaseholder at lease-service, producer at task-service.
+    pub const GENERATOR: &str = "soak-generator-token-0001";
+    pub const PRODUCER: &str = "soak-producer-token-0001";
+    pub const WORKER: &str = "soak-worker-token-0001";
+    pub const OPERATOR: &str = "soak-operator-token-0001";
+}
+
+/// An HTTP client that sends `token` with every request.
+fn client_with(token: &str) -> reqwest::Client {
+    reqwest::Client::builder()
+        .default_headers(leasehold::api::Secret::bearer_headers(Some(
+            &leasehold::api::Secret::new(token),
+        )))
+        .timeout(Duration::from_secs(2))
+        .build()
+        .unwrap()
+}
+
+/// Runs a soak and returns its summary; it does not assert anything itself.
+pub async fn run(options: SoakOptions) -> Summary {
+    let stack = Stack::start(&options).await;
+    let mut rng = StdRng::seed_from_u64(options.seed);
+    let task_url = stack.task_proxy.base_url();
+
+    let settings = json!({"rate_per_second": options.generator_rate, "min_sleep_seconds": 0, "max_sleep_seconds": 1});
+    assert!(
+        post_until_ok(
+            &task_url,
+            "/api/generator/start",
+            &settings,
+            Duration::from_secs(30)
+        )
+        .await,
+        "the generator would not start"
+    );
+    let stop_producing = tokio_util::sync::CancellationToken::new();
+    let producer = tokio::spawn(produce(
+        task_url.clone(),
+        options.producer_rate,
+        options.seed,
+        stop_producing.clone(),
+    ));
+
+    let mut faults: BTreeMap<Fault, usize> = BTreeMap::new();
+    let mut fault_errors = Vec::new();
+    let mut running = JoinSet::new();
+    let start = Instant::now();
+    let mean = options.mean_fault_interval.as_secs_f64();
+    while start.elapsed() < options.duration {
+        // Exponential gaps: faults come in bursts and lulls, as they do.
+        let gap = -mean * (1.0 - rng.random::<f64>()).ln();
+        tokio::time::sleep(Duration::from_secs_f64(gap.min(mean * 10.0))).await;
+        let fault = draw_fault(&mut rng);
+        let pick = rng.random_range(0..16);
+        let hold = draw_hold(fault, &mut rng);
+        let Some(targets) = stack.claim(fault, pick) else {
+            continue; // its targets are all in a fault already
+        };
+        *faults.entry(fault).or_default() += 1;
+        running.spawn(inject(
+            Injection {
+                fault,
+                targets,
+                hold,
+            },
+            Arc::clone(&stack.postgres),
+            Arc::clone(&stack.restart_gate),
+        ));
+        while let Some(done) = running.try_join_next() {
+            record(done, &mut fault_errors);
+        }
+    }
+    while let Some(done) = running.join_next().await {
+        record(done, &mut fault_errors);
+    }
+
+    stop_producing.cancel();
+    let produced = producer.await.unwrap_or_default();
+    if !post_until_ok(
+        &task_url,
+        "/api/generator/stop",
+        &json!({}),
+        Duration::from_secs(30),
+    )
+    .await
+    {
+        fault_errors.push("the generator could not be stopped after the faults".to_owned());
+    }
+    let drained_in = drain(&task_url, options.drain_timeout).await;
+    // Every replica's pool works again, whether or not it was restarted after PostgreSQL was.
+    for replica in stack.lease_replicas.iter().chain(&stack.task_replicas) {
+        let replica = replica.lock().await;
+        let ready = replica.get("/readyz").await;
+        if ready.status != 200 {
+            fault_errors.push(format!(
+                "{} on port {} is not ready after the faults: {} {}",
+                replica.name, replica.port, ready.status, ready.body
+            ));
+        }
+    }
+    let report = checker::check(&stack.lease_db, Some(&stack.task_db), true).await;
+    let lost = missing_tasks(&stack.task_db, &produced).await;
+    let log_dir = crate::log_dir().display().to_string();
+    drop(stack);
+    Summary {
+        seed: options.seed,
+        options,
+        faults,
+        fault_errors,
+        produced: produced.len(),
+        lost,
+        drained_in,
+        report,
+        log_dir,
+    }
+}
+
+fn record(done: Result<Result<(), String>, tokio::task::JoinError>, errors: &mut Vec<String>) {
+    match done {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => errors.push(error),
+        Err(join) => errors.push(format!("a fault task failed: {join}")),
+    }
+}

@@ -1,0 +1,41 @@
+//! What a soak runs, and for how long.
+
+use std::time::Duration;
+
+/// What to run, and for how long.
+#[derive(Debug, Clone)]
+pub struct SoakOptions {
+    /// How long faults are injected; the drain and the check come after.
+    pub duration: Duration,
+    pub seed: u64,
+    /// Mean time between two faults (exponentially distributed).
+    pub mean_fault_interval: Duration,
+    pub workers: usize,
+    pub generators: usize,
+    /// The generator's rate, in tasks per second.
+    pub generator_rate: u32,
+    /// Tasks per second the soak's own producer adds.
+    pub producer_rate: u32,
+    /// How long the stack may take, after the faults stop, to bring every task to an end.
+    pub drain_timeout: Duration,
+    /// Runs lease-service with acquire's expiry check removed (`LEASEHOLD_TEST_BREAK_ACQUIRE`),
+    /// to show that the checker catches a broken build.
+    pub break_acquire: bool,
+}
+
+impl SoakOptions {
+    /// The CI mode: two minutes of faults, one every 0.25 s on average.
+    pub fn ci(seed: u64) -> SoakOptions {
+        SoakOptions {
+            duration: Duration::from_secs(120),
+            seed,
+            mean_fault_interval: Duration::from_millis(250),
+            workers: 4,
+            generators: 3,
+            generator_rate: 10,
+            producer_rate: 10,
+            drain_timeout: Duration::from_secs(120),
+            break_acquire: false,
+        }
+    }
+}
