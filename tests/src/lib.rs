@@ -27,7 +27,7 @@
 //!
 //! - [`checker`]: the invariant checker over the recorded lease and task history.
 //! - [`soak`]: the whole stack under seeded random faults, then the checker.
-//! - [`bench`]: the benchmark harness (the `bench` binary and the quick CI mode).
+//! - [`bench`](mod@bench): the benchmark harness (the `bench` binary and the quick CI mode).
 //! - [`proxy`]: the round-robin proxy the soak puts in front of the replicas.
 //! - [`browser`]: a headless browser for the dashboard's tests.
 //! - [`otlp`]: an OTLP receiver, to see the spans the services export.
