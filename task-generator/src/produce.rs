@@ -60,13 +60,13 @@ impl Producer {
                 .create(&lease, fence, term, sequence, pace.sleep())
                 .await
             {
-                Created::Done => sequence += 1,
+                Outcome::Done => sequence += 1,
                 // Read the settings again at once: production resumes when they say started.
-                Created::Stopped => {
+                Outcome::Stopped => {
                     settings = None;
                     continue;
                 }
-                Created::LeadsNoLonger => return,
+                Outcome::LeadsNoLonger => return,
             }
             // Keep the rate, but never burst to catch up after a stall.
             let after = next.checked_add(pace.period).unwrap_or(next);
@@ -112,7 +112,7 @@ impl Producer {
         term: u32,
         sequence: u64,
         sleep: f64,
-    ) -> Created {
+    ) -> Outcome {
         let body = CreateTask {
             task_data: serde_json::json!({
                 "sleep_duration_seconds": sleep,
@@ -135,31 +135,31 @@ impl Producer {
         loop {
             // Never send once the lease is in doubt, whatever woke us.
             if !lease.is_held() {
-                return Created::LeadsNoLonger;
+                return Outcome::LeadsNoLonger;
             }
             let answer = self.send(&body, fence, sequence).await;
             match answer {
                 Ok(task_client::Created::New(_)) => {
                     self.metrics.produced.inc();
                     tracing::debug!(fence, sequence, "task created");
-                    return Created::Done;
+                    return Outcome::Done;
                 }
                 // A retry of a request whose first answer was lost: already created.
-                Ok(task_client::Created::Existing(_)) => return Created::Done,
+                Ok(task_client::Created::Existing(_)) => return Outcome::Done,
                 Err(CallError::Refused {
                     status: 409, code, ..
                 }) if code == "generator_stopped" => {
                     tracing::info!(fence, "the generator was stopped; waiting to be started");
-                    return Created::Stopped;
+                    return Outcome::Stopped;
                 }
                 Err(CallError::Refused { status: 409, .. }) => {
                     tracing::warn!(fence, "task-service says this replica no longer leads");
-                    return Created::LeadsNoLonger;
+                    return Outcome::LeadsNoLonger;
                 }
                 Err(err @ CallError::Refused { .. }) => {
                     self.metrics.create_errors.inc();
                     tracing::error!(error = %err, "task-service refused a generated task; skipping it");
-                    return Created::Done;
+                    return Outcome::Done;
                 }
                 Err(CallError::Transient(reason)) => {
                     self.metrics.create_errors.inc();
@@ -174,7 +174,7 @@ impl Producer {
 
 /// How one create ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Created {
+enum Outcome {
     /// Created, already created, or skipped for good: on to the next task.
     Done,
     /// task-service refused it because the generator is stopped.
