@@ -1,88 +1,140 @@
-//! The HTTP client for lease-service and task-service.
+//! The CLI's clients of the two services: [`leasehold::LeaseClient`] and
+//! [`leasehold::TaskClient`], the same typed clients every other caller uses, and the words it
+//! reports a failed request in.
 
 use std::time::Duration;
 
-use anyhow::{Context, bail};
-use serde_json::Value;
+use anyhow::Context;
+use leasehold::{CallError, LeaseClient, LeaseError, RetryPolicy, TaskClient};
 
 use crate::Cli;
+
+/// How long one request may take: an operator waits, but not forever.
+const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The two services, as the CLI talks to them.
 #[derive(Debug)]
 pub(crate) struct Api {
-    pub(crate) http: reqwest::Client,
-    pub(crate) leases: String,
-    pub(crate) tasks: String,
+    pub(crate) leases: LeaseClient,
+    pub(crate) tasks: TaskClient,
 }
 
 impl Api {
     pub(crate) fn new(cli: &Cli) -> anyhow::Result<Api> {
         let token = cli.token.as_deref().map(leasehold::api::Secret::new);
-        let http = reqwest::Client::builder()
-            .default_headers(leasehold::api::Secret::bearer_headers(token.as_ref()))
-            .timeout(Duration::from_secs(30))
-            .build()
-            .context("building the HTTP client")?;
-        Ok(Api {
-            http,
-            leases: cli.lease_url.trim_end_matches('/').to_owned(),
-            tasks: cli.task_url.trim_end_matches('/').to_owned(),
-        })
+        // An operator's command is tried once: the operator sees the failure and decides.
+        let leases = LeaseClient::with_timeout(cli.lease_url.trim_end_matches('/'), TIMEOUT)
+            .with_bearer_token(cli.token.as_deref())
+            .with_retry(RetryPolicy::none());
+        let tasks = TaskClient::new(
+            vec![cli.task_url.trim_end_matches('/').to_owned()],
+            TIMEOUT,
+            token.as_ref(),
+        )
+        .context("building the HTTP client")?;
+        Ok(Api { leases, tasks })
     }
 
-    /// Sends one request; a non-2xx answer becomes an error quoting the service's `error` and
-    /// `code`.
-    pub(crate) async fn call(
+    /// Turns a failed lease-service call into the CLI's report of it.
+    pub(crate) fn leases_failed(
         &self,
-        method: reqwest::Method,
-        url: String,
-        body: Option<&Value>,
-    ) -> anyhow::Result<Value> {
-        let mut request = self.http.request(method.clone(), &url);
-        if let Some(body) = body {
-            request = request.json(body);
-        }
-        let response = request
-            .send()
-            .await
-            .with_context(|| format!("{method} {url}"))?;
-        let status = response.status();
-        let bytes = response
-            .bytes()
-            .await
-            .with_context(|| format!("reading the answer to {method} {url}"))?;
-        let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        if !status.is_success() {
-            let error = value["error"].as_str().unwrap_or("(no message)");
-            let code = value["code"].as_str().unwrap_or("unknown");
-            bail!("{method} {url} answered {status}: {error} ({code})");
-        }
-        Ok(value)
+        method: &str,
+        path: &str,
+    ) -> impl FnOnce(LeaseError) -> anyhow::Error {
+        let url = format!("{}{path}", self.leases.base_url());
+        let method = method.to_owned();
+        move |err| failed(&method, &url, err)
     }
 
-    pub(crate) async fn get(&self, url: String) -> anyhow::Result<Value> {
-        self.call(reqwest::Method::GET, url, None).await
+    /// Turns a failed task-service call into the CLI's report of it.
+    pub(crate) fn tasks_failed(
+        &self,
+        method: &str,
+        path: &str,
+    ) -> impl FnOnce(CallError) -> anyhow::Error {
+        let url = format!("{}{path}", self.tasks.current_url());
+        let method = method.to_owned();
+        move |err| failed(&method, &url, err)
     }
 }
 
-/// A listing's URL: newest first, `limit` rows from `cursor` on.
-pub(crate) fn listing_url(
-    url: &str,
-    limit: u32,
-    cursor: Option<&str>,
-    filters: &[(&str, Option<&str>)],
-) -> anyhow::Result<String> {
-    let mut url = reqwest::Url::parse(url)?;
-    url.query_pairs_mut()
-        .append_pair("order", "desc")
-        .append_pair("limit", &limit.to_string());
-    if let Some(cursor) = cursor {
-        url.query_pairs_mut().append_pair("cursor", cursor);
-    }
-    for (name, value) in filters {
-        if let Some(value) = value {
-            url.query_pairs_mut().append_pair(name, value);
+/// A failure that may be a service's answer with a status, a message and a code.
+pub(crate) trait Refusal: std::error::Error + Send + Sync + 'static {
+    fn refusal(&self) -> Option<(u16, &str, &str)>;
+}
+
+impl Refusal for CallError {
+    fn refusal(&self) -> Option<(u16, &str, &str)> {
+        match self {
+            CallError::Refused {
+                status,
+                code,
+                error,
+            } => Some((*status, code, error)),
+            CallError::Transient(_) => None,
         }
     }
-    Ok(url.to_string())
+}
+
+impl Refusal for LeaseError {
+    fn refusal(&self) -> Option<(u16, &str, &str)> {
+        match self {
+            LeaseError::Rejected {
+                status,
+                code,
+                error,
+            } => Some((*status, code, error)),
+            _ => None,
+        }
+    }
+}
+
+/// What the CLI prints for a failed request: a refusal quotes the service's status, message
+/// and code on one line (what operators and scripts grep for); anything else names the request
+/// and gives the reason beneath it.
+pub(crate) fn failed<E: Refusal>(method: &str, url: &str, err: E) -> anyhow::Error {
+    match err.refusal() {
+        Some((status, code, error)) => {
+            let status = reqwest::StatusCode::from_u16(status)
+                .map_or_else(|_| status.to_string(), |status| status.to_string());
+            anyhow::anyhow!("{method} {url} answered {status}: {error} ({code})")
+        }
+        None => anyhow::Error::new(err).context(format!("{method} {url}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_quotes_status_message_and_code() {
+        let refused = CallError::Refused {
+            status: 409,
+            code: "not_dead".to_owned(),
+            error: "task 4 is not dead".to_owned(),
+        };
+        assert_eq!(
+            failed("POST", "http://t/api/tasks/4/retry", refused).to_string(),
+            "POST http://t/api/tasks/4/retry answered 409 Conflict: task 4 is not dead (not_dead)"
+        );
+        let unauthorized = LeaseError::Rejected {
+            status: 401,
+            code: "unauthorized".to_owned(),
+            error: "a bearer token is required".to_owned(),
+        };
+        let text = failed("POST", "http://l/api/leases", unauthorized).to_string();
+        assert!(text.contains("401 Unauthorized") && text.contains("(unauthorized)"));
+    }
+
+    #[test]
+    fn no_answer_names_the_request_and_keeps_the_reason() {
+        let err = failed(
+            "GET",
+            "http://t/api/tasks",
+            CallError::Transient("cannot connect".to_owned()),
+        );
+        assert_eq!(err.to_string(), "GET http://t/api/tasks");
+        assert_eq!(err.root_cause().to_string(), "cannot connect");
+    }
 }

@@ -1,10 +1,10 @@
 //! `leasehold generator`: status, start and stop.
 
 use clap::Subcommand;
-use serde_json::json;
+use leasehold::generator::StartGenerator;
 
 use crate::api::Api;
-use crate::out::{Out, generator_table, typed};
+use crate::out::{Out, generator_table};
 
 #[derive(Debug, Subcommand)]
 pub enum GeneratorCommand {
@@ -31,29 +31,35 @@ pub(crate) async fn generator(
     out: &Out,
     command: GeneratorCommand,
 ) -> anyhow::Result<()> {
-    let base = format!("{}/api/generator", api.tasks);
-    let status = match command {
-        GeneratorCommand::Status => api.get(format!("{base}/status")).await?,
+    let client = &api.tasks;
+    match command {
+        GeneratorCommand::Status => {}
         GeneratorCommand::Start {
             rate,
             min_sleep,
             max_sleep,
         } => {
-            let body = json!({"rate_per_second": rate, "min_sleep_seconds": min_sleep,
-                              "max_sleep_seconds": max_sleep});
-            api.call(reqwest::Method::POST, format!("{base}/start"), Some(&body))
-                .await?;
-            api.get(format!("{base}/status")).await?
+            let change = StartGenerator {
+                rate_per_second: rate,
+                min_sleep_seconds: min_sleep,
+                max_sleep_seconds: max_sleep,
+            };
+            client
+                .start_generator(&change)
+                .await
+                .map_err(api.tasks_failed("POST", "/api/generator/start"))?;
         }
         GeneratorCommand::Stop => {
-            api.call(
-                reqwest::Method::POST,
-                format!("{base}/stop"),
-                Some(&json!({})),
-            )
-            .await?;
-            api.get(format!("{base}/status")).await?
+            client
+                .stop_generator()
+                .await
+                .map_err(api.tasks_failed("POST", "/api/generator/stop"))?;
         }
-    };
-    out.value(&status, |s| Ok(generator_table(&typed(s)?)))
+    }
+    // Read afresh after a change: the leader may have moved meanwhile.
+    let status = client
+        .generator_status()
+        .await
+        .map_err(api.tasks_failed("GET", "/api/generator/status"))?;
+    out.value(&status, |status| Ok(generator_table(status)))
 }

@@ -1,11 +1,15 @@
 //! `leasehold leases`: list, show, acquire, renew, release and revoke.
 
+use std::time::Duration;
+
+use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
-use leasehold::api::{Lease, LeasePage};
+use leasehold::api::Proof;
+use leasehold::lease_client::{LeaseListing, LeaseSet};
 use serde_json::json;
 
-use crate::api::{Api, listing_url};
-use crate::out::{Out, lease_table, more_hint, typed};
+use crate::api::Api;
+use crate::out::{Out, lease_table, more_hint};
 
 #[derive(Debug, Subcommand)]
 pub enum LeaseCommand {
@@ -79,7 +83,7 @@ pub struct ProofArgs {
 }
 
 pub(crate) async fn leases(api: &Api, out: &Out, command: LeaseCommand) -> anyhow::Result<()> {
-    let base = format!("{}/api/leases", api.leases);
+    let client = &api.leases;
     match command {
         LeaseCommand::List {
             status,
@@ -87,20 +91,20 @@ pub(crate) async fn leases(api: &Api, out: &Out, command: LeaseCommand) -> anyho
             limit,
             cursor,
         } => {
-            let path = if status == "all" {
-                String::new()
-            } else {
-                format!("/{status}")
+            let set = LeaseSet::parse(&status)
+                .with_context(|| format!("unknown lease status {status:?}"))?;
+            let listing = LeaseListing {
+                set,
+                resource_prefix: prefix,
+                limit: Some(limit),
+                cursor,
+                newest_first: true,
             };
-            let url = listing_url(
-                &format!("{base}{path}"),
-                limit,
-                cursor.as_deref(),
-                &[("resource_prefix", prefix.as_deref())],
-            )?;
-            let answer = api.get(url).await?;
-            let page: LeasePage = typed(&answer)?;
-            out.value(&answer, |_| Ok(lease_table(&page.leases)))?;
+            let page = client
+                .list(&listing)
+                .await
+                .map_err(api.leases_failed("GET", &set.path()))?;
+            out.value(&page, |page| Ok(lease_table(&page.leases)))?;
             if !out.json
                 && let Some(hint) = more_hint(
                     page.leases.len(),
@@ -114,19 +118,26 @@ pub(crate) async fn leases(api: &Api, out: &Out, command: LeaseCommand) -> anyho
             Ok(())
         }
         LeaseCommand::Show { id } => {
-            let answer = api.get(format!("{base}/{id}")).await?;
-            out.value(&answer, |a| Ok(lease_table(&[typed(&a["lease"])?])))
+            let lease = client
+                .lease(id)
+                .await
+                .map_err(api.leases_failed("GET", &format!("/api/leases/{id}")))?;
+            // The service's answer, which names the lease.
+            out.value(&json!({ "lease": lease }), |_| {
+                Ok(lease_table(std::slice::from_ref(&lease)))
+            })
         }
         LeaseCommand::Acquire {
             resource,
             holder,
             ttl,
         } => {
-            let body = json!({"resource": resource, "holder": holder, "ttl_seconds": ttl});
-            let lease = api.call(reqwest::Method::POST, base, Some(&body)).await?;
-            out.value(&lease, |l| {
-                let lease: Lease = typed(l)?;
-                let mut text = lease_table(std::slice::from_ref(&lease));
+            let lease = client
+                .acquire(&resource, &holder, seconds(ttl)?)
+                .await
+                .map_err(api.leases_failed("POST", "/api/leases"))?;
+            out.value(&lease, |lease| {
+                let mut text = lease_table(std::slice::from_ref(lease));
                 if let Some(secret) = &lease.secret {
                     text.push_str(&format!("\nsecret: {}", secret.expose()));
                 }
@@ -138,30 +149,60 @@ pub(crate) async fn leases(api: &Api, out: &Out, command: LeaseCommand) -> anyho
             proof,
             ttl,
         } => {
-            let body = json!({"resource": resource, "holder": proof.holder, "fence": proof.fence,
-                              "secret": proof.secret, "ttl_seconds": ttl});
-            let lease = api
-                .call(reqwest::Method::PUT, format!("{base}/renew"), Some(&body))
-                .await?;
-            out.value(&lease, |l| Ok(lease_table(&[typed(l)?])))
+            let lease = client
+                .renew(&resource, &proof.holder, proof.proof(), seconds(ttl)?)
+                .await
+                .map_err(api.leases_failed("PUT", "/api/leases/renew"))?;
+            out.value(&lease, |lease| Ok(lease_table(std::slice::from_ref(lease))))
         }
         LeaseCommand::Release { resource, proof } => {
-            let body = json!({"resource": resource, "holder": proof.holder, "fence": proof.fence,
-                              "secret": proof.secret});
-            let lease = api
-                .call(
-                    reqwest::Method::DELETE,
-                    format!("{base}/release"),
-                    Some(&body),
-                )
-                .await?;
-            out.value(&lease, |l| Ok(lease_table(&[typed(l)?])))
+            let lease = client
+                .release(&resource, &proof.holder, proof.proof())
+                .await
+                .map_err(api.leases_failed("DELETE", "/api/leases/release"))?;
+            out.value(&lease, |lease| Ok(lease_table(std::slice::from_ref(lease))))
         }
         LeaseCommand::Revoke { id } => {
-            let lease = api
-                .call(reqwest::Method::POST, format!("{base}/{id}/revoke"), None)
-                .await?;
-            out.value(&lease, |l| Ok(lease_table(&[typed(l)?])))
+            let lease = client
+                .revoke(id)
+                .await
+                .map_err(api.leases_failed("POST", &format!("/api/leases/{id}/revoke")))?;
+            out.value(&lease, |lease| Ok(lease_table(std::slice::from_ref(lease))))
         }
+    }
+}
+
+impl ProofArgs {
+    fn proof(&self) -> Proof<'_> {
+        Proof {
+            fence: self.fence,
+            secret: self.secret.as_deref(),
+        }
+    }
+}
+
+/// `--ttl` as the client takes it. The client counts whole seconds of at least one, so a TTL
+/// below that is refused here, as lease-service would refuse it, rather than rounded up.
+fn seconds(ttl: Option<i64>) -> anyhow::Result<Option<Duration>> {
+    ttl.map(|ttl| match u64::try_from(ttl) {
+        Ok(seconds) if seconds >= 1 => Ok(Duration::from_secs(seconds)),
+        _ => bail!("--ttl must be at least 1 second, got {ttl}"),
+    })
+    .transpose()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ttl_below_a_second_is_refused_not_rounded_up() {
+        assert_eq!(seconds(None).unwrap_or_default(), None);
+        assert_eq!(
+            seconds(Some(60)).unwrap_or_default(),
+            Some(Duration::from_secs(60))
+        );
+        assert!(seconds(Some(0)).is_err());
+        assert!(seconds(Some(-5)).is_err());
     }
 }

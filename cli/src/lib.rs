@@ -7,9 +7,10 @@
 //! `tasks tail`) show a live count on standard error while standard output stays clean.
 //!
 //! Layout: one module per command group, as in tokio mini-redis's `src/cmd/`: `leases`,
-//! `tasks` and `generator` each hold their clap subcommand and the code that runs it; `api` is
-//! the HTTP client both services share, `out` the output (JSON, tables, progress). This file
-//! holds the top-level command line and `run`.
+//! `tasks` and `generator` each hold their clap subcommand and the code that runs it; `api` holds
+//! the two services' clients (`leasehold::LeaseClient` and `leasehold::TaskClient`, the typed
+//! clients every caller shares) and how a failed request is reported, `out` the output (JSON,
+//! tables, progress). This file holds the top-level command line and `run`.
 
 mod api;
 mod generator;

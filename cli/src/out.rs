@@ -4,13 +4,11 @@
 use std::io::{IsTerminal, Write};
 use std::sync::{Mutex, PoisonError};
 
-use anyhow::Context;
 use chrono::{DateTime, Utc};
 use leasehold::api::{Lease, LeaseStatus};
 use leasehold::generator::GeneratorStatus;
 use leasehold::tasks::Task;
 use serde::Serialize;
-use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 /// Where the output goes: JSON or tables on standard output, progress and hints on standard
@@ -34,13 +32,14 @@ impl Out {
     }
 
     /// Prints `value` as JSON with `--json`, else as `table` renders it.
-    pub(crate) fn value(
+    pub(crate) fn value<T: Serialize>(
         &self,
-        value: &Value,
-        table: impl FnOnce(&Value) -> anyhow::Result<String>,
+        value: &T,
+        table: impl FnOnce(&T) -> anyhow::Result<String>,
     ) -> anyhow::Result<()> {
         let text = if self.json {
-            serde_json::to_string_pretty(value)?
+            // Through a `Value`, whose keys are in order: the JSON the CLI has always printed.
+            serde_json::to_string_pretty(&serde_json::to_value(value)?)?
         } else {
             table(value)?
         };
@@ -75,12 +74,6 @@ impl Out {
         }
         let _ = stderr.flush();
     }
-}
-
-/// `value` read as the wire type `T`: the tables render the services' own types, so they
-/// follow the API's field names.
-pub(crate) fn typed<T: DeserializeOwned>(value: &Value) -> anyhow::Result<T> {
-    T::deserialize(value).with_context(|| format!("unexpected answer: {value}"))
 }
 
 /// Says how to get the rest when a listing stopped short of it (a page holds at most `limit`

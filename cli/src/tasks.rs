@@ -5,11 +5,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Subcommand;
-use leasehold::tasks::{Task, TaskPage, TaskStatus};
+use leasehold::task_client::{TaskCounts, TaskListing};
+use leasehold::tasks::{CreateTask, Task, TaskStatus};
 use serde_json::{Value, json};
 
-use crate::api::{Api, listing_url};
-use crate::out::{Out, more_hint, task_detail, task_table, time, typed};
+use crate::api::Api;
+use crate::out::{Out, more_hint, task_detail, task_table, time};
 
 /// What `tasks create` asks for when given no `--data`: work the worker finishes, so that a
 /// first try (`--count 50 --wait`) shows tasks succeeding.
@@ -86,7 +87,7 @@ pub enum TaskCommand {
 }
 
 pub(crate) async fn tasks(api: &Api, out: &Out, command: TaskCommand) -> anyhow::Result<()> {
-    let base = format!("{}/api/tasks", api.tasks);
+    let client = &api.tasks;
     match command {
         TaskCommand::Create {
             data,
@@ -99,32 +100,25 @@ pub(crate) async fn tasks(api: &Api, out: &Out, command: TaskCommand) -> anyhow:
         } => {
             let task_data: Value =
                 serde_json::from_str(&data).context("--data is not valid JSON")?;
-            let body = json!({"task_data": task_data, "queue": queue, "priority": priority,
-                              "max_attempts": max_attempts});
-            let created = create_many(api, out, &base, &body, count).await?;
-            let list = Value::Array(created.clone());
+            let request = CreateTask {
+                task_data,
+                queue,
+                priority,
+                max_attempts,
+                ..CreateTask::default()
+            };
+            let created = create_many(api, out, &request, count).await?;
             if out.json || created.len() <= 20 {
-                out.value(&list, |_| {
-                    let tasks: Vec<Task> = typed(&list)?;
-                    Ok(task_table(&tasks))
-                })?;
+                out.value(&created, |tasks| Ok(task_table(tasks)))?;
             } else {
                 out.line(&format!("created {} tasks", created.len()))?;
             }
             if wait {
                 let queue = created
                     .first()
-                    .and_then(|t| t["queue"].as_str())
-                    .unwrap_or("default")
+                    .map_or("default", |task| task.queue.as_str())
                     .to_owned();
-                wait_for_queue(
-                    api,
-                    out,
-                    &base,
-                    &queue,
-                    Duration::from_secs(timeout_seconds),
-                )
-                .await?;
+                wait_for_queue(api, out, &queue, Duration::from_secs(timeout_seconds)).await?;
             }
             Ok(())
         }
@@ -134,18 +128,21 @@ pub(crate) async fn tasks(api: &Api, out: &Out, command: TaskCommand) -> anyhow:
             limit,
             cursor,
         } => {
-            let url = listing_url(
-                &base,
-                limit,
-                cursor.as_deref(),
-                &[("status", status.as_deref()), ("queue", queue.as_deref())],
-            )?;
-            let answer = api.get(url).await?;
-            let page: TaskPage = typed(&answer)?;
-            out.value(&answer, |_| Ok(task_table(&page.tasks)))?;
+            let listing = TaskListing {
+                status,
+                queue,
+                limit: Some(limit),
+                cursor,
+                newest_first: true,
+            };
+            let page = client
+                .list(&listing)
+                .await
+                .map_err(api.tasks_failed("GET", "/api/tasks"))?;
+            out.value(&page, |page| Ok(task_table(&page.tasks)))?;
             if !out.json && page.next_cursor.is_some() {
                 // Only to say how many there are: a failure here costs the count, not the list.
-                let total = count_tasks(api, &base, status.as_deref(), queue.as_deref())
+                let total = count_tasks(api, listing.status.as_deref(), listing.queue.as_deref())
                     .await
                     .ok();
                 let hint = more_hint(
@@ -161,47 +158,65 @@ pub(crate) async fn tasks(api: &Api, out: &Out, command: TaskCommand) -> anyhow:
             Ok(())
         }
         TaskCommand::Show { id } => {
-            let answer = api.get(format!("{base}/{id}")).await?;
-            out.value(&answer, |a| Ok(task_detail(&typed(&a["task"])?)))
+            let task = show(api, id).await?;
+            // The service's answer, which names the task.
+            out.value(&json!({ "task": task }), |_| Ok(task_detail(&task)))
         }
         TaskCommand::Cancel { id } => {
-            let task = api
-                .call(reqwest::Method::POST, format!("{base}/{id}/cancel"), None)
-                .await?;
-            out.value(&task, |t| Ok(task_table(&[typed(t)?])))
+            let task = client
+                .cancel(id)
+                .await
+                .map_err(api.tasks_failed("POST", &format!("/api/tasks/{id}/cancel")))?;
+            out.value(&task, |task| Ok(task_table(std::slice::from_ref(task))))
         }
         TaskCommand::Retry { id } => {
-            let task = api
-                .call(reqwest::Method::POST, format!("{base}/{id}/retry"), None)
-                .await?;
-            out.value(&task, |t| Ok(task_table(&[typed(t)?])))
+            let task = client
+                .retry(id)
+                .await
+                .map_err(api.tasks_failed("POST", &format!("/api/tasks/{id}/retry")))?;
+            out.value(&task, |task| Ok(task_table(std::slice::from_ref(task))))
         }
         TaskCommand::Tail {
             queue,
             seconds,
             interval_ms,
-        } => tail(api, out, &base, queue.as_deref(), seconds, interval_ms).await,
+        } => tail(api, out, queue, seconds, interval_ms).await,
     }
+}
+
+/// `GET /api/tasks/{id}`.
+async fn show(api: &Api, id: i64) -> anyhow::Result<Task> {
+    api.tasks
+        .task(id)
+        .await
+        .map_err(api.tasks_failed("GET", &format!("/api/tasks/{id}")))
+}
+
+/// `GET /api/tasks/counts`.
+async fn counts(api: &Api) -> anyhow::Result<TaskCounts> {
+    api.tasks
+        .counts()
+        .await
+        .map_err(api.tasks_failed("GET", "/api/tasks/counts"))
 }
 
 /// How many tasks a listing with these filters covers, from the queues' counts.
 pub(crate) async fn count_tasks(
     api: &Api,
-    base: &str,
     status: Option<&str>,
     queue: Option<&str>,
 ) -> anyhow::Result<i64> {
-    let counts = api.get(format!("{base}/counts")).await?;
+    let counts = counts(api).await?;
     let by_status = match queue {
-        Some(queue) => &counts["queues"][queue],
-        None => &counts["total"],
+        Some(queue) => counts.queues.get(queue),
+        None => Some(&counts.total),
     };
     let wanted: Vec<&str> = status.map_or_else(Vec::new, |s| s.split(',').map(str::trim).collect());
-    let by_status = by_status.as_object().context("counts without statuses")?;
+    let by_status = by_status.context("counts without statuses")?;
     Ok(by_status
         .iter()
         .filter(|(status, _)| wanted.is_empty() || wanted.contains(&status.as_str()))
-        .filter_map(|(_, n)| n.as_i64())
+        .map(|(_, n)| n)
         .sum())
 }
 
@@ -209,18 +224,17 @@ pub(crate) async fn count_tasks(
 pub(crate) async fn create_many(
     api: &Api,
     out: &Out,
-    base: &str,
-    body: &Value,
+    request: &CreateTask,
     count: u32,
-) -> anyhow::Result<Vec<Value>> {
+) -> anyhow::Result<Vec<Task>> {
     let mut created = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
     let mut remaining = count;
     while remaining > 0 {
         let wave = remaining.min(16);
-        let requests =
-            (0..wave).map(|_| api.call(reqwest::Method::POST, base.to_owned(), Some(body)));
+        let requests = (0..wave).map(|_| api.tasks.create(request));
         for answer in futures_util::future::join_all(requests).await {
-            created.push(answer?);
+            let task = answer.map_err(api.tasks_failed("POST", "/api/tasks"))?;
+            created.push(task.into_task());
         }
         remaining -= wave;
         if count > 1 {
@@ -237,14 +251,19 @@ pub(crate) async fn create_many(
 pub(crate) async fn wait_for_queue(
     api: &Api,
     out: &Out,
-    base: &str,
     queue: &str,
     timeout: Duration,
 ) -> anyhow::Result<()> {
     let deadline = Instant::now() + timeout;
     loop {
-        let counts = api.get(format!("{base}/counts")).await?;
-        let of = |status: &str| counts["queues"][queue][status].as_i64().unwrap_or(0);
+        let counts = counts(api).await?;
+        let in_queue = counts.queues.get(queue);
+        let of = |status: &str| {
+            in_queue
+                .and_then(|by_status| by_status.get(status))
+                .copied()
+                .unwrap_or(0)
+        };
         let line = format!(
             "{queue}: pending {}, running {}, succeeded {}, dead {}, cancelled {}",
             of("pending"),
@@ -256,7 +275,8 @@ pub(crate) async fn wait_for_queue(
         if of("pending") == 0 && of("running") == 0 {
             out.progress(&line, true);
             if out.json {
-                out.value(&counts["queues"][queue], |_| Ok(String::new()))?;
+                // `null` for a queue with no tasks at all, as the counts' JSON has it.
+                out.value(&in_queue, |_| Ok(String::new()))?;
             }
             return Ok(());
         }
@@ -273,8 +293,7 @@ pub(crate) async fn wait_for_queue(
 pub(crate) async fn tail(
     api: &Api,
     out: &Out,
-    base: &str,
-    queue: Option<&str>,
+    queue: Option<String>,
     seconds: Option<u64>,
     interval_ms: u64,
 ) -> anyhow::Result<()> {
@@ -282,18 +301,31 @@ pub(crate) async fn tail(
     // Tasks not yet final, by id, with the status last printed.
     let mut watching: BTreeMap<i64, TaskStatus> = BTreeMap::new();
     // Start from the newest task: only what happens from now on is printed.
-    let newest: TaskPage = typed(&api.get(format!("{base}?order=desc&limit=1")).await?)?;
+    let newest = TaskListing {
+        limit: Some(1),
+        newest_first: true,
+        ..TaskListing::default()
+    };
+    let newest = api
+        .tasks
+        .list(&newest)
+        .await
+        .map_err(api.tasks_failed("GET", "/api/tasks"))?;
     let mut cursor = newest.tasks.first().map_or(0, |task| task.id);
     loop {
         loop {
-            let mut url = reqwest::Url::parse(base)?;
-            url.query_pairs_mut()
-                .append_pair("limit", "1000")
-                .append_pair("cursor", &cursor.to_string());
-            if let Some(queue) = queue {
-                url.query_pairs_mut().append_pair("queue", queue);
-            }
-            let page: TaskPage = typed(&api.get(url.to_string()).await?)?;
+            // Oldest first from the cursor on: each task once, in the order it was created.
+            let after = TaskListing {
+                queue: queue.clone(),
+                limit: Some(1000),
+                cursor: Some(cursor.to_string()),
+                ..TaskListing::default()
+            };
+            let page = api
+                .tasks
+                .list(&after)
+                .await
+                .map_err(api.tasks_failed("GET", "/api/tasks"))?;
             for task in &page.tasks {
                 cursor = cursor.max(task.id);
                 report(out, task)?;
@@ -307,8 +339,7 @@ pub(crate) async fn tail(
         }
         let ids: Vec<i64> = watching.keys().copied().take(500).collect();
         for id in ids {
-            let answer = api.get(format!("{base}/{id}")).await?;
-            let task: Task = typed(&answer["task"])?;
+            let task = show(api, id).await?;
             if watching.get(&id) != Some(&task.status) {
                 report(out, &task)?;
             }

@@ -19,6 +19,10 @@ use crate::api::{
     ReleaseLeases, ReleasedLeases, RenewLease, Secret,
 };
 
+// The operators' calls (list, read by id, revoke), in a file of their own.
+mod admin;
+pub use admin::{LeaseListing, LeaseSet};
+
 /// Why a lease call did not succeed.
 #[derive(Debug, thiserror::Error)]
 pub enum LeaseError {

@@ -5,12 +5,44 @@
 //! * [`api`] and [`tasks`]: the JSON shapes lease-service and task-service speak, so the
 //!   services and their clients cannot drift.
 //! * [`lease_client`]: a typed HTTP client for lease-service with retries for transient failures.
+//! * [`task_client`]: the typed HTTP client of task-service that the worker, the generator and
+//!   the command line share.
 //! * [`lease_guard`]: a held lease that renews itself in the background and says when it is lost,
 //!   and [`lease_guard::with_lease`], which runs a future only while the lease is held.
 //! * [`singleton`]: a job that runs on exactly one replica of many at a time.
 //! * [`telemetry`] and [`shutdown`]: the logging set-up and signal handling every binary shares.
 //! * `server` (feature `server`): what the HTTP services share: the error type and its JSON
 //!   mapping, extractor configuration, the database pool and migrations, HTTP metrics, paging.
+//!
+//! Creating a task and reading it back through [`TaskClient`]: every call is one exchange, a
+//! refusal carries task-service's `code`, and anything that says "try later" is transient.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! use leasehold::tasks::CreateTask;
+//! use leasehold::{CallError, TaskClient};
+//!
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! let client = TaskClient::new(
+//!     vec!["http://127.0.0.1:8082".to_owned()],
+//!     Duration::from_secs(5),
+//!     None,
+//! )?;
+//! let request = CreateTask {
+//!     task_data: serde_json::json!({ "sleep_duration_seconds": 1 }),
+//!     idempotency_key: Some("example-1".to_owned()),
+//!     ..CreateTask::default()
+//! };
+//! let task = client.create(&request).await?.into_task();
+//! match client.task(task.id).await {
+//!     Ok(task) => println!("task {} is {}", task.id, task.status.as_str()),
+//!     Err(CallError::Refused { code, .. }) => println!("refused: {code}"),
+//!     Err(CallError::Transient(reason)) => println!("try again later: {reason}"),
+//! }
+//! # Ok(())
+//! # }
+//! ```
 
 pub mod api;
 pub mod deadline;
@@ -24,6 +56,7 @@ pub mod metrics_server;
 pub mod server;
 pub mod shutdown;
 pub mod singleton;
+pub mod task_client;
 pub mod tasks;
 pub mod telemetry;
 
@@ -32,3 +65,4 @@ pub use deadline::LeaseDeadline;
 pub use lease_client::{LeaseClient, LeaseError, RetryPolicy};
 pub use lease_guard::{GuardConfig, LeaseGuard, LeaseHandle, LeaseLost, with_lease};
 pub use singleton::{Singleton, SingletonEvent};
+pub use task_client::{CallError, TaskClient};

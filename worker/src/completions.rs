@@ -14,7 +14,7 @@ use leasehold::tasks::{CompleteItem, Task};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::client::{CallError, TaskClient};
+use leasehold::task_client::{CallError, TaskClient};
 
 /// Most completions in one request: task-service's limit.
 pub const MAX_COMPLETION_BATCH: usize = leasehold::tasks::MAX_COMPLETE_BATCH;

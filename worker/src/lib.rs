@@ -34,7 +34,6 @@
 
 pub mod backoff;
 mod chaos;
-pub mod client;
 pub mod completions;
 pub mod config;
 pub mod handler;
@@ -44,11 +43,11 @@ pub mod runner;
 mod task_run;
 
 pub use backoff::Backoff;
-pub use client::{CallError, TaskClient};
 pub use config::{Cli, ConfigError, Settings, WorkerConfig, default_worker_id};
 pub use handler::{
     BoxTaskFuture, DynTaskHandler, FnHandler, SleepHandler, TaskFailure, TaskHandler, TaskResult,
     handler_fn,
 };
+pub use leasehold::task_client::{CallError, TaskClient};
 pub use metrics::{Metrics, MetricsServer};
 pub use runner::{run, run_with_settings};

@@ -38,12 +38,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
 use crate::chaos;
-use crate::client::{CallError, TaskClient};
 use crate::completions::Completer;
 use crate::config::{Settings, WorkerConfig};
 use crate::handler::TaskHandler;
 use crate::metrics::{Metrics, MetricsServer};
 use crate::task_run::process;
+use leasehold::task_client::{CallError, TaskClient};
 
 // Kept reachable where it always was: it is part of the worker's public surface.
 pub use crate::task_run::MAX_ERROR_CHARS;

@@ -18,10 +18,10 @@ use tokio::time::{Instant, sleep, sleep_until};
 use tokio_util::sync::CancellationToken;
 
 use crate::chaos::{chaos_crash_at, chaos_pause, crash};
-use crate::client::CallError;
 use crate::handler::{TaskFailure, TaskHandler};
 use crate::heartbeat::{LeaseState, keep_alive, retry_backoff};
 use crate::runner::{Ctx, HAND_BACK_TIMEOUT};
+use leasehold::task_client::CallError;
 
 /// Longest error message sent with `fail`.
 pub const MAX_ERROR_CHARS: usize = 2_000;

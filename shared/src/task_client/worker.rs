@@ -1,89 +1,19 @@
-//! A small client of task-service's worker API (`/api/tasks/next`, `/{id}/heartbeat`,
-//! `/{id}/complete`, `/{id}/fail`).
-//!
-//! Every call is one HTTP exchange: retrying is the caller's business, since only the caller
-//! knows how long a task's lease still holds. A connection error, a timeout, a 5xx or 429 answer,
-//! or an unreadable success body is [`CallError::Transient`] and moves the client on to the next
-//! configured URL; any other non-2xx answer is [`CallError::Refused`] with task-service's `code`.
+//! The worker's calls: claim, heartbeat, complete (alone or many at once) and fail. Each
+//! exchange is a trace of its own, tagged with the task, so that searching by task id shows the
+//! task's whole life.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use serde::Serialize;
+use serde_json::Value;
 use tracing::Instrument;
 
-use leasehold::ErrorBody;
-use leasehold::tasks::{
+use super::{CallError, TaskClient};
+use crate::ErrorBody;
+use crate::tasks::{
     ClaimTasks, CompleteItem, CompleteTask, CompleteTasks, CompletedTasks, FailTask, Heartbeat,
     Task,
 };
-use reqwest::StatusCode;
-use serde::Serialize;
-use serde_json::Value;
-
-/// Why a call did not succeed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CallError {
-    /// No answer, or one that says "try later": the request may or may not have taken effect.
-    #[error("{0}")]
-    Transient(String),
-    /// task-service answered and said no.
-    #[error("task-service refused ({status} {code}): {error}")]
-    Refused {
-        status: u16,
-        code: String,
-        error: String,
-    },
-}
-
-impl CallError {
-    /// A 409 or 404: the task is no longer ours (lease lost or superseded, task finished or
-    /// cancelled, or gone).
-    pub fn is_loss(&self) -> bool {
-        matches!(self, Self::Refused { status, .. } if *status == 409 || *status == 404)
-    }
-
-    /// task-service's error code, for refusals.
-    pub fn code(&self) -> Option<&str> {
-        match self {
-            Self::Refused { code, .. } => Some(code),
-            Self::Transient(_) => None,
-        }
-    }
-}
-
-/// A client of one or more task-service replicas.
-#[derive(Debug)]
-pub struct TaskClient {
-    http: reqwest::Client,
-    urls: Vec<String>,
-    current: AtomicUsize,
-}
 
 impl TaskClient {
-    /// `urls` without trailing slashes; `timeout` bounds each request; `token`, if any, is sent
-    /// as a bearer token with every request.
-    pub fn new(
-        urls: Vec<String>,
-        timeout: Duration,
-        token: Option<&leasehold::api::Secret>,
-    ) -> Result<Self, reqwest::Error> {
-        let http = reqwest::Client::builder()
-            .default_headers(leasehold::api::Secret::bearer_headers(token))
-            .timeout(timeout)
-            .connect_timeout(timeout.min(Duration::from_secs(2)))
-            .build()?;
-        Ok(Self {
-            http,
-            urls,
-            current: AtomicUsize::new(0),
-        })
-    }
-
-    /// The URL the next call goes to.
-    pub fn current_url(&self) -> &str {
-        let index = self.current.load(Ordering::Relaxed) % self.urls.len().max(1);
-        self.urls.get(index).map_or("", String::as_str)
-    }
-
     /// `POST /api/tasks/next`: the tasks claimed (none when nothing is due). Without `limit` the
     /// service answers with one task; with it, with a list.
     pub async fn claim(
@@ -97,8 +27,6 @@ impl TaskClient {
             queue: queue.map(str::to_owned),
             limit,
         };
-        // Each exchange with task-service is a trace of its own, tagged with the task, so that
-        // searching by task id shows the task's whole life.
         let span = tracing::info_span!(
             parent: None,
             "claim tasks",
@@ -108,11 +36,11 @@ impl TaskClient {
             task.ids = tracing::field::Empty,
             task.fence = tracing::field::Empty,
         );
-        let bytes = self
-            .send(reqwest::Method::POST, "/api/tasks/next".to_owned(), &body)
+        let answer = self
+            .send(reqwest::Method::POST, "/api/tasks/next", &[], Some(&body))
             .instrument(span.clone())
             .await?;
-        let tasks = parse_claim(&bytes)?;
+        let tasks = parse_claim(&answer.body)?;
         if let [task] = tasks.as_slice() {
             span.record("task.id", task.id);
             if let Some(fence) = task.fence {
@@ -135,7 +63,7 @@ impl TaskClient {
             processor: processor.to_owned(),
             fence,
         };
-        self.update(format!("/api/tasks/{id}/heartbeat"), &body)
+        self.update(&format!("/api/tasks/{id}/heartbeat"), &body)
             .instrument(task_span("heartbeat task", id, processor, fence))
             .await
     }
@@ -153,7 +81,7 @@ impl TaskClient {
             task_output,
             fence,
         };
-        self.update(format!("/api/tasks/{id}/complete"), &body)
+        self.update(&format!("/api/tasks/{id}/complete"), &body)
             .instrument(task_span("complete task", id, processor, fence))
             .await
     }
@@ -178,17 +106,16 @@ impl TaskClient {
             processor: processor.to_owned(),
             tasks,
         };
-        let bytes = self
+        let answer: CompletedTasks = self
             .send(
                 reqwest::Method::PUT,
-                "/api/tasks/complete".to_owned(),
-                &body,
+                "/api/tasks/complete",
+                &[],
+                Some(&body),
             )
             .instrument(span)
-            .await?;
-        let answer: CompletedTasks = serde_json::from_slice(&bytes).map_err(|err| {
-            CallError::Transient(format!("unreadable answer to a batch completion: {err}"))
-        })?;
+            .await?
+            .read("a batch completion")?;
         Ok(answer
             .results
             .into_iter()
@@ -232,53 +159,18 @@ impl TaskClient {
             retryable,
             requeue,
         };
-        self.update(format!("/api/tasks/{id}/fail"), &body)
+        self.update(&format!("/api/tasks/{id}/fail"), &body)
             .instrument(task_span("fail task", id, processor, fence))
             .await
     }
 
     /// A PUT whose success answer is the task. Any 2xx counts as accepted, even if the body
-    /// cannot be read (the task is then `None`).
-    async fn update<B: Serialize>(
-        &self,
-        path: String,
-        body: &B,
-    ) -> Result<Option<Task>, CallError> {
-        let bytes = self.send(reqwest::Method::PUT, path, body).await?;
-        Ok(serde_json::from_slice(&bytes).ok())
-    }
-
-    /// One exchange with the current URL; on a transient failure the next URL becomes current.
-    async fn send<B: Serialize>(
-        &self,
-        method: reqwest::Method,
-        path: String,
-        body: &B,
-    ) -> Result<Vec<u8>, CallError> {
-        let count = self.urls.len().max(1);
-        let index = self.current.load(Ordering::Relaxed) % count;
-        let base = self.urls.get(index).map_or("", String::as_str);
-        let url = format!("{base}{path}");
-        let result = exchange(&self.http, method, &url, body).await;
-        if let Err(CallError::Transient(reason)) = &result
-            && count > 1
-        {
-            // Only the first of several concurrent failures against this URL moves on.
-            let next = (index + 1) % count;
-            if self
-                .current
-                .compare_exchange(index, next, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-            {
-                tracing::warn!(
-                    failed = %base,
-                    next = %self.urls.get(next).map_or("", String::as_str),
-                    %reason,
-                    "task-service call failed; switching to the next URL"
-                );
-            }
-        }
-        result
+    /// cannot be read (the task is then `None`): the worker acts on acceptance alone.
+    async fn update<B: Serialize>(&self, path: &str, body: &B) -> Result<Option<Task>, CallError> {
+        let answer = self
+            .send(reqwest::Method::PUT, path, &[], Some(body))
+            .await?;
+        Ok(serde_json::from_slice(&answer.body).ok())
     }
 }
 
@@ -292,57 +184,6 @@ fn task_span(name: &'static str, id: i64, processor: &str, fence: Option<i64>) -
         task.processor = %processor,
         task.fence = fence.unwrap_or_default(),
     )
-}
-
-async fn exchange<B: Serialize>(
-    http: &reqwest::Client,
-    method: reqwest::Method,
-    url: &str,
-    body: &B,
-) -> Result<Vec<u8>, CallError> {
-    let span = leasehold::telemetry::client_span(method.as_str(), url);
-    let sent = async {
-        http.request(method, url)
-            .headers(leasehold::telemetry::inject())
-            .json(body)
-            .send()
-            .await
-    }
-    .instrument(span.clone())
-    .await;
-    let response = sent.map_err(|err| {
-        let reason = leasehold::lease_client::describe(&err);
-        leasehold::telemetry::record_response(&span, Err(&reason));
-        CallError::Transient(reason)
-    })?;
-    let status = response.status();
-    leasehold::telemetry::record_response(&span, Ok(status.as_u16()));
-    let bytes = response
-        .bytes()
-        .await
-        .map_err(|err| CallError::Transient(leasehold::lease_client::describe(&err)))?;
-    if status.is_success() {
-        return Ok(bytes.to_vec());
-    }
-    let body: Option<ErrorBody> = serde_json::from_slice(&bytes).ok();
-    if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
-        let detail = body.map_or_else(String::new, |b| format!(" ({}: {})", b.code, b.error));
-        return Err(CallError::Transient(format!(
-            "task-service answered {status}{detail}"
-        )));
-    }
-    let (code, error) = match body {
-        Some(body) => (body.code, body.error),
-        None => (
-            "unknown".to_owned(),
-            String::from_utf8_lossy(&bytes).chars().take(200).collect(),
-        ),
-    };
-    Err(CallError::Refused {
-        status: status.as_u16(),
-        code,
-        error,
-    })
 }
 
 /// The claim answer: a task, a list of tasks, or `{"message": ...}` when none is due.
@@ -365,16 +206,45 @@ fn parse_claim(bytes: &[u8]) -> Result<Vec<Task>, CallError> {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    use std::time::Duration;
+
+    use chrono::Utc;
     use serde_json::json;
 
     use super::*;
-    use crate::handler::tests::task;
+    use crate::tasks::TaskStatus;
+
+    fn task(id: i64) -> Task {
+        let now = Utc::now();
+        Task {
+            id,
+            task_data: json!({}),
+            scheduled_at: now,
+            processor: Some("test".to_owned()),
+            last_heart_beat_at: None,
+            must_heart_beat_before: None,
+            started_at: Some(now),
+            processed_at: None,
+            task_output: None,
+            status: TaskStatus::Running,
+            queue: "default".to_owned(),
+            priority: 0,
+            attempts: 1,
+            max_attempts: 3,
+            fence: Some(7),
+            idempotency_key: None,
+            last_error: None,
+            cancel_requested: false,
+            created_at: now,
+            updated_at: now,
+        }
+    }
 
     #[test]
     fn claim_answers_of_every_shape() {
-        let one = serde_json::to_vec(&task(4, json!({}))).unwrap();
+        let one = serde_json::to_vec(&task(4)).unwrap();
         assert_eq!(parse_claim(&one).unwrap()[0].id, 4);
-        let many = serde_json::to_vec(&vec![task(5, json!({})), task(6, json!({}))]).unwrap();
+        let many = serde_json::to_vec(&vec![task(5), task(6)]).unwrap();
         let ids: Vec<_> = parse_claim(&many).unwrap().iter().map(|t| t.id).collect();
         assert_eq!(ids, [5, 6]);
         assert!(parse_claim(b"[]").unwrap().is_empty());
@@ -393,22 +263,9 @@ mod tests {
         ));
     }
 
-    #[test]
-    fn losses_are_409_and_404() {
-        let refused = |status| CallError::Refused {
-            status,
-            code: "x".to_owned(),
-            error: String::new(),
-        };
-        assert!(refused(409).is_loss());
-        assert!(refused(404).is_loss());
-        assert!(!refused(400).is_loss());
-        assert!(!CallError::Transient("x".to_owned()).is_loss());
-    }
-
     #[tokio::test]
     async fn transient_failures_rotate_urls() {
-        // Nothing listens on port 1 of localhost.
+        // Nothing listens on port 1 or 2 of localhost.
         let client = TaskClient::new(
             vec![
                 "http://127.0.0.1:1".to_owned(),

@@ -1,0 +1,246 @@
+//! A typed client of task-service: the worker's API (`worker`: claim, heartbeat, complete,
+//! fail) and the producers' and operators' (`operator`: create, read, list, cancel, retry, and
+//! the generator's desired state). The worker, the generator and the command line all use it,
+//! so none of them can drift from the wire types in [`crate::tasks`] and [`crate::generator`].
+//!
+//! Every call is one HTTP exchange: retrying is the caller's business, since only the caller
+//! knows how long a task's lease still holds or whether a repeat is safe. A connection error, a
+//! timeout, a 5xx or 429 answer, or an unreadable success body is [`CallError::Transient`] and
+//! moves the client on to the next configured URL; any other non-2xx answer is
+//! [`CallError::Refused`] with task-service's `code`.
+
+mod operator;
+mod worker;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tracing::Instrument;
+
+use crate::ErrorBody;
+
+pub use operator::{Created, TaskCounts, TaskListing};
+
+/// Why a call did not succeed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallError {
+    /// No answer, or one that says "try later": the request may or may not have taken effect.
+    #[error("{0}")]
+    Transient(String),
+    /// task-service answered and said no.
+    #[error("task-service refused ({status} {code}): {error}")]
+    Refused {
+        status: u16,
+        code: String,
+        error: String,
+    },
+}
+
+impl CallError {
+    /// A 409 or 404: the task is no longer ours (lease lost or superseded, task finished or
+    /// cancelled, or gone).
+    pub fn is_loss(&self) -> bool {
+        matches!(self, Self::Refused { status, .. } if *status == 409 || *status == 404)
+    }
+
+    /// task-service's error code, for refusals.
+    pub fn code(&self) -> Option<&str> {
+        match self {
+            Self::Refused { code, .. } => Some(code),
+            Self::Transient(_) => None,
+        }
+    }
+}
+
+/// A client of one or more task-service replicas.
+#[derive(Debug)]
+pub struct TaskClient {
+    http: reqwest::Client,
+    urls: Vec<String>,
+    current: AtomicUsize,
+}
+
+/// A successful exchange: the status (some calls tell outcomes apart by it) and the body.
+struct Answer {
+    status: StatusCode,
+    body: Vec<u8>,
+}
+
+impl Answer {
+    /// The body as `T`; a body that does not read as `T` is transient, like no answer at all.
+    fn read<T: DeserializeOwned>(&self, what: &str) -> Result<T, CallError> {
+        serde_json::from_slice(&self.body)
+            .map_err(|err| CallError::Transient(format!("unreadable answer to {what}: {err}")))
+    }
+}
+
+impl TaskClient {
+    /// `urls` without trailing slashes; `timeout` bounds each request; `token`, if any, is sent
+    /// as a bearer token with every request.
+    pub fn new(
+        urls: Vec<String>,
+        timeout: Duration,
+        token: Option<&crate::api::Secret>,
+    ) -> Result<Self, reqwest::Error> {
+        let http = reqwest::Client::builder()
+            .default_headers(crate::api::Secret::bearer_headers(token))
+            .timeout(timeout)
+            .connect_timeout(timeout.min(Duration::from_secs(2)))
+            .build()?;
+        Ok(Self {
+            http,
+            urls,
+            current: AtomicUsize::new(0),
+        })
+    }
+
+    /// The URL the next call goes to.
+    pub fn current_url(&self) -> &str {
+        let index = self.current.load(Ordering::Relaxed) % self.urls.len().max(1);
+        self.urls.get(index).map_or("", String::as_str)
+    }
+
+    /// One exchange with the current URL; on a transient failure the next URL becomes current.
+    async fn send<B: Serialize>(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<&B>,
+    ) -> Result<Answer, CallError> {
+        let count = self.urls.len().max(1);
+        let index = self.current.load(Ordering::Relaxed) % count;
+        let base = self.urls.get(index).map_or("", String::as_str);
+        let url = format!("{base}{path}");
+        let result = exchange(&self.http, method, &url, query, body).await;
+        if let Err(CallError::Transient(reason)) = &result
+            && count > 1
+        {
+            // Only the first of several concurrent failures against this URL moves on.
+            let next = (index + 1) % count;
+            if self
+                .current
+                .compare_exchange(index, next, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+            {
+                tracing::warn!(
+                    failed = %base,
+                    next = %self.urls.get(next).map_or("", String::as_str),
+                    %reason,
+                    "task-service call failed; switching to the next URL"
+                );
+            }
+        }
+        result
+    }
+}
+
+async fn exchange<B: Serialize>(
+    http: &reqwest::Client,
+    method: reqwest::Method,
+    url: &str,
+    query: &[(&str, String)],
+    body: Option<&B>,
+) -> Result<Answer, CallError> {
+    let span = crate::telemetry::client_span(method.as_str(), url);
+    let sent = async {
+        let mut request = http
+            .request(method, url)
+            .headers(crate::telemetry::inject())
+            .query(query);
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        request.send().await
+    }
+    .instrument(span.clone())
+    .await;
+    let response = sent.map_err(|err| {
+        let reason = crate::lease_client::describe(&err);
+        crate::telemetry::record_response(&span, Err(&reason));
+        CallError::Transient(reason)
+    })?;
+    let status = response.status();
+    crate::telemetry::record_response(&span, Ok(status.as_u16()));
+    let bytes = response
+        .bytes()
+        .await
+        .map_err(|err| CallError::Transient(crate::lease_client::describe(&err)))?;
+    if status.is_success() {
+        return Ok(Answer {
+            status,
+            body: bytes.to_vec(),
+        });
+    }
+    Err(failure(status, &bytes))
+}
+
+/// A non-2xx answer as a [`CallError`]: transient when it says "try later".
+fn failure(status: StatusCode, bytes: &[u8]) -> CallError {
+    let body: Option<ErrorBody> = serde_json::from_slice(bytes).ok();
+    if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
+        let detail = body.map_or_else(String::new, |b| format!(" ({}: {})", b.code, b.error));
+        return CallError::Transient(format!("task-service answered {status}{detail}"));
+    }
+    let (code, error) = match body {
+        Some(body) => (body.code, body.error),
+        None => (
+            "unknown".to_owned(),
+            String::from_utf8_lossy(bytes).chars().take(200).collect(),
+        ),
+    };
+    CallError::Refused {
+        status: status.as_u16(),
+        code,
+        error,
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn losses_are_409_and_404() {
+        let refused = |status| CallError::Refused {
+            status,
+            code: "x".to_owned(),
+            error: String::new(),
+        };
+        assert!(refused(409).is_loss());
+        assert!(refused(404).is_loss());
+        assert!(!refused(400).is_loss());
+        assert!(!CallError::Transient("x".to_owned()).is_loss());
+    }
+
+    #[test]
+    fn only_refusals_that_say_try_later_are_transient() {
+        let body = br#"{"error":"busy","code":"unavailable"}"#;
+        for status in [
+            StatusCode::SERVICE_UNAVAILABLE,
+            StatusCode::TOO_MANY_REQUESTS,
+        ] {
+            let err = failure(status, body);
+            assert!(matches!(err, CallError::Transient(_)), "{err}");
+            assert!(err.to_string().contains("unavailable: busy"), "{err}");
+        }
+        let stopped = failure(
+            StatusCode::CONFLICT,
+            br#"{"error":"stopped","code":"generator_stopped"}"#,
+        );
+        assert_eq!(stopped.code(), Some("generator_stopped"));
+        let unreadable = failure(StatusCode::BAD_REQUEST, b"<html>no</html>");
+        assert_eq!(
+            unreadable,
+            CallError::Refused {
+                status: 400,
+                code: "unknown".to_owned(),
+                error: "<html>no</html>".to_owned(),
+            }
+        );
+    }
+}

@@ -1,0 +1,246 @@
+//! The calls of producers and operators: create a task, read one, list a page, count by queue
+//! and status, cancel, retry a dead task, and read or change the generator's desired state.
+//! The generator creates through here with its `generator_fence`; the command line uses all of
+//! it.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::{CallError, TaskClient};
+use crate::generator::{GeneratorSettings, GeneratorStatus, StartGenerator};
+use crate::tasks::{CreateTask, Task, TaskPage};
+
+/// What `POST /api/tasks` did with a create.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Created {
+    /// A new task (201).
+    New(Task),
+    /// The task an earlier create with the same idempotency key made (200): a retry whose first
+    /// answer was lost.
+    Existing(Task),
+}
+
+impl Created {
+    pub fn task(&self) -> &Task {
+        match self {
+            Self::New(task) | Self::Existing(task) => task,
+        }
+    }
+
+    pub fn into_task(self) -> Task {
+        match self {
+            Self::New(task) | Self::Existing(task) => task,
+        }
+    }
+}
+
+/// `GET /api/tasks/counts`: per queue, and in all, the number of tasks in each status (every
+/// status named, zeros included).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskCounts {
+    pub queues: BTreeMap<String, BTreeMap<String, i64>>,
+    pub total: BTreeMap<String, i64>,
+}
+
+/// Which page of `GET /api/tasks` to read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TaskListing {
+    /// Comma-separated statuses; all when `None`.
+    pub status: Option<String>,
+    pub queue: Option<String>,
+    /// At most this many rows (the service's default when `None`).
+    pub limit: Option<u32>,
+    /// Go on from an earlier page's `nextCursor`.
+    pub cursor: Option<String>,
+    /// Newest first; oldest first when `false`.
+    pub newest_first: bool,
+}
+
+impl TaskListing {
+    /// The query string, as task-service's listings read it.
+    fn query(&self) -> Vec<(&'static str, String)> {
+        let mut query = Vec::new();
+        if self.newest_first {
+            query.push(("order", "desc".to_owned()));
+        }
+        let given = [
+            ("limit", self.limit.map(|limit| limit.to_string())),
+            ("cursor", self.cursor.clone()),
+            ("status", self.status.clone()),
+            ("queue", self.queue.clone()),
+        ];
+        query.extend(
+            given
+                .into_iter()
+                .filter_map(|(name, value)| Some((name, value?))),
+        );
+        query
+    }
+}
+
+/// `GET /api/tasks/{id}` answers the task under its name, as the sample's task page reads it.
+#[derive(Deserialize)]
+struct OneTask {
+    task: Task,
+}
+
+impl TaskClient {
+    /// `POST /api/tasks`. A create with an idempotency key may be repeated safely; task-service
+    /// refuses one with a `generator_fence` that no longer holds the generator's lease (409)
+    /// and any generator create once the generator is stopped (409 `generator_stopped`).
+    pub async fn create(&self, task: &CreateTask) -> Result<Created, CallError> {
+        let answer = self
+            .send(reqwest::Method::POST, "/api/tasks", &[], Some(task))
+            .await?;
+        let created: Task = answer.read("a create")?;
+        Ok(if answer.status == reqwest::StatusCode::CREATED {
+            Created::New(created)
+        } else {
+            Created::Existing(created)
+        })
+    }
+
+    /// `GET /api/tasks/{id}`.
+    pub async fn task(&self, id: i64) -> Result<Task, CallError> {
+        let answer: OneTask = self
+            .send(
+                reqwest::Method::GET,
+                &format!("/api/tasks/{id}"),
+                &[],
+                None::<&()>,
+            )
+            .await?
+            .read("a task's read")?;
+        Ok(answer.task)
+    }
+
+    /// `GET /api/tasks`: one page of the listing.
+    pub async fn list(&self, listing: &TaskListing) -> Result<TaskPage, CallError> {
+        self.send(
+            reqwest::Method::GET,
+            "/api/tasks",
+            &listing.query(),
+            None::<&()>,
+        )
+        .await?
+        .read("a listing")
+    }
+
+    /// `GET /api/tasks/counts`.
+    pub async fn counts(&self) -> Result<TaskCounts, CallError> {
+        self.send(reqwest::Method::GET, "/api/tasks/counts", &[], None::<&()>)
+            .await?
+            .read("the counts")
+    }
+
+    /// `POST /api/tasks/{id}/cancel`: a pending task ends now, a running one at its next
+    /// heartbeat.
+    pub async fn cancel(&self, id: i64) -> Result<Task, CallError> {
+        let path = format!("/api/tasks/{id}/cancel");
+        self.send(reqwest::Method::POST, &path, &[], None::<&()>)
+            .await?
+            .read("a cancel")
+    }
+
+    /// `POST /api/tasks/{id}/retry`: a dead task goes back to its queue with fresh attempts.
+    pub async fn retry(&self, id: i64) -> Result<Task, CallError> {
+        let path = format!("/api/tasks/{id}/retry");
+        self.send(reqwest::Method::POST, &path, &[], None::<&()>)
+            .await?
+            .read("a retry")
+    }
+
+    /// `GET /api/generator/status`: desired state, leader and production so far.
+    pub async fn generator_status(&self) -> Result<GeneratorStatus, CallError> {
+        self.send(
+            reqwest::Method::GET,
+            "/api/generator/status",
+            &[],
+            None::<&()>,
+        )
+        .await?
+        .read("the generator's status")
+    }
+
+    /// `GET /api/generator/settings`: the desired state alone, what generator replicas poll.
+    pub async fn generator_settings(&self) -> Result<GeneratorSettings, CallError> {
+        self.send(
+            reqwest::Method::GET,
+            "/api/generator/settings",
+            &[],
+            None::<&()>,
+        )
+        .await?
+        .read("the generator's settings")
+    }
+
+    /// `POST /api/generator/start`, changing the settings `change` names.
+    pub async fn start_generator(
+        &self,
+        change: &StartGenerator,
+    ) -> Result<GeneratorStatus, CallError> {
+        self.send(
+            reqwest::Method::POST,
+            "/api/generator/start",
+            &[],
+            Some(change),
+        )
+        .await?
+        .read("a generator start")
+    }
+
+    /// `POST /api/generator/stop`.
+    pub async fn stop_generator(&self) -> Result<GeneratorStatus, CallError> {
+        let nothing = serde_json::Map::new();
+        self.send(
+            reqwest::Method::POST,
+            "/api/generator/stop",
+            &[],
+            Some(&nothing),
+        )
+        .await?
+        .read("a generator stop")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listing_asks_only_for_what_it_names() {
+        assert!(TaskListing::default().query().is_empty());
+        let listing = TaskListing {
+            status: Some("pending,dead".to_owned()),
+            queue: None,
+            limit: Some(5),
+            cursor: Some("42".to_owned()),
+            newest_first: true,
+        };
+        let query = listing.query();
+        let query: Vec<(&str, &str)> = query
+            .iter()
+            .map(|(name, value)| (*name, value.as_str()))
+            .collect();
+        assert_eq!(
+            query,
+            [
+                ("order", "desc"),
+                ("limit", "5"),
+                ("cursor", "42"),
+                ("status", "pending,dead")
+            ]
+        );
+    }
+
+    #[test]
+    fn counts_read_as_task_service_writes_them() {
+        let counts: TaskCounts = serde_json::from_str(
+            r#"{"queues":{"cli":{"pending":1,"running":0}},"total":{"pending":1,"running":0}}"#,
+        )
+        .expect("counts");
+        assert_eq!(counts.queues["cli"]["pending"], 1);
+        assert_eq!(counts.total["running"], 0);
+    }
+}
