@@ -82,7 +82,9 @@ pub struct ServeConfig {
     pub require_secret: bool,
 
     /// TESTS ONLY: acquire without its expiry check, so another holder can take a live lease.
-    /// It exists to show that the invariant checker catches a broken build; never set it.
+    /// It exists to show that the invariant checker catches a broken build; never set it. Only
+    /// a build with the `test-hooks` feature has it; any other refuses to start when it is set,
+    /// so no one believes it on where it is not.
     #[arg(
         long,
         env = "LEASEHOLD_TEST_BREAK_ACQUIRE",
@@ -95,6 +97,12 @@ pub struct ServeConfig {
 impl ServeConfig {
     /// Refuses a configuration that cannot work, with a sentence saying why.
     pub fn validate(&self) -> Result<(), String> {
+        if self.test_break_acquire && !cfg!(feature = "test-hooks") {
+            return Err(
+                "LEASEHOLD_TEST_BREAK_ACQUIRE is set, but this build has no test hooks (lease-service's cargo feature `test-hooks`); unset it"
+                    .to_owned(),
+            );
+        }
         if self.min_ttl_seconds < 1 || self.min_ttl_seconds > self.max_ttl_seconds {
             return Err(format!(
                 "LEASE_MIN_TTL_SECONDS ({}) must be at least 1 and at most LEASE_MAX_TTL_SECONDS ({})",
@@ -126,5 +134,46 @@ impl ServeConfig {
             );
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::{Cli, ServeConfig};
+
+    fn serve_config(args: &[&str]) -> ServeConfig {
+        let argv = ["lease-service", "--database-url", "postgres://db/leases"];
+        Cli::try_parse_from(argv.iter().chain(args))
+            .expect("parses")
+            .serve
+    }
+
+    #[test]
+    fn the_defaults_are_valid() {
+        assert_eq!(serve_config(&[]).validate(), Ok(()));
+    }
+
+    #[test]
+    fn the_test_switch_starts_only_a_build_with_test_hooks() {
+        let verdict = serve_config(&["--test-break-acquire"]).validate();
+        if cfg!(feature = "test-hooks") {
+            assert_eq!(verdict, Ok(()));
+        } else {
+            let refusal = verdict.expect_err("a build without hooks refuses the switch");
+            assert!(
+                refusal.contains("LEASEHOLD_TEST_BREAK_ACQUIRE"),
+                "{refusal}"
+            );
+        }
+    }
+
+    #[test]
+    fn groups_may_hold_at_most_the_whole_pool() {
+        let refused = serve_config(&["--database-pool-size", "5", "--groups-in-flight", "2"]);
+        assert!(refused.validate().is_err());
+        let accepted = serve_config(&["--database-pool-size", "6", "--groups-in-flight", "2"]);
+        assert_eq!(accepted.validate(), Ok(()));
     }
 }

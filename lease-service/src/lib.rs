@@ -39,11 +39,12 @@ use crate::sweeper::SweeperConfig;
 /// Runs lease-service until SIGTERM or SIGINT: migrates (unless told not to), listens, sweeps.
 pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     config.validate().map_err(anyhow::Error::msg)?;
+    #[cfg(feature = "test-hooks")]
     if config.test_break_acquire {
         tracing::error!(
             "LEASEHOLD_TEST_BREAK_ACQUIRE is set: acquire ignores expiry; leases are NOT exclusive"
         );
-        repo::BREAK_ACQUIRE.store(true, std::sync::atomic::Ordering::Relaxed);
+        repo::break_acquire();
     }
     let listener = startup::bind(&config.server, || db::migrate(&config.database_url)).await?;
     run(config, listener, leasehold::shutdown::token()).await

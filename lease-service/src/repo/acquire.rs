@@ -97,18 +97,30 @@ ORDER BY r.resource COLLATE \"C\"
     returning_acquired!()
 );
 
-/// Set once at start by the hidden test-only switch: acquire skips its expiry check.
-pub static BREAK_ACQUIRE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// The test-only switch (`LEASEHOLD_TEST_BREAK_ACQUIRE`), compiled only into builds with the
+/// `test-hooks` feature: the invariant checker's tests show it catches a broken acquire.
+#[cfg(feature = "test-hooks")]
+mod hooks {
+    use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Whether the test-only switch is on: then every single acquire runs [`acquire`], the only
-/// statement it breaks.
-pub fn acquire_is_broken() -> bool {
-    std::sync::atomic::AtomicBool::load(&BREAK_ACQUIRE, std::sync::atomic::Ordering::Relaxed)
-}
+    /// Set once at start by the switch: acquire skips its expiry check.
+    static BREAK_ACQUIRE: AtomicBool = AtomicBool::new(false);
 
-/// [`ACQUIRE`] without its expiry check: it takes over live leases (tests of the checker only).
-const ACQUIRE_BROKEN: &str = concat!(
-    "\
+    /// Turns the switch on, for the rest of the process.
+    pub fn break_acquire() {
+        BREAK_ACQUIRE.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the switch is on: then every single acquire runs [`acquire`](super::acquire),
+    /// the only statement it breaks.
+    pub fn acquire_is_broken() -> bool {
+        BREAK_ACQUIRE.load(Ordering::Relaxed)
+    }
+
+    /// [`ACQUIRE`](super::ACQUIRE) without its expiry check: it takes over live leases (tests
+    /// of the checker only).
+    pub(super) const ACQUIRE_BROKEN: &str = concat!(
+        "\
 INSERT INTO leases AS l (resource, holder, fence, ttl_seconds, created_at, expires_at, secret_hash)
 VALUES ($1, $2, nextval('leases_fence_seq'), $3, now(), now() + make_interval(secs => $3), $4)
 ON CONFLICT (resource) DO UPDATE SET
@@ -117,8 +129,28 @@ ON CONFLICT (resource) DO UPDATE SET
     expires_at = EXCLUDED.expires_at, secret_hash = EXCLUDED.secret_hash, revoked_at = NULL
 WHERE $5::bytea IS NULL OR $6::boolean OR TRUE
 ",
-    returning_acquired!()
-);
+        returning_acquired!()
+    );
+}
+
+#[cfg(feature = "test-hooks")]
+pub use hooks::{acquire_is_broken, break_acquire};
+
+/// Whether the test-only switch is on: then every single acquire runs [`acquire`], the only
+/// statement it breaks. Never, in a build without the `test-hooks` feature.
+#[cfg(not(feature = "test-hooks"))]
+pub const fn acquire_is_broken() -> bool {
+    false
+}
+
+/// The statement a single acquire runs: [`ACQUIRE`], unless the test-only switch is on.
+fn acquire_statement() -> &'static str {
+    #[cfg(feature = "test-hooks")]
+    if acquire_is_broken() {
+        return hooks::ACQUIRE_BROKEN;
+    }
+    ACQUIRE
+}
 
 /// What an acquire proves and stores about secrets.
 #[derive(Debug, Clone, Copy)]
@@ -152,12 +184,7 @@ pub async fn acquire(
         // If the holder's lease ends between the refused upsert and the read that reports it, the
         // upsert is simply tried again; twice more is plenty.
         for _ in 0..3 {
-            let statement = if acquire_is_broken() {
-                ACQUIRE_BROKEN
-            } else {
-                ACQUIRE
-            };
-            let acquired: Option<AcquiredRow> = diesel::sql_query(statement)
+            let acquired: Option<AcquiredRow> = diesel::sql_query(acquire_statement())
                 .bind::<Text, _>(resource)
                 .bind::<Text, _>(holder)
                 .bind::<Integer, _>(ttl_seconds)

@@ -37,9 +37,9 @@ mod change;
 mod read;
 mod retention;
 
-pub use acquire::{
-    AcquireProof, Acquired, BREAK_ACQUIRE, Want, acquire, acquire_is_broken, take_each,
-};
+#[cfg(feature = "test-hooks")]
+pub use acquire::break_acquire;
+pub use acquire::{AcquireProof, Acquired, Want, acquire, acquire_is_broken, take_each};
 pub use change::{Release, Renewal, release, release_each, renew, renew_each, revoke};
 pub use read::{Listing, ResourceFilter, find_by_id, find_by_resource, find_by_resources, list};
 pub use retention::{prune_history, sweep};
