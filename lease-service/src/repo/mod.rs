@@ -1,6 +1,7 @@
 //! Every SQL statement of lease-service, and nothing else, one module per operation:
-//! [`acquire`] (single and grouped), [`change`] (renew, release and revoke, single and grouped),
-//! [`read`] (lookups and listings) and [`retention`] (the sweeper's deletes).
+//! `acquire.rs` (single and grouped), `change.rs` (renew, release and revoke, single and
+//! grouped), `read.rs` (lookups and listings) and `retention.rs` (the sweeper's deletes). The
+//! modules are private; their items are re-exported here, where the rules find them.
 //!
 //! Each state change is one statement, so it is atomic and judged by the database's clock
 //! (`now()`); no host clock enters any expiry decision. Every statement is kept prepared
