@@ -99,7 +99,7 @@ impl ServeConfig {
     pub fn validate(&self) -> Result<(), String> {
         if self.test_break_acquire && !cfg!(feature = "test-hooks") {
             return Err(
-                "LEASEHOLD_TEST_BREAK_ACQUIRE is set, but this build has no test hooks (lease-service's cargo feature `test-hooks`); unset it"
+                "LEASEHOLD_TEST_BREAK_ACQUIRE is set, but this lease-service was built without its test hooks (cargo feature `test-hooks`, which `cargo build --workspace --bins` and `cargo test --workspace` turn on through the tests crate); unset it"
                     .to_owned(),
             );
         }

@@ -7,8 +7,8 @@
 //!
 //! `main.rs` only parses configuration; [`serve`] wires the pieces: [`db`] (pool, migrations),
 //! [`repo`] (all SQL), [`leases`] (the rules, and the groups concurrent single requests are
-//! served in), [`http`] (routes), [`sweeper`] (retention) and
-//! [`metrics`].
+//! served in), [`http`] (routes), [`sweeper`] (retention) and [`metrics`], and hands them to
+//! the start-up both services share ([`leasehold::server::startup`]).
 
 pub mod config;
 pub mod db;

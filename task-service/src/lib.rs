@@ -6,8 +6,9 @@
 //! claimed again; a worker whose lease was superseded is refused (409) and changes nothing.
 //! See `docs/design.md` for the invariants and the README for the HTTP API.
 //!
-//! `main.rs` only parses configuration; [`serve`] wires [`repo`] (all SQL), [`tasks`] (the
-//! rules), [`http`] (routes), [`sweeper`] (retention) and [`metrics`].
+//! `main.rs` only parses configuration; [`serve`] wires [`db`] (migrations), [`repo`] (all
+//! SQL), [`tasks`] (the rules), [`http`] (routes), [`sweeper`] (retention) and [`metrics`], and
+//! hands them to the start-up both services share ([`leasehold::server::startup`]).
 
 pub mod config;
 pub mod dashboard;
