@@ -1,10 +1,8 @@
 //! Configuration: command-line flags, each also read from an environment variable.
 
-use std::net::SocketAddr;
-
 use clap::{Args, Parser, Subcommand};
 use leasehold::server::auth::Auth;
-use leasehold::server::http::AllowedOrigins;
+use leasehold::server::startup::ServerArgs;
 
 /// Leasehold's lease service: time-bound, exclusive, renewable, fenced leases kept in PostgreSQL.
 #[derive(Debug, Parser)]
@@ -23,7 +21,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the HTTP API (the default).
-    Serve(ServeConfig),
+    Serve(Box<ServeConfig>),
     /// Apply pending database migrations and exit.
     Migrate(MigrateConfig),
 }
@@ -41,17 +39,8 @@ pub struct ServeConfig {
     #[arg(long, env = "DATABASE_URL")]
     pub database_url: String,
 
-    /// Address to listen on.
-    #[arg(long, env = "LISTEN_ADDR", default_value = "0.0.0.0:8080")]
-    pub listen_addr: SocketAddr,
-
-    /// Do not apply pending migrations at start (run `lease-service migrate` instead).
-    #[arg(long, env = "SKIP_MIGRATIONS", default_value_t = false)]
-    pub skip_migrations: bool,
-
-    /// Database connections in the pool.
-    #[arg(long, env = "DATABASE_POOL_SIZE", default_value_t = 16)]
-    pub database_pool_size: usize,
+    #[command(flatten)]
+    pub server: ServerArgs,
 
     /// Statements of each kind (acquire, renew, release) in flight at once for single requests.
     /// Requests that arrive while all are busy go together as the next statement, one commit
@@ -59,10 +48,6 @@ pub struct ServeConfig {
     /// DATABASE_POOL_SIZE.
     #[arg(long, env = "GROUPS_IN_FLIGHT", default_value_t = 2)]
     pub groups_in_flight: usize,
-
-    /// HTTP worker threads (0: one per CPU core).
-    #[arg(long, env = "HTTP_WORKERS", default_value_t = 0)]
-    pub http_workers: usize,
 
     /// Lease length when a request names none.
     #[arg(long, env = "LEASE_DEFAULT_TTL_SECONDS", default_value_t = 30)]
@@ -84,26 +69,6 @@ pub struct ServeConfig {
     #[arg(long, env = "LEASE_SWEEP_INTERVAL_SECONDS", default_value_t = 60)]
     pub sweep_interval_seconds: u64,
 
-    /// Name of this replica, used as the holder of the sweeper's lease (default: host name,
-    /// process id and a random suffix).
-    #[arg(long, env = "INSTANCE_ID")]
-    pub instance_id: Option<String>,
-
-    /// Seconds to let in-flight requests finish after SIGTERM or SIGINT.
-    #[arg(long, env = "SHUTDOWN_GRACE_SECONDS", default_value_t = 10)]
-    pub shutdown_grace_seconds: u64,
-
-    /// A client that has not sent a request's headers within this time, or then its body within
-    /// as long again, gets 408 and is disconnected, so slow clients cannot hold connections.
-    #[arg(long, env = "CLIENT_REQUEST_TIMEOUT_MS", default_value_t = 5000)]
-    pub client_request_timeout_ms: u64,
-
-    /// Origins whose web pages may call this service from a browser (CORS): comma-separated
-    /// `scheme://host[:port]`, or `*` for any. Unset: none; a page of another origin can
-    /// neither write (403 `origin_not_allowed`) nor read the answers.
-    #[arg(long, env = "CORS_ALLOWED_ORIGINS", default_value = "", hide_default_value = true, value_parser = AllowedOrigins::parse)]
-    pub cors_allowed_origins: AllowedOrigins,
-
     /// Bearer tokens for the write routes: comma-separated `role[+role...]:token` entries,
     /// tokens of 16 bytes or more. Roles: `leaseholder` (acquire, renew, release) and
     /// `operator` (revoke anyone's lease). Unset: every route is open, and a warning says so.
@@ -117,7 +82,9 @@ pub struct ServeConfig {
     pub require_secret: bool,
 
     /// TESTS ONLY: acquire without its expiry check, so another holder can take a live lease.
-    /// It exists to show that the invariant checker catches a broken build; never set it.
+    /// It exists to show that the invariant checker catches a broken build; never set it. Only
+    /// a build with the `test-hooks` feature has it; any other refuses to start when it is set,
+    /// so no one believes it on where it is not.
     #[arg(
         long,
         env = "LEASEHOLD_TEST_BREAK_ACQUIRE",
@@ -130,6 +97,12 @@ pub struct ServeConfig {
 impl ServeConfig {
     /// Refuses a configuration that cannot work, with a sentence saying why.
     pub fn validate(&self) -> Result<(), String> {
+        if self.test_break_acquire && !cfg!(feature = "test-hooks") {
+            return Err(
+                "LEASEHOLD_TEST_BREAK_ACQUIRE is set, but this lease-service was built without its test hooks (cargo feature `test-hooks`, which `cargo build --workspace --bins` and `cargo test --workspace` turn on through the tests crate); unset it"
+                    .to_owned(),
+            );
+        }
         if self.min_ttl_seconds < 1 || self.min_ttl_seconds > self.max_ttl_seconds {
             return Err(format!(
                 "LEASE_MIN_TTL_SECONDS ({}) must be at least 1 and at most LEASE_MAX_TTL_SECONDS ({})",
@@ -151,16 +124,56 @@ impl ServeConfig {
         if self.sweep_interval_seconds == 0 {
             return Err("LEASE_SWEEP_INTERVAL_SECONDS must be at least 1".to_owned());
         }
-        if self.database_pool_size == 0 {
-            return Err("DATABASE_POOL_SIZE must be at least 1".to_owned());
-        }
+        self.server.validate()?;
         // Three kinds of group (acquire, renew, release) each hold up to that many connections.
-        if self.groups_in_flight == 0 || 3 * self.groups_in_flight > self.database_pool_size {
+        if self.groups_in_flight == 0 || 3 * self.groups_in_flight > self.server.database_pool_size
+        {
             return Err(
                 "GROUPS_IN_FLIGHT must be at least 1 and at most a third of DATABASE_POOL_SIZE"
                     .to_owned(),
             );
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::{Cli, ServeConfig};
+
+    fn serve_config(args: &[&str]) -> ServeConfig {
+        let argv = ["lease-service", "--database-url", "postgres://db/leases"];
+        Cli::try_parse_from(argv.iter().chain(args))
+            .expect("parses")
+            .serve
+    }
+
+    #[test]
+    fn the_defaults_are_valid() {
+        assert_eq!(serve_config(&[]).validate(), Ok(()));
+    }
+
+    #[test]
+    fn the_test_switch_starts_only_a_build_with_test_hooks() {
+        let verdict = serve_config(&["--test-break-acquire"]).validate();
+        if cfg!(feature = "test-hooks") {
+            assert_eq!(verdict, Ok(()));
+        } else {
+            let refusal = verdict.expect_err("a build without hooks refuses the switch");
+            assert!(
+                refusal.contains("LEASEHOLD_TEST_BREAK_ACQUIRE"),
+                "{refusal}"
+            );
+        }
+    }
+
+    #[test]
+    fn groups_may_hold_at_most_the_whole_pool() {
+        let refused = serve_config(&["--database-pool-size", "5", "--groups-in-flight", "2"]);
+        assert!(refused.validate().is_err());
+        let accepted = serve_config(&["--database-pool-size", "6", "--groups-in-flight", "2"]);
+        assert_eq!(accepted.validate(), Ok(()));
     }
 }

@@ -7,8 +7,8 @@
 //!
 //! `main.rs` only parses configuration; [`serve`] wires the pieces: [`db`] (pool, migrations),
 //! [`repo`] (all SQL), [`leases`] (the rules, and the groups concurrent single requests are
-//! served in), [`http`] (routes), [`sweeper`] (retention) and
-//! [`metrics`].
+//! served in), [`http`] (routes), [`sweeper`] (retention) and [`metrics`], and hands them to
+//! the start-up both services share ([`leasehold::server::startup`]).
 
 pub mod config;
 pub mod db;
@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use actix_web::web;
 use anyhow::Context;
-use leasehold::server::http as server_http;
+use leasehold::server::startup::{self, Server};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::ServeConfig;
@@ -39,17 +39,14 @@ use crate::sweeper::SweeperConfig;
 /// Runs lease-service until SIGTERM or SIGINT: migrates (unless told not to), listens, sweeps.
 pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     config.validate().map_err(anyhow::Error::msg)?;
+    #[cfg(feature = "test-hooks")]
     if config.test_break_acquire {
         tracing::error!(
             "LEASEHOLD_TEST_BREAK_ACQUIRE is set: acquire ignores expiry; leases are NOT exclusive"
         );
-        repo::BREAK_ACQUIRE.store(true, std::sync::atomic::Ordering::Relaxed);
+        repo::break_acquire();
     }
-    if !config.skip_migrations {
-        db::migrate(&config.database_url).await?;
-    }
-    let listener = TcpListener::bind(config.listen_addr)
-        .with_context(|| format!("binding {}", config.listen_addr))?;
+    let listener = startup::bind(&config.server, || db::migrate(&config.database_url)).await?;
     run(config, listener, leasehold::shutdown::token()).await
 }
 
@@ -60,7 +57,7 @@ pub async fn run(
     listener: TcpListener,
     stop: CancellationToken,
 ) -> anyhow::Result<()> {
-    let pool = db::pool(&config.database_url, config.database_pool_size)?;
+    let pool = db::pool(&config.database_url, config.server.database_pool_size)?;
     let metrics = Metrics::new().context("registering metrics")?;
     let ttl = TtlPolicy {
         default_seconds: config.default_ttl_seconds,
@@ -83,53 +80,32 @@ pub async fn run(
             config.groups_in_flight,
         ),
     });
-    config.auth_tokens.announce("lease-service");
     if !config.require_secret {
         tracing::info!(
             "renew and release without the lease's secret are accepted (the sample's clients); set LEASE_REQUIRE_SECRET=true to require proof of holding"
         );
     }
-    let auth = web::Data::new(config.auth_tokens.clone());
-    let origins = web::Data::new(config.cors_allowed_origins.clone());
-    let address = listener
-        .local_addr()
-        .context("reading the listen address")?;
-    let server = server_http::serve(
-        listener,
-        config.http_workers,
-        config.shutdown_grace_seconds,
-        Duration::from_millis(config.client_request_timeout_ms),
-        metrics.http.clone(),
-        stop.clone(),
-        move |cfg| {
-            cfg.app_data(state.clone())
-                .app_data(auth.clone())
-                .app_data(origins.clone());
-            http::configure(cfg);
-        },
-    )
-    .context("listening")?;
-    tracing::info!(%address, "lease-service listening");
-
-    let sweeper = actix_web::rt::spawn(sweeper::run(
+    let sweeper = sweeper::run(
         pool,
-        metrics,
+        metrics.clone(),
         SweeperConfig {
-            holder: config
-                .instance_id
-                .clone()
-                .unwrap_or_else(|| leasehold::identity::instance_id("lease-service")),
+            holder: config.server.holder("lease-service"),
             interval: Duration::from_secs(config.sweep_interval_seconds),
             retention_seconds: config.retention_seconds,
         },
         stop.clone(),
-    ));
-
-    let served = server.await.context("serving HTTP");
-    stop.cancel();
-    if sweeper.await.is_err() {
-        tracing::warn!("the retention sweeper panicked");
-    }
-    tracing::info!("lease-service stopped");
-    served
+    );
+    let server = Server {
+        name: "lease-service",
+        args: config.server,
+        auth: config.auth_tokens,
+        http_metrics: metrics.http.clone(),
+    };
+    let configure = move |cfg: &mut web::ServiceConfig| {
+        cfg.app_data(state.clone());
+        http::configure(cfg);
+    };
+    server
+        .run_until_stopped(listener, stop, configure, sweeper)
+        .await
 }

@@ -1,10 +1,8 @@
 //! Configuration: command-line flags, each also read from an environment variable.
 
-use std::net::SocketAddr;
-
 use clap::{Args, Parser, Subcommand};
 use leasehold::server::auth::Auth;
-use leasehold::server::http::AllowedOrigins;
+use leasehold::server::startup::ServerArgs;
 
 /// Leasehold's task service: a PostgreSQL task queue whose claims are leases from lease-service.
 #[derive(Debug, Parser)]
@@ -37,6 +35,9 @@ pub struct ServeConfig {
     #[arg(long, env = "DATABASE_URL")]
     pub database_url: String,
 
+    #[command(flatten)]
+    pub server: ServerArgs,
+
     /// Base URL of lease-service.
     #[arg(
         long,
@@ -45,28 +46,12 @@ pub struct ServeConfig {
     )]
     pub lease_service_url: String,
 
-    /// Address to listen on.
-    #[arg(long, env = "LISTEN_ADDR", default_value = "0.0.0.0:8080")]
-    pub listen_addr: SocketAddr,
-
-    /// Do not apply pending migrations at start (run `task-service migrate` instead).
-    #[arg(long, env = "SKIP_MIGRATIONS", default_value_t = false)]
-    pub skip_migrations: bool,
-
-    /// Database connections in the pool.
-    #[arg(long, env = "DATABASE_POOL_SIZE", default_value_t = 16)]
-    pub database_pool_size: usize,
-
     /// Claim transactions of one queue (and completion transactions) in flight at once on this
     /// replica. Claims and single completions arriving while all are busy wait and then go
     /// together, in one transaction and one lease-service call; 1 makes the largest groups,
     /// which is fastest on few cores.
     #[arg(long, env = "GROUPS_IN_FLIGHT", default_value_t = 1)]
     pub groups_in_flight: usize,
-
-    /// HTTP worker threads (0: one per CPU core).
-    #[arg(long, env = "HTTP_WORKERS", default_value_t = 0)]
-    pub http_workers: usize,
 
     /// Length of the lease behind each claim; workers must heartbeat well within it.
     #[arg(long, env = "TASK_LEASE_TTL_SECONDS", default_value_t = 30)]
@@ -122,26 +107,6 @@ pub struct ServeConfig {
     #[arg(long, env = "TASK_SWEEP_INTERVAL_SECONDS", default_value_t = 60)]
     pub sweep_interval_seconds: u64,
 
-    /// Name of this replica, used as the holder of the sweeper's lease (default: host name,
-    /// process id and a random suffix).
-    #[arg(long, env = "INSTANCE_ID")]
-    pub instance_id: Option<String>,
-
-    /// Seconds to let in-flight requests finish after SIGTERM or SIGINT.
-    #[arg(long, env = "SHUTDOWN_GRACE_SECONDS", default_value_t = 10)]
-    pub shutdown_grace_seconds: u64,
-
-    /// A client that has not sent a request's headers within this time, or then its body within
-    /// as long again, gets 408 and is disconnected, so slow clients cannot hold connections.
-    #[arg(long, env = "CLIENT_REQUEST_TIMEOUT_MS", default_value_t = 5000)]
-    pub client_request_timeout_ms: u64,
-
-    /// Origins whose web pages may call this service from a browser (CORS): comma-separated
-    /// `scheme://host[:port]`, or `*` for any. Unset: none; a page of another origin can
-    /// neither write (403 `origin_not_allowed`) nor read the answers.
-    #[arg(long, env = "CORS_ALLOWED_ORIGINS", default_value = "", hide_default_value = true, value_parser = AllowedOrigins::parse)]
-    pub cors_allowed_origins: AllowedOrigins,
-
     /// Most distinct queue names that get a `queue` label of their own in `/metrics`: the first
     /// this many queues a replica meets; tasks of any other queue are counted under
     /// `queue="_other"`, so producers choosing queue names cannot grow the metrics without bound.
@@ -173,10 +138,8 @@ impl ServeConfig {
         if self.sweep_interval_seconds == 0 {
             return Err("TASK_SWEEP_INTERVAL_SECONDS must be at least 1".to_owned());
         }
-        if self.database_pool_size == 0 {
-            return Err("DATABASE_POOL_SIZE must be at least 1".to_owned());
-        }
-        if !(1..=self.database_pool_size).contains(&self.groups_in_flight) {
+        self.server.validate()?;
+        if !(1..=self.server.database_pool_size).contains(&self.groups_in_flight) {
             return Err("GROUPS_IN_FLIGHT must be between 1 and DATABASE_POOL_SIZE".to_owned());
         }
         // Services talk plain HTTP inside the deployment; TLS ends at the load balancer.

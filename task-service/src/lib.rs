@@ -6,11 +6,13 @@
 //! claimed again; a worker whose lease was superseded is refused (409) and changes nothing.
 //! See `docs/design.md` for the invariants and the README for the HTTP API.
 //!
-//! `main.rs` only parses configuration; [`serve`] wires [`repo`] (all SQL), [`tasks`] (the
-//! rules), [`http`] (routes), [`sweeper`] (retention) and [`metrics`].
+//! `main.rs` only parses configuration; [`serve`] wires [`db`] (migrations), [`repo`] (all
+//! SQL), [`tasks`] (the rules), [`http`] (routes), [`sweeper`] (retention) and [`metrics`], and
+//! hands them to the start-up both services share ([`leasehold::server::startup`]).
 
 pub mod config;
 pub mod dashboard;
+pub mod db;
 pub mod generator;
 pub mod http;
 pub mod metrics;
@@ -18,14 +20,15 @@ pub mod repo;
 pub mod sweeper;
 pub mod tasks;
 
+/// Where the tests and the tools found it before the migrations moved to [`db`].
+pub use db::migrate;
+
 use std::net::TcpListener;
 use std::time::Duration;
 
 use actix_web::web;
 use anyhow::Context;
-use diesel_migrations::{EmbeddedMigrations, embed_migrations};
-use leasehold::server::db;
-use leasehold::server::http as server_http;
+use leasehold::server::startup::{self, Server};
 use leasehold::{LeaseClient, RetryPolicy};
 use tokio_util::sync::CancellationToken;
 
@@ -35,24 +38,10 @@ use crate::metrics::Metrics;
 use crate::sweeper::SweeperConfig;
 use crate::tasks::Engine;
 
-pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
-
-/// Serialises concurrent migrations of replicas starting at once (distinct from lease-service's).
-const MIGRATION_LOCK_KEY: i64 = 0x0054_6173_6b73; // "Tasks"
-
-/// Applies pending migrations to the tasks database.
-pub async fn migrate(database_url: &str) -> anyhow::Result<()> {
-    db::migrate(database_url, MIGRATIONS, MIGRATION_LOCK_KEY).await
-}
-
 /// Runs task-service until SIGTERM or SIGINT.
 pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     config.validate().map_err(anyhow::Error::msg)?;
-    if !config.skip_migrations {
-        migrate(&config.database_url).await?;
-    }
-    let listener = TcpListener::bind(config.listen_addr)
-        .with_context(|| format!("binding {}", config.listen_addr))?;
+    let listener = startup::bind(&config.server, || db::migrate(&config.database_url)).await?;
     run(config, listener, leasehold::shutdown::token()).await
 }
 
@@ -63,7 +52,7 @@ pub async fn run(
     listener: TcpListener,
     stop: CancellationToken,
 ) -> anyhow::Result<()> {
-    let pool = db::pool(&config.database_url, config.database_pool_size)?;
+    let pool = db::pool(&config.database_url, config.server.database_pool_size)?;
     let metrics =
         Metrics::with_max_queues(config.metrics_max_queues).context("registering metrics")?;
     let lease_url = config.lease_service_url.trim_end_matches('/').to_owned();
@@ -98,50 +87,30 @@ pub async fn run(
         http: reqwest::Client::new(),
         listings: std::sync::Arc::new(tokio::sync::Semaphore::new(http::LISTINGS_IN_FLIGHT)),
     });
-    config.auth_tokens.announce("task-service");
-    let auth = web::Data::new(config.auth_tokens.clone());
-    let origins = web::Data::new(config.cors_allowed_origins.clone());
-    let address = listener
-        .local_addr()
-        .context("reading the listen address")?;
-    let server = server_http::serve(
-        listener,
-        config.http_workers,
-        config.shutdown_grace_seconds,
-        Duration::from_millis(config.client_request_timeout_ms),
-        metrics.http.clone(),
-        stop.clone(),
-        move |cfg| {
-            cfg.app_data(state.clone())
-                .app_data(auth.clone())
-                .app_data(origins.clone());
-            http::configure(cfg);
-        },
-    )
-    .context("listening")?;
-    tracing::info!(%address, lease_service = %lease_url, "task-service listening");
-
-    let sweeper = actix_web::rt::spawn(sweeper::run(
+    tracing::info!(lease_service = %lease_url, "task-service calls lease-service");
+    let sweeper = sweeper::run(
         pool,
         sweeper_engine,
         SweeperConfig {
-            holder: config
-                .instance_id
-                .clone()
-                .unwrap_or_else(|| leasehold::identity::instance_id("task-service")),
+            holder: config.server.holder("task-service"),
             interval: Duration::from_secs(config.sweep_interval_seconds),
             retention_seconds: config.retention_seconds,
         },
         stop.clone(),
-    ));
-
-    let served = server.await.context("serving HTTP");
-    stop.cancel();
-    if sweeper.await.is_err() {
-        tracing::warn!("the retention sweeper panicked");
-    }
-    tracing::info!("task-service stopped");
-    served
+    );
+    let server = Server {
+        name: "task-service",
+        args: config.server,
+        auth: config.auth_tokens,
+        http_metrics: metrics.http.clone(),
+    };
+    let configure = move |cfg: &mut web::ServiceConfig| {
+        cfg.app_data(state.clone());
+        http::configure(cfg);
+    };
+    server
+        .run_until_stopped(listener, stop, configure, sweeper)
+        .await
 }
 
 /// The claim and completion groups (see [`leasehold::server::coalesce`]), `in_flight` of each at once (claims: per

@@ -9,7 +9,7 @@ async fn main() -> anyhow::Result<()> {
     // Flushes buffered spans when main returns.
     let _telemetry = leasehold::telemetry::init("task-service");
     match cli.command.unwrap_or(Command::Serve(Box::new(cli.serve))) {
-        Command::Migrate(migrate) => task_service::migrate(&migrate.database_url).await,
+        Command::Migrate(migrate) => task_service::db::migrate(&migrate.database_url).await,
         Command::Serve(config) => task_service::serve(*config).await,
     }
 }

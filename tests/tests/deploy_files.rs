@@ -368,3 +368,74 @@ fn the_dockerfile_lints_clean_and_builds_with_the_command_ci_runs() {
     let ignore = std::fs::read_to_string(workspace().join(".dockerignore")).unwrap();
     assert!(ignore.lines().any(|l| l.trim() == "target/"));
 }
+
+/// The package selection of deploy/build.sh, which the image and CI build with.
+const SHIPPED_SELECTION: [&str; 3] = ["--workspace", "--exclude", "tests"];
+
+/// What `cargo tree` says turns lease-service's features on, for `selection` of the workspace
+/// (dev-dependencies left out, as `cargo build` leaves them).
+fn lease_service_features(selection: &[&str]) -> String {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    run(Command::new(cargo)
+        .current_dir(workspace())
+        .args([
+            "tree",
+            "--locked",
+            "--offline",
+            "--edges",
+            "normal,build,features",
+        ])
+        .args(["--invert", "lease-service"])
+        .args(selection))
+}
+
+#[test]
+fn the_shipped_build_has_no_test_hooks() {
+    let script = std::fs::read_to_string(workspace().join("deploy/build.sh")).unwrap();
+    let build = script
+        .lines()
+        .find(|l| l.contains("cargo build"))
+        .expect("deploy/build.sh runs cargo build");
+    assert!(
+        build.contains(&SHIPPED_SELECTION.join(" ")),
+        "deploy/build.sh must build {SHIPPED_SELECTION:?}: {build}"
+    );
+    let shipped = lease_service_features(&SHIPPED_SELECTION);
+    assert!(shipped.contains("lease-service v"), "{shipped}");
+    assert!(
+        !shipped.contains("test-hooks"),
+        "the shipped lease-service would carry LEASEHOLD_TEST_BREAK_ACQUIRE:\n{shipped}"
+    );
+    // The whole workspace does turn the hooks on (the tests need them), so the check above
+    // would see them if the tests crate crept back into the shipped build.
+    assert!(lease_service_features(&["--workspace"]).contains("test-hooks"));
+    // Every shipped binary still comes out of that build.
+    let metadata: Value = serde_json::from_str(&run(Command::new(
+        std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()),
+    )
+    .current_dir(workspace())
+    .args([
+        "metadata",
+        "--locked",
+        "--offline",
+        "--no-deps",
+        "--format-version",
+        "1",
+    ])))
+    .unwrap();
+    let built: HashSet<&str> = metadata["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["name"] != "tests")
+        .flat_map(|p| p["targets"].as_array().unwrap())
+        .filter(|t| t["kind"].as_array().unwrap().iter().any(|k| k == "bin"))
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    for name in BINARIES.iter().chain(&["leasehold-local"]) {
+        assert!(
+            built.contains(name),
+            "deploy/build.sh no longer builds {name}"
+        );
+    }
+}

@@ -1,7 +1,8 @@
 //! What lease-service and task-service share: the error type and its one mapping to HTTP
 //! ([`error`]), the database pool and migrations ([`db`]), and the HTTP plumbing ([`http`]):
 //! extractor configuration that turns every malformed request into a JSON 4xx, fallbacks for
-//! unknown routes and methods, request metrics, and cursor paging.
+//! unknown routes and methods, request metrics, and cursor paging; and the start-up both services
+//! run, with the flags they have in common ([`startup`]).
 
 pub mod auth;
 pub mod coalesce;
@@ -10,6 +11,7 @@ pub mod error;
 pub mod front_door;
 pub mod http;
 pub mod paging;
+pub mod startup;
 
 pub use error::ApiError;
 
