@@ -53,7 +53,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         web::scope("/api/leases")
             .service(
                 web::resource("")
-                    .route(web::get().to(list_all))
+                    .route(web::get().to(listing(Listing::All)))
                     .route(locked(web::post().to(acquire), Role::Leaseholder))
                     .default_service(web::to(method_not_allowed)),
             )
@@ -67,10 +67,10 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                     .route(locked(web::post().to(release_many), Role::Leaseholder))
                     .default_service(web::to(method_not_allowed)),
             )
-            .service(get_only("/active", list_active))
-            .service(get_only("/expired", list_expired))
-            .service(get_only("/renewed", list_renewed))
-            .service(get_only("/released", list_released))
+            .service(get_only("/active", listing(Listing::Active)))
+            .service(get_only("/expired", listing(Listing::Expired)))
+            .service(get_only("/renewed", listing(Listing::Renewed)))
+            .service(get_only("/released", listing(Listing::Released)))
             .service(
                 web::resource("/renew")
                     .route(locked(web::put().to(renew), Role::Leaseholder))
@@ -175,41 +175,16 @@ struct PageQuery {
     resource_prefix: Option<String>,
 }
 
-async fn list_all(
-    s: State,
-    q: web::Query<PageQuery>,
-    r: HttpRequest,
-) -> Result<HttpResponse, ApiError> {
-    list(s, q, r, Listing::All).await
+/// The handler of one listing route: every listing shares [`list`], and differs only in which
+/// leases it selects.
+fn listing(
+    which: Listing,
+) -> impl Fn(State, web::Query<PageQuery>, HttpRequest) -> ListFuture + Clone + 'static {
+    move |state, query, request| Box::pin(list(state, query, request, which))
 }
-async fn list_active(
-    s: State,
-    q: web::Query<PageQuery>,
-    r: HttpRequest,
-) -> Result<HttpResponse, ApiError> {
-    list(s, q, r, Listing::Active).await
-}
-async fn list_expired(
-    s: State,
-    q: web::Query<PageQuery>,
-    r: HttpRequest,
-) -> Result<HttpResponse, ApiError> {
-    list(s, q, r, Listing::Expired).await
-}
-async fn list_renewed(
-    s: State,
-    q: web::Query<PageQuery>,
-    r: HttpRequest,
-) -> Result<HttpResponse, ApiError> {
-    list(s, q, r, Listing::Renewed).await
-}
-async fn list_released(
-    s: State,
-    q: web::Query<PageQuery>,
-    r: HttpRequest,
-) -> Result<HttpResponse, ApiError> {
-    list(s, q, r, Listing::Released).await
-}
+
+type ListFuture =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<HttpResponse, ApiError>>>>;
 
 /// Answers `{"leases": [...], "nextCursor": ...}` (the sample's pages read `data.leases`).
 async fn list(

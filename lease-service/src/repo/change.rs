@@ -128,6 +128,36 @@ fn in_resource_order<T>(requests: &[T], resource: impl Fn(&T) -> &str) -> Vec<&T
     sorted
 }
 
+/// What a renewal and a release both prove about the lease they change, as the bind arrays of
+/// their group statements (in the order of the requests given).
+struct Proofs<'a> {
+    resources: Vec<&'a str>,
+    holders: Vec<&'a str>,
+    fences: Vec<Option<i64>>,
+    hashes: Vec<Option<&'a [u8]>>,
+}
+
+type Proof<'a> = (&'a String, &'a String, Option<i64>, Option<&'a [u8; 32]>);
+
+impl<'a> Proofs<'a> {
+    fn of<T>(requests: &[&'a T], proof: impl Fn(&'a T) -> Proof<'a>) -> Self {
+        let mut proofs = Proofs {
+            resources: Vec::with_capacity(requests.len()),
+            holders: Vec::with_capacity(requests.len()),
+            fences: Vec::with_capacity(requests.len()),
+            hashes: Vec::with_capacity(requests.len()),
+        };
+        for request in requests {
+            let (resource, holder, fence, hash) = proof(request);
+            proofs.resources.push(resource);
+            proofs.holders.push(holder);
+            proofs.fences.push(fence);
+            proofs.hashes.push(hash.map(<[u8; 32]>::as_slice));
+        }
+        proofs
+    }
+}
+
 /// One renewal of a group: the conditions of [`renew`].
 #[derive(Debug, Clone)]
 pub struct Renewal {
@@ -157,19 +187,15 @@ pub async fn renew_each(
         return Ok(vec![renewed.instrument(span(Op::Update, Some(1))).await?]);
     }
     let sorted = in_resource_order(renewals, |r| &r.resource);
-    let resources: Vec<&str> = sorted.iter().map(|r| r.resource.as_str()).collect();
-    let holders: Vec<&str> = sorted.iter().map(|r| r.holder.as_str()).collect();
-    let fences: Vec<Option<i64>> = sorted.iter().map(|r| r.fence).collect();
-    let hashes: Vec<Option<&[u8]>> = sorted
-        .iter()
-        .map(|r| r.secret_hash.as_ref().map(<[u8; 32]>::as_slice))
-        .collect();
+    let proofs = Proofs::of(&sorted, |r| {
+        (&r.resource, &r.holder, r.fence, r.secret_hash.as_ref())
+    });
     let ttls: Vec<Option<i32>> = sorted.iter().map(|r| r.ttl_seconds).collect();
     let rows: Vec<LeaseRow> = diesel::sql_query(RENEW_MANY)
-        .bind::<Array<Text>, _>(resources)
-        .bind::<Array<Text>, _>(holders)
-        .bind::<Array<Nullable<BigInt>>, _>(fences)
-        .bind::<Array<Nullable<Binary>>, _>(hashes)
+        .bind::<Array<Text>, _>(proofs.resources)
+        .bind::<Array<Text>, _>(proofs.holders)
+        .bind::<Array<Nullable<BigInt>>, _>(proofs.fences)
+        .bind::<Array<Nullable<Binary>>, _>(proofs.hashes)
         .bind::<Array<Nullable<Integer>>, _>(ttls)
         .cached()
         .load(conn)
@@ -246,19 +272,15 @@ pub async fn release_each(
         return Ok(vec![released.instrument(span(Op::Update, Some(1))).await?]);
     }
     let sorted = in_resource_order(releases, |r| &r.resource);
-    let resources: Vec<&str> = sorted.iter().map(|r| r.resource.as_str()).collect();
-    let holders: Vec<&str> = sorted.iter().map(|r| r.holder.as_str()).collect();
-    let fences: Vec<Option<i64>> = sorted.iter().map(|r| r.fence).collect();
-    let hashes: Vec<Option<&[u8]>> = sorted
-        .iter()
-        .map(|r| r.secret_hash.as_ref().map(<[u8; 32]>::as_slice))
-        .collect();
+    let proofs = Proofs::of(&sorted, |r| {
+        (&r.resource, &r.holder, r.fence, r.secret_hash.as_ref())
+    });
     let ids: Vec<Option<i64>> = sorted.iter().map(|r| r.id).collect();
     let rows: Vec<LeaseRow> = diesel::sql_query(RELEASE_MANY)
-        .bind::<Array<Text>, _>(resources)
-        .bind::<Array<Text>, _>(holders)
-        .bind::<Array<Nullable<BigInt>>, _>(fences)
-        .bind::<Array<Nullable<Binary>>, _>(hashes)
+        .bind::<Array<Text>, _>(proofs.resources)
+        .bind::<Array<Text>, _>(proofs.holders)
+        .bind::<Array<Nullable<BigInt>>, _>(proofs.fences)
+        .bind::<Array<Nullable<Binary>>, _>(proofs.hashes)
         .bind::<Array<Nullable<BigInt>>, _>(ids)
         .cached()
         .load(conn)
