@@ -19,9 +19,11 @@
 //! - `process`: finding the workspace's [`binary`], the [`ChildGuard`] that ties a child to its
 //!   test, and killing a whole process tree ([`descendants`], [`kill_process_tree`]).
 //! - `service`: [`Service`], a binary running on a [`free_port`] with its log in [`log_dir`], its
-//!   HTTP helpers returning an [`Answer`], and its signals.
+//!   raw HTTP helpers returning an [`Answer`] (for tests of the wire itself), its typed clients
+//!   ([`Service::task_client`], [`Service::lease_client`]; [`task_client`] and [`lease_client`]
+//!   for a bare URL) for everything else, and its signals.
 //! - `sql`: [`snapshot`] and [`execute`], direct SQL on a test's database.
-//! - `helpers`: [`eventually`], [`metric_sum`] and [`verdicts`].
+//! - `helpers`: [`eventually`], [`all_tasks_final`], [`refusal`], [`metric_sum`] and [`verdicts`].
 //!
 //! And the public modules, for the tests that need them:
 //!
@@ -48,8 +50,8 @@ mod process;
 mod service;
 mod sql;
 
-pub use helpers::{eventually, metric_sum, verdicts};
+pub use helpers::{all_tasks_final, eventually, metric_sum, refusal, verdicts};
 pub use postgres::{cluster, fresh_database};
 pub use process::{ChildGuard, binary, descendants, kill_process_tree};
-pub use service::{Answer, Service, free_port, log_dir};
+pub use service::{Answer, Service, free_port, lease_client, log_dir, task_client};
 pub use sql::{execute, snapshot};
