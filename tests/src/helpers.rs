@@ -65,3 +65,23 @@ pub fn refusal(err: &leasehold::CallError) -> (u16, &str) {
         leasehold::CallError::Transient(reason) => panic!("no answer, not a refusal: {reason}"),
     }
 }
+
+/// A task to create with `task_data` and task-service's defaults for everything else.
+pub fn new_task(task_data: Value) -> leasehold::tasks::CreateTask {
+    leasehold::tasks::CreateTask {
+        task_data,
+        ..leasehold::tasks::CreateTask::default()
+    }
+}
+
+/// Creates `task` through `tasks` and asserts that task-service stored a new task (201, not
+/// the repeat of an idempotent create); the task.
+pub async fn create_new(
+    tasks: &leasehold::TaskClient,
+    task: &leasehold::tasks::CreateTask,
+) -> leasehold::tasks::Task {
+    match tasks.create(task).await {
+        Ok(leasehold::task_client::Created::New(task)) => task,
+        other => panic!("expected a new task (201): {other:?}"),
+    }
+}

@@ -23,7 +23,8 @@
 //!   ([`Service::task_client`], [`Service::lease_client`]; [`task_client`] and [`lease_client`]
 //!   for a bare URL) for everything else, and its signals.
 //! - `sql`: [`snapshot`] and [`execute`], direct SQL on a test's database.
-//! - `helpers`: [`eventually`], [`all_tasks_final`], [`refusal`], [`metric_sum`] and [`verdicts`].
+//! - `helpers`: [`eventually`], [`metric_sum`] and [`verdicts`]; and for the typed clients
+//!   [`new_task`], [`create_new`], [`all_tasks_final`] and [`refusal`].
 //!
 //! And the public modules, for the tests that need them:
 //!
@@ -50,7 +51,9 @@ mod process;
 mod service;
 mod sql;
 
-pub use helpers::{all_tasks_final, eventually, metric_sum, refusal, verdicts};
+pub use helpers::{
+    all_tasks_final, create_new, eventually, metric_sum, new_task, refusal, verdicts,
+};
 pub use postgres::{cluster, fresh_database};
 pub use process::{ChildGuard, binary, descendants, kill_process_tree};
 pub use service::{Answer, Service, free_port, lease_client, log_dir, task_client};
