@@ -5,8 +5,12 @@
 //! # async fn example() {
 //! let db = tests::fresh_database().await;
 //! let leases = tests::Service::lease_service(&db, &[]).await;
-//! let answer = leases.post("/api/leases", &serde_json::json!({"resource": "r", "holder": "h"})).await;
-//! assert_eq!(answer.status, 201);
+//! // Ordinary traffic through the shared typed client, as every other caller speaks it...
+//! let lease = leases.lease_client().acquire("r", "h", None).await.unwrap();
+//! assert_eq!(lease.holder, "h");
+//! // ...and raw requests only where the wire itself is under test.
+//! let answer = leases.post("/api/leases", &serde_json::json!({"resource": "r", "holder": "x"})).await;
+//! assert_eq!((answer.status, answer.code()), (409, "lease_held"));
 //! # }
 //! ```
 //!
