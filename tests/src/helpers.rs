@@ -45,3 +45,43 @@ pub fn verdicts(results: &Value) -> Vec<(i64, &str)> {
         })
         .collect()
 }
+
+/// Whether task-service's counts say no task is pending or running (`false` when it does not
+/// answer).
+pub async fn all_tasks_final(tasks: &leasehold::TaskClient) -> bool {
+    match tasks.counts().await {
+        Ok(counts) => ["pending", "running"]
+            .iter()
+            .all(|status| counts.total.get(*status).copied().unwrap_or(0) == 0),
+        Err(_) => false,
+    }
+}
+
+/// A typed client's refusal as `(status, code)`, to assert on as a raw answer's; panics on a
+/// transient failure, which is no answer to assert on.
+pub fn refusal(err: &leasehold::CallError) -> (u16, &str) {
+    match err {
+        leasehold::CallError::Refused { status, code, .. } => (*status, code.as_str()),
+        leasehold::CallError::Transient(reason) => panic!("no answer, not a refusal: {reason}"),
+    }
+}
+
+/// A task to create with `task_data` and task-service's defaults for everything else.
+pub fn new_task(task_data: Value) -> leasehold::tasks::CreateTask {
+    leasehold::tasks::CreateTask {
+        task_data,
+        ..leasehold::tasks::CreateTask::default()
+    }
+}
+
+/// Creates `task` through `tasks` and asserts that task-service stored a new task (201, not
+/// the repeat of an idempotent create); the task.
+pub async fn create_new(
+    tasks: &leasehold::TaskClient,
+    task: &leasehold::tasks::CreateTask,
+) -> leasehold::tasks::Task {
+    match tasks.create(task).await {
+        Ok(leasehold::task_client::Created::New(task)) => task,
+        other => panic!("expected a new task (201): {other:?}"),
+    }
+}

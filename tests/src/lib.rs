@@ -5,8 +5,12 @@
 //! # async fn example() {
 //! let db = tests::fresh_database().await;
 //! let leases = tests::Service::lease_service(&db, &[]).await;
-//! let answer = leases.post("/api/leases", &serde_json::json!({"resource": "r", "holder": "h"})).await;
-//! assert_eq!(answer.status, 201);
+//! // Ordinary traffic through the shared typed client, as every other caller speaks it...
+//! let lease = leases.lease_client().acquire("r", "h", None).await.unwrap();
+//! assert_eq!(lease.holder, "h");
+//! // ...and raw requests only where the wire itself is under test.
+//! let answer = leases.post("/api/leases", &serde_json::json!({"resource": "r", "holder": "x"})).await;
+//! assert_eq!((answer.status, answer.code()), (409, "lease_held"));
 //! # }
 //! ```
 //!
@@ -19,9 +23,12 @@
 //! - `process`: finding the workspace's [`binary`], the [`ChildGuard`] that ties a child to its
 //!   test, and killing a whole process tree ([`descendants`], [`kill_process_tree`]).
 //! - `service`: [`Service`], a binary running on a [`free_port`] with its log in [`log_dir`], its
-//!   HTTP helpers returning an [`Answer`], and its signals.
+//!   raw HTTP helpers returning an [`Answer`] (for tests of the wire itself), its typed clients
+//!   ([`Service::task_client`], [`Service::lease_client`]; [`task_client`] and [`lease_client`]
+//!   for a bare URL) for everything else, and its signals.
 //! - `sql`: [`snapshot`] and [`execute`], direct SQL on a test's database.
-//! - `helpers`: [`eventually`], [`metric_sum`] and [`verdicts`].
+//! - `helpers`: [`eventually`], [`metric_sum`] and [`verdicts`]; and for the typed clients
+//!   [`new_task`], [`create_new`], [`all_tasks_final`] and [`refusal`].
 //!
 //! And the public modules, for the tests that need them:
 //!
@@ -48,8 +55,10 @@ mod process;
 mod service;
 mod sql;
 
-pub use helpers::{eventually, metric_sum, verdicts};
+pub use helpers::{
+    all_tasks_final, create_new, eventually, metric_sum, new_task, refusal, verdicts,
+};
 pub use postgres::{cluster, fresh_database};
 pub use process::{ChildGuard, binary, descendants, kill_process_tree};
-pub use service::{Answer, Service, free_port, log_dir};
+pub use service::{Answer, Service, free_port, lease_client, log_dir, task_client};
 pub use sql::{execute, snapshot};

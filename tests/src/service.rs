@@ -1,5 +1,6 @@
 //! [`Service`]: one of Leasehold's binaries started as a real process on a free port, with the
-//! HTTP helpers the tests speak to it with ([`Answer`]) and the signals they hit it with.
+//! HTTP helpers the tests speak to it with: the typed clients for ordinary traffic, raw requests
+//! ([`Answer`]) for tests of the wire itself, and the signals they hit it with.
 
 use std::fs::File;
 use std::path::PathBuf;
@@ -26,6 +27,26 @@ pub fn log_dir() -> PathBuf {
     let dir = std::env::temp_dir().join(format!("leasehold-test-logs-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+/// A typed client of the task-service (or proxy) at `base_url`, with a 10-second timeout and
+/// `token`, if any, as its bearer token.
+pub fn task_client(base_url: &str, token: Option<&str>) -> leasehold::TaskClient {
+    let token = token.map(leasehold::api::Secret::new);
+    leasehold::TaskClient::new(
+        vec![base_url.trim_end_matches('/').to_owned()],
+        Duration::from_secs(10),
+        token.as_ref(),
+    )
+    .unwrap()
+}
+
+/// A typed client of the lease-service (or proxy) at `base_url` that tries each call once, with
+/// a 10-second timeout and `token`, if any, as its bearer token.
+pub fn lease_client(base_url: &str, token: Option<&str>) -> leasehold::LeaseClient {
+    leasehold::LeaseClient::with_timeout(base_url, Duration::from_secs(10))
+        .with_retry(leasehold::RetryPolicy::none())
+        .with_bearer_token(token)
 }
 
 /// One of Leasehold's binaries running as a child process, listening on a known port.
@@ -302,6 +323,29 @@ impl Service {
             .text()
             .await
             .unwrap()
+    }
+
+    /// A typed client of this task-service ([`leasehold::TaskClient`]), for the tests' ordinary
+    /// traffic. It sends no token; see [`Service::task_client_as`] for a locked front door.
+    pub fn task_client(&self) -> leasehold::TaskClient {
+        self.task_client_as(None)
+    }
+
+    /// Like [`Service::task_client`], sending `token` (one of the service's `AUTH_TOKENS`) as a
+    /// bearer token with every request.
+    pub fn task_client_as(&self, token: Option<&str>) -> leasehold::TaskClient {
+        task_client(&self.base_url(), token)
+    }
+
+    /// A typed client of this lease-service ([`leasehold::LeaseClient`]) that never retries, so
+    /// the test sees every answer. It sends no token; see [`Service::lease_client_as`].
+    pub fn lease_client(&self) -> leasehold::LeaseClient {
+        self.lease_client_as(None)
+    }
+
+    /// Like [`Service::lease_client`], sending `token` as a bearer token with every request.
+    pub fn lease_client_as(&self, token: Option<&str>) -> leasehold::LeaseClient {
+        lease_client(&self.base_url(), token)
     }
 
     /// The whole log so far.

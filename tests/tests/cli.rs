@@ -5,8 +5,9 @@
 use std::process::Output;
 use std::time::Duration;
 
+use leasehold::tasks::{CreateTask, TaskStatus};
 use serde_json::{Value, json};
-use tests::{Service, binary, eventually, fresh_database};
+use tests::{Service, binary, create_new, eventually, fresh_database, new_task};
 use tokio::io::AsyncBufReadExt as _;
 
 const TOKEN: &str = "cli-operator-token-0123456789";
@@ -333,15 +334,18 @@ async fn tasks_are_created_watched_to_the_end_listed_shown_tailed_retried_and_ca
     assert!(stdout(&shown).contains("succeeded"), "{}", stdout(&shown));
 
     // A task that fails for good is dead; retry puts it back with fresh attempts.
-    let dead = tasks
-        .post(
-            "/api/tasks",
-            &json!({"task_data": {"sleep_duration_seconds": 0, "fail": "permanent"}, "queue": "doomed"}),
-        )
-        .await;
-    let dead_id = dead.body["id"].as_i64().unwrap();
+    // The test's own setup goes through the typed client; what is under test is the CLI.
+    let client = tasks.task_client();
+    let doomed = CreateTask {
+        queue: Some("doomed".to_owned()),
+        ..new_task(json!({"sleep_duration_seconds": 0, "fail": "permanent"}))
+    };
+    let dead_id = create_new(&client, &doomed).await.id;
     eventually(Duration::from_secs(20), "the task dead", || async {
-        tasks.get(&format!("/api/tasks/{dead_id}")).await.body["task"]["status"] == "dead"
+        client
+            .task(dead_id)
+            .await
+            .is_ok_and(|task| task.status == TaskStatus::Dead)
     })
     .await;
     let retried = leasehold(
@@ -365,13 +369,11 @@ async fn tasks_are_created_watched_to_the_end_listed_shown_tailed_retried_and_ca
     );
 
     // Cancel a task due next year.
-    let later = tasks
-        .post(
-            "/api/tasks",
-            &json!({"task_data": {}, "scheduled_at": "2099-01-01T00:00:00Z"}),
-        )
-        .await;
-    let later_id = later.body["id"].as_i64().unwrap().to_string();
+    let never = CreateTask {
+        scheduled_at: Some("2099-01-01T00:00:00Z".parse().unwrap()),
+        ..new_task(json!({}))
+    };
+    let later_id = create_new(&client, &never).await.id.to_string();
     let cancelled = leasehold(&l, &t, None, &["tasks", "cancel", &later_id, "--json"]).await;
     assert_eq!(documents(&cancelled)[0]["status"], "cancelled");
 
@@ -401,12 +403,9 @@ async fn tasks_are_created_watched_to_the_end_listed_shown_tailed_retried_and_ca
         };
         tokio::time::timeout(timeout, next).await.ok().flatten()
     };
-    let never = json!({"task_data": {}, "scheduled_at": "2099-01-01T00:00:00Z"});
     let mut watching = false;
     for _ in 0..30 {
-        let marker = tasks.post("/api/tasks", &never).await.body["id"]
-            .as_i64()
-            .unwrap();
+        let marker = create_new(&client, &never).await.id;
         if tail_statuses(marker, Duration::from_secs(2))
             .await
             .is_some()
@@ -417,13 +416,9 @@ async fn tasks_are_created_watched_to_the_end_listed_shown_tailed_retried_and_ca
     }
     assert!(watching, "the tail never showed a new task");
     worker.pause();
-    let fresh = tasks
-        .post(
-            "/api/tasks",
-            &json!({"task_data": {"sleep_duration_seconds": 1}}),
-        )
-        .await;
-    let fresh_id = fresh.body["id"].as_i64().unwrap();
+    let fresh_id = create_new(&client, &new_task(json!({"sleep_duration_seconds": 1})))
+        .await
+        .id;
     let mut seen = Vec::new();
     seen.extend(tail_statuses(fresh_id, Duration::from_secs(30)).await);
     worker.resume();

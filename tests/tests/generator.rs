@@ -6,8 +6,12 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use serde_json::{Value, json};
-use tests::{Service, eventually, fresh_database};
+use leasehold::generator::{GeneratorStatus, StartGenerator};
+use leasehold::task_client::{Created, TaskListing};
+use leasehold::tasks::CreateTask;
+use leasehold::{CallError, TaskClient};
+use serde_json::json;
+use tests::{Service, create_new, eventually, fresh_database, refusal};
 
 const TTL: &str = "2";
 const RETRY: &str = "0.5";
@@ -15,7 +19,11 @@ const RETRY: &str = "0.5";
 struct Stack {
     leases: Service,
     tasks: Service,
-    other_tasks: Service,
+    /// A second replica on the same database, spoken to through `other_client`.
+    _other_tasks: Service,
+    /// Typed clients of `tasks` and `other_tasks`.
+    client: TaskClient,
+    other_client: TaskClient,
 }
 
 async fn stack() -> Stack {
@@ -25,9 +33,11 @@ async fn stack() -> Stack {
     let tasks = Service::task_service(&task_db, &leases.base_url(), &[]).await;
     let other_tasks = Service::task_service(&task_db, &leases.base_url(), &[]).await;
     Stack {
+        client: tasks.task_client(),
+        other_client: other_tasks.task_client(),
         leases,
         tasks,
-        other_tasks,
+        _other_tasks: other_tasks,
     }
 }
 
@@ -47,43 +57,46 @@ impl Stack {
     }
 
     async fn start(&self, rate: f64) {
-        let body = json!({"rate_per_second": rate, "min_sleep_seconds": 0, "max_sleep_seconds": 2});
-        let answer = self.tasks.post("/api/generator/start", &body).await;
-        assert_eq!(answer.status, 200, "{:?}", answer.body);
+        let settings = StartGenerator {
+            rate_per_second: Some(rate),
+            min_sleep_seconds: Some(0.0),
+            max_sleep_seconds: Some(2.0),
+        };
+        let status = self.client.start_generator(&settings).await.unwrap();
+        assert!(status.is_running, "{status:?}");
     }
 
-    async fn status(&self) -> Value {
-        self.tasks.get("/api/generator/status").await.body
+    async fn status(&self) -> GeneratorStatus {
+        self.client.generator_status().await.unwrap()
     }
 
     async fn leader(&self) -> Option<String> {
-        self.status().await["leader"]["holder"]
-            .as_str()
-            .map(str::to_owned)
+        let status = self.client.generator_status().await.ok()?;
+        Some(status.leader?.holder)
     }
 
     /// Every task with its generator, fence, sequence and creation time, in id order.
     async fn produced(&self) -> Vec<Produced> {
         let mut all = Vec::new();
-        let mut cursor = String::new();
+        let mut listing = TaskListing {
+            limit: Some(1000),
+            ..TaskListing::default()
+        };
         loop {
-            let page = self
-                .tasks
-                .get(&format!("/api/tasks?limit=1000&cursor={cursor}"))
-                .await;
-            for task in page.body["tasks"].as_array().unwrap() {
-                let generator = &task["taskData"]["generator"];
+            let page = self.client.list(&listing).await.unwrap();
+            for task in page.tasks {
+                let generator = &task.task_data["generator"];
                 all.push(Produced {
                     holder: generator["holder"].as_str().unwrap().to_owned(),
                     fence: generator["fence"].as_i64().unwrap(),
                     term: generator["term"].as_str().unwrap().to_owned(),
                     sequence: generator["sequence"].as_u64().unwrap(),
-                    key: task["idempotencyKey"].as_str().unwrap().to_owned(),
-                    at: task["createdAt"].as_str().unwrap().parse().unwrap(),
+                    key: task.idempotency_key.unwrap(),
+                    at: task.created_at,
                 });
             }
-            match page.headers.get("x-next-cursor") {
-                Some(next) => cursor = next.to_str().unwrap().to_owned(),
+            match page.next_cursor {
+                Some(next) => listing.cursor = Some(next),
                 None => return all,
             }
         }
@@ -186,8 +199,8 @@ async fn of_three_replicas_exactly_one_produces_through_a_crash_of_the_leader() 
         "takeover took {gap:?}"
     );
     tokio::time::sleep(Duration::from_secs(30).saturating_sub(run_started.elapsed())).await;
-    let stop = s.other_tasks.post("/api/generator/stop", &json!({})).await;
-    assert_eq!(stop.status, 200);
+    let stop = s.other_client.stop_generator().await.unwrap();
+    assert!(!stop.is_running, "{stop:?}");
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     let tasks = s.produced().await;
@@ -220,10 +233,7 @@ async fn of_three_replicas_exactly_one_produces_through_a_crash_of_the_leader() 
         tasks.len() as u64,
         "replicas' counts add up to the tasks"
     );
-    assert_eq!(
-        s.status().await["produced"].as_u64(),
-        Some(tasks.len() as u64)
-    );
+    assert_eq!(s.status().await.produced, tasks.len() as i64);
 }
 
 #[tokio::test]
@@ -304,60 +314,63 @@ async fn a_paused_leader_produces_nothing_after_it_wakes() {
 #[tokio::test]
 async fn status_is_the_same_through_every_replica_and_start_stop_work_through_either() {
     let s = stack().await;
-    let comparable = |mut status: Value| {
-        if let Some(leader) = status["leader"].as_object_mut() {
-            leader.remove("expiresInMs");
-        }
-        status
+    // Both replicas' answers, without the leader's time left (it passes between the two).
+    let both = || async {
+        let comparable = |status: Result<GeneratorStatus, CallError>| {
+            let mut status = status.unwrap();
+            if let Some(leader) = status.leader.as_mut() {
+                leader.expires_in_ms = 0;
+            }
+            status
+        };
+        (
+            comparable(s.client.generator_status().await),
+            comparable(s.other_client.generator_status().await),
+        )
     };
-    let a = comparable(s.tasks.get("/api/generator/status").await.body);
-    let b = comparable(s.other_tasks.get("/api/generator/status").await.body);
+    let (a, b) = both().await;
     assert_eq!(a, b);
-    assert_eq!(a["status"], "STOPPED");
-    assert!(a["leader"].is_null());
+    assert_eq!(a.status, "STOPPED");
+    assert!(a.leader.is_none());
 
     let mut first = s.generator("first").await;
     let _second = s.generator("second").await;
     // Started through one replica, seen through both.
-    let started = s
-        .other_tasks
-        .post("/api/generator/start", &json!({"rate_per_second": 5}))
-        .await;
-    assert_eq!(started.status, 200);
+    let five = StartGenerator {
+        rate_per_second: Some(5.0),
+        ..StartGenerator::default()
+    };
+    let started = s.other_client.start_generator(&five).await.unwrap();
+    assert!(started.is_running, "{started:?}");
     eventually(Duration::from_secs(10), "production", || async {
         !s.produced().await.is_empty()
     })
     .await;
-    let a = comparable(s.tasks.get("/api/generator/status").await.body);
-    let b = comparable(s.other_tasks.get("/api/generator/status").await.body);
-    assert_eq!(a["leader"], b["leader"]);
-    assert_eq!(
-        (a["status"].as_str(), a["producing"].as_bool()),
-        (Some("STARTED"), Some(true))
-    );
-    assert_eq!(a["settings"]["ratePerSecond"], 5.0);
+    let (a, b) = both().await;
+    assert_eq!(a.leader, b.leader);
+    assert_eq!((a.status.as_str(), a.producing), ("STARTED", true));
+    assert_eq!(a.settings.rate_per_second, 5.0);
 
     // After a takeover, both still agree, on the new leader.
-    let old = a["leader"]["holder"].as_str().unwrap().to_owned();
+    let old = a.leader.unwrap().holder;
     if old == "first" {
         first.kill();
     } else {
-        let _ = s.tasks.post("/api/generator/stop", &json!({})).await;
+        let _ = s.client.stop_generator().await;
     }
     if old == "first" {
         eventually(Duration::from_secs(10), "second leads", || async {
             s.leader().await.as_deref() == Some("second")
         })
         .await;
-        let a = comparable(s.tasks.get("/api/generator/status").await.body);
-        let b = comparable(s.other_tasks.get("/api/generator/status").await.body);
-        assert_eq!(a["leader"], b["leader"]);
-        assert_eq!(a["leader"]["holder"], "second");
+        let (a, b) = both().await;
+        assert_eq!(a.leader, b.leader);
+        assert_eq!(a.leader.unwrap().holder, "second");
     }
 
     // Stopped through the other replica: production stops, though the leader keeps its lease.
-    let stopped = s.other_tasks.post("/api/generator/stop", &json!({})).await;
-    assert_eq!(stopped.body["status"], "STOPPED");
+    let stopped = s.other_client.stop_generator().await.unwrap();
+    assert_eq!(stopped.status, "STOPPED");
     tokio::time::sleep(Duration::from_millis(800)).await;
     let count = s.produced().await.len();
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -366,18 +379,18 @@ async fn status_is_the_same_through_every_replica_and_start_stop_work_through_ei
         count,
         "nothing produced while stopped"
     );
-    let status = s.tasks.get("/api/generator/status").await.body;
+    let status = s.status().await;
     assert_eq!(
-        (status["status"].as_str(), status["producing"].as_bool()),
-        (Some("STOPPED"), Some(false))
+        (status.status.as_str(), status.producing),
+        ("STOPPED", false)
     );
     assert!(
-        status["leader"].is_object(),
+        status.leader.is_some(),
         "a stopped generator keeps its lease"
     );
 
-    // Bad settings are refused and change nothing.
-    let before = s.tasks.get("/api/generator/settings").await.body;
+    // Bad settings are refused and change nothing (sent raw: they are bad input on the wire).
+    let before = s.client.generator_settings().await.unwrap();
     for body in [
         json!({"rate_per_second": 0}),
         json!({"min_sleep_seconds": 5, "max_sleep_seconds": 1}),
@@ -395,18 +408,26 @@ async fn status_is_the_same_through_every_replica_and_start_stop_work_through_ei
         )
         .await;
     assert_eq!((bad.status, bad.code()), (400, "malformed_json"));
-    assert_eq!(s.tasks.get("/api/generator/settings").await.body, before);
+    assert_eq!(s.client.generator_settings().await.unwrap(), before);
 }
 
 /// A generator's task under `fence`, keyed `task-generator:<fence>:<term>:<seq>`, as
 /// task-generator sends them.
-fn generated_task(fence: i64, seq: u32) -> Value {
-    json!({
-        "task_name": "sleep",
-        "task_data": {"sleep_duration_seconds": 0},
-        "idempotency_key": format!("task-generator:{fence}:1:{seq}"),
-        "generator_fence": fence,
-    })
+fn generated_task(fence: i64, seq: u32) -> CreateTask {
+    CreateTask {
+        task_data: json!({"sleep_duration_seconds": 0}),
+        idempotency_key: Some(format!("task-generator:{fence}:1:{seq}")),
+        generator_fence: Some(fence),
+        ..CreateTask::default()
+    }
+}
+
+/// Creates `task` and returns the refusal, which it asserts there was.
+async fn create_refused(tasks: &TaskClient, task: &CreateTask) -> CallError {
+    match tasks.create(task).await {
+        Err(err) => err,
+        Ok(created) => panic!("expected a refusal, got {created:?}"),
+    }
 }
 
 #[tokio::test]
@@ -414,27 +435,17 @@ async fn task_service_stores_a_generators_task_only_under_a_live_current_fence()
     let lease_db = fresh_database().await;
     let task_db = fresh_database().await;
     let leases = Service::lease_service(&lease_db, &[]).await;
-    let tasks = Service::task_service(&task_db, &leases.base_url(), &[]).await;
-    let started = tasks.post("/api/generator/start", &json!({})).await;
-    assert_eq!(started.status, 200, "{:?}", started.body);
+    let service = Service::task_service(&task_db, &leases.base_url(), &[]).await;
+    let tasks = service.task_client();
+    let started = tasks.start_generator(&StartGenerator::default()).await;
+    assert!(started.unwrap().is_running);
     let take = |holder: &'static str| {
         let leases = &leases;
-        async move {
-            let body = json!({"resource": "task-generator", "holder": holder, "ttl_seconds": 5});
-            let answer = leases.post("/api/leases", &body).await;
-            assert_eq!(answer.status, 201, "{:?}", answer.body);
-            answer.body["fence"].as_i64().unwrap()
-        }
+        async move { take_lease(leases, holder, 5).await }
     };
 
     let old = take("g1").await;
-    assert_eq!(
-        tasks
-            .post("/api/tasks", &generated_task(old, 1))
-            .await
-            .status,
-        201
-    );
+    create_new(&tasks, &generated_task(old, 1)).await;
     // g1's lease ends; g2 takes over with a higher fence.
     tests::execute(
         &lease_db,
@@ -444,25 +455,14 @@ async fn task_service_stores_a_generators_task_only_under_a_live_current_fence()
     let new = take("g2").await;
     assert!(new > old);
     let before = tests::snapshot(&task_db, "tasks").await;
-    let stale = tasks.post("/api/tasks", &generated_task(old, 2)).await;
-    assert_eq!(
-        (stale.status, stale.code()),
-        (409, "stale_generator"),
-        "{:?}",
-        stale.body
-    );
+    let stale = create_refused(&tasks, &generated_task(old, 2)).await;
+    assert_eq!(refusal(&stale), (409, "stale_generator"), "{stale}");
     assert_eq!(
         tests::snapshot(&task_db, "tasks").await,
         before,
         "nothing stored"
     );
-    assert_eq!(
-        tasks
-            .post("/api/tasks", &generated_task(new, 1))
-            .await
-            .status,
-        201
-    );
+    create_new(&tasks, &generated_task(new, 1)).await;
 
     // The current fence, but expired: refused too.
     tests::execute(
@@ -470,13 +470,8 @@ async fn task_service_stores_a_generators_task_only_under_a_live_current_fence()
         "UPDATE leases SET expires_at = now() - interval '1 second'",
     )
     .await;
-    let expired = tasks.post("/api/tasks", &generated_task(new, 2)).await;
-    assert_eq!(
-        (expired.status, expired.code()),
-        (409, "stale_generator"),
-        "{:?}",
-        expired.body
-    );
+    let expired = create_refused(&tasks, &generated_task(new, 2)).await;
+    assert_eq!(refusal(&expired), (409, "stale_generator"), "{expired}");
 
     // A lease with less time left than the insert's safety margin: the check passes, but the
     // insert's deadline on the database's clock has already gone, so nothing is stored.
@@ -487,14 +482,9 @@ async fn task_service_stores_a_generators_task_only_under_a_live_current_fence()
             "UPDATE leases SET expires_at = clock_timestamp() + interval '45 milliseconds'",
         )
         .await;
-        let late = tasks.post("/api/tasks", &generated_task(new, seq)).await;
-        assert_eq!(
-            (late.status, late.code()),
-            (409, "stale_generator"),
-            "{:?}",
-            late.body
-        );
-        if late.body["error"].as_str().unwrap().contains("ran out") {
+        let late = create_refused(&tasks, &generated_task(new, seq)).await;
+        assert_eq!(refusal(&late), (409, "stale_generator"), "{late}");
+        if matches!(&late, CallError::Refused { error, .. } if error.contains("ran out")) {
             ran_out = true;
             break;
         }
@@ -508,12 +498,22 @@ async fn task_service_stores_a_generators_task_only_under_a_live_current_fence()
     );
 }
 
+/// Takes the generator's lease by hand for `ttl_seconds`, as a replica would, and asserts it
+/// is a new lease (201); its fence.
+async fn take_lease(leases: &Service, holder: &str, ttl_seconds: u64) -> i64 {
+    let ttl = Some(Duration::from_secs(ttl_seconds));
+    let (lease, new) = leases
+        .lease_client()
+        .acquire_proving("task-generator", holder, ttl, None)
+        .await
+        .unwrap();
+    assert!(new, "{lease:?}");
+    lease.fence
+}
+
 /// Takes the generator's lease by hand, as a replica would; its fence.
 async fn take_generator_lease(leases: &Service, holder: &str) -> i64 {
-    let body = json!({"resource": "task-generator", "holder": holder, "ttl_seconds": 60});
-    let answer = leases.post("/api/leases", &body).await;
-    assert_eq!(answer.status, 201, "{:?}", answer.body);
-    answer.body["fence"].as_i64().unwrap()
+    take_lease(leases, holder, 60).await
 }
 
 #[tokio::test]
@@ -521,54 +521,37 @@ async fn once_stop_is_answered_no_generator_task_is_stored() {
     let lease_db = fresh_database().await;
     let task_db = fresh_database().await;
     let leases = Service::lease_service(&lease_db, &[]).await;
-    let tasks = Service::task_service(&task_db, &leases.base_url(), &[]).await;
+    let service = Service::task_service(&task_db, &leases.base_url(), &[]).await;
+    let tasks = service.task_client();
     let fence = take_generator_lease(&leases, "g1").await;
     // Stopped (as it starts out): refused.
-    let refused = tasks.post("/api/tasks", &generated_task(fence, 0)).await;
-    assert_eq!((refused.status, refused.code()), (409, "generator_stopped"));
+    let refused = create_refused(&tasks, &generated_task(fence, 0)).await;
+    assert_eq!(refusal(&refused), (409, "generator_stopped"));
 
-    assert_eq!(
-        tasks.post("/api/generator/start", &json!({})).await.status,
-        200
-    );
-    let created = tasks.post("/api/tasks", &generated_task(fence, 1)).await;
-    assert_eq!(created.status, 201, "{:?}", created.body);
-    let stopped = tasks.post("/api/generator/stop", &json!({})).await;
-    assert_eq!(
-        (
-            stopped.body["status"].as_str(),
-            stopped.body["produced"].as_i64()
-        ),
-        (Some("STOPPED"), Some(1))
-    );
+    let start = StartGenerator::default();
+    assert!(tasks.start_generator(&start).await.unwrap().is_running);
+    let created = create_new(&tasks, &generated_task(fence, 1)).await;
+    let stopped = tasks.stop_generator().await.unwrap();
+    assert_eq!((stopped.status.as_str(), stopped.produced), ("STOPPED", 1));
     let before = tests::snapshot(&task_db, "tasks").await;
-    let late = tasks.post("/api/tasks", &generated_task(fence, 2)).await;
-    assert_eq!(
-        (late.status, late.code()),
-        (409, "generator_stopped"),
-        "{:?}",
-        late.body
-    );
+    let late = create_refused(&tasks, &generated_task(fence, 2)).await;
+    assert_eq!(refusal(&late), (409, "generator_stopped"), "{late}");
     assert_eq!(
         tests::snapshot(&task_db, "tasks").await,
         before,
         "nothing stored"
     );
     // A retry of a task stored before the stop still gets its task.
-    let repeat = tasks.post("/api/tasks", &generated_task(fence, 1)).await;
-    assert_eq!(
-        (repeat.status, repeat.body["id"].clone()),
-        (200, created.body["id"].clone())
+    // (200: the task stored before, not a new one.)
+    let repeat = tasks.create(&generated_task(fence, 1)).await.unwrap();
+    assert!(
+        matches!(&repeat, Created::Existing(task) if task.id == created.id),
+        "{repeat:?}"
     );
-    let status = tasks.get("/api/generator/status").await.body;
-    assert_eq!(status["produced"], 1);
+    assert_eq!(tasks.generator_status().await.unwrap().produced, 1);
 
-    assert_eq!(
-        tasks.post("/api/generator/start", &json!({})).await.status,
-        200
-    );
-    let again = tasks.post("/api/tasks", &generated_task(fence, 2)).await;
-    assert_eq!(again.status, 201, "{:?}", again.body);
+    assert!(tasks.start_generator(&start).await.unwrap().is_running);
+    create_new(&tasks, &generated_task(fence, 2)).await;
 }
 
 #[tokio::test]
@@ -580,13 +563,15 @@ async fn a_producing_generator_stores_nothing_after_stop_is_answered() {
         s.produced().await.len() >= 20
     })
     .await;
-    let stopped = s.tasks.post("/api/generator/stop", &json!({})).await;
-    assert_eq!(stopped.status, 200, "{:?}", stopped.body);
-    let produced = stopped.body["produced"].as_u64().unwrap();
+    let stopped = s.client.stop_generator().await.unwrap();
+    let produced = u64::try_from(stopped.produced).unwrap();
     // The leader reads the settings every 200 ms, and at 100/s it sends creates meanwhile:
     // give it time to send some after the stop.
     tokio::time::sleep(Duration::from_millis(1000)).await;
-    assert_eq!(s.status().await["produced"].as_u64(), Some(produced));
+    assert_eq!(
+        u64::try_from(s.status().await.produced).ok(),
+        Some(produced)
+    );
     assert_eq!(s.produced().await.len() as u64, produced);
     // It kept its lease, and produces again when started.
     assert_eq!(s.leader().await.as_deref(), Some("fast"));
@@ -601,7 +586,8 @@ async fn a_producing_generator_stores_nothing_after_stop_is_answered() {
 async fn settings_out_of_bounds_are_refused_and_the_generator_survives_the_bounds() {
     let s = stack().await;
     let generator = s.generator("slow").await;
-    let before = s.tasks.get("/api/generator/settings").await.body;
+    // The refusals are sent raw: they are bad input on the wire.
+    let before = s.client.generator_settings().await.unwrap();
     for body in [
         json!({"rate_per_second": 1e-300}),
         json!({"rate_per_second": 0.0009}),
@@ -619,19 +605,22 @@ async fn settings_out_of_bounds_are_refused_and_the_generator_survives_the_bound
             answer.body
         );
     }
-    assert_eq!(s.tasks.get("/api/generator/settings").await.body, before);
+    assert_eq!(s.client.generator_settings().await.unwrap(), before);
 
     // The slowest rate and the longest sleep are accepted, and the leader lives with them.
-    let slowest =
-        json!({"rate_per_second": 0.001, "min_sleep_seconds": 3600, "max_sleep_seconds": 3600});
-    let answer = s.tasks.post("/api/generator/start", &slowest).await;
-    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    let slowest = StartGenerator {
+        rate_per_second: Some(0.001),
+        min_sleep_seconds: Some(3600.0),
+        max_sleep_seconds: Some(3600.0),
+    };
+    let answer = s.client.start_generator(&slowest).await.unwrap();
+    assert!(answer.is_running, "{answer:?}");
     eventually(Duration::from_secs(10), "one task", || async {
         !s.produced().await.is_empty()
     })
     .await;
-    let task = &s.tasks.get("/api/tasks").await.body["tasks"][0];
-    assert_eq!(task["taskData"]["sleep_duration_seconds"], 3600.0);
+    let page = s.client.list(&TaskListing::default()).await.unwrap();
+    assert_eq!(page.tasks[0].task_data["sleep_duration_seconds"], 3600.0);
     let healthy = reqwest::get(generator.url("/healthz")).await.unwrap();
     assert!(healthy.status().is_success());
     assert_eq!(s.leader().await.as_deref(), Some("slow"));
@@ -642,25 +631,31 @@ async fn the_leader_is_seen_however_many_leases_share_its_prefix() {
     let lease_db = fresh_database().await;
     let task_db = fresh_database().await;
     let leases = Service::lease_service(&lease_db, &[]).await;
-    let tasks = Service::task_service(&task_db, &leases.base_url(), &[]).await;
+    let service = Service::task_service(&task_db, &leases.base_url(), &[]).await;
+    let tasks = service.task_client();
     // More than a page of leases whose names start with the generator's, all older than its.
+    let crowd = leases.lease_client();
+    let holders = vec!["crowd".to_owned(); 100];
     for batch in 0..11 {
         let resources: Vec<String> = (0..100)
             .map(|i| format!("task-generator-crowd-{batch}-{i}"))
             .collect();
-        let body = json!({"resources": resources, "holder": "crowd", "ttl_seconds": 300});
-        let answer = leases.post("/api/leases/batch", &body).await;
-        assert_eq!(answer.status, 200, "{:?}", answer.body);
+        let answer = crowd
+            .acquire_each(&resources, &holders, Some(Duration::from_secs(300)))
+            .await
+            .unwrap();
+        assert_eq!(answer.acquired.len(), 100, "{answer:?}");
     }
     let fence = take_generator_lease(&leases, "g1").await;
-    let status = tasks.get("/api/generator/status").await.body;
-    assert_eq!(status["leader"]["holder"], "g1", "{status}");
+    let status = tasks.generator_status().await.unwrap();
     assert_eq!(
-        tasks.post("/api/generator/start", &json!({})).await.status,
-        200
+        status.leader.as_ref().map(|l| l.holder.as_str()),
+        Some("g1"),
+        "{status:?}"
     );
-    let created = tasks.post("/api/tasks", &generated_task(fence, 1)).await;
-    assert_eq!(created.status, 201, "{:?}", created.body);
+    let start = StartGenerator::default();
+    assert!(tasks.start_generator(&start).await.unwrap().is_running);
+    create_new(&tasks, &generated_task(fence, 1)).await;
 }
 
 #[tokio::test]
@@ -671,6 +666,7 @@ async fn a_start_changes_nothing_but_a_stop_works_when_lease_service_cannot_answ
     let tasks = Service::task_service(&task_db, &leases.base_url(), &[]).await;
     leases.kill();
     let before = tests::snapshot(&task_db, "generator_settings").await;
+    // Raw: the typed client reports a 503 as transient, without its code.
     let start = tasks
         .post("/api/generator/start", &json!({"rate_per_second": 7}))
         .await;
@@ -688,38 +684,25 @@ async fn a_start_changes_nothing_but_a_stop_works_when_lease_service_cannot_answ
 
     // Started, with a leader; then lease-service goes down and an operator stops the generator.
     leases.start_again().await;
-    let started = tasks.post("/api/generator/start", &json!({})).await;
-    assert_eq!(started.status, 200, "{:?}", started.body);
+    let client = tasks.task_client();
+    let started = client.start_generator(&StartGenerator::default()).await;
+    assert!(started.unwrap().is_running);
     let fence = take_generator_lease(&leases, "g1").await;
     leases.kill();
-    let stop = tasks.post("/api/generator/stop", &json!({})).await;
-    assert_eq!(stop.status, 200, "{:?}", stop.body);
+    let stop = client.stop_generator().await.unwrap();
     assert_eq!(
-        (
-            stop.body["status"].as_str(),
-            stop.body["settings"]["running"].as_bool(),
-            &stop.body["leader"],
-        ),
-        (Some("STOPPED"), Some(false), &Value::Null),
-        "{:?}",
-        stop.body
+        (stop.status.as_str(), stop.settings.running, &stop.leader),
+        ("STOPPED", false, &None),
+        "{stop:?}"
     );
-    let message = stop.body["message"].as_str().unwrap();
     assert!(
-        message.contains("leader is unknown") && message.contains("lease-service"),
-        "{message}"
+        stop.message.contains("leader is unknown") && stop.message.contains("lease-service"),
+        "{}",
+        stop.message
     );
-    assert_eq!(
-        tasks.get("/api/generator/settings").await.body["running"],
-        false
-    );
+    assert!(!client.generator_settings().await.unwrap().running);
     // The leader, its lease still live once lease-service is back, produces nothing.
     leases.start_again().await;
-    let refused = tasks.post("/api/tasks", &generated_task(fence, 1)).await;
-    assert_eq!(
-        (refused.status, refused.code()),
-        (409, "generator_stopped"),
-        "{:?}",
-        refused.body
-    );
+    let refused = create_refused(&client, &generated_task(fence, 1)).await;
+    assert_eq!(refusal(&refused), (409, "generator_stopped"), "{refused}");
 }

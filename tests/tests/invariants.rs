@@ -4,9 +4,16 @@
 
 use std::time::Duration;
 
-use serde_json::json;
+use leasehold::TaskClient;
+use leasehold::generator::StartGenerator;
 use tests::checker;
-use tests::{Service, eventually, fresh_database};
+use tests::{Service, all_tasks_final, eventually, fresh_database};
+
+/// The generator replica holding the lease, as task-service reports it.
+async fn leader(tasks: &TaskClient) -> Option<String> {
+    let status = tasks.generator_status().await.ok()?;
+    Some(status.leader?.holder)
+}
 
 #[tokio::test]
 async fn a_busy_run_with_crashes_and_pauses_keeps_every_invariant() {
@@ -40,24 +47,26 @@ async fn a_busy_run_with_crashes_and_pauses_keeps_every_invariant() {
             Service::generator(&tasks.base_url(), &leases.base_url(), id, &generator_env).await,
         );
     }
-    let start = json!({"rate_per_second": 15, "min_sleep_seconds": 0, "max_sleep_seconds": 1});
-    assert_eq!(tasks.post("/api/generator/start", &start).await.status, 200);
+    let client = tasks.task_client();
+    let start = StartGenerator {
+        rate_per_second: Some(15.0),
+        min_sleep_seconds: Some(0.0),
+        max_sleep_seconds: Some(1.0),
+    };
+    assert!(client.start_generator(&start).await.unwrap().is_running);
 
     // Faults: kill -9 a worker mid-task, pause the generators' leader past its lease, kill it.
     tokio::time::sleep(Duration::from_secs(3)).await;
     workers[0].kill();
     // Three seconds of work are no promise that a leader has been elected on a slow machine.
     eventually(Duration::from_secs(30), "a generator leader", || async {
-        tasks.get("/api/generator/status").await.body["leader"]["holder"].is_string()
+        leader(&client).await.is_some()
     })
     .await;
-    let leader = tasks.get("/api/generator/status").await.body["leader"]["holder"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let leader_now = leader(&client).await.unwrap();
     let leading = generators
         .iter()
-        .position(|g| g.log_text().contains(&format!("holder={leader}")))
+        .position(|g| g.log_text().contains(&format!("holder={leader_now}")))
         .unwrap_or(0);
     generators[leading].pause();
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -65,25 +74,18 @@ async fn a_busy_run_with_crashes_and_pauses_keeps_every_invariant() {
     generators[leading].resume();
     tokio::time::sleep(Duration::from_secs(3)).await;
     workers[1].resume();
-    let leader = tasks.get("/api/generator/status").await.body["leader"]["holder"]
-        .as_str()
-        .unwrap_or("")
-        .to_owned();
+    let leader_now = leader(&client).await.unwrap_or_default();
     if let Some(g) = generators
         .iter_mut()
-        .find(|g| g.log_text().contains(&format!("holder={leader}")))
+        .find(|g| g.log_text().contains(&format!("holder={leader_now}")))
     {
         g.kill();
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(
-        tasks.post("/api/generator/stop", &json!({})).await.status,
-        200
-    );
+    assert!(!client.stop_generator().await.unwrap().is_running);
 
-    eventually(Duration::from_secs(90), "every task final", || async {
-        let total = tasks.get("/api/tasks/counts").await.body["total"].clone();
-        total["pending"] == 0 && total["running"] == 0
+    eventually(Duration::from_secs(90), "every task final", || {
+        all_tasks_final(&client)
     })
     .await;
     let report = checker::check(&lease_db, Some(&task_db), true).await;
@@ -103,20 +105,20 @@ async fn the_checker_catches_an_acquire_without_its_expiry_check() {
             &[]
         };
         let svc = Service::lease_service(&db, env).await;
+        let client = svc.lease_client();
         let attempts = (0..16).map(|i| {
-            let svc = &svc;
+            let client = &client;
             async move {
-                svc.post(
-                    "/api/leases",
-                    &json!({"resource": "contended", "holder": format!("h{i}")}),
-                )
-                .await
+                client
+                    .acquire_proving("contended", &format!("h{i}"), None, None)
+                    .await
             }
         });
+        // A grant is a new lease (201); a reentrant one (200) cannot happen with 16 holders.
         let granted = futures_util::future::join_all(attempts)
             .await
             .iter()
-            .filter(|a| a.status == 201)
+            .filter(|a| matches!(a, Ok((_, true))))
             .count();
         let report = checker::check(&db, None, false).await;
         if broken {

@@ -1,9 +1,14 @@
 //! lease-service's HTTP API against a real PostgreSQL, with the service as a real process.
+//! Most tests here pin the wire (each route's status, `code` and body) and send raw requests;
+//! those about what the leases do (one winner, rising fences) speak through the typed
+//! [`leasehold::LeaseClient`], as every other caller does.
 #![allow(clippy::unwrap_used)]
 
 use std::collections::HashSet;
 use std::time::Duration;
 
+use leasehold::LeaseError;
+use leasehold::api::Proof;
 use serde_json::{Value, json};
 use tests::{Answer, Service, eventually, execute, fresh_database, metric_sum, snapshot, verdicts};
 
@@ -182,31 +187,38 @@ async fn every_route_answers_with_its_success_and_error_codes() {
 async fn of_64_concurrent_acquirers_exactly_one_wins() {
     let db = fresh_database().await;
     let svc = Service::lease_service(&db, &[("DATABASE_POOL_SIZE", "32")]).await;
+    let client = svc.lease_client();
     let attempts = (0..64).map(|i| {
-        let svc = &svc;
+        let client = &client;
         async move {
-            svc.post("/api/leases", &lease("contended", &format!("worker-{i}")))
+            client
+                .acquire_proving("contended", &format!("worker-{i}"), None, None)
                 .await
         }
     });
     let answers = futures_util::future::join_all(attempts).await;
-    let created: Vec<_> = answers.iter().filter(|a| a.status == 201).collect();
-    let conflicts = answers.iter().filter(|a| a.status == 409).count();
-    assert_eq!(
-        created.len(),
-        1,
-        "{:?}",
-        answers.iter().map(|a| a.status).collect::<Vec<_>>()
+    // A new lease is a 201; Held is a 409 `lease_held`, and names the current holder.
+    let created: Vec<_> = answers
+        .iter()
+        .filter_map(|a| match a {
+            Ok((lease, true)) => Some(lease),
+            _ => None,
+        })
+        .collect();
+    let told: Vec<&str> = answers
+        .iter()
+        .filter_map(|a| match a {
+            Err(LeaseError::Held { holder, .. }) => Some(holder.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(created.len(), 1, "{answers:?}");
+    assert_eq!(told.len(), 63, "{answers:?}");
+    let winner = created[0].holder.as_str();
+    assert!(
+        told.iter().all(|holder| *holder == winner),
+        "every loser is told the one winner: {told:?}"
     );
-    assert_eq!(conflicts, 63);
-    let winner = created[0].body["holder"].clone();
-    for answer in answers.iter().filter(|a| a.status == 409) {
-        assert_eq!(answer.code(), "lease_held");
-        assert_eq!(
-            answer.body["holder"], winner,
-            "every loser is told the one winner"
-        );
-    }
     let rows = snapshot(&db, "leases").await;
     assert_eq!(rows.len(), 1);
 }
@@ -215,27 +227,34 @@ async fn of_64_concurrent_acquirers_exactly_one_wins() {
 async fn fence_strictly_increases_across_expiry_and_release_cycles() {
     let db = fresh_database().await;
     let svc = Service::lease_service(&db, &[]).await;
+    let client = svc.lease_client();
     let mut fences = Vec::new();
     // 20 release / re-acquire cycles, alternating holders and sometimes the same holder.
     for cycle in 0..20 {
         let holder = if cycle % 3 == 0 { "a" } else { "b" };
-        let got = svc.post("/api/leases", &lease("fenced", holder)).await;
-        assert_eq!(got.status, 201, "cycle {cycle}: {:?}", got.body);
-        fences.push(got.body["fence"].as_i64().unwrap());
-        let released = svc
-            .delete("/api/leases/release", &lease("fenced", holder))
-            .await;
-        assert_eq!(released.status, 200);
+        let (got, new) = client
+            .acquire_proving("fenced", holder, None, None)
+            .await
+            .unwrap();
+        assert!(new, "cycle {cycle}: a new lease (201): {got:?}");
+        fences.push(got.fence);
+        client
+            .release("fenced", holder, Proof::default())
+            .await
+            .unwrap();
     }
     // 20 expire / re-acquire cycles with the shortest TTL.
     for cycle in 0..20 {
         let holder = if cycle % 2 == 0 { "c" } else { "d" };
-        let body = json!({"resource": "fenced", "holder": holder, "ttl_seconds": 1});
-        let got = svc.post("/api/leases", &body).await;
-        assert_eq!(got.status, 201, "cycle {cycle}: {:?}", got.body);
-        fences.push(got.body["fence"].as_i64().unwrap());
-        let held = svc.post("/api/leases", &lease("fenced", "intruder")).await;
-        assert_eq!(held.status, 409);
+        let ttl = Some(Duration::from_secs(1));
+        let (got, new) = client
+            .acquire_proving("fenced", holder, ttl, None)
+            .await
+            .unwrap();
+        assert!(new, "cycle {cycle}: a new lease (201): {got:?}");
+        fences.push(got.fence);
+        let held = client.acquire("fenced", "intruder", None).await;
+        assert!(matches!(held, Err(LeaseError::Held { .. })), "{held:?}");
         tokio::time::sleep(Duration::from_millis(1050)).await;
     }
     assert_eq!(fences.len(), 40);

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use leasehold::lease_client::{LeaseListing, LeaseSet};
 use leasehold::{GuardConfig, LeaseClient, LeaseError, LeaseGuard, LeaseLost, with_lease};
-use serde_json::json;
 use tests::{Service, eventually, execute, fresh_database};
 
 fn config(resource: &str, holder: &str, ttl_seconds: u64) -> GuardConfig {
@@ -23,21 +23,16 @@ async fn the_guard_keeps_its_lease_across_five_ttls_then_releases_it() {
         .await
         .unwrap();
     let fence = guard.fence();
+    let rival = svc.lease_client();
 
     let started = Instant::now();
     while started.elapsed() < Duration::from_secs(11) {
-        let rival = svc
-            .post(
-                "/api/leases",
-                &json!({"resource": "kept", "holder": "rival"}),
-            )
-            .await;
-        assert_eq!(
-            rival.status,
-            409,
-            "after {:?}: {:?}",
-            started.elapsed(),
-            rival.body
+        let tried = rival.acquire("kept", "rival", None).await;
+        // Held is lease-service's 409 `lease_held`.
+        assert!(
+            matches!(&tried, Err(LeaseError::Held { holder, .. }) if holder == "keeper"),
+            "after {:?}: {tried:?}",
+            started.elapsed()
         );
         assert!(!guard.is_lost());
         tokio::time::sleep(Duration::from_millis(400)).await;
@@ -47,13 +42,11 @@ async fn the_guard_keeps_its_lease_across_five_ttls_then_releases_it() {
 
     let released = guard.release().await.unwrap();
     assert_eq!(released.status, leasehold::LeaseStatus::Released);
-    let rival = svc
-        .post(
-            "/api/leases",
-            &json!({"resource": "kept", "holder": "rival"}),
-        )
-        .await;
-    assert_eq!(rival.status, 201, "released means acquirable at once");
+    let (_, new) = rival
+        .acquire_proving("kept", "rival", None, None)
+        .await
+        .unwrap();
+    assert!(new, "released means acquirable at once (201)");
 }
 
 #[tokio::test]
@@ -229,11 +222,15 @@ async fn a_dropped_guard_releases_its_lease_and_errors_are_typed() {
     }
     drop(guard);
     let mut released = false;
+    let listing = LeaseListing {
+        set: LeaseSet::Released,
+        ..LeaseListing::default()
+    };
     for _ in 0..50 {
-        let leases = svc.get("/api/leases/released").await;
-        if leases.body["leases"]
-            .as_array()
-            .is_some_and(|l| l.len() == 1)
+        if client
+            .list(&listing)
+            .await
+            .is_ok_and(|page| page.leases.len() == 1)
         {
             released = true;
             break;
@@ -290,10 +287,15 @@ async fn renewal_errors_are_not_a_loss_while_there_is_time_left() {
     tokio::time::sleep(Duration::from_millis(2500)).await;
     assert!(!guard.is_lost(), "{:?}", guard.loss_reason());
     assert_eq!(guard.fence(), fence);
-    let current = svc.get("/api/leases/active").await;
-    assert_eq!(current.body["leases"][0]["holder"], "holder");
+    let current = svc
+        .lease_client()
+        .current("patient")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(current.holder, "holder");
     assert!(
-        current.body["leases"][0]["expiresInMs"].as_i64().unwrap() > 3000,
+        current.expires_in_ms > 3000,
         "renewed again after the pause"
     );
 }
@@ -425,13 +427,8 @@ async fn a_revoked_lease_is_lost_to_its_guard_and_not_released_by_it() {
     let guard = LeaseGuard::acquire(&client, config("evicted", "h", 3))
         .await
         .unwrap();
-    let revoked = svc
-        .post(
-            &format!("/api/leases/{}/revoke", guard.lease().id),
-            &json!({}),
-        )
-        .await;
-    assert_eq!(revoked.status, 200, "{:?}", revoked.body);
+    let revoked = svc.lease_client().revoke(guard.lease().id).await;
+    assert!(revoked.is_ok(), "{revoked:?}");
     // A renewal is due within a second; ten is a bound for a slow machine, not a wait.
     let why = tokio::time::timeout(Duration::from_secs(10), guard.lost())
         .await

@@ -9,11 +9,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use leasehold::generator::StartGenerator;
+use leasehold::tasks::TaskStatus;
 use leasehold_local::process::pid_alive;
 use leasehold_local::stack::READY_BANNER;
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
-use tests::{ChildGuard, binary, eventually, free_port, fresh_database};
+use tests::{
+    ChildGuard, binary, create_new, eventually, free_port, fresh_database, lease_client, new_task,
+    task_client,
+};
 
 /// The banner's last line: once it is there, the whole banner is.
 const BANNER_END: &str = "Ctrl-C to stop.";
@@ -160,60 +165,34 @@ async fn runs_the_stack_on_a_private_postgres_and_stops_it_all_on_ctrl_c() {
         home.join("pg/data/PG_VERSION").exists(),
         "data kept under LEASEHOLD_HOME"
     );
-    let http = reqwest::Client::new();
-    let lease = http
-        .post(format!("http://127.0.0.1:{lease_port}/api/leases"))
-        .json(&json!({"resource": "stack", "holder": "test"}))
-        .send()
+    let leases = lease_client(&format!("http://127.0.0.1:{lease_port}"), None);
+    let (_, new) = leases
+        .acquire_proving("stack", "test", None, None)
         .await
         .unwrap();
-    assert_eq!(lease.status().as_u16(), 201);
+    assert!(new, "a new lease (201)");
+    let tasks = task_client(&format!("http://127.0.0.1:{task_port}"), None);
 
     // The stack's worker does a task created through the stack's task-service.
-    let tasks = format!("http://127.0.0.1:{task_port}/api/tasks");
-    let created = http
-        .post(&tasks)
-        .json(&json!({"task_data": {"sleep_duration_seconds": 0}}))
-        .send()
+    let id = create_new(&tasks, &new_task(json!({"sleep_duration_seconds": 0})))
         .await
-        .unwrap();
-    assert_eq!(created.status().as_u16(), 201);
-    let created: Value = created.json().await.unwrap();
-    let id = created["id"].as_i64().unwrap();
+        .id;
     eventually(
         Duration::from_secs(60),
         "the stack's worker doing the task",
-        || async {
-            let task: Value = reqwest::get(format!("{tasks}/{id}"))
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            task["task"]["status"] == "succeeded"
-        },
+        || async { tasks.task(id).await.unwrap().status == TaskStatus::Succeeded },
     )
     .await;
 
     // One of the stack's two generator replicas produces once started.
-    let generator = format!("http://127.0.0.1:{task_port}/api/generator");
-    let started = http
-        .post(format!("{generator}/start"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(started.status().as_u16(), 200);
+    let started = tasks.start_generator(&StartGenerator::default()).await;
+    assert!(started.unwrap().is_running);
     eventually(
         Duration::from_secs(60),
         "the stack's generator producing",
         || async {
-            let status: Value = reqwest::get(format!("{generator}/status"))
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            status["produced"].as_i64().unwrap_or(0) > 0 && status["producing"] == true
+            let status = tasks.generator_status().await.unwrap();
+            status.produced > 0 && status.producing
         },
     )
     .await;
@@ -284,27 +263,20 @@ async fn uses_database_url_when_given() {
     let task_port = port_of(&env, "TASK_SERVICE_PORT");
     let mut stack = Stack::start(&env);
     stack.wait_ready().await;
-    let http = reqwest::Client::new();
-    let lease = http
-        .post(format!("http://127.0.0.1:{lease_port}/api/leases"))
-        .json(&json!({"resource": "stack", "holder": "test"}))
-        .send()
+    let leases = lease_client(&format!("http://127.0.0.1:{lease_port}"), None);
+    let (_, new) = leases
+        .acquire_proving("stack", "test", None, None)
         .await
         .unwrap();
-    assert_eq!(lease.status().as_u16(), 201);
+    assert!(new, "a new lease (201)");
+    let tasks = task_client(&format!("http://127.0.0.1:{task_port}"), None);
     let rows = tests::snapshot(&db, "leasehold_leases.leases").await;
     assert!(
         rows.iter().any(|row| row.contains(r#""resource":"stack""#)),
         "the lease landed in the given database: {rows:?}"
     );
     // task-service migrated its own schema of the same database, and works.
-    let created = http
-        .post(format!("http://127.0.0.1:{task_port}/api/tasks"))
-        .json(&json!({"task_data": {"sleep_duration_seconds": 0}}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(created.status().as_u16(), 201);
+    create_new(&tasks, &new_task(json!({"sleep_duration_seconds": 0}))).await;
     assert_eq!(
         tests::snapshot(&db, "leasehold_tasks.tasks").await.len(),
         1,
@@ -383,15 +355,9 @@ async fn ctrl_c_stops_clients_first_so_no_task_runs_twice() {
     let mut stack = Stack::start(&env);
     stack.wait_ready().await;
 
-    let http = reqwest::Client::new();
+    let client = task_client(&format!("http://127.0.0.1:{task_port}"), None);
     for _ in 0..8 {
-        let created = http
-            .post(format!("http://127.0.0.1:{task_port}/api/tasks"))
-            .json(&json!({"task_data": {"sleep_duration_seconds": 2}}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(created.status().as_u16(), 201);
+        create_new(&client, &new_task(json!({"sleep_duration_seconds": 2}))).await;
     }
     // Every worker slot busy.
     eventually(Duration::from_secs(60), "4 tasks running", || async {

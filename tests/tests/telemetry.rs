@@ -6,9 +6,21 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use leasehold::TaskClient;
+use leasehold::generator::StartGenerator;
+use leasehold::lease_client::LeaseListing;
+use leasehold::task_client::TaskListing;
+use leasehold::tasks::{CreateTask, TaskStatus};
 use serde_json::json;
 use tests::otlp::{OtlpReceiver, ReceivedSpan};
-use tests::{Service, eventually, fresh_database, metric_sum};
+use tests::{Service, create_new, eventually, fresh_database, metric_sum, new_task};
+
+/// How many tasks task-service counts as succeeded (0 when it does not answer).
+async fn succeeded(tasks: &TaskClient) -> i64 {
+    tasks.counts().await.map_or(0, |counts| {
+        counts.total.get("succeeded").copied().unwrap_or(0)
+    })
+}
 
 const SERVER: i32 = 2;
 const CLIENT: i32 = 3;
@@ -36,17 +48,18 @@ async fn stack(endpoint: &str) -> (Service, Service, Service) {
 async fn one_trace_follows_a_claim_from_worker_to_task_service_to_lease_service() {
     let receiver = OtlpReceiver::start();
     let (leases, tasks, worker) = stack(&receiver.endpoint()).await;
-    let created = tasks
-        .post(
-            "/api/tasks",
-            &json!({"task_data": {"sleep_duration_seconds": 0}}),
-        )
-        .await;
-    let id = created.body["id"].as_i64().unwrap().to_string();
+    // The test's own calls go through the typed client, which sends no trace context here (the
+    // test process sets no propagator): the worker's claim is still the trace's root.
+    let client = tasks.task_client();
+    let created = create_new(&client, &new_task(json!({"sleep_duration_seconds": 0}))).await;
     eventually(Duration::from_secs(20), "the task done", || async {
-        tasks.get(&format!("/api/tasks/{id}")).await.body["task"]["status"] == "succeeded"
+        client
+            .task(created.id)
+            .await
+            .is_ok_and(|task| task.status == TaskStatus::Succeeded)
     })
     .await;
+    let id = created.id.to_string();
 
     // The claim: the worker's root span carries the task id; its trace holds task-service's
     // and lease-service's spans, linked parent to child across both HTTP hops.
@@ -201,17 +214,16 @@ async fn metrics_equal_the_workload_and_an_unreachable_collector_slows_nothing()
     let dead = format!("http://127.0.0.1:{}", tests::free_port());
     let (leases, tasks, worker) = stack(&dead).await;
     let started = Instant::now();
+    let client = tasks.task_client();
     for n in 0..50 {
-        let created = tasks
-            .post(
-                "/api/tasks",
-                &json!({"task_data": {"sleep_duration_seconds": 0, "n": n}}),
-            )
-            .await;
-        assert_eq!(created.status, 201);
+        create_new(
+            &client,
+            &new_task(json!({"sleep_duration_seconds": 0, "n": n})),
+        )
+        .await;
     }
     eventually(Duration::from_secs(60), "50 completions", || async {
-        tasks.get("/api/tasks/counts").await.body["total"]["succeeded"] == 50
+        succeeded(&client).await == 50
     })
     .await;
     assert!(
@@ -284,10 +296,12 @@ async fn a_generated_task_has_one_creation_trace_from_generator_to_database() {
         ],
     )
     .await;
-    let started = tasks
-        .post("/api/generator/start", &json!({"rate_per_second": 5}))
-        .await;
-    assert_eq!(started.status, 200);
+    let operator = tasks.task_client();
+    let five = StartGenerator {
+        rate_per_second: Some(5.0),
+        ..StartGenerator::default()
+    };
+    assert!(operator.start_generator(&five).await.unwrap().is_running);
     let mut trace = Vec::new();
     eventually(
         Duration::from_secs(20),
@@ -345,7 +359,7 @@ async fn a_generated_task_has_one_creation_trace_from_generator_to_database() {
         ("task-generator", CLIENT)
     );
     assert_eq!(client.parent_span_id, root.span_id);
-    let _ = tasks.post("/api/generator/stop", &json!({})).await;
+    let _ = operator.stop_generator().await;
     drop(generator);
     receiver.stop().await;
 }
@@ -378,14 +392,13 @@ async fn queue_labels_are_capped_and_the_other_queues_add_up_under_other() {
         &[("METRICS_MAX_QUEUES", "10")],
     )
     .await;
+    let client = tasks.task_client();
     for n in 0..40 {
-        let created = tasks
-            .post(
-                "/api/tasks",
-                &json!({"task_data": {"n": n}, "queue": format!("queue-{n}")}),
-            )
-            .await;
-        assert_eq!(created.status, 201, "{:?}", created.body);
+        let task = CreateTask {
+            queue: Some(format!("queue-{n}")),
+            ..new_task(json!({"n": n}))
+        };
+        create_new(&client, &task).await;
     }
     let metrics = tasks.metrics().await;
     for metric in [
@@ -408,13 +421,8 @@ async fn queue_labels_are_capped_and_the_other_queues_add_up_under_other() {
     );
     assert_eq!(metric_sum(&metrics, "tasks{"), 40.0);
     // A queue keeps the label it first got.
-    let claimed = tasks
-        .post(
-            "/api/tasks/next",
-            &json!({"processor": "p", "queue": "queue-0"}),
-        )
-        .await;
-    assert_eq!(claimed.status, 202, "{:?}", claimed.body);
+    let claimed = client.claim("p", Some("queue-0"), None).await.unwrap();
+    assert_eq!(claimed.len(), 1, "one task claimed (202): {claimed:?}");
     let metrics = tasks.metrics().await;
     assert_eq!(
         metric_sum(&metrics, r#"tasks_claimed_total{queue="queue-0"}"#),
@@ -451,22 +459,30 @@ async fn requests_and_tasks_are_not_logged_one_by_one_at_info() {
     .await;
     let lines = |service: &Service| service.log_text().lines().count();
     let started = [lines(&leases), lines(&tasks), lines(&worker)];
+    let client = tasks.task_client();
+    let lease_client = leases.lease_client();
     for n in 0..20 {
-        let created = tasks
-            .post(
-                "/api/tasks",
-                &json!({"task_data": {"sleep_duration_seconds": 0, "n": n}}),
-            )
-            .await;
-        assert_eq!(created.status, 201);
+        create_new(
+            &client,
+            &new_task(json!({"sleep_duration_seconds": 0, "n": n})),
+        )
+        .await;
     }
     eventually(Duration::from_secs(60), "20 completions", || async {
-        tasks.get("/api/tasks/counts").await.body["total"]["succeeded"] == 20
+        succeeded(&client).await == 20
     })
     .await;
+    let five_tasks = TaskListing {
+        limit: Some(5),
+        ..TaskListing::default()
+    };
+    let five_leases = LeaseListing {
+        limit: Some(5),
+        ..LeaseListing::default()
+    };
     for _ in 0..20 {
-        assert_eq!(tasks.get("/api/tasks?limit=5").await.status, 200);
-        assert_eq!(leases.get("/api/leases?limit=5").await.status, 200);
+        client.list(&five_tasks).await.unwrap();
+        lease_client.list(&five_leases).await.unwrap();
     }
     for (service, skip) in [&leases, &tasks, &worker].into_iter().zip(started) {
         let loud = loud_lines_after(&service.log_text(), skip);
@@ -497,12 +513,10 @@ async fn traces_do_not_depend_on_the_log_level() {
     let task_db = fresh_database().await;
     let mut leases = Service::lease_service(&lease_db, &env).await;
     let tasks = Service::task_service(&task_db, &leases.base_url(), &env).await;
-    let created = tasks.post("/api/tasks", &json!({"task_data": {}})).await;
-    assert_eq!(created.status, 201);
-    let claimed = tasks
-        .post("/api/tasks/next", &json!({"processor": "p"}))
-        .await;
-    assert_eq!(claimed.status, 202, "{:?}", claimed.body);
+    let client = tasks.task_client();
+    create_new(&client, &new_task(json!({}))).await;
+    let claimed = client.claim("p", None, None).await.unwrap();
+    assert_eq!(claimed.len(), 1, "one task claimed (202): {claimed:?}");
 
     let mut found = None;
     eventually(
@@ -537,9 +551,9 @@ async fn traces_do_not_depend_on_the_log_level() {
     assert_eq!(found, Some(("task-service".to_owned(), CLIENT)));
 
     // A warning inside a request: lease-service is gone, so the next claim is 503.
-    let created = tasks.post("/api/tasks", &json!({"task_data": {}})).await;
-    assert_eq!(created.status, 201);
+    create_new(&client, &new_task(json!({}))).await;
     leases.kill();
+    // Raw: the typed client reports a 503 as transient, without its status.
     let refused = tasks
         .post("/api/tasks/next", &json!({"processor": "p2"}))
         .await;

@@ -6,6 +6,8 @@ use std::time::{Duration, Instant};
 use diesel::QueryableByName;
 use diesel::sql_types::{BigInt, Text};
 use diesel_async::RunQueryDsl;
+use leasehold::task_client::Created;
+use leasehold::tasks::CreateTask;
 use serde_json::json;
 
 use super::measure::{Samples, run_clients};
@@ -57,22 +59,23 @@ pub(super) async fn end_to_end(bench: &Bench, options: &BenchOptions, report: &m
         // The backlog, created over HTTP by 32 producers.
         let total = options.e2e_tasks;
         let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let http = bench.http.clone();
-        let url = bench.tasks.url("/api/tasks");
+        let tasks = Arc::new(bench.task_client());
         let (samples, elapsed) = run_clients(32, |_| {
-            let http = http.clone();
-            let url = url.clone();
+            let tasks = tasks.clone();
             let next = next.clone();
             let queue = queue.clone();
             async move {
                 let mut samples = Samples::default();
                 while next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < total {
                     let started = Instant::now();
-                    let body = json!({"task_data": {"sleep_duration_seconds": 0}, "queue": queue});
-                    match http.post(&url).json(&body).send().await {
-                        Ok(r) if r.status().as_u16() == 201 => {
-                            samples.latencies.push(started.elapsed());
-                        }
+                    let task = CreateTask {
+                        task_data: json!({"sleep_duration_seconds": 0}),
+                        queue: Some(queue.clone()),
+                        ..CreateTask::default()
+                    };
+                    // Only a new task (201) counts; anything else is an error of the run.
+                    match tasks.create(&task).await {
+                        Ok(Created::New(_)) => samples.latencies.push(started.elapsed()),
                         _ => samples.errors += 1,
                     }
                 }

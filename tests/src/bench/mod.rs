@@ -46,7 +46,7 @@ mod sample;
 use std::time::Duration;
 
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
-use leasehold::{LeaseClient, RetryPolicy};
+use leasehold::{LeaseClient, RetryPolicy, TaskClient};
 use leasehold_local::postgres::PrivatePostgres;
 
 use crate::Service;
@@ -112,6 +112,12 @@ impl Bench {
     fn lease_client(&self) -> LeaseClient {
         LeaseClient::from_parts(self.http.clone(), self.leases.base_url())
             .with_retry(RetryPolicy::none())
+    }
+
+    /// The typed task-service client the bench's producers use: one try per call, as the
+    /// lease client, and the bench's generous timeout.
+    fn task_client(&self) -> TaskClient {
+        TaskClient::new(vec![self.tasks.base_url()], Duration::from_secs(60), None).unwrap()
     }
 }
 

@@ -1,13 +1,14 @@
 //! The sample's claim against Leasehold's, on the same backlog sizes, then the claim's latency
 //! at half the measured maximum rate.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use diesel::sql_types::{BigInt, Text};
 use diesel::{OptionalExtension, QueryableByName};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use leasehold::LeaseClient;
-use serde_json::{Value, json};
+use leasehold::{LeaseClient, TaskClient};
+use serde_json::json;
 
 use super::measure::{Samples, run_clients};
 use super::{Bench, BenchOptions, Report, connect, execute};
@@ -125,35 +126,25 @@ async fn sample_cycle(
     }
 }
 
-/// One claim-and-complete through task-service's HTTP API. Returns the claim's latency.
+/// One claim-and-complete through task-service's HTTP API, with the typed client the worker
+/// uses. Returns the claim's latency.
 async fn leasehold_cycle(
-    http: &reqwest::Client,
-    base: &str,
+    tasks: &TaskClient,
     processor: &str,
     queue: &str,
 ) -> Result<Duration, String> {
     let started = Instant::now();
-    let claim = http
-        .post(format!("{base}/api/tasks/next"))
-        .json(&json!({"processor": processor, "queue": queue}))
-        .send()
-        .await
-        .map_err(|e| e.to_string())?;
+    let claim = tasks.claim(processor, Some(queue), None).await;
     let claimed = started.elapsed();
-    if claim.status().as_u16() != 202 {
-        return Err(format!("claim answered {}", claim.status()));
-    }
-    let task: Value = claim.json().await.map_err(|e| e.to_string())?;
-    let id = task["id"].as_i64().ok_or("no id")?;
-    let done = http
-        .put(format!("{base}/api/tasks/{id}/complete"))
-        .json(&json!({"processor": processor, "task_output": {}}))
-        .send()
+    let claimed_tasks = claim.map_err(|e| format!("claim: {e}"))?;
+    let task = claimed_tasks
+        .into_iter()
+        .next()
+        .ok_or("claim found no task")?;
+    tasks
+        .complete(task.id, processor, None, json!({}))
         .await
-        .map_err(|e| e.to_string())?;
-    if done.status().as_u16() != 202 {
-        return Err(format!("complete answered {}", done.status()));
-    }
+        .map_err(|e| format!("complete: {e}"))?;
     Ok(claimed)
 }
 
@@ -163,12 +154,10 @@ pub(super) async fn leasehold_cycles(
     options: &BenchOptions,
     queue: &str,
 ) -> (Samples, Duration) {
-    let http = bench.http.clone();
-    let base = bench.tasks.base_url();
+    let tasks = Arc::new(bench.task_client());
     let phase = options.phase;
     run_clients(options.claim_clients, |k| {
-        let http = http.clone();
-        let base = base.clone();
+        let tasks = tasks.clone();
         let queue = queue.to_owned();
         async move {
             let mut samples = Samples::default();
@@ -176,7 +165,7 @@ pub(super) async fn leasehold_cycles(
             let processor = format!("bench-claimer-{k}");
             while Instant::now() < deadline {
                 let started = Instant::now();
-                match leasehold_cycle(&http, &base, &processor, &queue).await {
+                match leasehold_cycle(&tasks, &processor, &queue).await {
                     Ok(_) => samples.latencies.push(started.elapsed()),
                     Err(_) => samples.errors += 1,
                 }
@@ -290,12 +279,12 @@ async fn half_load(bench: &Bench, options: &BenchOptions, rate: f64, report: &mu
     let started = Instant::now();
     let mut ticker = tokio::time::interval(period);
     let mut handles = Vec::new();
+    let tasks = Arc::new(bench.task_client());
     for i in 0..count {
         ticker.tick().await;
-        let http = bench.http.clone();
-        let base = bench.tasks.base_url();
+        let tasks = tasks.clone();
         handles.push(tokio::spawn(async move {
-            leasehold_cycle(&http, &base, &format!("half-load-{i}"), queue).await
+            leasehold_cycle(&tasks, &format!("half-load-{i}"), queue).await
         }));
     }
     let mut samples = Samples::default();

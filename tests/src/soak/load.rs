@@ -1,8 +1,12 @@
 //! The soak's own traffic and watching: its producer, its operator's calls, the drain after
-//! the faults, and the acknowledged tasks the table lost.
+//! the faults, and the acknowledged tasks the table lost. They speak through the shared typed
+//! [`leasehold::TaskClient`], as the worker and the generator do.
 
 use std::time::{Duration, Instant};
 
+use leasehold::TaskClient;
+use leasehold::generator::StartGenerator;
+use leasehold::tasks::CreateTask;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
@@ -17,7 +21,7 @@ pub(super) async fn produce(
     seed: u64,
     stop: tokio_util::sync::CancellationToken,
 ) -> Vec<i64> {
-    let http = client_with(tokens::PRODUCER);
+    let tasks = client_with(&task_url, tokens::PRODUCER);
     let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed);
     let mut created = Vec::new();
     let period = Duration::from_secs_f64(1.0 / f64::from(rate.max(1)));
@@ -33,21 +37,13 @@ pub(super) async fn produce(
             1 => json!("permanent"),
             _ => Value::Null,
         };
-        let body = json!({
-            "task_name": "soak",
-            "task_data": {"sleep_duration_seconds": rng.random_range(0.0..0.5), "fail": fail},
-            "max_attempts": 5,
-        });
-        if let Ok(response) = http
-            .post(format!("{task_url}/api/tasks"))
-            .json(&body)
-            .send()
-            .await
-            && response.status().is_success()
-            && let Ok(task) = response.json::<Value>().await
-            && let Some(id) = task["id"].as_i64()
-        {
-            created.push(id);
+        let task = CreateTask {
+            task_data: json!({"sleep_duration_seconds": rng.random_range(0.0..0.5), "fail": fail}),
+            max_attempts: Some(5),
+            ..CreateTask::default()
+        };
+        if let Ok(answer) = tasks.create(&task).await {
+            created.push(answer.task().id);
         }
     }
     created
@@ -77,15 +73,27 @@ pub(super) async fn missing_tasks(task_db: &str, acknowledged: &[i64]) -> Vec<i6
         .collect()
 }
 
-/// Sends `body` to `path` through `base`, as an operator, until it is answered 200, or
+/// What the soak's operator asks of the generator.
+pub(super) enum GeneratorCall {
+    Start(StartGenerator),
+    Stop,
+}
+
+/// Makes `call` through `base`, as an operator, until it is answered with success, or
 /// `timeout` passes.
-pub(super) async fn post_until_ok(base: &str, path: &str, body: &Value, timeout: Duration) -> bool {
-    let http = client_with(tokens::OPERATOR);
+pub(super) async fn generator_until_ok(
+    base: &str,
+    call: &GeneratorCall,
+    timeout: Duration,
+) -> bool {
+    let tasks = client_with(base, tokens::OPERATOR);
     let deadline = Instant::now() + timeout;
     while Instant::now() < deadline {
-        if let Ok(response) = http.post(format!("{base}{path}")).json(body).send().await
-            && response.status().is_success()
-        {
+        let answer = match call {
+            GeneratorCall::Start(settings) => tasks.start_generator(settings).await,
+            GeneratorCall::Stop => tasks.stop_generator().await,
+        };
+        if answer.is_ok() {
             return true;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -95,20 +103,12 @@ pub(super) async fn post_until_ok(base: &str, path: &str, body: &Value, timeout:
 
 /// Waits until no task is pending or running; how long that took, or `None` on timeout.
 pub(super) async fn drain(task_url: &str, timeout: Duration) -> Option<Duration> {
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(2))
-        .build()
-        .unwrap();
+    let tasks = TaskClient::new(vec![task_url.to_owned()], Duration::from_secs(2), None).unwrap();
     let start = Instant::now();
     while start.elapsed() < timeout {
-        if let Ok(response) = http
-            .get(format!("{task_url}/api/tasks/counts"))
-            .send()
-            .await
-            && let Ok(counts) = response.json::<Value>().await
-        {
-            let total = &counts["total"];
-            if total["pending"] == 0 && total["running"] == 0 {
+        if let Ok(counts) = tasks.counts().await {
+            let now = |status: &str| counts.total.get(status).copied().unwrap_or(0);
+            if now("pending") == 0 && now("running") == 0 {
                 return Some(start.elapsed());
             }
         }

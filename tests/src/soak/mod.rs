@@ -31,12 +31,11 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use serde_json::json;
 use tokio::task::JoinSet;
 
 use crate::checker;
 use faults::{Injection, draw_fault, draw_hold, inject};
-use load::{drain, missing_tasks, post_until_ok, produce};
+use load::{GeneratorCall, drain, generator_until_ok, missing_tasks, produce};
 use stack::Stack;
 
 pub use faults::Fault;
@@ -60,15 +59,14 @@ mod tokens {
     pub const OPERATOR: &str = "soak-operator-token-0001";
 }
 
-/// An HTTP client that sends `token` with every request.
-fn client_with(token: &str) -> reqwest::Client {
-    reqwest::Client::builder()
-        .default_headers(leasehold::api::Secret::bearer_headers(Some(
-            &leasehold::api::Secret::new(token),
-        )))
-        .timeout(Duration::from_secs(2))
-        .build()
-        .unwrap()
+/// A task-service client of `task_url` that sends `token` with every request.
+fn client_with(task_url: &str, token: &str) -> leasehold::TaskClient {
+    leasehold::TaskClient::new(
+        vec![task_url.to_owned()],
+        Duration::from_secs(2),
+        Some(&leasehold::api::Secret::new(token)),
+    )
+    .unwrap()
 }
 
 /// Runs a soak and returns its summary; it does not assert anything itself.
@@ -77,12 +75,15 @@ pub async fn run(options: SoakOptions) -> Summary {
     let mut rng = StdRng::seed_from_u64(options.seed);
     let task_url = stack.task_proxy.base_url();
 
-    let settings = json!({"rate_per_second": options.generator_rate, "min_sleep_seconds": 0, "max_sleep_seconds": 1});
+    let settings = leasehold::generator::StartGenerator {
+        rate_per_second: Some(f64::from(options.generator_rate)),
+        min_sleep_seconds: Some(0.0),
+        max_sleep_seconds: Some(1.0),
+    };
     assert!(
-        post_until_ok(
+        generator_until_ok(
             &task_url,
-            "/api/generator/start",
-            &settings,
+            &GeneratorCall::Start(settings),
             Duration::from_secs(30)
         )
         .await,
@@ -131,14 +132,7 @@ pub async fn run(options: SoakOptions) -> Summary {
 
     stop_producing.cancel();
     let produced = producer.await.unwrap_or_default();
-    if !post_until_ok(
-        &task_url,
-        "/api/generator/stop",
-        &json!({}),
-        Duration::from_secs(30),
-    )
-    .await
-    {
+    if !generator_until_ok(&task_url, &GeneratorCall::Stop, Duration::from_secs(30)).await {
         fault_errors.push("the generator could not be stopped after the faults".to_owned());
     }
     let drained_in = drain(&task_url, options.drain_timeout).await;
