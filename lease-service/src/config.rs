@@ -1,37 +1,8 @@
 //! Configuration: command-line flags, each also read from an environment variable.
 
-use clap::{Args, Parser, Subcommand};
+use clap::Args;
 use leasehold::server::auth::Auth;
 use leasehold::server::startup::ServerArgs;
-
-/// Leasehold's lease service: time-bound, exclusive, renewable, fenced leases kept in PostgreSQL.
-#[derive(Debug, Parser)]
-#[command(
-    name = "lease-service",
-    version,
-    args_conflicts_with_subcommands = true
-)]
-pub struct Cli {
-    #[command(subcommand)]
-    pub command: Option<Command>,
-    #[command(flatten)]
-    pub serve: ServeConfig,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum Command {
-    /// Serve the HTTP API (the default).
-    Serve(Box<ServeConfig>),
-    /// Apply pending database migrations and exit.
-    Migrate(MigrateConfig),
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct MigrateConfig {
-    /// PostgreSQL URL of the leases database.
-    #[arg(long, env = "DATABASE_URL")]
-    pub database_url: String,
-}
 
 #[derive(Debug, Clone, Args)]
 pub struct ServeConfig {
@@ -139,15 +110,17 @@ impl ServeConfig {
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
+    use leasehold::server::command::{ServiceCli, ServiceCommand};
 
-    use super::{Cli, ServeConfig};
+    use super::ServeConfig;
 
     fn serve_config(args: &[&str]) -> ServeConfig {
         let argv = ["lease-service", "--database-url", "postgres://db/leases"];
-        Cli::try_parse_from(argv.iter().chain(args))
-            .expect("parses")
-            .serve
+        let argv: Vec<&str> = argv.iter().chain(args).copied().collect();
+        match ServiceCli::<ServeConfig>::parse_from_as("lease-service", "test", argv) {
+            ServiceCommand::Serve(config) => *config,
+            ServiceCommand::Migrate(_) => panic!("no subcommand was given"),
+        }
     }
 
     #[test]

@@ -1,33 +1,8 @@
 //! Configuration: command-line flags, each also read from an environment variable.
 
-use clap::{Args, Parser, Subcommand};
+use clap::Args;
 use leasehold::server::auth::Auth;
 use leasehold::server::startup::ServerArgs;
-
-/// Leasehold's task service: a PostgreSQL task queue whose claims are leases from lease-service.
-#[derive(Debug, Parser)]
-#[command(name = "task-service", version, args_conflicts_with_subcommands = true)]
-pub struct Cli {
-    #[command(subcommand)]
-    pub command: Option<Command>,
-    #[command(flatten)]
-    pub serve: ServeConfig,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum Command {
-    /// Serve the HTTP API (the default).
-    Serve(Box<ServeConfig>),
-    /// Apply pending database migrations and exit.
-    Migrate(MigrateConfig),
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct MigrateConfig {
-    /// PostgreSQL URL of the tasks database.
-    #[arg(long, env = "DATABASE_URL")]
-    pub database_url: String,
-}
 
 #[derive(Debug, Clone, Args)]
 pub struct ServeConfig {

@@ -1,15 +1,18 @@
 //! The task-service binary: parses its configuration and hands it to the library.
 
-use clap::Parser;
-use task_service::config::{Cli, Command};
+use leasehold::server::command::{ServiceCli, ServiceCommand};
+use task_service::config::ServeConfig;
+
+const ABOUT: &str =
+    "Leasehold's task service: a PostgreSQL task queue whose claims are leases from lease-service.";
 
 #[actix_web::main]
 async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+    let command = ServiceCli::<ServeConfig>::parse_as("task-service", ABOUT);
     // Flushes buffered spans when main returns.
     let _telemetry = leasehold::telemetry::init("task-service");
-    match cli.command.unwrap_or(Command::Serve(Box::new(cli.serve))) {
-        Command::Migrate(migrate) => task_service::db::migrate(&migrate.database_url).await,
-        Command::Serve(config) => task_service::serve(*config).await,
+    match command {
+        ServiceCommand::Migrate(migrate) => task_service::db::migrate(&migrate.database_url).await,
+        ServiceCommand::Serve(config) => task_service::serve(*config).await,
     }
 }

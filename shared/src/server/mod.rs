@@ -6,6 +6,7 @@
 
 pub mod auth;
 pub mod coalesce;
+pub mod command;
 pub mod db;
 pub mod error;
 pub mod front_door;
