@@ -257,38 +257,64 @@ pub async fn claim_by_index_order(conn: &mut Db) -> Result<()> {
         .map(drop)
 }
 
-/// Running tasks whose lease has run out by the recorded expiry and whose cancellation nobody
-/// asked for, oldest first, locked; rows another transaction holds are skipped, never waited
-/// for. `exhausted` picks those that have used all their attempts (to be marked dead, never
-/// handed out) or the others (to be claimed): read apart, the ones only to be ended never fill
-/// the `LIMIT` meant for ones to claim.
-#[tracing::instrument(name = "SELECT tasks", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "SELECT", db.collection.name = "tasks"))]
-pub async fn lock_lapsed(
+/// Everything a claim round does with running tasks whose lease has run out by the recorded
+/// expiry, in one statement (one round trip and one plan, where it was three): up to `limit`
+/// of them whose cancellation was asked for end as cancelled (their workers stopped
+/// heartbeating, so nobody else would end them; they come back with status `cancelled`); up to
+/// `limit` that may be tried again are locked to be claimed; and the exhausted (all attempts
+/// used, to be marked dead, never handed out) are locked to fill what is left of `batch_room`.
+/// Each part is oldest first; rows another transaction holds are skipped, never waited for.
+/// Read apart, tasks only to be ended never fill the places of claimable ones.
+#[tracing::instrument(name = "UPDATE tasks", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "tasks"))]
+pub async fn take_lapsed(
     conn: &mut Db,
     queue: Option<&str>,
-    exhausted: bool,
     limit: i64,
+    batch_room: i64,
 ) -> Result<Vec<TaskRow>> {
     diesel::sql_query(format!(
-        "SELECT {COLUMNS} FROM tasks
-         WHERE status = 'running' AND must_heartbeat_before <= now()
-           AND ($1::text IS NULL OR queue = $1)
-           AND NOT cancel_requested AND (attempts >= max_attempts) = $2
-         ORDER BY must_heartbeat_before
-         LIMIT $3
-         FOR UPDATE SKIP LOCKED"
+        "WITH cancelled AS (
+             UPDATE tasks SET status = 'cancelled', processed_at = now(), updated_at = now()
+             WHERE id IN (SELECT id FROM tasks
+                          WHERE status = 'running' AND must_heartbeat_before <= now()
+                            AND ($1::text IS NULL OR queue = $1)
+                            AND cancel_requested
+                          ORDER BY must_heartbeat_before
+                          LIMIT $2
+                          FOR UPDATE SKIP LOCKED)
+             RETURNING {COLUMNS}
+         ), claimable AS (
+             SELECT {COLUMNS} FROM tasks
+             WHERE status = 'running' AND must_heartbeat_before <= now()
+               AND ($1::text IS NULL OR queue = $1)
+               AND NOT cancel_requested AND attempts < max_attempts
+             ORDER BY must_heartbeat_before
+             LIMIT $2
+             FOR UPDATE SKIP LOCKED
+         ), exhausted AS (
+             SELECT {COLUMNS} FROM tasks
+             WHERE status = 'running' AND must_heartbeat_before <= now()
+               AND ($1::text IS NULL OR queue = $1)
+               AND NOT cancel_requested AND attempts >= max_attempts
+             ORDER BY must_heartbeat_before
+             LIMIT GREATEST($3 - (SELECT count(*) FROM claimable), 0)
+             FOR UPDATE SKIP LOCKED
+         )
+         SELECT * FROM cancelled
+         UNION ALL SELECT * FROM claimable
+         UNION ALL SELECT * FROM exhausted"
     ))
     .bind::<Nullable<Text>, _>(queue)
-    .bind::<Bool, _>(exhausted)
     .bind::<BigInt, _>(limit)
+    .bind::<BigInt, _>(batch_room)
     .load(conn)
     .await
 }
 
 /// Ends as cancelled up to `batch` running tasks (of `queue`, if given) whose cancellation was
 /// asked for and whose lease has run out by the recorded expiry: their workers stopped
-/// heartbeating, so nobody else would end them. Claims call it before reading lapsed tasks,
-/// and the retention sweeper for queues nobody claims from. Rows another transaction holds are
+/// heartbeating, so nobody else would end them. The retention sweeper runs it for queues nobody
+/// claims from ([`take_lapsed`] does the same for a claim's queue). Rows another transaction holds are
 /// skipped.
 #[tracing::instrument(name = "UPDATE tasks", level = "info", skip_all, fields(otel.kind = "client", db.system.name = "postgresql", db.operation.name = "UPDATE", db.collection.name = "tasks"))]
 pub async fn cancel_lapsed(conn: &mut Db, queue: Option<&str>, batch: i64) -> Result<Vec<TaskRow>> {

@@ -79,9 +79,8 @@ pub fn claims_per_group(wants: &[Want]) -> usize {
 ///   of one.
 ///
 /// A lapsed task whose cancellation was asked for is never handed out: it ends as cancelled
-/// (its worker stopped heartbeating, so nobody will end it otherwise) by the statement the
-/// retention sweeper uses for queues nobody claims from, before any lapsed task is read, and its
-/// lease is released after commit.
+/// (its worker stopped heartbeating, so nobody will end it otherwise) in the same statement
+/// that reads the lapsed tasks ([`repo::take_lapsed`]), and its lease is released after commit.
 ///
 /// If the transaction fails after leases were granted, they are released at once.
 #[tracing::instrument(name = "claim group", skip_all, fields(
@@ -103,13 +102,11 @@ pub async fn claim_group(
             repo::claim_by_index_order(conn).await?;
             // Lapsed tasks that are only to be ended are taken apart from those to claim, so
             // that they never fill the places of claimable ones (nor spend a request's room).
-            round.cancelled = repo::cancel_lapsed(conn, queue, total).await?;
-            let mut lapsed = repo::lock_lapsed(conn, queue, false, total).await?;
-            // One lease-service batch holds both: the exhausted fill what the claimable left.
-            let spare = MAX_CLAIM - i64::try_from(lapsed.len()).unwrap_or(MAX_CLAIM);
-            if spare > 0 {
-                lapsed.extend(repo::lock_lapsed(conn, queue, true, spare).await?);
-            }
+            // One lease-service batch holds the claimable and the exhausted: the exhausted
+            // fill what the claimable left of it.
+            let (cancelled, lapsed) =
+                split_lapsed(repo::take_lapsed(conn, queue, total, MAX_CLAIM).await?);
+            round.cancelled = cancelled;
             round.grant(conn, engine, lapsed, &granted).await?;
             let room = total - round.taken();
             if room > 0 {
@@ -406,6 +403,17 @@ fn exhausted(task: &TaskRow) -> bool {
     task.attempts >= task.max_attempts
 }
 
+/// [`repo::take_lapsed`]'s rows as (the ones it ended as cancelled, the ones to grant): the
+/// claimable first, then the exhausted, each oldest first as read.
+fn split_lapsed(rows: Vec<TaskRow>) -> (Vec<TaskRow>, Vec<TaskRow>) {
+    let (cancelled, mut lapsed): (Vec<TaskRow>, Vec<TaskRow>) = rows
+        .into_iter()
+        .partition(|task| task.status == TaskStatus::Cancelled);
+    // Stable: each kind keeps the statement's order.
+    lapsed.sort_by_key(exhausted);
+    (cancelled, lapsed)
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -460,5 +468,27 @@ mod tests {
         assert!(!exhausted(&task));
         task.attempts = task.max_attempts;
         assert!(exhausted(&task));
+    }
+
+    #[test]
+    fn lapsed_rows_split_into_ended_and_claimable_before_exhausted() {
+        let row = |id, status, attempts| {
+            let mut task = fixtures::row(status, Some("w"), Some(1));
+            task.id = id;
+            task.attempts = attempts;
+            task
+        };
+        let max = fixtures::row(TaskStatus::Running, None, None).max_attempts;
+        let rows = vec![
+            row(1, TaskStatus::Cancelled, 1),
+            row(2, TaskStatus::Running, max),
+            row(3, TaskStatus::Running, 1),
+            row(4, TaskStatus::Running, max),
+            row(5, TaskStatus::Running, 1),
+        ];
+        let (cancelled, lapsed) = split_lapsed(rows);
+        let ids = |rows: &[TaskRow]| rows.iter().map(|t| t.id).collect::<Vec<_>>();
+        assert_eq!(ids(&cancelled), [1]);
+        assert_eq!(ids(&lapsed), [3, 5, 2, 4]);
     }
 }
