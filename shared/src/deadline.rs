@@ -24,6 +24,13 @@ pub struct LeaseDeadline {
 }
 
 impl LeaseDeadline {
+    /// The margin a holder gives up unless told otherwise: a tenth of the TTL, between 100 ms
+    /// and 2 s (enough for a clock-rate error far beyond any real one, and for the answer's
+    /// trip; never so much that a short lease is mostly margin).
+    pub fn default_margin(ttl: Duration) -> Duration {
+        (ttl / 10).clamp(Duration::from_millis(100), Duration::from_secs(2))
+    }
+
     /// A lease of `ttl`, confirmed by a request sent at `sent`; `margin` is given up at the end.
     pub fn new(sent: Instant, ttl: Duration, margin: Duration) -> Self {
         Self {
@@ -84,5 +91,13 @@ mod tests {
         deadline.confirm(start + Duration::from_secs(20), Duration::from_secs(10));
         assert_eq!(deadline.at(), start + Duration::from_secs(28));
         assert!(!deadline.passed());
+    }
+
+    #[test]
+    fn the_default_margin_is_a_tenth_of_the_ttl_within_bounds() {
+        let margin = |ms| LeaseDeadline::default_margin(Duration::from_millis(ms)).as_millis();
+        assert_eq!(margin(5_000), 500);
+        assert_eq!(margin(30_000), 2_000);
+        assert_eq!(margin(600), 100);
     }
 }

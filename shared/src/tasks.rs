@@ -107,6 +107,24 @@ pub struct Task {
     pub cancel_requested: bool,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// Only in the answers to a claim and a heartbeat: the length of the task's lease, which
+    /// runs from when task-service received the request. The worker counts its deadline from
+    /// this, so it has no TTL setting of its own to keep equal to task-service's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_ttl_ms: Option<u64>,
+}
+
+impl Task {
+    /// This answer, telling the holder its lease lasts `ttl`.
+    pub fn with_lease_ttl(mut self, ttl: std::time::Duration) -> Self {
+        self.lease_ttl_ms = Some(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
+        self
+    }
+
+    /// The lease TTL the answer carries, if it carries one.
+    pub fn lease_ttl(&self) -> Option<std::time::Duration> {
+        self.lease_ttl_ms.map(std::time::Duration::from_millis)
+    }
 }
 
 /// A page of a task listing (`GET /api/tasks`, `/processed`, `/started`): the sample's pages

@@ -174,7 +174,7 @@ async fn create(state: State, body: web::Json<CreateTask>) -> Result<HttpRespons
 
 /// 202 with the task (a list when `limit` was given), or 200 `{message}` when none is due.
 async fn next(state: State, body: web::Json<ClaimTasks>) -> Result<HttpResponse, ApiError> {
-    let mut claimed = tasks::claim(&state.claims, &body).await?;
+    let mut claimed = tasks::claim(&state.claims, &state.engine, &body).await?;
     Ok(match (claimed.is_empty(), body.limit.is_some()) {
         (true, _) => HttpResponse::Ok().json(NoTask {
             message: "No tasks available".to_owned(),

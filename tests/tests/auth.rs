@@ -559,7 +559,6 @@ async fn a_locked_stack_runs_tasks_and_generator_and_no_secret_reaches_a_log_or_
     let mut env = vec![
         ("AUTH_TOKEN", WORKER),
         ("WORKER_ID", "locked-worker"),
-        ("LEASE_TTL_SECONDS", "3"),
         ("HEARTBEAT_INTERVAL_SECONDS", "0.5"),
         ("POLL_MAX_MS", "200"),
     ];

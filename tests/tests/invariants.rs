@@ -27,7 +27,6 @@ async fn a_busy_run_with_crashes_and_pauses_keeps_every_invariant() {
     )
     .await;
     let worker_env = [
-        ("LEASE_TTL_SECONDS", "2"),
         ("HEARTBEAT_INTERVAL_SECONDS", "0.5"),
         ("POLL_MAX_MS", "200"),
         ("WORKER_CONCURRENCY", "3"),

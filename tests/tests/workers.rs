@@ -31,12 +31,12 @@ async fn stack(lease_ttl: &str) -> Stack {
 }
 
 impl Stack {
-    /// A worker whose heartbeat and lease match the stack's short lease.
+    /// A worker that heartbeats four times per lease of the stack's (the lease's length itself
+    /// comes with each claim answer).
     async fn worker(&self, id: &str, lease_ttl: &str, extra: &[(&str, &str)]) -> Service {
         let heartbeat = format!("{}", lease_ttl.parse::<f64>().unwrap() / 4.0);
         let mut env = vec![
             ("WORKER_ID", id),
-            ("LEASE_TTL_SECONDS", lease_ttl),
             ("HEARTBEAT_INTERVAL_SECONDS", heartbeat.as_str()),
             ("POLL_MIN_MS", "20"),
             ("POLL_MAX_MS", "200"),
@@ -407,7 +407,6 @@ async fn a_dead_task_service_url_is_skipped_and_the_log_names_each_task() {
         &urls,
         &[
             ("WORKER_ID", "w"),
-            ("LEASE_TTL_SECONDS", "5"),
             ("HEARTBEAT_INTERVAL_SECONDS", "1"),
             ("POLL_MAX_MS", "200"),
             // Each task's claim and completion are logged at debug level.
@@ -469,5 +468,61 @@ async fn completions_ready_together_travel_in_one_request_and_each_counts_once()
     assert!(
         batches + singles < 300,
         "{batches} batches and {singles} single completions for 300 tasks"
+    );
+}
+
+/// The lease's length is task-service's alone: claim and heartbeat answers carry it, and the
+/// worker, which has no TTL setting, heartbeats by it. With 2 s task leases and the sample's
+/// 15 s heartbeat interval, a 5 s task is heartbeaten every half TTL and succeeds on its first
+/// attempt. A worker counting a 30 s lease of its own would beat too late: the lease would lapse,
+/// the task be claimed again, and the first run's completion be refused.
+#[tokio::test]
+async fn the_worker_keeps_the_lease_task_service_gives() {
+    let s = stack("2").await;
+    let probe = s.create(json!({"sleep_duration_seconds": 0})).await;
+    let claimed = s
+        .tasks
+        .post("/api/tasks/next", &json!({"processor": "probe"}))
+        .await;
+    assert_eq!(claimed.body["id"], probe, "{:?}", claimed.body);
+    assert_eq!(claimed.body["leaseTtlMs"], 2_000, "{:?}", claimed.body);
+    let fence = claimed.body["fence"].clone();
+    let beat = s
+        .tasks
+        .put(
+            &format!("/api/tasks/{probe}/heartbeat"),
+            &json!({"processor": "probe", "fence": fence}),
+        )
+        .await;
+    assert_eq!(beat.status, 202, "{:?}", beat.body);
+    let beaten = beat.body.get("task").unwrap_or(&beat.body);
+    assert_eq!(beaten["leaseTtlMs"], 2_000, "{:?}", beat.body);
+    // Other answers do not carry it: it is a claim's and a heartbeat's.
+    assert!(s.task(probe).await.get("leaseTtlMs").is_none());
+    let done = s
+        .tasks
+        .put(
+            &format!("/api/tasks/{probe}/complete"),
+            &json!({"processor": "probe", "fence": fence, "task_output": {}}),
+        )
+        .await;
+    assert_eq!(done.status, 202, "{:?}", done.body);
+
+    let id = s.create(json!({"sleep_duration_seconds": 5})).await;
+    let _worker = Service::worker(
+        &s.tasks.base_url(),
+        &[("WORKER_ID", "sample-paced"), ("POLL_MAX_MS", "200")],
+    )
+    .await;
+    eventually(Duration::from_secs(60), "the 5 s task to end", || async {
+        let status = s.task(id).await["status"].clone();
+        status == "succeeded" || status == "dead"
+    })
+    .await;
+    let task = s.task(id).await;
+    assert_eq!(task["status"], "succeeded", "{task}");
+    assert_eq!(
+        task["attempts"], 1,
+        "the lease lapsed under the worker: {task}"
     );
 }

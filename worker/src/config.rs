@@ -15,15 +15,14 @@ pub mod defaults {
     pub const CONCURRENCY: usize = 1;
     /// The sample's heartbeat interval.
     pub const HEARTBEAT_INTERVAL_SECONDS: f64 = 15.0;
-    /// The sample's lease length (task-service's `TASK_LEASE_TTL_SECONDS`).
-    pub const LEASE_TTL_SECONDS: f64 = 30.0;
     /// First idle wait.
     pub const POLL_MIN_MS: u64 = 100;
     /// Longest idle wait.
     pub const POLL_MAX_MS: u64 = 5_000;
     /// Time in-flight tasks get to finish after SIGTERM/SIGINT.
     pub const SHUTDOWN_GRACE_SECONDS: f64 = 30.0;
-    /// How long a chaos heartbeat pause lasts (longer than the default TTL, so it loses the lease).
+    /// How long a chaos heartbeat pause lasts (longer than task-service's default lease TTL of
+    /// 30 s, so it loses the lease).
     pub const CHAOS_HEARTBEAT_PAUSE_SECONDS: f64 = 45.0;
 }
 
@@ -31,8 +30,8 @@ pub mod defaults {
 pub const MAX_NAME_BYTES: usize = leasehold::api::MAX_NAME_BYTES;
 /// Longest `WORKER_QUEUE` accepted (task-service's limit on a queue name).
 pub const MAX_QUEUE_BYTES: usize = leasehold::tasks::MAX_QUEUE_BYTES;
-/// Longest lease TTL accepted, in seconds (lease-service's default upper bound).
-pub const MAX_LEASE_TTL_SECONDS: f64 = 3_600.0;
+/// Longest heartbeat interval accepted, in seconds (lease-service's default longest TTL).
+pub const MAX_HEARTBEAT_INTERVAL_SECONDS: f64 = 3_600.0;
 /// Longest grace period accepted, in seconds.
 pub const MAX_SHUTDOWN_GRACE_SECONDS: f64 = 86_400.0;
 /// Most tasks in flight per process.
@@ -84,16 +83,13 @@ pub struct WorkerConfig {
     #[arg(long, env = "WORKER_CONCURRENCY", default_value_t = defaults::CONCURRENCY)]
     pub concurrency: usize,
 
-    /// Seconds between heartbeats of a task (fractions allowed). Must be at most half of
-    /// LEASE_TTL_SECONDS.
+    /// Seconds between heartbeats of a task (fractions allowed). A task whose lease is shorter
+    /// than twice this (task-service's TASK_LEASE_TTL_SECONDS, which every claim answer
+    /// carries) is heartbeaten every half TTL instead. The worker has no lease TTL setting of its
+    /// own: work is abandoned when no claim or heartbeat has been confirmed for the TTL the last
+    /// answer gave (minus a tenth of it, 100 ms to 2 s).
     #[arg(long, env = "HEARTBEAT_INTERVAL_SECONDS", default_value_t = defaults::HEARTBEAT_INTERVAL_SECONDS)]
     pub heartbeat_interval_seconds: f64,
-
-    /// Length of a task's lease in seconds: must match task-service's TASK_LEASE_TTL_SECONDS.
-    /// Work is abandoned when no claim or heartbeat has been confirmed for this long (minus a
-    /// safety margin of min(TTL/10, 2 s)).
-    #[arg(long, env = "LEASE_TTL_SECONDS", default_value_t = defaults::LEASE_TTL_SECONDS)]
-    pub lease_ttl_seconds: f64,
 
     /// First wait in milliseconds before polling again when no task is due or task-service is
     /// unavailable; it doubles (jittered) up to POLL_MAX_MS.
@@ -154,9 +150,6 @@ pub struct Settings {
     pub queue: Option<String>,
     pub concurrency: usize,
     pub heartbeat_interval: Duration,
-    pub lease_ttl: Duration,
-    /// Work is abandoned this long before the lease would expire unconfirmed.
-    pub safety_margin: Duration,
     /// Timeout of each HTTP request: min(5 s, heartbeat interval / 2).
     pub request_timeout: Duration,
     pub poll_min: Duration,
@@ -180,7 +173,6 @@ impl WorkerConfig {
             queue: None,
             concurrency: defaults::CONCURRENCY,
             heartbeat_interval_seconds: defaults::HEARTBEAT_INTERVAL_SECONDS,
-            lease_ttl_seconds: defaults::LEASE_TTL_SECONDS,
             poll_min_ms: defaults::POLL_MIN_MS,
             poll_max_ms: defaults::POLL_MAX_MS,
             shutdown_grace_seconds: defaults::SHUTDOWN_GRACE_SECONDS,
@@ -210,28 +202,14 @@ impl WorkerConfig {
                 self.concurrency
             )));
         }
-        if !self.lease_ttl_seconds.is_finite()
-            || !(1.0..=MAX_LEASE_TTL_SECONDS).contains(&self.lease_ttl_seconds)
+        if !self.heartbeat_interval_seconds.is_finite()
+            || self.heartbeat_interval_seconds <= 0.0
+            || self.heartbeat_interval_seconds > MAX_HEARTBEAT_INTERVAL_SECONDS
         {
             return Err(ConfigError(format!(
-                "LEASE_TTL_SECONDS ({}) must be between 1 and {MAX_LEASE_TTL_SECONDS}",
-                self.lease_ttl_seconds
-            )));
-        }
-        let lease_ttl = seconds("LEASE_TTL_SECONDS", self.lease_ttl_seconds)?;
-        if !self.heartbeat_interval_seconds.is_finite() || self.heartbeat_interval_seconds <= 0.0 {
-            return Err(ConfigError(format!(
-                "HEARTBEAT_INTERVAL_SECONDS ({}) must be a positive number of seconds",
+                "HEARTBEAT_INTERVAL_SECONDS ({}) must be a positive number of seconds, at most \
+                 {MAX_HEARTBEAT_INTERVAL_SECONDS}",
                 self.heartbeat_interval_seconds
-            )));
-        }
-        // At most half the TTL (the sample's 15 s with 30 s leases is exactly half): a failed
-        // heartbeat is then retried for at least another half TTL, minus the safety margin.
-        if self.heartbeat_interval_seconds > self.lease_ttl_seconds / 2.0 {
-            return Err(ConfigError(format!(
-                "HEARTBEAT_INTERVAL_SECONDS ({}) must be at most half of LEASE_TTL_SECONDS ({}), \
-                 so that a missed heartbeat can be retried before the lease expires",
-                self.heartbeat_interval_seconds, self.lease_ttl_seconds
             )));
         }
         let heartbeat_interval = seconds(
@@ -286,8 +264,6 @@ impl WorkerConfig {
             queue: self.queue.clone(),
             concurrency: self.concurrency,
             heartbeat_interval,
-            lease_ttl,
-            safety_margin: (lease_ttl / 10).min(Duration::from_secs(2)),
             request_timeout: (heartbeat_interval / 2).min(Duration::from_secs(5)),
             poll_min: Duration::from_millis(self.poll_min_ms),
             poll_max: Duration::from_millis(self.poll_max_ms),
@@ -398,8 +374,6 @@ mod tests {
         let settings = config().validate().unwrap();
         assert_eq!(settings.concurrency, 1);
         assert_eq!(settings.heartbeat_interval, Duration::from_secs(15));
-        assert_eq!(settings.lease_ttl, Duration::from_secs(30));
-        assert_eq!(settings.safety_margin, Duration::from_secs(2));
         assert_eq!(settings.request_timeout, Duration::from_secs(5));
         assert_eq!(settings.poll_min, Duration::from_millis(100));
         assert_eq!(settings.poll_max, Duration::from_secs(5));
@@ -421,23 +395,18 @@ mod tests {
     }
 
     #[test]
-    fn heartbeat_must_be_at_most_half_the_ttl() {
+    fn the_heartbeat_interval_must_be_a_positive_time() {
         let mut config = config();
-        config.heartbeat_interval_seconds = 20.0;
-        let message = error(&config);
-        assert!(message.contains("HEARTBEAT_INTERVAL_SECONDS"), "{message}");
-        assert!(message.contains("LEASE_TTL_SECONDS"), "{message}");
-        config.heartbeat_interval_seconds = 15.01;
-        assert!(error(&config).contains("HEARTBEAT_INTERVAL_SECONDS"));
-        config.heartbeat_interval_seconds = 15.0; // exactly half: the sample's defaults
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY, 3_600.5, 0.001] {
+            config.heartbeat_interval_seconds = bad;
+            assert!(
+                error(&config).contains("HEARTBEAT_INTERVAL_SECONDS"),
+                "{bad}"
+            );
+        }
+        // Longer than half of any TTL is accepted: each task's lease sets its own pace.
+        config.heartbeat_interval_seconds = 60.0;
         assert!(config.validate().is_ok());
-        config.heartbeat_interval_seconds = 0.0;
-        assert!(error(&config).contains("HEARTBEAT_INTERVAL_SECONDS"));
-        config.heartbeat_interval_seconds = f64::NAN;
-        assert!(error(&config).contains("HEARTBEAT_INTERVAL_SECONDS"));
-        config.heartbeat_interval_seconds = 1.0;
-        config.lease_ttl_seconds = 0.5;
-        assert!(error(&config).contains("LEASE_TTL_SECONDS"));
     }
 
     #[test]
@@ -494,13 +463,11 @@ mod tests {
     }
 
     #[test]
-    fn short_intervals_shorten_the_request_timeout_and_margin() {
+    fn short_intervals_shorten_the_request_timeout() {
         let mut config = config();
-        config.lease_ttl_seconds = 2.0;
         config.heartbeat_interval_seconds = 0.5;
         let settings = config.validate().unwrap();
         assert_eq!(settings.request_timeout, Duration::from_millis(250));
-        assert_eq!(settings.safety_margin, Duration::from_millis(200));
     }
 
     #[test]

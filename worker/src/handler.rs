@@ -314,6 +314,7 @@ pub(crate) mod tests {
             cancel_requested: false,
             created_at: now,
             updated_at: now,
+            lease_ttl_ms: None,
         }
     }
 

@@ -11,11 +11,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use leasehold::LeaseDeadline;
+use leasehold::tasks::Task;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
-use crate::config::Settings;
 use crate::runner::Ctx;
 
 /// Retries of heartbeats, completions and failures: from this...
@@ -23,22 +23,48 @@ const RETRY_MIN: Duration = Duration::from_millis(100);
 /// ...up to this (or half the heartbeat interval, if shorter).
 const RETRY_MAX: Duration = Duration::from_secs(2);
 
+/// The sample's lease length, counted on when a task-service older than the `leaseTtlMs` field
+/// answers a claim without it.
+pub(crate) const FALLBACK_LEASE_TTL: Duration = Duration::from_secs(30);
+
+/// The TTL of a claimed task's lease, as task-service's answer gives it.
+pub(crate) fn lease_ttl(task: &Task) -> Duration {
+    task.lease_ttl()
+        .filter(|ttl| !ttl.is_zero())
+        .unwrap_or_else(|| {
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| {
+                tracing::warn!(
+                    fallback_seconds = FALLBACK_LEASE_TTL.as_secs(),
+                    "task-service's claim answer carries no lease TTL (leaseTtlMs; an older \
+                     task-service): counting each lease as the sample's 30 s"
+                );
+            });
+            FALLBACK_LEASE_TTL
+        })
+}
+
 /// What the runner and the heartbeat loop know about a task's lease.
 pub(crate) struct LeaseState {
-    /// The task lease's TTL, which every accepted claim or heartbeat confirms anew.
-    ttl: Duration,
+    /// The lease's TTL as task-service's last accepted claim or heartbeat answer gave it.
+    ttl: Mutex<Duration>,
     /// Counted from the send instant of the last accepted claim or heartbeat.
     deadline: LeaseDeadline,
+    /// Between heartbeats: the configured interval, or half the TTL if that is shorter, so that
+    /// a failed heartbeat is retried for at least another half TTL before the lease runs out.
+    interval: Duration,
     reason: Mutex<Option<String>>,
     /// Cancelled when the lease is lost.
     pub(crate) lost: CancellationToken,
 }
 
 impl LeaseState {
-    pub(crate) fn new(ttl: Duration, margin: Duration, claim_sent: Instant) -> Self {
+    /// The lease of a task whose claim, sent at `claim_sent`, was answered with a lease of `ttl`.
+    pub(crate) fn new(ttl: Duration, configured_interval: Duration, claim_sent: Instant) -> Self {
         Self {
-            ttl,
-            deadline: LeaseDeadline::new(claim_sent, ttl, margin),
+            ttl: Mutex::new(ttl),
+            deadline: LeaseDeadline::new(claim_sent, ttl, LeaseDeadline::default_margin(ttl)),
+            interval: configured_interval.min(ttl / 2),
             reason: Mutex::new(None),
             lost: CancellationToken::new(),
         }
@@ -53,8 +79,22 @@ impl LeaseState {
         self.deadline.at()
     }
 
-    pub(crate) fn confirm(&self, sent: Instant) {
-        self.deadline.confirm(sent, self.ttl);
+    /// How long to wait between heartbeats of this task.
+    pub(crate) fn interval(&self) -> Duration {
+        self.interval
+    }
+
+    /// A request sent at `sent` was accepted, with an answer that gave the lease's TTL (or not,
+    /// from a task-service older than the field: then the TTL is taken as unchanged).
+    pub(crate) fn confirm(&self, sent: Instant, ttl: Option<Duration>) {
+        let ttl = {
+            let mut known = self.ttl.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(ttl) = ttl {
+                *known = ttl;
+            }
+            *known
+        };
+        self.deadline.confirm(sent, ttl);
     }
 
     pub(crate) fn lose(&self, reason: String) {
@@ -87,8 +127,8 @@ pub(crate) async fn keep_alive(
 ) {
     let settings = &ctx.settings;
     let processor = settings.worker_id.as_str();
-    let mut backoff = retry_backoff(settings);
-    let mut next = lease.confirmed() + settings.heartbeat_interval;
+    let mut backoff = retry_backoff(lease.interval());
+    let mut next = lease.confirmed() + lease.interval();
     let mut last_error: Option<String> = None;
     let mut paused = false;
     let unconfirmed = |last_error: &Option<String>| match last_error {
@@ -135,10 +175,10 @@ pub(crate) async fn keep_alive(
         match result {
             Ok(task) => {
                 ctx.metrics.heartbeats.with_label_values(&["ok"]).inc();
-                lease.confirm(sent);
+                lease.confirm(sent, task.as_ref().and_then(Task::lease_ttl));
                 backoff.reset();
                 last_error = None;
-                next = sent + settings.heartbeat_interval;
+                next = sent + lease.interval();
                 tracing::debug!(
                     task_id = id,
                     fence,
@@ -168,8 +208,9 @@ pub(crate) async fn keep_alive(
     }
 }
 
-pub(crate) fn retry_backoff(settings: &Settings) -> Backoff {
-    let max = (settings.heartbeat_interval / 2).min(RETRY_MAX);
+/// Retries of a task's heartbeats and final answer, paced by its heartbeat `interval`.
+pub(crate) fn retry_backoff(interval: Duration) -> Backoff {
+    let max = (interval / 2).min(RETRY_MAX);
     Backoff::new(RETRY_MIN.min(max), max)
 }
 
@@ -180,15 +221,39 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_lease_deadline_moves_with_confirmations_only_forward() {
         let start = Instant::now();
-        let lease = LeaseState::new(Duration::from_secs(30), Duration::from_secs(2), start);
+        let ttl = Duration::from_secs(30);
+        let lease = LeaseState::new(ttl, Duration::from_secs(15), start);
         assert_eq!(lease.deadline(), start + Duration::from_secs(28));
-        lease.confirm(start + Duration::from_secs(15));
+        lease.confirm(start + Duration::from_secs(15), Some(ttl));
         assert_eq!(lease.deadline(), start + Duration::from_secs(43));
-        lease.confirm(start + Duration::from_secs(5)); // a late answer to an older heartbeat
+        // A late answer to an older heartbeat.
+        lease.confirm(start + Duration::from_secs(5), Some(ttl));
         assert_eq!(lease.deadline(), start + Duration::from_secs(43));
         lease.lose("first".to_owned());
         lease.lose("second".to_owned());
         assert!(lease.lost.is_cancelled());
         assert_eq!(lease.reason(), "first");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_deadline_and_the_pace_follow_the_ttl_task_service_gives() {
+        let start = Instant::now();
+        // task-service's 4 s lease under a worker configured to beat every 15 s.
+        let lease = LeaseState::new(Duration::from_secs(4), Duration::from_secs(15), start);
+        assert_eq!(lease.interval(), Duration::from_secs(2));
+        assert_eq!(lease.deadline(), start + Duration::from_millis(3_600));
+        // A heartbeat answer that says the renewed lease lasts 10 s.
+        lease.confirm(
+            start + Duration::from_secs(2),
+            Some(Duration::from_secs(10)),
+        );
+        // (The margin stays the one the claim's TTL set: 400 ms.)
+        assert_eq!(lease.deadline(), start + Duration::from_millis(11_600));
+        // An answer without the field keeps the last TTL known.
+        lease.confirm(start + Duration::from_secs(4), None);
+        assert_eq!(lease.deadline(), start + Duration::from_millis(13_600));
+        // A configured interval shorter than half the TTL is kept.
+        let fast = LeaseState::new(Duration::from_secs(30), Duration::from_secs(1), start);
+        assert_eq!(fast.interval(), Duration::from_secs(1));
     }
 }

@@ -5,11 +5,13 @@
 //! 1. The claimer asks task-service for as many tasks as there are free slots (no `limit` when
 //!    one slot is free, as the sample does), and starts one runner per task.
 //! 2. The runner starts the handler and, beside it, a heartbeat loop that sends
-//!    `PUT /{id}/heartbeat` with the task's fence every `HEARTBEAT_INTERVAL_SECONDS`.
+//!    `PUT /{id}/heartbeat` with the task's fence every `HEARTBEAT_INTERVAL_SECONDS`, or every
+//!    half lease TTL if that is shorter.
 //! 3. The lease is known to hold until the *send* instant of the last accepted claim or heartbeat
-//!    plus `LEASE_TTL_SECONDS` (task-service starts the lease after it receives the request), by
-//!    the local monotonic clock. A safety margin of min(TTL/10, 2 s) before that instant, if no
-//!    heartbeat has been accepted since, the lease counts as lost.
+//!    plus the lease TTL that answer carries (`leaseTtlMs`: task-service starts the lease after
+//!    it receives the request), by the local monotonic clock. A safety margin of a tenth of the
+//!    TTL (100 ms to 2 s) before that instant, if no heartbeat has been accepted since, the lease
+//!    counts as lost. The worker has no TTL setting of its own: task-service's is the one.
 //! 4. The lease is lost when that deadline passes (heartbeats only erred: 503, timeouts,
 //!    connection refused) or at once when a heartbeat is refused (409 `not_owner`,
 //!    `lease_lost`, `task_finished`, `cancelled`; 404). The runner then cancels the handler's
@@ -89,7 +91,6 @@ pub async fn run_with_settings<H: TaskHandler>(
         queue = settings.queue.as_deref().unwrap_or("(any)"),
         concurrency = settings.concurrency,
         heartbeat_interval_seconds = settings.heartbeat_interval.as_secs_f64(),
-        lease_ttl_seconds = settings.lease_ttl.as_secs_f64(),
         "worker started"
     );
     chaos::announce(&settings);

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::chaos::{chaos_crash_at, chaos_pause, crash};
 use crate::handler::{TaskFailure, TaskHandler};
-use crate::heartbeat::{LeaseState, keep_alive, retry_backoff};
+use crate::heartbeat::{LeaseState, keep_alive, lease_ttl, retry_backoff};
 use crate::runner::{Ctx, HAND_BACK_TIMEOUT};
 use leasehold::task_client::CallError;
 
@@ -56,8 +56,8 @@ pub(crate) async fn process<H: TaskHandler>(
     );
 
     let lease = Arc::new(LeaseState::new(
-        settings.lease_ttl,
-        settings.safety_margin,
+        lease_ttl(&task),
+        settings.heartbeat_interval,
         claim_sent,
     ));
     let stop_heartbeats = CancellationToken::new();
@@ -124,7 +124,7 @@ async fn complete(
     output: serde_json::Value,
 ) {
     let processor = ctx.settings.worker_id.as_str();
-    let delivery = deliver(ctx, id, "complete", lease, None, || {
+    let delivery = deliver(id, "complete", lease, None, || {
         ctx.completer.complete(id, fence, output.clone())
     })
     .await;
@@ -181,7 +181,7 @@ async fn complete(
 async fn fail(ctx: &Ctx, id: i64, fence: Option<i64>, lease: &LeaseState, failure: TaskFailure) {
     let processor = ctx.settings.worker_id.as_str();
     let message = truncate(&failure.message, MAX_ERROR_CHARS);
-    let delivery = deliver(ctx, id, "fail", lease, None, || {
+    let delivery = deliver(id, "fail", lease, None, || {
         ctx.client
             .fail(id, processor, fence, &message, failure.retryable, false)
     })
@@ -228,7 +228,7 @@ async fn hand_back_task(ctx: &Ctx, id: i64, fence: Option<i64>, lease: &LeaseSta
     let processor = ctx.settings.worker_id.as_str();
     let message = format!("worker {processor} shut down before finishing the task");
     let limit = Instant::now() + HAND_BACK_TIMEOUT;
-    let delivery = deliver(ctx, id, "hand back", lease, Some(limit), || {
+    let delivery = deliver(id, "hand back", lease, Some(limit), || {
         ctx.client.fail(id, processor, fence, &message, true, true)
     })
     .await;
@@ -276,7 +276,6 @@ enum Delivery {
 /// a heartbeat is refused) or until `limit`. Nothing is sent once the deadline has passed. A request already sent is always awaited (it is
 /// bounded by the request timeout): task-service judges it by the fence.
 async fn deliver<F, Fut>(
-    ctx: &Ctx,
     id: i64,
     what: &str,
     lease: &LeaseState,
@@ -287,7 +286,7 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Option<Task>, CallError>>,
 {
-    let mut backoff = retry_backoff(&ctx.settings);
+    let mut backoff = retry_backoff(lease.interval());
     loop {
         // Checked here too, not only by the heartbeat loop: after a pause of the whole process
         // (SIGSTOP, a VM freeze) this task may run before that loop notices the deadline.

@@ -237,6 +237,7 @@ mod tests {
             cancel_requested: false,
             created_at: now,
             updated_at: now,
+            lease_ttl_ms: None,
         }
     }
 

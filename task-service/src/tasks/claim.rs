@@ -193,7 +193,8 @@ pub async fn end_cancelled(engine: &Engine, cancelled: &[TaskRow]) {
 }
 
 /// Claims due tasks for one request, in a group with the claims that arrive with it
-/// ([`claim_group`]).
+/// ([`claim_group`]). Each answer carries the task lease's TTL (the engine's), so that the
+/// worker counts its deadline from what task-service asked lease-service for.
 #[tracing::instrument(name = "claim tasks", skip_all, fields(
     task.processor = %request.processor,
     task.queue = request.queue.as_deref().unwrap_or(""),
@@ -201,7 +202,11 @@ pub async fn end_cancelled(engine: &Engine, cancelled: &[TaskRow]) {
     task.ids = Empty,
     task.fence = Empty,
 ))]
-pub async fn claim(claims: &ClaimGroups, request: &ClaimTasks) -> Result<Vec<Task>, ApiError> {
+pub async fn claim(
+    claims: &ClaimGroups,
+    engine: &Engine,
+    request: &ClaimTasks,
+) -> Result<Vec<Task>, ApiError> {
     let want = want(request)?;
     let claimed = claims
         .submit(request.queue.clone(), want)
@@ -214,7 +219,10 @@ pub async fn claim(claims: &ClaimGroups, request: &ClaimTasks) -> Result<Vec<Tas
     }
     let ids: Vec<String> = claimed.iter().map(|row| row.id.to_string()).collect();
     span.record("task.ids", ids.join(","));
-    Ok(claimed.into_iter().map(to_api).collect())
+    Ok(claimed
+        .into_iter()
+        .map(|row| to_api(row).with_lease_ttl(engine.lease_ttl))
+        .collect())
 }
 
 /// Claim requests gathered by queue into [`claim_group`]s.

@@ -140,6 +140,7 @@ pub fn to_api(row: TaskRow) -> Task {
         cancel_requested: row.cancel_requested,
         created_at: row.created_at,
         updated_at: row.updated_at,
+        lease_ttl_ms: None,
     }
 }
 

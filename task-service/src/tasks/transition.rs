@@ -5,6 +5,8 @@
 //! meanwhile wins over the worker's transition: the task ends as cancelled, and the worker is
 //! told to stop.
 
+use std::time::Duration;
+
 use diesel_async::AsyncConnection;
 use leasehold::server::{ApiError, validate_name};
 use leasehold::tasks::{FailTask, Heartbeat, Task, TaskStatus};
@@ -49,23 +51,27 @@ pub async fn heartbeat(
 ) -> Result<Task, ApiError> {
     validate_name("processor", &request.processor)?;
     let processor = request.processor.as_str();
-    let outcome = conn
+    let (outcome, ttl) = conn
         .transaction::<_, ApiError, _>(async |conn| {
             let task = match owned(conn, id, processor, request.fence, None).await? {
                 Ok(task) => task,
-                Err(cancelled) => return Ok(cancelled),
+                Err(cancelled) => return Ok((cancelled, None)),
             };
             let lease = engine
                 .leases
                 .renew(&engine.resource(id), processor, task.lease_proof(), None)
                 .await
                 .map_err(|err| lease_refusal(engine, "heartbeat", err))?;
-            Ok(Transition::Done(
-                repo::record_heartbeat(conn, id, lease.expires_at).await?,
-            ))
+            let row = repo::record_heartbeat(conn, id, lease.expires_at).await?;
+            Ok((Transition::Done(row), Some(lease.ttl_seconds)))
         })
         .await?;
-    finish(engine, outcome, processor).await
+    let task = finish(engine, outcome, processor).await?;
+    // The renewed lease keeps its own TTL: the answer says which, for the worker's deadline.
+    Ok(match ttl.and_then(|seconds| u64::try_from(seconds).ok()) {
+        Some(seconds) => task.with_lease_ttl(Duration::from_secs(seconds)),
+        None => task,
+    })
 }
 
 #[tracing::instrument(name = "fail task", skip_all, fields(

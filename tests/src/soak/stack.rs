@@ -96,7 +96,6 @@ impl Stack {
 
         let worker_env = [
             ("AUTH_TOKEN", tokens::WORKER),
-            ("LEASE_TTL_SECONDS", ttl.as_str()),
             ("HEARTBEAT_INTERVAL_SECONDS", "0.5"),
             ("POLL_MAX_MS", "200"),
             ("WORKER_CONCURRENCY", "3"),
