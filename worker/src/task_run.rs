@@ -142,15 +142,7 @@ async fn complete(
             );
         }
         Delivery::Refused(err) if err.is_loss() => {
-            ctx.metrics.lost.inc();
-            tracing::warn!(
-                task_id = id,
-                fence,
-                processor,
-                code = err.code().unwrap_or_default(),
-                error = %err,
-                "task-service refused the completion of task {id}; dropping it"
-            );
+            lost(ctx, id, fence, "completion", Delivery::Refused(err), None);
         }
         Delivery::Refused(err) => {
             // An output task-service will not store (too large, say) would be refused on every
@@ -165,15 +157,8 @@ async fn complete(
             let failure = TaskFailure::permanent(format!("task-service refused the output: {err}"));
             fail(ctx, id, fence, lease, failure).await;
         }
-        Delivery::Abandoned(reason) => {
-            ctx.metrics.lost.inc();
-            tracing::warn!(
-                task_id = id,
-                fence,
-                processor,
-                %reason,
-                "gave up completing task {id}; it is reclaimed when its lease expires"
-            );
+        abandoned @ Delivery::Abandoned(_) => {
+            lost(ctx, id, fence, "completion", abandoned, None);
         }
     }
 }
@@ -198,28 +183,7 @@ async fn fail(ctx: &Ctx, id: i64, fence: Option<i64>, lease: &LeaseState, failur
                 "failed task {id}"
             );
         }
-        Delivery::Refused(err) => {
-            ctx.metrics.lost.inc();
-            tracing::warn!(
-                task_id = id,
-                fence,
-                processor,
-                error = %err,
-                handler_error = %message,
-                "task-service refused the failure of task {id}; dropping it"
-            );
-        }
-        Delivery::Abandoned(reason) => {
-            ctx.metrics.lost.inc();
-            tracing::warn!(
-                task_id = id,
-                fence,
-                processor,
-                %reason,
-                handler_error = %message,
-                "gave up reporting the failure of task {id}; it is reclaimed when its lease expires"
-            );
-        }
+        not_delivered => lost(ctx, id, fence, "failure", not_delivered, Some(&message)),
     }
 }
 
@@ -242,26 +206,45 @@ async fn hand_back_task(ctx: &Ctx, id: i64, fence: Option<i64>, lease: &LeaseSta
                 "handed back task {id} (shutting down)"
             );
         }
-        Delivery::Refused(err) => {
-            ctx.metrics.lost.inc();
-            tracing::warn!(
-                task_id = id,
-                fence,
-                processor,
-                error = %err,
-                "task-service refused to take back task {id}"
-            );
-        }
-        Delivery::Abandoned(reason) => {
-            ctx.metrics.lost.inc();
-            tracing::warn!(
-                task_id = id,
-                fence,
-                processor,
-                %reason,
-                "could not hand back task {id}; it is reclaimed when its lease expires"
-            );
-        }
+        not_delivered => lost(ctx, id, fence, "hand-back", not_delivered, None),
+    }
+}
+
+/// A final answer (`answer`: completion, failure, hand-back) that did not land: refused by
+/// task-service, or given up on at the lease deadline. The task counts as lost to this worker;
+/// `handler_error` is the failure that was being reported, if any.
+fn lost(
+    ctx: &Ctx,
+    id: i64,
+    fence: Option<i64>,
+    answer: &str,
+    delivery: Delivery,
+    handler_error: Option<&str>,
+) {
+    let processor = ctx.settings.worker_id.as_str();
+    match delivery {
+        Delivery::Accepted => return,
+        Delivery::Refused(_) | Delivery::Abandoned(_) => ctx.metrics.lost.inc(),
+    }
+    match delivery {
+        Delivery::Accepted => {}
+        Delivery::Refused(err) => tracing::warn!(
+            task_id = id,
+            fence,
+            processor,
+            code = err.code().unwrap_or_default(),
+            error = %err,
+            handler_error,
+            "task-service refused the {answer} of task {id}; dropping it"
+        ),
+        Delivery::Abandoned(reason) => tracing::warn!(
+            task_id = id,
+            fence,
+            processor,
+            %reason,
+            handler_error,
+            "gave up delivering the {answer} of task {id}; it is reclaimed when its lease expires"
+        ),
     }
 }
 
