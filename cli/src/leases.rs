@@ -9,7 +9,7 @@ use leasehold::lease_client::{LeaseListing, LeaseSet};
 use serde_json::json;
 
 use crate::api::Api;
-use crate::out::{Out, lease_table, more_hint};
+use crate::out::{Out, PageArgs, lease_table, more_hint};
 
 #[derive(Debug, Subcommand)]
 pub enum LeaseCommand {
@@ -22,12 +22,8 @@ pub enum LeaseCommand {
         /// Only leases whose resource starts with this.
         #[arg(long)]
         prefix: Option<String>,
-        /// At most this many (a page is at most 1000).
-        #[arg(long, default_value_t = 100)]
-        limit: u32,
-        /// Continue from an earlier page: the cursor its last line (or its `nextCursor`) gave.
-        #[arg(long)]
-        cursor: Option<String>,
+        #[command(flatten)]
+        page: PageArgs,
     },
     /// One lease by id.
     Show {
@@ -88,16 +84,15 @@ pub(crate) async fn leases(api: &Api, out: &Out, command: LeaseCommand) -> anyho
         LeaseCommand::List {
             status,
             prefix,
-            limit,
-            cursor,
+            page,
         } => {
             let set = LeaseSet::parse(&status)
                 .with_context(|| format!("unknown lease status {status:?}"))?;
             let listing = LeaseListing {
                 set,
                 resource_prefix: prefix,
-                limit: Some(limit),
-                cursor,
+                limit: Some(page.limit),
+                cursor: page.cursor,
                 newest_first: true,
             };
             let page = client

@@ -78,6 +78,17 @@ impl Out {
 
 /// Says how to get the rest when a listing stopped short of it (a page holds at most `limit`
 /// rows, and the service may cut one short to bound its size).
+/// Which page of a listing to print: the flags every `list` command takes.
+#[derive(Debug, clap::Args)]
+pub struct PageArgs {
+    /// At most this many (a page is at most 1000).
+    #[arg(long, default_value_t = 100)]
+    pub limit: u32,
+    /// Continue from an earlier page: the cursor its last line (or its `nextCursor`) gave.
+    #[arg(long)]
+    pub cursor: Option<String>,
+}
+
 pub(crate) fn more_hint(
     shown: usize,
     of: Option<i64>,

@@ -10,7 +10,7 @@ use leasehold::tasks::{CreateTask, Task, TaskStatus};
 use serde_json::{Value, json};
 
 use crate::api::Api;
-use crate::out::{Out, more_hint, task_detail, task_table, time};
+use crate::out::{Out, PageArgs, more_hint, task_detail, task_table, time};
 
 /// What `tasks create` asks for when given no `--data`: work the worker finishes, so that a
 /// first try (`--count 50 --wait`) shows tasks succeeding.
@@ -50,12 +50,8 @@ pub enum TaskCommand {
         /// Only tasks of this queue.
         #[arg(long)]
         queue: Option<String>,
-        /// At most this many (a page is at most 1000).
-        #[arg(long, default_value_t = 100)]
-        limit: u32,
-        /// Continue from an earlier page: the cursor its last line (or its `nextCursor`) gave.
-        #[arg(long)]
-        cursor: Option<String>,
+        #[command(flatten)]
+        page: PageArgs,
     },
     /// One task by id.
     Show {
@@ -125,14 +121,13 @@ pub(crate) async fn tasks(api: &Api, out: &Out, command: TaskCommand) -> anyhow:
         TaskCommand::List {
             status,
             queue,
-            limit,
-            cursor,
+            page,
         } => {
             let listing = TaskListing {
                 status,
                 queue,
-                limit: Some(limit),
-                cursor,
+                limit: Some(page.limit),
+                cursor: page.cursor,
                 newest_first: true,
             };
             let page = client
