@@ -71,44 +71,7 @@ impl LeaseError {
     }
 }
 
-/// Capped exponential backoff with full jitter.
-#[derive(Debug, Clone)]
-pub struct RetryPolicy {
-    /// Tries in all, the first included. 1 means no retry.
-    pub max_attempts: u32,
-    pub base_delay: Duration,
-    pub max_delay: Duration,
-}
-
-impl Default for RetryPolicy {
-    fn default() -> Self {
-        Self {
-            max_attempts: 4,
-            base_delay: Duration::from_millis(50),
-            max_delay: Duration::from_secs(1),
-        }
-    }
-}
-
-impl RetryPolicy {
-    /// No retries: one try only.
-    pub fn none() -> Self {
-        Self {
-            max_attempts: 1,
-            ..Self::default()
-        }
-    }
-
-    /// The pause before retry number `attempt` (1-based): uniform in `[0, min(cap, base·2^attempt)]`.
-    pub fn delay(&self, attempt: u32) -> Duration {
-        let exp = self
-            .base_delay
-            .saturating_mul(2u32.saturating_pow(attempt.min(16)));
-        let ceiling = exp.min(self.max_delay);
-        let millis = u64::try_from(ceiling.as_millis()).unwrap_or(u64::MAX);
-        Duration::from_millis(rand::rng().random_range(0..=millis))
-    }
-}
+pub use crate::retry::RetryPolicy;
 
 /// A client of lease-service's `/api/leases`.
 #[derive(Debug, Clone)]
@@ -515,23 +478,5 @@ fn refusal(
             code: body.code,
             error: body.error,
         },
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_is_jittered_and_capped() {
-        let policy = RetryPolicy::default();
-        for attempt in 1..30 {
-            let ceiling = (policy.base_delay * 2u32.pow(attempt.min(16))).min(policy.max_delay);
-            for _ in 0..20 {
-                assert!(policy.delay(attempt) <= ceiling);
-            }
-        }
-        let spread: std::collections::HashSet<_> = (0..50).map(|_| policy.delay(5)).collect();
-        assert!(spread.len() > 5, "delays are jittered");
     }
 }

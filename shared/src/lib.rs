@@ -52,6 +52,7 @@ pub mod lease_client;
 pub mod lease_guard;
 #[cfg(feature = "metrics-server")]
 pub mod metrics_server;
+pub mod retry;
 #[cfg(feature = "server")]
 pub mod server;
 pub mod shutdown;
@@ -62,7 +63,8 @@ pub mod telemetry;
 
 pub use api::{ErrorBody, Lease, LeaseStatus};
 pub use deadline::LeaseDeadline;
-pub use lease_client::{LeaseClient, LeaseError, RetryPolicy};
+pub use lease_client::{LeaseClient, LeaseError};
 pub use lease_guard::{GuardConfig, LeaseGuard, LeaseHandle, LeaseLost, with_lease};
+pub use retry::RetryPolicy;
 pub use singleton::{Singleton, SingletonEvent};
 pub use task_client::{CallError, TaskClient};
