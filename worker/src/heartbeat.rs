@@ -15,8 +15,8 @@ use leasehold::tasks::Task;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
-use crate::backoff::Backoff;
 use crate::runner::Ctx;
+use leasehold::retry::Backoff;
 
 /// Retries of heartbeats, completions and failures: from this...
 const RETRY_MIN: Duration = Duration::from_millis(100);

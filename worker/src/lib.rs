@@ -32,7 +32,6 @@
 //! The `worker` binary runs the built-in [`SleepHandler`] (the sample's work) with the
 //! configuration of [`config::WorkerConfig`] (flags and environment variables).
 
-pub mod backoff;
 mod chaos;
 pub mod completions;
 pub mod config;
@@ -42,12 +41,12 @@ pub mod metrics;
 pub mod runner;
 mod task_run;
 
-pub use backoff::Backoff;
 pub use config::{Cli, ConfigError, Settings, WorkerConfig, default_worker_id};
 pub use handler::{
     BoxTaskFuture, DynTaskHandler, FnHandler, SleepHandler, TaskFailure, TaskHandler, TaskResult,
     handler_fn,
 };
 pub use leasehold::task_client::{CallError, TaskClient};
+pub use leasehold::retry::Backoff;
 pub use metrics::{Metrics, MetricsServer};
 pub use runner::{run, run_with_settings};

@@ -38,7 +38,6 @@ use tokio::task::{JoinError, JoinSet};
 use tokio::time::{Instant, sleep, sleep_until};
 use tokio_util::sync::CancellationToken;
 
-use crate::backoff::Backoff;
 use crate::chaos;
 use crate::completions::Completer;
 use crate::config::{Settings, WorkerConfig};
@@ -46,6 +45,7 @@ use crate::handler::TaskHandler;
 use crate::metrics::{Metrics, MetricsServer};
 use crate::task_run::process;
 use leasehold::task_client::{CallError, TaskClient};
+use leasehold::retry::Backoff;
 
 // Kept reachable where it always was: it is part of the worker's public surface.
 pub use crate::task_run::MAX_ERROR_CHARS;
