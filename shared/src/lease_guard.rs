@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{DEFAULT_TTL_SECONDS, Lease, Proof, Secret};
 use crate::lease_client::{LeaseClient, LeaseError};
+use crate::retry::Backoff;
 
 /// What to hold and how to keep it.
 #[derive(Debug, Clone)]
@@ -388,8 +389,13 @@ async fn keep_renewed(
     };
     let mut next_renewal = sent + interval;
     let mut last_error: Option<String> = None;
-    // After a failed renewal, try again soon, but not in a tight loop.
-    let retry_pause = (interval / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+    // After a failed renewal, try again soon, but not in a tight loop, and never so late that
+    // two tries cannot fit before the deadline.
+    let mut retries = Backoff::new(
+        Duration::from_millis(50),
+        (interval / 4).clamp(Duration::from_millis(50), Duration::from_secs(1)),
+    )
+    .waits();
     loop {
         let renewal = async {
             tokio::time::sleep_until(next_renewal).await;
@@ -410,6 +416,7 @@ async fn keep_renewed(
                     shared.deadline.confirm(sent, lease_ttl(&lease));
                     next_renewal = sent + interval;
                     last_error = None;
+                    retries.reset();
                     *shared.lease.lock().unwrap_or_else(PoisonError::into_inner) = lease;
                 }
                 Err(LeaseError::Lost { code, reason }) => {
@@ -423,7 +430,7 @@ async fn keep_renewed(
                 Err(err) => {
                     tracing::warn!(%resource, error = %err, "lease renewal failed; will retry until the deadline");
                     last_error = Some(err.to_string());
-                    next_renewal = Instant::now() + retry_pause;
+                    next_renewal = Instant::now() + retries.next_delay();
                 }
             }
         }

@@ -65,6 +65,6 @@ pub use api::{ErrorBody, Lease, LeaseStatus};
 pub use deadline::LeaseDeadline;
 pub use lease_client::{LeaseClient, LeaseError};
 pub use lease_guard::{GuardConfig, LeaseGuard, LeaseHandle, LeaseLost, with_lease};
-pub use retry::RetryPolicy;
+pub use retry::{Backoff, RetryPolicy};
 pub use singleton::{Singleton, SingletonEvent};
 pub use task_client::{CallError, TaskClient};

@@ -1,24 +1,99 @@
-//! The retry policy of Leasehold's clients: capped exponential backoff with full jitter.
+//! The one pacing of every retry loop in Leasehold: capped exponential backoff with jitter.
+//!
+//! [`Backoff`] is the policy (a first wait and a cap); [`Waits`] walks it for a loop that waits
+//! between tries (the worker's idle polling, heartbeat and completion retries, the lease guard's
+//! renewals, the generator's creates); [`RetryPolicy`] bounds it by a number of tries (the
+//! lease-service client). task-service paces the retries of failed tasks with the same
+//! [`Backoff::delay`], counted by the task's attempts.
+//!
+//! Every wait is drawn uniformly between half its ceiling and its ceiling ("equal jitter"):
+//! waits grow about twofold each time, never exceed the cap, and callers that failed together
+//! do not try again together.
 
 use std::time::Duration;
 
 use rand::Rng;
 
-/// Capped exponential backoff with full jitter.
+/// Capped exponential backoff: the `attempt`-th wait (1-based) has the ceiling
+/// `min(max, base · 2^(attempt-1))` and is drawn between half that and all of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    /// The ceiling of the first wait.
+    pub base: Duration,
+    /// The ceiling of every wait; below `base` it is taken as `base`.
+    pub max: Duration,
+}
+
+impl Backoff {
+    pub const fn new(base: Duration, max: Duration) -> Self {
+        Self { base, max }
+    }
+
+    /// The longest wait before try number `attempt + 1`, that is after the `attempt`-th failure
+    /// (1-based; 0 is taken as 1).
+    pub fn ceiling(&self, attempt: u32) -> Duration {
+        let doublings = attempt.saturating_sub(1).min(30);
+        self.base
+            .saturating_mul(2u32.saturating_pow(doublings))
+            .min(self.max.max(self.base))
+    }
+
+    /// The wait after the `attempt`-th failure: uniform in `[ceiling/2, ceiling]`.
+    pub fn delay(&self, attempt: u32) -> Duration {
+        let ceiling = self.ceiling(attempt);
+        let ceiling_us = u64::try_from(ceiling.as_micros()).unwrap_or(u64::MAX);
+        Duration::from_micros(rand::rng().random_range(ceiling_us / 2..=ceiling_us))
+    }
+
+    /// A fresh walk of this backoff, for a loop that waits between tries.
+    pub fn waits(self) -> Waits {
+        Waits {
+            backoff: self,
+            attempt: 0,
+        }
+    }
+}
+
+/// The waits of one retry loop: each [`Waits::next_delay`] is [`Backoff::delay`] of the next
+/// attempt, and [`Waits::reset`] starts again from the first once something succeeded.
 #[derive(Debug, Clone)]
+pub struct Waits {
+    backoff: Backoff,
+    attempt: u32,
+}
+
+impl Waits {
+    /// Back to the shortest wait (after something happened).
+    pub fn reset(&mut self) {
+        self.attempt = 0;
+    }
+
+    /// The ceiling of the next wait.
+    pub fn ceiling(&self) -> Duration {
+        self.backoff.ceiling(self.attempt.saturating_add(1))
+    }
+
+    /// The next wait; the one after will be about twice as long, up to the cap.
+    pub fn next_delay(&mut self) -> Duration {
+        self.attempt = self.attempt.saturating_add(1);
+        self.backoff.delay(self.attempt)
+    }
+}
+
+/// A [`Backoff`] bounded by a number of tries: how Leasehold's clients retry a call that
+/// failed transiently.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryPolicy {
     /// Tries in all, the first included. 1 means no retry.
     pub max_attempts: u32,
-    pub base_delay: Duration,
-    pub max_delay: Duration,
+    pub backoff: Backoff,
 }
 
 impl Default for RetryPolicy {
     fn default() -> Self {
         Self {
             max_attempts: 4,
-            base_delay: Duration::from_millis(50),
-            max_delay: Duration::from_secs(1),
+            backoff: Backoff::new(Duration::from_millis(50), Duration::from_secs(1)),
         }
     }
 }
@@ -32,87 +107,14 @@ impl RetryPolicy {
         }
     }
 
-    /// The longest pause before retry number `attempt` (1-based): min(cap, base·2^attempt).
-    pub fn ceiling(&self, attempt: u32) -> Duration {
-        self.base_delay
-            .saturating_mul(2u32.saturating_pow(attempt.min(16)))
-            .min(self.max_delay)
-    }
-
-    /// The pause before retry number `attempt` (1-based): uniform in `[0, ceiling(attempt)]`
-    /// (full jitter, so that clients that failed together do not retry together).
+    /// The pause after the `attempt`-th failed try.
     pub fn delay(&self, attempt: u32) -> Duration {
-        let ceiling = self.ceiling(attempt);
-        let millis = u64::try_from(ceiling.as_millis()).unwrap_or(u64::MAX);
-        Duration::from_millis(rand::rng().random_range(0..=millis))
+        self.backoff.delay(attempt)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_is_jittered_and_capped() {
-        let policy = RetryPolicy::default();
-        for attempt in 1..30 {
-            let ceiling = (policy.base_delay * 2u32.pow(attempt.min(16))).min(policy.max_delay);
-            assert_eq!(policy.ceiling(attempt), ceiling);
-            for _ in 0..20 {
-                assert!(policy.delay(attempt) <= ceiling);
-            }
-        }
-        let spread: std::collections::HashSet<_> = (0..50).map(|_| policy.delay(5)).collect();
-        assert!(spread.len() > 5, "delays are jittered");
-    }
-}
-
-/// A stateful backoff for loops that wait between tries (the worker's idle polling, its
-/// heartbeat and completion retries): the ceiling starts at `min` and doubles after every wait,
-/// up to `max`. Each wait is drawn uniformly between half the ceiling and the ceiling, but never
-/// below `min`, so waits always lie within `min..=max`, grow roughly twofold each time, and
-/// loops that went idle together do not wake together.
-#[derive(Debug, Clone)]
-pub struct Backoff {
-    min: Duration,
-    max: Duration,
-    ceiling: Duration,
-}
-
-impl Backoff {
-    /// `max` below `min` is taken as `min`.
-    pub fn new(min: Duration, max: Duration) -> Self {
-        let max = max.max(min);
-        Self {
-            min,
-            max,
-            ceiling: min,
-        }
-    }
-
-    /// Back to the shortest wait (after something happened).
-    pub fn reset(&mut self) {
-        self.ceiling = self.min;
-    }
-
-    /// The ceiling of the next wait.
-    pub fn ceiling(&self) -> Duration {
-        self.ceiling
-    }
-
-    /// The next wait; the one after will be about twice as long, up to the cap.
-    pub fn next_delay(&mut self) -> Duration {
-        let ceiling = self.ceiling;
-        self.ceiling = self.ceiling.saturating_mul(2).min(self.max);
-        let floor = (ceiling / 2).max(self.min).min(ceiling);
-        let floor_us = u64::try_from(floor.as_micros()).unwrap_or(u64::MAX);
-        let ceiling_us = u64::try_from(ceiling.as_micros()).unwrap_or(u64::MAX);
-        Duration::from_micros(rand::rng().random_range(floor_us..=ceiling_us))
-    }
-}
-
-#[cfg(test)]
-mod backoff_tests {
     use std::collections::HashSet;
 
     use super::*;
@@ -121,34 +123,27 @@ mod backoff_tests {
     const MAX: Duration = Duration::from_millis(5_000);
 
     #[test]
-    fn grows_twofold_up_to_the_cap() {
-        let mut backoff = Backoff::new(MIN, MAX);
-        let mut ceilings = Vec::new();
-        for _ in 0..10 {
-            ceilings.push(backoff.ceiling().as_millis());
-            let delay = backoff.next_delay();
-            assert!(delay >= MIN && delay <= MAX, "{delay:?}");
-        }
+    fn ceilings_double_up_to_the_cap() {
+        let backoff = Backoff::new(MIN, MAX);
+        let ceilings: Vec<_> = (1..=10).map(|a| backoff.ceiling(a).as_millis()).collect();
         assert_eq!(
             ceilings,
             [100, 200, 400, 800, 1600, 3200, 5000, 5000, 5000, 5000]
         );
-        backoff.reset();
-        assert_eq!(backoff.ceiling(), MIN);
-        assert_eq!(backoff.next_delay(), MIN, "the first wait is the minimum");
+        assert_eq!(backoff.ceiling(0), MIN, "attempt 0 is taken as the first");
+        assert_eq!(backoff.ceiling(u32::MAX), MAX, "no overflow far out");
     }
 
     #[test]
-    fn each_wait_lies_between_half_the_ceiling_and_the_ceiling() {
-        for _ in 0..200 {
-            let mut backoff = Backoff::new(MIN, MAX);
-            for _ in 0..12 {
-                let ceiling = backoff.ceiling();
-                let delay = backoff.next_delay();
-                assert!(delay <= ceiling, "{delay:?} > {ceiling:?}");
+    fn each_wait_lies_between_half_its_ceiling_and_its_ceiling() {
+        let backoff = Backoff::new(MIN, MAX);
+        for attempt in 1..40 {
+            let ceiling = backoff.ceiling(attempt);
+            for _ in 0..50 {
+                let delay = backoff.delay(attempt);
                 assert!(
-                    delay >= (ceiling / 2).max(MIN),
-                    "{delay:?} < half of {ceiling:?}"
+                    delay <= ceiling && delay >= ceiling / 2,
+                    "{delay:?} vs {ceiling:?}"
                 );
             }
         }
@@ -156,27 +151,41 @@ mod backoff_tests {
 
     #[test]
     fn waits_are_jittered() {
-        let mut seen = HashSet::new();
-        for _ in 0..50 {
-            let mut backoff = Backoff::new(MIN, MAX);
-            backoff.next_delay();
-            backoff.next_delay();
-            seen.insert(backoff.next_delay()); // ceiling 400 ms: between 200 and 400 ms
-        }
-        assert!(seen.len() > 10, "only {} distinct waits", seen.len());
-        let mut capped = Backoff::new(MIN, MAX);
-        for _ in 0..10 {
-            capped.next_delay();
-        }
-        let at_cap: HashSet<_> = (0..50).map(|_| capped.next_delay()).collect();
+        let backoff = Backoff::new(MIN, MAX);
+        let third: HashSet<_> = (0..50).map(|_| backoff.delay(3)).collect();
+        assert!(third.len() > 10, "only {} distinct waits", third.len());
+        let at_cap: HashSet<_> = (0..50).map(|_| backoff.delay(20)).collect();
         assert!(at_cap.len() > 10, "waits at the cap are jittered too");
-        assert!(at_cap.iter().all(|d| *d >= MAX / 2 && *d <= MAX));
     }
 
     #[test]
-    fn max_below_min_is_min() {
-        let mut backoff = Backoff::new(MIN, Duration::from_millis(1));
-        assert_eq!(backoff.next_delay(), MIN);
-        assert_eq!(backoff.next_delay(), MIN);
+    fn a_walk_grows_and_resets() {
+        let mut waits = Backoff::new(MIN, MAX).waits();
+        let mut ceilings = Vec::new();
+        for _ in 0..8 {
+            ceilings.push(waits.ceiling().as_millis());
+            let delay = waits.next_delay();
+            assert!(delay >= MIN / 2 && delay <= MAX, "{delay:?}");
+        }
+        assert_eq!(ceilings, [100, 200, 400, 800, 1600, 3200, 5000, 5000]);
+        waits.reset();
+        assert_eq!(waits.ceiling(), MIN);
+        assert!(waits.next_delay() <= MIN, "the first wait again");
+    }
+
+    #[test]
+    fn a_cap_below_the_base_is_the_base_and_zero_never_waits() {
+        let backoff = Backoff::new(MIN, Duration::from_millis(1));
+        assert!((1..10).all(|a| backoff.ceiling(a) == MIN));
+        let zero = Backoff::new(Duration::ZERO, Duration::ZERO);
+        assert_eq!(zero.delay(7), Duration::ZERO);
+    }
+
+    #[test]
+    fn the_default_policy_retries_three_times() {
+        let policy = RetryPolicy::default();
+        assert_eq!(policy.max_attempts, 4);
+        assert!(policy.delay(1) <= Duration::from_millis(50));
+        assert_eq!(RetryPolicy::none().max_attempts, 1);
     }
 }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use leasehold::LeaseHandle;
 use leasehold::generator::GeneratorSettings;
+use leasehold::retry::Backoff;
 use leasehold::task_client::{self, CallError, TaskClient};
 use leasehold::tasks::CreateTask;
 use tokio::time::Instant;
@@ -131,7 +132,7 @@ impl Producer {
             generator_fence: Some(fence),
             ..CreateTask::default()
         };
-        let mut pause = Duration::from_millis(100);
+        let mut pauses = Backoff::new(Duration::from_millis(100), Duration::from_secs(2)).waits();
         loop {
             // Never send once the lease is in doubt, whatever woke us.
             if !lease.is_held() {
@@ -166,8 +167,7 @@ impl Producer {
                     tracing::warn!(error = %reason, "creating a task failed; retrying");
                 }
             }
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_secs(2));
+            tokio::time::sleep(pauses.next_delay()).await;
         }
     }
 }

@@ -70,7 +70,7 @@ pub struct ServeConfig {
     #[arg(long, env = "TASK_RETRY_BASE_SECONDS", default_value_t = 1.0)]
     pub retry_base_seconds: f64,
 
-    /// Longest retry delay.
+    /// Longest retry delay (at most 30 days).
     #[arg(long, env = "TASK_RETRY_MAX_SECONDS", default_value_t = 300.0)]
     pub retry_max_seconds: f64,
 
@@ -106,6 +106,9 @@ impl ServeConfig {
                 "TASK_RETRY_BASE_SECONDS must be at least 0 and at most TASK_RETRY_MAX_SECONDS"
                     .to_owned(),
             );
+        }
+        if self.retry_max_seconds > 2_592_000.0 {
+            return Err("TASK_RETRY_MAX_SECONDS must be at most 2592000 (30 days)".to_owned());
         }
         if self.retention_seconds < 0 {
             return Err("TASK_RETENTION_SECONDS must not be negative".to_owned());

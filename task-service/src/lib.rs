@@ -29,7 +29,7 @@ use std::time::Duration;
 use actix_web::web;
 use anyhow::Context;
 use leasehold::server::startup::{self, Server};
-use leasehold::{LeaseClient, RetryPolicy};
+use leasehold::{Backoff, LeaseClient, RetryPolicy};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::ServeConfig;
@@ -71,8 +71,10 @@ pub async fn run(
         lease_prefix: config.lease_prefix.clone(),
         generator_resource: config.generator_resource.clone(),
         default_max_attempts: config.default_max_attempts,
-        retry_base_seconds: config.retry_base_seconds,
-        retry_max_seconds: config.retry_max_seconds,
+        retry: Backoff::new(
+            Duration::from_secs_f64(config.retry_base_seconds),
+            Duration::from_secs_f64(config.retry_max_seconds),
+        ),
         metrics: metrics.clone(),
         lease_ttl_verdict: tasks::TtlVerdict::default(),
     };

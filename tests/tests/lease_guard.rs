@@ -306,8 +306,7 @@ async fn transient_failures_are_retried_and_refusals_are_not() {
     let mut svc = Service::lease_service(&db, &[]).await;
     let patient = LeaseClient::new(svc.base_url()).with_retry(leasehold::RetryPolicy {
         max_attempts: 40,
-        base_delay: Duration::from_millis(50),
-        max_delay: Duration::from_millis(250),
+        backoff: leasehold::Backoff::new(Duration::from_millis(50), Duration::from_millis(250)),
     });
 
     // The service is down when the call starts and comes back a moment later.

@@ -16,7 +16,7 @@ use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
 use crate::runner::Ctx;
-use leasehold::retry::Backoff;
+use leasehold::retry::{Backoff, Waits};
 
 /// Retries of heartbeats, completions and failures: from this...
 const RETRY_MIN: Duration = Duration::from_millis(100);
@@ -209,9 +209,9 @@ pub(crate) async fn keep_alive(
 }
 
 /// Retries of a task's heartbeats and final answer, paced by its heartbeat `interval`.
-pub(crate) fn retry_backoff(interval: Duration) -> Backoff {
+pub(crate) fn retry_backoff(interval: Duration) -> Waits {
     let max = (interval / 2).min(RETRY_MAX);
-    Backoff::new(RETRY_MIN.min(max), max)
+    Backoff::new(RETRY_MIN.min(max), max).waits()
 }
 
 #[cfg(test)]

@@ -47,6 +47,5 @@ pub use handler::{
     handler_fn,
 };
 pub use leasehold::task_client::{CallError, TaskClient};
-pub use leasehold::retry::Backoff;
 pub use metrics::{Metrics, MetricsServer};
 pub use runner::{run, run_with_settings};

@@ -44,8 +44,8 @@ use crate::config::{Settings, WorkerConfig};
 use crate::handler::TaskHandler;
 use crate::metrics::{Metrics, MetricsServer};
 use crate::task_run::process;
-use leasehold::task_client::{CallError, TaskClient};
 use leasehold::retry::Backoff;
+use leasehold::task_client::{CallError, TaskClient};
 
 // Kept reachable where it always was: it is part of the worker's public surface.
 pub use crate::task_run::MAX_ERROR_CHARS;
@@ -128,7 +128,7 @@ async fn claim_loop<H: TaskHandler>(
     let mut shutdown = std::pin::pin!(shutdown);
     let hand_back = CancellationToken::new();
     let mut running: JoinSet<()> = JoinSet::new();
-    let mut idle = Backoff::new(settings.poll_min, settings.poll_max);
+    let mut idle = Backoff::new(settings.poll_min, settings.poll_max).waits();
     // Lowered if task-service refuses our batch size.
     let mut max_batch = MAX_CLAIM_BATCH;
     loop {

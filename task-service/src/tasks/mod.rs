@@ -33,11 +33,10 @@ mod validate;
 
 use std::time::Duration;
 
-use leasehold::LeaseClient;
 use leasehold::api::Proof;
 use leasehold::server::ApiError;
 use leasehold::tasks::Task;
-use rand::Rng;
+use leasehold::{Backoff, LeaseClient};
 
 use crate::metrics::Metrics;
 use crate::repo::{self, Db, TaskRow};
@@ -65,8 +64,8 @@ pub struct Engine {
     /// The generator's lease resource: a create naming a `generator_fence` is checked against it.
     pub generator_resource: String,
     pub default_max_attempts: i32,
-    pub retry_base_seconds: f64,
-    pub retry_max_seconds: f64,
+    /// How long a failed task waits before its next attempt, counted by its attempts.
+    pub retry: Backoff,
     pub metrics: Metrics,
     /// Whether lease-service accepts [`Engine::lease_ttl`].
     pub lease_ttl_verdict: TtlVerdict,
@@ -77,12 +76,10 @@ impl Engine {
         format!("{}{id}", self.lease_prefix)
     }
 
-    /// Capped exponential backoff with jitter: the `attempts`-th failure waits between half and
-    /// all of `min(max, base · 2^(attempts-1))`.
+    /// The wait, in seconds, before the next attempt of a task that failed `attempts` times.
     pub fn retry_delay(&self, attempts: i32) -> f64 {
-        let exponent = attempts.saturating_sub(1).clamp(0, 30);
-        let ceiling = (self.retry_base_seconds * 2f64.powi(exponent)).min(self.retry_max_seconds);
-        ceiling * rand::rng().random_range(0.5..=1.0)
+        let attempts = u32::try_from(attempts).unwrap_or(0);
+        self.retry.delay(attempts).as_secs_f64()
     }
 
     /// Releases a lease after the transaction that ended its task committed. A failure only
@@ -162,8 +159,7 @@ mod fixtures {
             lease_prefix: "task:".to_owned(),
             generator_resource: "generator".to_owned(),
             default_max_attempts: 7,
-            retry_base_seconds: 1.0,
-            retry_max_seconds: 60.0,
+            retry: Backoff::new(Duration::from_secs(1), Duration::from_secs(60)),
             metrics: Metrics::new().unwrap(),
             lease_ttl_verdict: TtlVerdict::default(),
         }
