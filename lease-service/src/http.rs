@@ -5,20 +5,19 @@ use std::time::Duration;
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use leasehold::api::{
-    AcquireLease, AcquireLeases, MAX_NAME_BYTES, ReleaseLease, ReleaseLeases, ReleasedLeases,
-    RenewLease,
+    AcquireLease, AcquireLeases, OneLease, ReleaseLease, ReleaseLeases, ReleasedLeases, RenewLease,
 };
 use leasehold::server::auth::{Role, locked};
 use leasehold::server::http::{
-    Order, Page, extractors, get_only, healthz, method_not_allowed, metrics_response,
+    Order, Page, extractors, get_only, healthz, method_not_allowed, metrics_response, ready,
 };
 use serde::Deserialize;
 
 use crate::db::{self, DbPool};
 use crate::error::ApiError;
-use crate::leases::{self, AcquireOutcome, SecretPolicy, TtlPolicy};
+use crate::leases::{self, AcquireOutcome, SecretPolicy, TtlPolicy, read};
 use crate::metrics::Metrics;
-use crate::repo::{self, Listing};
+use crate::repo::{Listing, ResourceFilter};
 
 /// Largest request body accepted.
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
@@ -121,16 +120,9 @@ async fn release_many(
     state: State,
     body: web::Json<ReleaseLeases>,
 ) -> Result<HttpResponse, ApiError> {
-    use diesel_async::AsyncConnection;
-    let requests = body.into_inner().leases;
     let mut conn = db::connection(&state.pool).await?;
-    let secrets = state.secrets;
-    let metrics = &state.metrics;
-    let results = conn
-        .transaction::<_, ApiError, _>(async |conn| {
-            leases::release_many(conn, secrets, metrics, &requests).await
-        })
-        .await?;
+    let results =
+        leases::release_many(&mut conn, state.secrets, &state.metrics, &body.leases).await?;
     Ok(HttpResponse::Ok().json(ReleasedLeases { results }))
 }
 
@@ -157,9 +149,8 @@ async fn revoke(state: State, id: web::Path<i64>) -> Result<HttpResponse, ApiErr
 
 async fn get_by_id(state: State, id: web::Path<i64>) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
-    // Under its name, as the sample's lease page reads it (`data.lease`).
     let lease = leases::get(&mut conn, *id).await?;
-    Ok(HttpResponse::Ok().json(serde_json::json!({ "lease": lease })))
+    Ok(HttpResponse::Ok().json(OneLease { lease }))
 }
 
 /// Query of the listing routes. Pages are in id order (`order=desc`: newest first); `cursor` is
@@ -194,34 +185,13 @@ async fn list(
     listing: Listing,
 ) -> Result<HttpResponse, ApiError> {
     let page = Page::parse(query.limit, query.cursor.as_deref(), query.order)?;
-    for (name, value) in [
-        ("resource", &query.resource),
-        ("resource_prefix", &query.resource_prefix),
-    ] {
-        if let Some(value) = value
-            && value.len() > MAX_NAME_BYTES
-        {
-            return Err(ApiError::invalid(
-                "invalid_field",
-                name,
-                format!("{name} must be at most {MAX_NAME_BYTES} bytes"),
-            ));
-        }
-    }
-    if query.resource.is_some() && query.resource_prefix.is_some() {
-        return Err(ApiError::invalid(
-            "invalid_query",
-            "resource",
-            "give resource (one resource) or resource_prefix, not both",
-        ));
-    }
-    let filter = repo::ResourceFilter {
+    let filter = ResourceFilter {
         exact: query.resource.as_deref(),
         prefix: query.resource_prefix.as_deref(),
     };
+    read::check_filter(filter)?;
     let mut conn = db::connection(&state.pool).await?;
-    let rows = repo::list(&mut conn, listing, filter, page).await?;
-    let leases: Vec<_> = rows.into_iter().map(leases::to_api).collect();
+    let leases = read::list(&mut conn, listing, filter, page).await?;
     Ok(page.respond(
         &request,
         "leases",
@@ -239,10 +209,10 @@ async fn list(
 async fn readyz(state: State) -> Result<HttpResponse, ApiError> {
     let check = async {
         let mut conn = db::connection(&state.pool).await?;
-        repo::ping(&mut conn).await.map_err(ApiError::from)
+        read::ping(&mut conn).await
     };
     match tokio::time::timeout(Duration::from_secs(2), check).await {
-        Ok(Ok(())) => Ok(HttpResponse::Ok().json(serde_json::json!({ "status": "ready" }))),
+        Ok(Ok(())) => Ok(ready()),
         Ok(Err(err)) => Err(ApiError::Unavailable(format!("database not ready: {err}"))),
         Err(_) => Err(ApiError::Unavailable(
             "database did not answer within 2 s".to_owned(),

@@ -238,6 +238,13 @@ pub struct HeldLease {
     pub expires_in_ms: i64,
 }
 
+/// `GET /api/leases/{id}`: the lease under its name, as the sample's lease page reads it
+/// (`data.lease`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OneLease {
+    pub lease: Lease,
+}
+
 /// `PUT /api/leases/renew`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RenewLease {

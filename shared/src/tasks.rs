@@ -4,6 +4,8 @@
 //! `lastHeartBeatAt`, `mustHeartBeatBefore`, ...) so that its clients read them unchanged;
 //! request bodies keep the sample's snake_case fields (`processor`, `task_output`).
 
+use std::collections::BTreeMap;
+
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -137,6 +139,44 @@ pub struct TaskPage {
     pub next_cursor: Option<String>,
 }
 
+/// `GET /api/tasks/{id}`: the task under its name, as the sample answers it and its task page
+/// reads it (`data.task`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OneTask {
+    pub task: Task,
+}
+
+/// `GET /api/tasks/counts`: per queue, and in all, the number of tasks in each status (every
+/// status named, zeros included).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskCounts {
+    pub queues: BTreeMap<String, BTreeMap<String, i64>>,
+    pub total: BTreeMap<String, i64>,
+}
+
+impl TaskCounts {
+    /// The counts of `(queue, status, count)` rows: every status named in every queue and in
+    /// the total, zeros included.
+    pub fn tally<'a>(rows: impl IntoIterator<Item = (&'a str, TaskStatus, i64)>) -> Self {
+        let zeros = || -> BTreeMap<String, i64> {
+            TaskStatus::ALL
+                .iter()
+                .map(|s| (s.as_str().to_owned(), 0))
+                .collect()
+        };
+        let mut counts = TaskCounts {
+            queues: BTreeMap::new(),
+            total: zeros(),
+        };
+        for (queue, status, count) in rows {
+            let per_queue = counts.queues.entry(queue.to_owned()).or_insert_with(zeros);
+            *per_queue.entry(status.as_str().to_owned()).or_default() += count;
+            *counts.total.entry(status.as_str().to_owned()).or_default() += count;
+        }
+        counts
+    }
+}
+
 /// `POST /api/tasks`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CreateTask {
@@ -248,4 +288,29 @@ fn default_true() -> bool {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NoTask {
     pub message: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_name_every_status_in_every_queue() {
+        let counts = TaskCounts::tally([
+            ("a", TaskStatus::Pending, 3),
+            ("b", TaskStatus::Dead, 1),
+            ("a", TaskStatus::Succeeded, 2),
+        ]);
+        assert_eq!(counts.queues.len(), 2);
+        for per_queue in counts.queues.values() {
+            assert_eq!(per_queue.len(), TaskStatus::ALL.len());
+        }
+        assert_eq!(counts.queues["a"]["pending"], 3);
+        assert_eq!(counts.queues["a"]["dead"], 0);
+        assert_eq!(counts.queues["b"]["dead"], 1);
+        assert_eq!(counts.total["pending"], 3);
+        assert_eq!(counts.total["succeeded"], 2);
+        assert_eq!(counts.total["running"], 0);
+        assert_eq!(TaskCounts::tally([]).total.len(), TaskStatus::ALL.len());
+    }
 }

@@ -9,20 +9,19 @@
 //! task-service's token.
 
 use actix_web::{HttpRequest, HttpResponse, web};
+use leasehold::lease_client::{LeaseListing, LeaseSet};
 use leasehold::server::ApiError;
+use leasehold::server::auth::bearer_token;
 use leasehold::server::db;
 use leasehold::server::http::{get_only, method_not_allowed};
+use leasehold::{LeaseClient, LeaseError};
 use serde::Deserialize;
 
-use crate::http::State;
-use crate::{generator, repo};
+use crate::state::State;
+use crate::tasks;
 
 /// The page: HTML, CSS and JavaScript in one file, no build step.
 const PAGE: &str = include_str!("dashboard.html");
-
-/// Throughput shown: the last ten minutes in ten-second buckets.
-const WINDOW_SECONDS: i64 = 600;
-const BUCKET_SECONDS: i64 = 10;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(get_only("/dashboard", page))
@@ -56,34 +55,7 @@ async fn page() -> HttpResponse {
 /// Everything the tasks, workers and generator views show, in one answer.
 async fn overview(state: State) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
-    let counts = repo::counts(&mut conn).await?;
-    let oldest_due = repo::oldest_due(&mut conn).await?;
-    let throughput = repo::throughput(&mut conn, WINDOW_SECONDS, BUCKET_SECONDS).await?;
-    let workers = repo::processors(&mut conn).await?;
-    let generator = generator::status(&mut conn, &state.engine).await?;
-    let counts: Vec<_> = counts
-        .into_iter()
-        .map(|c| serde_json::json!({"queue": c.queue, "status": c.status, "count": c.count}))
-        .collect();
-    let oldest: Vec<_> = oldest_due
-        .into_iter()
-        .map(|o| serde_json::json!({"queue": o.queue, "ageSeconds": o.age_seconds}))
-        .collect();
-    Ok(HttpResponse::Ok().json(serde_json::json!({
-        "counts": counts,
-        "oldestDue": oldest,
-        "throughput": {"windowSeconds": WINDOW_SECONDS, "bucketSeconds": BUCKET_SECONDS,
-                       "buckets": throughput},
-        "workers": workers,
-        "generator": generator,
-    })))
-}
-
-/// `GET /api/tasks/{id}/events`: the task's history, oldest first.
-pub async fn task_events(state: State, id: web::Path<i64>) -> Result<HttpResponse, ApiError> {
-    let mut conn = db::connection(&state.pool).await?;
-    let events = repo::events(&mut conn, *id).await?;
-    Ok(HttpResponse::Ok().json(serde_json::json!({ "events": events })))
+    Ok(HttpResponse::Ok().json(tasks::overview(&mut conn, &state.engine).await?))
 }
 
 #[derive(Debug, Deserialize)]
@@ -95,65 +67,62 @@ struct LeaseQuery {
 
 /// lease-service's listing, through this service.
 async fn leases(state: State, query: web::Query<LeaseQuery>) -> Result<HttpResponse, ApiError> {
-    let path = match query.status.as_deref().unwrap_or("all") {
-        "all" => "",
-        "active" => "/active",
-        "expired" => "/expired",
-        "released" => "/released",
-        "renewed" => "/renewed",
-        _ => {
-            return Err(ApiError::invalid(
-                "invalid_query",
-                "status",
-                "status must be all, active, expired, released or renewed",
-            ));
-        }
+    let status = query.status.as_deref().unwrap_or("all");
+    let set = LeaseSet::parse(status).ok_or_else(|| {
+        ApiError::invalid(
+            "invalid_query",
+            "status",
+            "status must be all, active, expired, released or renewed",
+        )
+    })?;
+    let listing = LeaseListing {
+        set,
+        resource_prefix: query.resource_prefix.clone(),
+        limit: Some(query.limit.unwrap_or(200).min(1000)),
+        ..LeaseListing::default()
     };
-    let mut params = vec![("limit", query.limit.unwrap_or(200).min(1000).to_string())];
-    if let Some(prefix) = &query.resource_prefix {
-        params.push(("resource_prefix", prefix.clone()));
-    }
-    let request = state
-        .http
-        .get(format!("{}/api/leases{path}", state.lease_service_url))
-        .query(&params);
-    forward(request).await
+    let page = state
+        .engine
+        .leases
+        .list(&listing)
+        .await
+        .map_err(passed_on)?;
+    Ok(HttpResponse::Ok().json(page))
 }
 
-/// An operator's revocation, sent to lease-service with the operator's own credentials.
+/// An operator's revocation, sent to lease-service with the operator's own token, never
+/// task-service's.
 async fn revoke(
     state: State,
     id: web::Path<i64>,
     request: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
-    let mut outgoing = state.http.post(format!(
-        "{}/api/leases/{}/revoke",
-        state.lease_service_url, *id
-    ));
-    if let Some(authorization) = request
+    let token = match request
         .headers()
         .get(actix_web::http::header::AUTHORIZATION)
     {
-        outgoing = outgoing.header(reqwest::header::AUTHORIZATION, authorization.as_bytes());
-    }
-    forward(outgoing).await
+        Some(value) => Some(bearer_token(value.to_str().unwrap_or_default())?),
+        None => None,
+    };
+    let operator: LeaseClient = state.engine.leases.clone().with_bearer_token(token);
+    let lease = operator.revoke(*id).await.map_err(passed_on)?;
+    Ok(HttpResponse::Ok().json(lease))
 }
 
-/// Sends `request` and answers with lease-service's status and JSON body as they are.
-async fn forward(request: reqwest::RequestBuilder) -> Result<HttpResponse, ApiError> {
-    let response = request
-        .headers(leasehold::telemetry::inject())
-        .timeout(std::time::Duration::from_secs(5))
-        .send()
-        .await
-        .map_err(|err| ApiError::Unavailable(format!("lease-service unreachable: {err}")))?;
-    let status = actix_web::http::StatusCode::from_u16(response.status().as_u16())
-        .unwrap_or(actix_web::http::StatusCode::BAD_GATEWAY);
-    let body = response
-        .bytes()
-        .await
-        .map_err(|err| ApiError::Unavailable(format!("lease-service answer lost: {err}")))?;
-    Ok(HttpResponse::build(status)
-        .content_type("application/json")
-        .body(body))
+/// lease-service's refusal, passed on as it came; its absence is ours to report.
+fn passed_on(err: LeaseError) -> ApiError {
+    match err {
+        LeaseError::Rejected {
+            status,
+            code,
+            error,
+        } => ApiError::Upstream {
+            status,
+            body: Box::new(leasehold::api::ErrorBody::new(code, error)),
+        },
+        LeaseError::Unavailable(reason) => {
+            ApiError::Unavailable(format!("lease-service unreachable: {reason}"))
+        }
+        other => ApiError::Internal(format!("lease-service: {other}")),
+    }
 }

@@ -23,7 +23,7 @@ pub async fn status(conn: &mut Db, engine: &Engine) -> Result<GeneratorStatus, A
 
 /// The replica holding the generator's lease, as lease-service tells it.
 async fn leader(engine: &Engine) -> Result<Option<GeneratorLeader>, ApiError> {
-    ask_leader(&engine.leases_retrying, engine)
+    ask_leader(&engine.leases_retrying(), engine)
         .await
         .map_err(|err| ApiError::Unavailable(format!("cannot ask lease-service who leads: {err}")))
 }

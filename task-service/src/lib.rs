@@ -17,6 +17,7 @@ pub mod generator;
 pub mod http;
 pub mod metrics;
 pub mod repo;
+pub mod state;
 pub mod sweeper;
 pub mod tasks;
 
@@ -33,8 +34,8 @@ use leasehold::{Backoff, LeaseClient, RetryPolicy};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::ServeConfig;
-use crate::http::AppState;
 use crate::metrics::Metrics;
+use crate::state::AppState;
 use crate::sweeper::SweeperConfig;
 use crate::tasks::Engine;
 
@@ -65,8 +66,6 @@ pub async fn run(
         leases: LeaseClient::with_timeout(&lease_url, call_timeout)
             .with_retry(RetryPolicy::none())
             .with_bearer_token(token),
-        leases_retrying: LeaseClient::with_timeout(&lease_url, call_timeout)
-            .with_bearer_token(token),
         lease_ttl: Duration::from_secs(config.lease_ttl_seconds),
         lease_prefix: config.lease_prefix.clone(),
         generator_resource: config.generator_resource.clone(),
@@ -79,16 +78,7 @@ pub async fn run(
         lease_ttl_verdict: tasks::TtlVerdict::default(),
     };
     let sweeper_engine = engine.clone();
-    let (claims, completions) = groups(&pool, &engine, config.groups_in_flight);
-    let state = web::Data::new(AppState {
-        pool: pool.clone(),
-        claims,
-        completions,
-        engine,
-        lease_service_url: lease_url.clone(),
-        http: reqwest::Client::new(),
-        listings: std::sync::Arc::new(tokio::sync::Semaphore::new(http::LISTINGS_IN_FLIGHT)),
-    });
+    let state = web::Data::new(AppState::new(pool.clone(), engine, config.groups_in_flight));
     tracing::info!(lease_service = %lease_url, "task-service calls lease-service");
     let sweeper = sweeper::run(
         pool,
@@ -113,52 +103,4 @@ pub async fn run(
     server
         .run_until_stopped(listener, stop, configure, sweeper)
         .await
-}
-
-/// The claim and completion groups (see [`leasehold::server::coalesce`]), `in_flight` of each at once (claims: per
-/// queue); each group runs on a connection of its own from `pool`.
-fn groups(
-    pool: &db::DbPool,
-    engine: &tasks::Engine,
-    in_flight: usize,
-) -> (tasks::ClaimGroups, tasks::CompletionGroups) {
-    let (claim_pool, claim_engine) = (pool.clone(), engine.clone());
-    let claims = tasks::ClaimGroups::new(
-        in_flight,
-        tasks::claims_per_group,
-        Box::new(move |queue: Option<String>, wants: Vec<tasks::Want>| {
-            let (pool, engine) = (claim_pool.clone(), claim_engine.clone());
-            Box::pin(async move {
-                let claimed = async {
-                    let mut conn = db::connection(&pool).await?;
-                    tasks::claim_group(&mut conn, &engine, queue.as_deref(), &wants).await
-                }
-                .await;
-                match claimed {
-                    Ok(per_want) => per_want.into_iter().map(Ok).collect(),
-                    Err(err) => wants.iter().map(|_| Err(err.clone())).collect(),
-                }
-            })
-        }),
-    );
-    let (complete_pool, complete_engine) = (pool.clone(), engine.clone());
-    let completions = tasks::CompletionGroups::new(
-        in_flight,
-        tasks::completions_per_group,
-        Box::new(move |(), completions: Vec<tasks::Completion>| {
-            let (pool, engine) = (complete_pool.clone(), complete_engine.clone());
-            Box::pin(async move {
-                let judged = async {
-                    let mut conn = db::connection(&pool).await?;
-                    tasks::complete_group(&mut conn, &engine, &completions).await
-                }
-                .await;
-                match judged {
-                    Ok(outcomes) => outcomes,
-                    Err(err) => completions.iter().map(|_| Err(err.clone())).collect(),
-                }
-            })
-        }),
-    );
-    (claims, completions)
 }

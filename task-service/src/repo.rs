@@ -595,7 +595,7 @@ pub async fn list(
     Ok((sized.into_iter().map(|sized| sized.task).collect(), cut))
 }
 
-#[derive(Debug, Clone, QueryableByName)]
+#[derive(Debug, Clone, QueryableByName, serde::Serialize)]
 pub struct QueueCount {
     #[diesel(sql_type = Text)]
     pub queue: String,
@@ -614,7 +614,8 @@ pub async fn counts(conn: &mut Db) -> Result<Vec<QueueCount>> {
     .await
 }
 
-#[derive(Debug, Clone, QueryableByName)]
+#[derive(Debug, Clone, QueryableByName, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct OldestDue {
     #[diesel(sql_type = Text)]
     pub queue: String,

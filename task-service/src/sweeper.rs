@@ -48,7 +48,7 @@ pub async fn run(pool: DbPool, engine: Engine, config: SweeperConfig, stop: Canc
         .saturating_mul(3)
         .max(Duration::from_secs(1));
     let singleton = Singleton::new(
-        engine.leases_retrying.clone(),
+        engine.leases_retrying(),
         GuardConfig::new(SWEEPER_RESOURCE, &config.holder).ttl(ttl),
         config.interval,
     );

@@ -293,3 +293,68 @@ async fn the_dashboard_shows_and_operates_a_live_stack() {
         );
     }
 }
+
+/// The dashboard's lease routes go through task-service's one lease-service client: a
+/// revocation carries the operator's own token, never task-service's, and lease-service's
+/// refusals come back as it gave them (status and code), its absence as 503.
+#[tokio::test]
+async fn lease_views_pass_on_lease_services_answers_and_never_lend_task_services_token() {
+    let lease_db = fresh_database().await;
+    let task_db = fresh_database().await;
+    let lease_tokens = format!("leaseholder:{SERVICE},leaseholder+operator:{OPERATOR}");
+    let mut leases =
+        Service::lease_service(&lease_db, &[("AUTH_TOKENS", lease_tokens.as_str())]).await;
+    let tasks = Service::task_service(
+        &task_db,
+        &leases.base_url(),
+        &[("LEASE_SERVICE_TOKEN", SERVICE)],
+    )
+    .await;
+    let held = leases
+        .send_as(
+            Some(SERVICE),
+            "POST",
+            "/api/leases",
+            Some(&json!({"resource": "r", "holder": "h"})),
+        )
+        .await;
+    assert_eq!(held.status, 201, "{:?}", held.body);
+    let id = held.body["id"].as_i64().unwrap();
+    let revoke = format!("/api/dashboard/leases/{id}/revoke");
+
+    // task-service's own token has no operator role, and it is not lent: without a token of
+    // their own the operator is refused by lease-service.
+    let anonymous = tasks.send_as(None, "POST", &revoke, None).await;
+    assert_eq!(anonymous.status, 401, "{:?}", anonymous.body);
+    assert_eq!(anonymous.body["code"], "unauthorized");
+    let not_operator = tasks.send_as(Some(SERVICE), "POST", &revoke, None).await;
+    assert_eq!(not_operator.status, 403, "{:?}", not_operator.body);
+    assert_eq!(not_operator.body["code"], "forbidden");
+    let unknown = tasks
+        .send_as(
+            Some(OPERATOR),
+            "POST",
+            "/api/dashboard/leases/999999/revoke",
+            None,
+        )
+        .await;
+    assert_eq!(unknown.status, 404, "{:?}", unknown.body);
+    assert_eq!(unknown.body["code"], "lease_not_found");
+    let listed = tasks.get("/api/dashboard/leases?status=active").await;
+    assert_eq!(listed.status, 200);
+    assert_eq!(listed.body["leases"][0]["status"], "active");
+
+    let revoked = tasks.send_as(Some(OPERATOR), "POST", &revoke, None).await;
+    assert_eq!(revoked.status, 200, "{:?}", revoked.body);
+    assert_eq!(revoked.body["status"], "revoked");
+    let bad = tasks.get("/api/dashboard/leases?status=maybe").await;
+    assert_eq!(
+        (bad.status, &bad.body["code"]),
+        (400, &json!("invalid_query"))
+    );
+
+    leases.kill();
+    let gone = tasks.get("/api/dashboard/leases").await;
+    assert_eq!(gone.status, 503, "{:?}", gone.body);
+    assert_eq!(gone.body["code"], "unavailable");
+}

@@ -342,7 +342,7 @@ mod tests {
         holder: &str,
         presented: Option<&str>,
         acquired: Acquired,
-    ) -> Result<(&'static str, Option<String>), &'static str> {
+    ) -> Result<(&'static str, Option<String>), String> {
         let metrics = Metrics::new().unwrap();
         let presented = presented.map(Secret::new);
         answer_acquire(
@@ -361,7 +361,7 @@ mod tests {
                 ("extended", lease.secret.map(|s| s.expose().to_owned()))
             }
         })
-        .map_err(|err| err.code())
+        .map_err(|err| err.code().to_owned())
     }
 
     #[test]
@@ -379,13 +379,25 @@ mod tests {
     #[test]
     fn a_live_lease_refuses_by_whose_it_is_and_what_was_presented() {
         let live = || Acquired::Held(row(false, 5));
-        assert_eq!(answer(false, "other", None, live()), Err("lease_held"));
-        assert_eq!(answer(true, "h", None, live()), Err("secret_required"));
-        assert_eq!(answer(false, "h", None, live()), Err("wrong_secret"));
-        assert_eq!(answer(true, "h", Some("x"), live()), Err("wrong_secret"));
+        assert_eq!(
+            answer(false, "other", None, live()),
+            Err("lease_held".to_owned())
+        );
+        assert_eq!(
+            answer(true, "h", None, live()),
+            Err("secret_required".to_owned())
+        );
+        assert_eq!(
+            answer(false, "h", None, live()),
+            Err("wrong_secret".to_owned())
+        );
+        assert_eq!(
+            answer(true, "h", Some("x"), live()),
+            Err("wrong_secret".to_owned())
+        );
         assert_eq!(
             answer(false, "h", None, Acquired::Contended),
-            Err("unavailable")
+            Err("unavailable".to_owned())
         );
     }
 }

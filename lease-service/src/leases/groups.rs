@@ -10,7 +10,7 @@
 use std::future::Future;
 
 use leasehold::api::{Lease, MAX_BATCH_RESOURCES};
-use leasehold::server::coalesce::{Coalescer, distinct_prefix};
+use leasehold::server::coalesce::{self, Coalescer, distinct_prefix};
 
 use super::acquire::{Acquisition, acquire_group};
 use super::release::release_group;
@@ -102,23 +102,17 @@ where
     Fut: Future<Output = Result<Vec<Result<T, ApiError>>, ApiError>> + Send + 'static,
 {
     let context = context.clone();
-    Coalescer::new(
+    coalesce::grouped(
         in_flight,
         one_per_resource::<I>,
-        Box::new(move |(), items: Vec<I>| {
-            let members = items.len();
+        move |(), items: Vec<I>| {
             context
                 .metrics
                 .group_sizes
                 .with_label_values(&[operation])
-                .observe(members as f64);
-            let served = serve(context.clone(), items);
-            Box::pin(async move {
-                served
-                    .await
-                    .unwrap_or_else(|err| (0..members).map(|_| Err(err.clone())).collect())
-            })
-        }),
+                .observe(items.len() as f64);
+            serve(context.clone(), items)
+        },
     )
 }
 

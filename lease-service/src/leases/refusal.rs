@@ -102,7 +102,9 @@ mod tests {
     #[test]
     fn refusals_name_the_first_reason_that_applies() {
         let code = |current: Option<LeaseRow>, holder: &str, fence: Option<i64>| {
-            refusal("renew", current, holder, fence, Some(sha256("s"))).code()
+            refusal("renew", current, holder, fence, Some(sha256("s")))
+                .code()
+                .to_owned()
         };
         assert_eq!(code(None, "h", None), "lease_not_found");
         assert_eq!(code(Some(row(false, 5)), "other", Some(9)), "not_holder");

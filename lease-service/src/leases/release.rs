@@ -5,7 +5,7 @@
 //! release that changed nothing is first checked, by reading only, for being such a repeat (so
 //! it can never touch a newer lease), and refused with its reason only otherwise.
 
-use diesel_async::AsyncPgConnection;
+use diesel_async::{AsyncConnection, AsyncPgConnection};
 use leasehold::api::{Lease, MAX_BATCH_RESOURCES, ReleaseLease, ReleaseResult};
 use leasehold::server::{check_batch_size, validate_name};
 
@@ -129,18 +129,30 @@ fn judge_unreleased(
     Err(refusal)
 }
 
-/// Many releases (`POST /api/leases/batch/release`), to run inside one transaction: one
+/// Many releases (`POST /api/leases/batch/release`) in one transaction, so one commit: one
 /// statement releases every lease it can, then whatever it did not release is judged alone
 /// (a refusal with its reason, or a repeated release answered as the first). Only a database
-/// failure fails the whole batch.
+/// failure fails the whole batch, and then nothing was released.
 pub async fn release_many(
     conn: &mut AsyncPgConnection,
     secrets: SecretPolicy,
     metrics: &Metrics,
     requests: &[ReleaseLease],
 ) -> Result<Vec<ReleaseResult>, ApiError> {
-    use actix_web::ResponseError;
     check_batch_size("leases", "releases", requests.len(), MAX_BATCH_RESOURCES)?;
+    conn.transaction::<_, ApiError, _>(async |conn| {
+        release_checked(conn, secrets, metrics, requests).await
+    })
+    .await
+}
+
+async fn release_checked(
+    conn: &mut AsyncPgConnection,
+    secrets: SecretPolicy,
+    metrics: &Metrics,
+    requests: &[ReleaseLease],
+) -> Result<Vec<ReleaseResult>, ApiError> {
+    use actix_web::ResponseError;
     let checked: Vec<Result<Release, ApiError>> = requests
         .iter()
         .map(|request| check_release(secrets, request, None))
@@ -204,11 +216,11 @@ mod tests {
         }
     }
 
-    fn judged(item: &Release, current: Option<LeaseRow>) -> Result<LeaseStatus, &'static str> {
+    fn judged(item: &Release, current: Option<LeaseRow>) -> Result<LeaseStatus, String> {
         let metrics = Metrics::new().unwrap();
         judge_unreleased(&metrics, item, current)
             .map(|lease| lease.status)
-            .map_err(|err| err.code())
+            .map_err(|err| err.code().to_owned())
     }
 
     #[test]
@@ -248,7 +260,7 @@ mod tests {
             (release(Some(9), "s", None), None, "lease_not_found"),
         ];
         for (item, current, code) in cases {
-            assert_eq!(judged(&item, current), Err(code), "{item:?}");
+            assert_eq!(judged(&item, current), Err(code.to_owned()), "{item:?}");
         }
     }
 
@@ -278,7 +290,8 @@ mod tests {
         assert_eq!(
             check_release(required, &request(None), None)
                 .err()
-                .map(|err| err.code()),
+                .as_ref()
+                .map(ApiError::code),
             Some("secret_required")
         );
         let checked = check_release(required, &request(Some("s")), Some(4)).unwrap();

@@ -3,10 +3,9 @@
 //! [`LeaseError::Rejected`] with lease-service's status and code, never "held" or "lost".
 
 use reqwest::StatusCode;
-use serde::Deserialize;
 
 use super::{LeaseClient, LeaseError};
-use crate::api::{ErrorBody, Lease, LeasePage};
+use crate::api::{ErrorBody, Lease, LeasePage, OneLease};
 
 /// Which of lease-service's listings to read.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -87,12 +86,6 @@ impl LeaseListing {
     }
 }
 
-/// `GET /api/leases/{id}` answers the lease under its name.
-#[derive(Deserialize)]
-struct OneLease {
-    lease: Lease,
-}
-
 impl LeaseClient {
     /// One page of a lease listing.
     pub async fn list(&self, listing: &LeaseListing) -> Result<LeasePage, LeaseError> {
@@ -118,6 +111,14 @@ impl LeaseClient {
         self.call(reqwest::Method::GET, &path, &[], None::<&()>)
             .await
             .map(|(_, answer): (_, OneLease)| answer.lease)
+            .map_err(rejected)
+    }
+
+    /// `GET /healthz`: whether lease-service is up and serving.
+    pub async fn healthy(&self) -> Result<(), LeaseError> {
+        self.call(reqwest::Method::GET, "/healthz", &[], None::<&()>)
+            .await
+            .map(|(_, _): (_, serde_json::Value)| ())
             .map_err(rejected)
     }
 

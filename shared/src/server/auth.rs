@@ -161,14 +161,7 @@ impl Auth {
                 "this route needs a bearer token with the {role} role (Authorization: Bearer <token>)"
             )));
         };
-        let token = match header.split_once(' ') {
-            Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") => token.trim(),
-            _ => {
-                return Err(ApiError::Unauthorized(
-                    "the Authorization header must be \"Bearer <token>\"".to_owned(),
-                ));
-            }
-        };
+        let token = bearer_token(header)?;
         let presented = digest(token);
         let Some((_, roles)) = tokens.iter().find(|(known, _)| *known == presented) else {
             return Err(ApiError::Unauthorized(
@@ -224,6 +217,16 @@ async fn authorize(
             let response = actix_web::ResponseError::error_response(&refusal);
             Ok(ServiceResponse::new(request, response))
         }
+    }
+}
+
+/// The token of an `Authorization` header's value, which must be `Bearer <token>`.
+pub fn bearer_token(authorization: &str) -> Result<&str, ApiError> {
+    match authorization.split_once(' ') {
+        Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") => Ok(token.trim()),
+        _ => Err(ApiError::Unauthorized(
+            "the Authorization header must be \"Bearer <token>\"".to_owned(),
+        )),
     }
 }
 

@@ -46,6 +46,37 @@ pub fn distinct_prefix<T: Hash + Eq>(keys: impl IntoIterator<Item = T>, max: usi
     seen.len()
 }
 
+/// A coalescer whose groups run `serve`: the one way both services build theirs. `serve`
+/// answers each member, in order, or fails as a whole (no connection, a database error); then
+/// that failure is every member's answer, since no member's statement ran alone.
+pub fn grouped<K, I, T, E, F, Fut>(
+    in_flight: usize,
+    choose: Choose<I>,
+    serve: F,
+) -> Coalescer<K, I, Result<T, E>>
+where
+    K: Hash + Eq + Clone + Send + 'static,
+    I: Send + 'static,
+    T: Send + 'static,
+    E: Clone + Send + 'static,
+    F: Fn(K, Vec<I>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Vec<Result<T, E>>, E>> + Send + 'static,
+{
+    Coalescer::new(
+        in_flight,
+        choose,
+        Box::new(move |key, items: Vec<I>| {
+            let members = items.len();
+            let served = serve(key, items);
+            Box::pin(async move {
+                served
+                    .await
+                    .unwrap_or_else(|err| (0..members).map(|_| Err(err.clone())).collect())
+            })
+        }),
+    )
+}
+
 /// The members waiting for one key: their items (what [`Choose`] looks at) and, in the same
 /// order, where their answers go.
 struct Queue<I, O> {

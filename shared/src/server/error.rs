@@ -61,6 +61,10 @@ pub enum ApiError {
     Misconfigured { code: &'static str, message: String },
     #[error("internal error")]
     Internal(String),
+    /// A refusal of a service this one called on a client's behalf (the dashboard's lease views
+    /// and revocations), passed on as it came: its status, code and message.
+    #[error("{}", body.error)]
+    Upstream { status: u16, body: Box<ErrorBody> },
 }
 
 impl ApiError {
@@ -72,7 +76,7 @@ impl ApiError {
         }
     }
 
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> &str {
         match self {
             Self::Invalid { code, .. }
             | Self::Conflict { code, .. }
@@ -89,6 +93,7 @@ impl ApiError {
             Self::BodyTimeout { .. } => "request_timeout",
             Self::Unavailable(_) => "unavailable",
             Self::Internal(_) => "internal",
+            Self::Upstream { body, .. } => &body.code,
         }
     }
 }
@@ -97,6 +102,9 @@ impl ApiError {
     /// The JSON body this error answers with: for a whole response, or for one item of a batch
     /// answered item by item.
     pub fn body(&self) -> ErrorBody {
+        if let Self::Upstream { body, .. } = self {
+            return (**body).clone();
+        }
         let mut body = ErrorBody::new(self.code(), self.to_string());
         match self {
             Self::Held {
@@ -158,6 +166,11 @@ impl ResponseError for ApiError {
             Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Self::Unavailable(_) | Self::Misconfigured { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            // Only a refusal is passed on; anything else from upstream is a bad gateway.
+            Self::Upstream { status, .. } => StatusCode::from_u16(*status)
+                .ok()
+                .filter(|s| s.is_client_error() || s.is_server_error())
+                .unwrap_or(StatusCode::BAD_GATEWAY),
         }
     }
 

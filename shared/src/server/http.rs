@@ -136,9 +136,24 @@ where
         .default_service(web::to(method_not_allowed))
 }
 
+/// The answer of `GET /healthz` (`ok`) and `GET /readyz` (`ready`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Probe {
+    pub status: String,
+}
+
 /// `GET /healthz`: the process is alive and serving.
 pub async fn healthz() -> HttpResponse {
-    HttpResponse::Ok().json(serde_json::json!({ "status": "ok" }))
+    HttpResponse::Ok().json(Probe {
+        status: "ok".to_owned(),
+    })
+}
+
+/// The answer of a `GET /readyz` whose checks passed.
+pub fn ready() -> HttpResponse {
+    HttpResponse::Ok().json(Probe {
+        status: "ready".to_owned(),
+    })
 }
 
 pub async fn method_not_allowed() -> ApiError {

@@ -129,7 +129,11 @@ mod tests {
         assert!(check_batch_size("tasks", "completions", 3, 3).is_ok());
         for len in [0, 4] {
             let err = check_batch_size("tasks", "completions", len, 3).err();
-            assert_eq!(err.map(|e| e.code()), Some("invalid_batch"), "{len}");
+            assert_eq!(
+                err.as_ref().map(ApiError::code),
+                Some("invalid_batch"),
+                "{len}"
+            );
         }
         assert_eq!(first_duplicate([1, 2, 3]), None);
         assert_eq!(first_duplicate([1, 2, 1, 2]), Some(1));

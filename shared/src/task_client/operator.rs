@@ -3,13 +3,9 @@
 //! The generator creates through here with its `generator_fence`; the command line uses all of
 //! it.
 
-use std::collections::BTreeMap;
-
-use serde::{Deserialize, Serialize};
-
 use super::{CallError, TaskClient};
 use crate::generator::{GeneratorSettings, GeneratorStatus, StartGenerator};
-use crate::tasks::{CreateTask, Task, TaskPage};
+use crate::tasks::{CreateTask, OneTask, Task, TaskPage};
 
 /// What `POST /api/tasks` did with a create.
 #[derive(Debug, Clone, PartialEq)]
@@ -35,13 +31,8 @@ impl Created {
     }
 }
 
-/// `GET /api/tasks/counts`: per queue, and in all, the number of tasks in each status (every
-/// status named, zeros included).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TaskCounts {
-    pub queues: BTreeMap<String, BTreeMap<String, i64>>,
-    pub total: BTreeMap<String, i64>,
-}
+/// Where callers found it before it moved to the API types.
+pub use crate::tasks::TaskCounts;
 
 /// Which page of `GET /api/tasks` to read.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -77,12 +68,6 @@ impl TaskListing {
         );
         query
     }
-}
-
-/// `GET /api/tasks/{id}` answers the task under its name, as the sample's task page reads it.
-#[derive(Deserialize)]
-struct OneTask {
-    task: Task,
 }
 
 impl TaskClient {

@@ -137,7 +137,7 @@ const GENERATOR_DEADLINE_MARGIN: chrono::TimeDelta = chrono::TimeDelta::millisec
 /// Returns how long the lease has left by lease-service's clock.
 async fn check_generator_fence(engine: &Engine, fence: i64) -> Result<chrono::TimeDelta, ApiError> {
     let current = engine
-        .leases_retrying
+        .leases_retrying()
         .current(&engine.generator_resource)
         .await
         .map_err(|err| {

@@ -17,6 +17,8 @@
 //! * `claim`: claim requests, gathered by queue into one transaction and one lease batch;
 //! * `complete`: completions, single or batched, judged in groups;
 //! * `transition`: heartbeat, fail, retry and cancel, and the ownership check they share;
+//! * `read`: one task, its history, listings, counts, gauges and the dashboard's overview;
+//! * `ready`: whether this replica can serve (`/readyz`);
 //! * `refusal`: the errors several operations answer with;
 //! * `ttl`: whether lease-service accepts the task lease TTL (for `/readyz` and claims).
 //!
@@ -26,6 +28,8 @@
 mod claim;
 mod complete;
 mod create;
+pub mod read;
+mod ready;
 mod refusal;
 mod transition;
 mod ttl;
@@ -36,16 +40,21 @@ use std::time::Duration;
 use leasehold::api::Proof;
 use leasehold::server::ApiError;
 use leasehold::tasks::Task;
-use leasehold::{Backoff, LeaseClient};
+use leasehold::{Backoff, LeaseClient, RetryPolicy};
 
 use crate::metrics::Metrics;
 use crate::repo::{self, Db, TaskRow};
 
-pub use claim::{ClaimGroups, Want, claim, claim_group, claims_per_group, end_cancelled, want};
+pub use claim::{
+    ClaimGroups, Want, claim, claim_group, claim_groups, claims_per_group, end_cancelled, want,
+};
 pub use complete::{
-    Completion, CompletionGroups, complete, complete_group, complete_many, completions_per_group,
+    Completion, CompletionGroups, complete, complete_group, complete_many, completion_groups,
+    completions_per_group,
 };
 pub use create::{Created, create};
+pub use read::{counts, events, get, overview};
+pub use ready::ready;
 pub use transition::{cancel, fail, heartbeat, retry};
 pub use ttl::{TtlVerdict, check_lease_ttl};
 pub use validate::MAX_DATA_BYTES;
@@ -55,10 +64,10 @@ use refusal::task_not_found;
 /// What the task rules need besides a connection.
 #[derive(Debug, Clone)]
 pub struct Engine {
-    /// For calls made while task rows are locked: short timeout, no retries.
+    /// task-service's one client of lease-service: short timeout, no retries, since most calls
+    /// are made while task rows are locked; [`Engine::leases_retrying`] is the same client for
+    /// calls nothing is locked for.
     pub leases: LeaseClient,
-    /// For releases after commit: retried, nothing waits on them.
-    pub leases_retrying: LeaseClient,
     pub lease_ttl: Duration,
     pub lease_prefix: String,
     /// The generator's lease resource: a create naming a `generator_fence` is checked against it.
@@ -82,11 +91,17 @@ impl Engine {
         self.retry.delay(attempts).as_secs_f64()
     }
 
+    /// The lease-service client, retrying transient failures: for calls made while no task row
+    /// is locked (releases after commit, the generator's lease, the sweeper's singleton).
+    pub fn leases_retrying(&self) -> LeaseClient {
+        self.leases.clone().with_retry(RetryPolicy::default())
+    }
+
     /// Releases a lease after the transaction that ended its task committed. A failure only
     /// means the lease runs out by itself.
     async fn release_after_commit(&self, id: i64, processor: &str, proof: Proof<'_>) {
         if let Err(err) = self
-            .leases_retrying
+            .leases_retrying()
             .release(&self.resource(id), processor, proof)
             .await
         {
@@ -101,10 +116,6 @@ impl Engine {
 pub enum Transition {
     Done(TaskRow),
     Cancelled(TaskRow),
-}
-
-pub async fn get(conn: &mut Db, id: i64) -> Result<Task, ApiError> {
-    Ok(to_api(locked_or_missing(repo::find(conn, id).await?, id)?))
 }
 
 async fn locked(conn: &mut Db, id: i64) -> Result<TaskRow, ApiError> {
@@ -153,8 +164,7 @@ mod fixtures {
     pub(super) fn engine() -> Engine {
         let leases = LeaseClient::new("http://127.0.0.1:9");
         Engine {
-            leases: leases.clone(),
-            leases_retrying: leases,
+            leases,
             lease_ttl: Duration::from_secs(30),
             lease_prefix: "task:".to_owned(),
             generator_resource: "generator".to_owned(),

@@ -284,10 +284,10 @@ mod tests {
     use super::*;
     use crate::tasks::fixtures;
 
-    fn refusal(task: &TaskRow, processor: &str, fence: Option<i64>) -> &'static str {
+    fn refusal(task: &TaskRow, processor: &str, fence: Option<i64>) -> String {
         check_owner(task, processor, fence)
             .err()
-            .map_or("allowed", |err| err.code())
+            .map_or("allowed".to_owned(), |err| err.code().to_owned())
     }
 
     #[test]

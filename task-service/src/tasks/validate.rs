@@ -104,10 +104,10 @@ mod tests {
         serde_json::from_value(body).unwrap()
     }
 
-    fn refusal(body: serde_json::Value) -> &'static str {
+    fn refusal(body: serde_json::Value) -> String {
         validate_new(&fixtures::engine(), request(body))
             .err()
-            .map_or("accepted", |err| err.code())
+            .map_or("accepted".to_owned(), |err| err.code().to_owned())
     }
 
     #[test]

@@ -1,0 +1,83 @@
+//! Reads: one lease by id, in any state, as the API shows it (revoke answers with it too, and
+//! both must say "not found" the same way), a page of a listing, and whether the database
+//! answers.
+
+use diesel_async::AsyncPgConnection;
+use leasehold::api::{Lease, MAX_NAME_BYTES};
+use leasehold::server::http::Page;
+
+use super::to_api;
+use crate::error::ApiError;
+use crate::repo::{self, Listing, ResourceFilter};
+
+pub async fn get(conn: &mut AsyncPgConnection, id: i64) -> Result<Lease, ApiError> {
+    repo::find_by_id(conn, id)
+        .await?
+        .map(to_api)
+        .ok_or_else(|| ApiError::NotFound {
+            code: "lease_not_found",
+            message: format!("no lease with id {id}"),
+        })
+}
+
+/// Checks a listing's resource filter: one resource by name, or a prefix, not both, and
+/// neither longer than a name may be.
+pub fn check_filter(filter: ResourceFilter<'_>) -> Result<(), ApiError> {
+    for (name, value) in [
+        ("resource", filter.exact),
+        ("resource_prefix", filter.prefix),
+    ] {
+        if let Some(value) = value
+            && value.len() > MAX_NAME_BYTES
+        {
+            return Err(ApiError::invalid(
+                "invalid_field",
+                name,
+                format!("{name} must be at most {MAX_NAME_BYTES} bytes"),
+            ));
+        }
+    }
+    if filter.exact.is_some() && filter.prefix.is_some() {
+        return Err(ApiError::invalid(
+            "invalid_query",
+            "resource",
+            "give resource (one resource) or resource_prefix, not both",
+        ));
+    }
+    Ok(())
+}
+
+/// One page of a listing.
+pub async fn list(
+    conn: &mut AsyncPgConnection,
+    listing: Listing,
+    filter: ResourceFilter<'_>,
+    page: Page,
+) -> Result<Vec<Lease>, ApiError> {
+    let rows = repo::list(conn, listing, filter, page).await?;
+    Ok(rows.into_iter().map(to_api).collect())
+}
+
+/// Whether the database answers.
+pub async fn ping(conn: &mut AsyncPgConnection) -> Result<(), ApiError> {
+    Ok(repo::ping(conn).await?)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn a_filter_names_one_resource_or_a_prefix_within_the_name_limit() {
+        let filter = |exact, prefix| ResourceFilter { exact, prefix };
+        assert!(check_filter(filter(None, None)).is_ok());
+        assert!(check_filter(filter(Some("r"), None)).is_ok());
+        assert!(check_filter(filter(None, Some("task:"))).is_ok());
+        let both = check_filter(filter(Some("r"), Some("r"))).unwrap_err();
+        assert_eq!(both.code(), "invalid_query");
+        let long = "x".repeat(MAX_NAME_BYTES + 1);
+        let too_long = check_filter(filter(None, Some(&long))).unwrap_err();
+        assert_eq!(too_long.code(), "invalid_field");
+    }
+}

@@ -1,0 +1,161 @@
+//! Reads: one task, its history, a page of a listing, the counts per queue and status, the
+//! gauges, and the dashboard's overview. Nothing here locks a row or writes.
+
+use leasehold::server::http::Page;
+use leasehold::server::{ApiError, validate_name_within};
+use leasehold::tasks::{MAX_QUEUE_BYTES, OneTask, TaskCounts, TaskStatus};
+use serde::Serialize;
+
+use super::refusal::task_not_found;
+use super::{Engine, to_api};
+use crate::generator;
+use crate::repo::{self, Db, OldestDue, Processor, QueueCount, TaskEvent, ThroughputBucket};
+
+/// `GET /api/tasks/{id}`.
+pub async fn get(conn: &mut Db, id: i64) -> Result<OneTask, ApiError> {
+    let row = repo::find(conn, id)
+        .await?
+        .ok_or_else(|| task_not_found(id))?;
+    Ok(OneTask { task: to_api(row) })
+}
+
+/// `GET /api/tasks/{id}/events`: the task's history, oldest first.
+#[derive(Debug, Serialize)]
+pub struct TaskHistory {
+    pub events: Vec<TaskEvent>,
+}
+
+pub async fn events(conn: &mut Db, id: i64) -> Result<TaskHistory, ApiError> {
+    Ok(TaskHistory {
+        events: repo::events(conn, id).await?,
+    })
+}
+
+/// What a listing asks for: the statuses it may show, narrowed by its `status` filter
+/// (comma-separated), and a `queue`.
+#[derive(Debug)]
+pub struct Listing<'a> {
+    pub within: &'a [TaskStatus],
+    pub status: Option<&'a str>,
+    pub queue: Option<&'a str>,
+    pub page: Page,
+}
+
+/// The statuses a listing shows: those of `within` that the `wanted` filter names (all of
+/// them without a filter).
+pub fn statuses(within: &[TaskStatus], wanted: Option<&str>) -> Result<Vec<TaskStatus>, ApiError> {
+    let mut statuses = within.to_vec();
+    if let Some(wanted) = wanted.filter(|s| !s.is_empty()) {
+        let mut chosen = Vec::new();
+        for name in wanted.split(',') {
+            chosen.push(TaskStatus::parse(name.trim()).ok_or_else(|| {
+                ApiError::invalid(
+                    "invalid_status",
+                    "status",
+                    format!(
+                        "unknown status {name:?}; known: pending, running, succeeded, dead, \
+                         cancelled"
+                    ),
+                )
+            })?);
+        }
+        statuses.retain(|s| chosen.contains(s));
+    }
+    Ok(statuses)
+}
+
+/// Checks a listing before it waits for its turn, so bad input is refused at once.
+pub fn check_listing(listing: &Listing<'_>) -> Result<Vec<TaskStatus>, ApiError> {
+    if let Some(queue) = listing.queue {
+        validate_name_within("queue", queue, MAX_QUEUE_BYTES)?;
+    }
+    statuses(listing.within, listing.status)
+}
+
+/// One page of a listing, at most `max_bytes` of task JSON; `true` when the page was cut there.
+pub async fn list(
+    conn: &mut Db,
+    listing: &Listing<'_>,
+    statuses: &[TaskStatus],
+    max_bytes: i64,
+) -> Result<(Vec<leasehold::tasks::Task>, bool), ApiError> {
+    let (rows, cut) = repo::list(conn, statuses, listing.queue, listing.page, max_bytes).await?;
+    Ok((rows.into_iter().map(to_api).collect(), cut))
+}
+
+/// `GET /api/tasks/counts`.
+pub async fn counts(conn: &mut Db) -> Result<TaskCounts, ApiError> {
+    let rows = repo::counts(conn).await?;
+    Ok(TaskCounts::tally(
+        rows.iter()
+            .map(|row| (row.queue.as_str(), row.status, row.count)),
+    ))
+}
+
+/// What the task gauges of `/metrics` show: the counts and the oldest due task per queue.
+pub async fn gauges(conn: &mut Db) -> Result<(Vec<QueueCount>, Vec<OldestDue>), ApiError> {
+    Ok((repo::counts(conn).await?, repo::oldest_due(conn).await?))
+}
+
+/// Whether the database answers.
+pub async fn ping(conn: &mut Db) -> Result<(), ApiError> {
+    Ok(repo::ping(conn).await?)
+}
+
+/// Throughput shown on the dashboard: the last ten minutes in ten-second buckets.
+const WINDOW_SECONDS: i64 = 600;
+const BUCKET_SECONDS: i64 = 10;
+
+/// `GET /api/dashboard/overview`: everything the tasks, workers and generator views show.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Overview {
+    pub counts: Vec<QueueCount>,
+    pub oldest_due: Vec<OldestDue>,
+    pub throughput: Throughput,
+    pub workers: Vec<Processor>,
+    pub generator: leasehold::generator::GeneratorStatus,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Throughput {
+    pub window_seconds: i64,
+    pub bucket_seconds: i64,
+    pub buckets: Vec<ThroughputBucket>,
+}
+
+pub async fn overview(conn: &mut Db, engine: &Engine) -> Result<Overview, ApiError> {
+    Ok(Overview {
+        counts: repo::counts(conn).await?,
+        oldest_due: repo::oldest_due(conn).await?,
+        throughput: Throughput {
+            window_seconds: WINDOW_SECONDS,
+            bucket_seconds: BUCKET_SECONDS,
+            buckets: repo::throughput(conn, WINDOW_SECONDS, BUCKET_SECONDS).await?,
+        },
+        workers: repo::processors(conn).await?,
+        generator: generator::status(conn, engine).await?,
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_status_filter_narrows_and_unknown_names_are_refused() {
+        let all = TaskStatus::ALL;
+        assert_eq!(statuses(&all, None).unwrap(), all.to_vec());
+        assert_eq!(statuses(&all, Some("")).unwrap(), all.to_vec());
+        assert_eq!(
+            statuses(&all, Some("dead, pending")).unwrap(),
+            vec![TaskStatus::Pending, TaskStatus::Dead]
+        );
+        let ended = [TaskStatus::Succeeded, TaskStatus::Dead];
+        assert!(statuses(&ended, Some("running")).unwrap().is_empty());
+        let err = statuses(&all, Some("pending,finished")).unwrap_err();
+        assert_eq!(err.code(), "invalid_status");
+    }
+}
