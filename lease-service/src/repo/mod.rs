@@ -115,24 +115,11 @@ enum Op {
 /// OpenTelemetry's database conventions say; `batch`: how many requests a group statement
 /// serves. The one definition of these attributes, for every statement of the service.
 fn span(op: Op, batch: Option<usize>) -> tracing::Span {
-    // A span's name must be known where it is declared, hence one declaration per kind.
-    macro_rules! leases_span {
-        ($name:literal, $operation:literal) => {
-            tracing::info_span!(
-                $name,
-                otel.kind = "client",
-                db.system.name = "postgresql",
-                db.operation.name = $operation,
-                db.collection.name = "leases",
-                db.operation.batch.size = tracing::field::Empty,
-            )
-        };
-    }
     let span = match op {
-        Op::Select => leases_span!("SELECT leases", "SELECT"),
-        Op::Insert => leases_span!("INSERT leases", "INSERT"),
-        Op::Update => leases_span!("UPDATE leases", "UPDATE"),
-        Op::Delete => leases_span!("DELETE leases", "DELETE"),
+        Op::Select => leasehold::db_span!("SELECT", "leases"),
+        Op::Insert => leasehold::db_span!("INSERT", "leases"),
+        Op::Update => leasehold::db_span!("UPDATE", "leases"),
+        Op::Delete => leasehold::db_span!("DELETE", "leases"),
     };
     if let Some(size) = batch {
         span.record("db.operation.batch.size", size);

@@ -181,3 +181,21 @@ impl<Q> QueryId for Cached<Q> {
 impl<Q: Query> Query for Cached<Q> {
     type SqlType = Q::SqlType;
 }
+
+/// The client span of one SQL statement, named and attributed as OpenTelemetry's database
+/// conventions say, the one definition of those attributes for both services:
+/// `db_span!("UPDATE", "tasks")`. A group statement records how many requests it serves in
+/// `db.operation.batch.size`. (A span's name must be known where it is declared, hence a macro.)
+#[macro_export]
+macro_rules! db_span {
+    ($operation:literal, $collection:literal) => {
+        ::tracing::info_span!(
+            concat!($operation, " ", $collection),
+            otel.kind = "client",
+            db.system.name = "postgresql",
+            db.operation.name = $operation,
+            db.collection.name = $collection,
+            db.operation.batch.size = ::tracing::field::Empty,
+        )
+    };
+}

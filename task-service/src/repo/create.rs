@@ -1,0 +1,153 @@
+//! Creating tasks: the plain insert, the generator's fenced insert, and the idempotency key's
+//! lookup.
+
+use chrono::{DateTime, Utc};
+use diesel::sql_types::{Bool, Integer, Jsonb, Nullable, Text, Timestamptz};
+use diesel::{OptionalExtension, QueryableByName};
+use diesel_async::RunQueryDsl;
+use leasehold::server::db::Cache;
+use tracing::Instrument;
+
+use super::{COLUMNS, Db, Result, TaskRow};
+
+/// What `POST /api/tasks` inserts, validated.
+#[derive(Debug, Clone)]
+pub struct NewTask {
+    pub task_data: serde_json::Value,
+    pub scheduled_at: Option<DateTime<Utc>>,
+    pub queue: String,
+    pub priority: i32,
+    pub max_attempts: i32,
+    pub idempotency_key: Option<String>,
+}
+/// Inserts the task, or nothing if its idempotency key is taken (then `None`).
+pub async fn insert(conn: &mut Db, task: &NewTask) -> Result<Option<TaskRow>> {
+    let span = leasehold::db_span!("INSERT", "tasks");
+    async move {
+        diesel::sql_query(format!(
+            "INSERT INTO tasks (task_data, scheduled_at, requested_scheduled_at, queue, priority,
+                            max_attempts, idempotency_key)
+         VALUES ($1, COALESCE($2, now()), COALESCE($2, now()), $3, $4, $5, $6)
+         ON CONFLICT (idempotency_key) DO NOTHING
+         RETURNING {COLUMNS}"
+        ))
+        .bind::<Jsonb, _>(&task.task_data)
+        .bind::<Nullable<Timestamptz>, _>(task.scheduled_at)
+        .bind::<Text, _>(&task.queue)
+        .bind::<Integer, _>(task.priority)
+        .bind::<Integer, _>(task.max_attempts)
+        .bind::<Nullable<Text>, _>(task.idempotency_key.as_deref())
+        .cached()
+        .get_result(conn)
+        .await
+        .optional()
+    }
+    .instrument(span)
+    .await
+}
+/// Inserts a generator's task and counts it, in one statement (so its own commit), only while
+/// the generator is started and the database's clock is before `deadline`; `None` if the key is
+/// taken, the generator is stopped or the deadline passed.
+///
+/// The statement first locks the settings row (`FOR NO KEY UPDATE`, the lock its count takes
+/// anyway, so two creates never deadlock upgrading a shared lock): a stop waits for a create
+/// that holds it, and a create that comes after reads the stop. So once a stop is answered no
+/// generator task is stored. The task's `created_at` is the moment of the insert, not of the
+/// transaction's start, and its schedule, when omitted, that same moment.
+pub async fn insert_generated(
+    conn: &mut Db,
+    task: &NewTask,
+    deadline: DateTime<Utc>,
+) -> Result<Option<TaskRow>> {
+    let span = leasehold::db_span!("INSERT", "tasks");
+    async move {
+        diesel::sql_query(format!(
+            "WITH gate AS (
+             SELECT running FROM generator_settings WHERE id = 1 FOR NO KEY UPDATE
+         ), at AS (
+             SELECT clock_timestamp() AS now FROM gate WHERE gate.running
+         ), inserted AS (
+             INSERT INTO tasks (task_data, scheduled_at, requested_scheduled_at, queue, priority,
+                                max_attempts, idempotency_key, created_at, updated_at)
+             SELECT $1, COALESCE($2, at.now), COALESCE($2, at.now), $3, $4, $5, $6, at.now,
+                    at.now
+             FROM at WHERE at.now < $7
+             ON CONFLICT (idempotency_key) DO NOTHING
+             RETURNING {COLUMNS}
+         ), counted AS (
+             UPDATE generator_settings SET produced = produced + (SELECT count(*) FROM inserted)
+             WHERE id = 1
+         )
+         SELECT {COLUMNS} FROM inserted"
+        ))
+        .bind::<Jsonb, _>(&task.task_data)
+        .bind::<Nullable<Timestamptz>, _>(task.scheduled_at)
+        .bind::<Text, _>(&task.queue)
+        .bind::<Integer, _>(task.priority)
+        .bind::<Integer, _>(task.max_attempts)
+        .bind::<Nullable<Text>, _>(task.idempotency_key.as_deref())
+        .bind::<Timestamptz, _>(deadline)
+        .cached()
+        .get_result(conn)
+        .await
+        .optional()
+    }
+    .instrument(span)
+    .await
+}
+#[derive(QueryableByName)]
+struct Clock {
+    #[diesel(sql_type = Timestamptz)]
+    now: DateTime<Utc>,
+}
+/// The database's clock right now (`clock_timestamp()`, not the transaction's `now()`).
+pub async fn clock(conn: &mut Db) -> Result<DateTime<Utc>> {
+    let span = leasehold::db_span!("SELECT", "clock_timestamp");
+    async move {
+        diesel::sql_query("SELECT clock_timestamp() AS now")
+            .cached()
+            .get_result::<Clock>(conn)
+            .await
+            .map(|row| row.now)
+    }
+    .instrument(span)
+    .await
+}
+/// The task an idempotency key names, and whether a create asking for `scheduled_at` asks for
+/// the schedule its creator asked for.
+#[derive(Debug, QueryableByName)]
+pub struct KeyedTask {
+    // Not `row`: the derive's own code names its row so.
+    #[diesel(embed)]
+    pub task: TaskRow,
+    #[diesel(sql_type = Bool)]
+    pub same_schedule: bool,
+}
+/// The task `key` names. Its schedule is compared in the database with `scheduled_at` bound
+/// exactly as [`insert`] binds it: a time carries more precision than the column keeps, and
+/// only the same conversion rounds it the same way (before 2000 chrono's truncation is not
+/// diesel's). A create that names none asks for its task's creation time, as [`insert`] stores
+/// it; a task whose requested schedule is not known (see its migration) matches any.
+pub async fn find_by_idempotency_key(
+    conn: &mut Db,
+    key: &str,
+    scheduled_at: Option<DateTime<Utc>>,
+) -> Result<Option<KeyedTask>> {
+    let span = leasehold::db_span!("SELECT", "tasks");
+    async move {
+        diesel::sql_query(format!(
+            "SELECT {COLUMNS},
+                (requested_scheduled_at IS NULL
+                 OR requested_scheduled_at = COALESCE($2, created_at)) AS same_schedule
+         FROM tasks WHERE idempotency_key = $1"
+        ))
+        .bind::<Text, _>(key)
+        .bind::<Nullable<Timestamptz>, _>(scheduled_at)
+        .cached()
+        .get_result(conn)
+        .await
+        .optional()
+    }
+    .instrument(span)
+    .await
+}

@@ -1,0 +1,100 @@
+//! Every SQL statement of task-service, and nothing else, one module per operation:
+//! `create.rs` (inserts and the idempotency key's lookup), `claim.rs` (the claim round's
+//! statements), `transition.rs` (heartbeat, complete, fail, cancel, retry), `read.rs` (lookups,
+//! listings, counts, the dashboard's reads), `retention.rs` (the sweeper's deletes) and
+//! `generator.rs` (its desired state). The modules are private; their items are re-exported
+//! here, where the rules find them. Times are the database's `now()`; every statement runs in
+//! a client span from [`leasehold::db_span!`].
+
+use chrono::{DateTime, Utc};
+use diesel::QueryableByName;
+use diesel::sql_types::{BigInt, Bool, Integer, Jsonb, Nullable, Text, Timestamptz};
+use diesel_async::AsyncPgConnection;
+use leasehold::api::{Proof, Secret};
+use leasehold::tasks::TaskStatus;
+
+mod claim;
+mod create;
+mod generator;
+mod read;
+mod retention;
+mod transition;
+
+pub use claim::{
+    Claim, cancel_lapsed, claim_by_index_order, due_sql, lock_due, mark_claimed, postpone_lapse,
+    take_lapsed,
+};
+pub use create::{KeyedTask, NewTask, clock, find_by_idempotency_key, insert, insert_generated};
+pub use generator::{GeneratorRow, generator, set_generator};
+pub use read::{
+    OldestDue, Processor, QueueCount, TaskEvent, ThroughputBucket, counts, events, find, list,
+    oldest_due, ping, processors, throughput,
+};
+pub use retention::{prune_history, sweep};
+pub use transition::{
+    lock, lock_many, mark_final, mark_retry, mark_succeeded_many, record_heartbeat, request_cancel,
+    requeue_dead,
+};
+
+pub type Db = AsyncPgConnection;
+type Result<T> = std::result::Result<T, diesel::result::Error>;
+/// A task row.
+#[derive(Debug, Clone, QueryableByName)]
+pub struct TaskRow {
+    #[diesel(sql_type = BigInt)]
+    pub id: i64,
+    #[diesel(sql_type = Jsonb)]
+    pub task_data: serde_json::Value,
+    #[diesel(sql_type = Text)]
+    pub queue: String,
+    #[diesel(sql_type = Integer)]
+    pub priority: i32,
+    #[diesel(sql_type = Text)]
+    pub status: TaskStatus,
+    #[diesel(sql_type = Timestamptz)]
+    pub scheduled_at: DateTime<Utc>,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub processor: Option<String>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub fence: Option<i64>,
+    #[diesel(sql_type = Integer)]
+    pub attempts: i32,
+    #[diesel(sql_type = Integer)]
+    pub max_attempts: i32,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    pub last_heartbeat_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    pub must_heartbeat_before: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    pub started_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    pub processed_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<Jsonb>)]
+    pub task_output: Option<serde_json::Value>,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub last_error: Option<String>,
+    #[diesel(sql_type = Bool)]
+    pub cancel_requested: bool,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub idempotency_key: Option<String>,
+    #[diesel(sql_type = Timestamptz)]
+    pub created_at: DateTime<Utc>,
+    #[diesel(sql_type = Timestamptz)]
+    pub updated_at: DateTime<Utc>,
+    /// The secret of the lease of the claim in `fence` (see the migration that added it).
+    #[diesel(sql_type = Nullable<Text>)]
+    pub lease_secret: Option<Secret>,
+}
+impl TaskRow {
+    /// What renew and release present for this task's current lease.
+    pub fn lease_proof(&self) -> Proof<'_> {
+        Proof {
+            fence: self.fence,
+            secret: self.lease_secret.as_ref().map(Secret::expose),
+        }
+    }
+}
+const COLUMNS: &str = "id, task_data, queue, priority, status, scheduled_at, processor, fence, \
+    attempts, max_attempts, last_heartbeat_at, must_heartbeat_before, started_at, processed_at, \
+    task_output, last_error, cancel_requested, idempotency_key, created_at, updated_at, \
+    lease_secret";

@@ -1,0 +1,223 @@
+//! Reads: one task, listings, counts and gauges, the dashboard's throughput and workers, a task's
+//! history, and the health ping.
+
+use chrono::{DateTime, Utc};
+use diesel::sql_types::{Array, BigInt, Double, Integer, Nullable, Text, Timestamptz};
+use diesel::{OptionalExtension, QueryableByName};
+use diesel_async::RunQueryDsl;
+use leasehold::server::db::Cache;
+use leasehold::server::http::Page;
+use leasehold::tasks::TaskStatus;
+use tracing::Instrument;
+
+use super::{COLUMNS, Db, Result, TaskRow};
+
+pub async fn find(conn: &mut Db, id: i64) -> Result<Option<TaskRow>> {
+    let span = leasehold::db_span!("SELECT", "tasks");
+    async move {
+        diesel::sql_query(format!("SELECT {COLUMNS} FROM tasks WHERE id = $1"))
+            .bind::<BigInt, _>(id)
+            .cached()
+            .get_result(conn)
+            .await
+            .optional()
+    }
+    .instrument(span)
+    .await
+}
+/// A listing row with the number of rows its page query read, to tell a page cut by size.
+#[derive(Debug, QueryableByName)]
+struct SizedRow {
+    // Not `row`: the derive's own code names its row so.
+    #[diesel(embed)]
+    task: TaskRow,
+    #[diesel(sql_type = BigInt)]
+    page_rows: i64,
+}
+/// A listing page in `page`'s order past its cursor, filtered by statuses and queue, and cut
+/// where its JSON would pass `max_bytes` (its first row always comes). Counting in the database
+/// is what bounds memory: a page of large tasks is never loaded into this process only to be cut
+/// here. Answers the rows and whether the size bound cut the page short.
+pub async fn list(
+    conn: &mut Db,
+    statuses: &[TaskStatus],
+    queue: Option<&str>,
+    page: Page,
+    max_bytes: i64,
+) -> Result<(Vec<TaskRow>, bool)> {
+    let span = leasehold::db_span!("SELECT", "tasks");
+    async move {
+        let statuses: Vec<&str> = statuses.iter().map(|s| s.as_str()).collect();
+        let (order, past) = page.order.sql();
+        let sized: Vec<SizedRow> = diesel::sql_query(format!(
+            "SELECT {COLUMNS}, page_rows FROM (
+             SELECT page.*, count(*) OVER () AS page_rows,
+                    sum(octet_length(task_data::text)
+                        + coalesce(octet_length(task_output::text), 0)
+                        + coalesce(octet_length(last_error), 0)) OVER (w) AS upto,
+                    row_number() OVER (w) AS n
+             FROM (SELECT {COLUMNS} FROM tasks
+                   WHERE status = ANY($1) AND ($2::text IS NULL OR queue = $2) AND id {past} $3
+                   {order} LIMIT $4) AS page
+             WINDOW w AS ({order})
+         ) AS sized
+         WHERE n = 1 OR upto <= $5 {order}"
+        ))
+        .bind::<Array<Text>, _>(statuses)
+        .bind::<Nullable<Text>, _>(queue)
+        .bind::<BigInt, _>(page.past_id())
+        .bind::<BigInt, _>(page.fetch())
+        .bind::<BigInt, _>(max_bytes)
+        .load(conn)
+        .await?;
+        let read = sized.as_slice().first().map_or(0, |first| first.page_rows);
+        let cut = i64::try_from(sized.len()).unwrap_or(i64::MAX) < read;
+        Ok((sized.into_iter().map(|sized| sized.task).collect(), cut))
+    }
+    .instrument(span)
+    .await
+}
+#[derive(Debug, Clone, QueryableByName, serde::Serialize)]
+pub struct QueueCount {
+    #[diesel(sql_type = Text)]
+    pub queue: String,
+    #[diesel(sql_type = Text)]
+    pub status: TaskStatus,
+    #[diesel(sql_type = BigInt)]
+    pub count: i64,
+}
+pub async fn counts(conn: &mut Db) -> Result<Vec<QueueCount>> {
+    let span = leasehold::db_span!("SELECT", "tasks");
+    async move {
+        diesel::sql_query(
+        "SELECT queue, status, count(*) AS count FROM tasks GROUP BY queue, status ORDER BY queue",
+    )
+    .load(conn)
+    .await
+    }
+    .instrument(span)
+    .await
+}
+#[derive(Debug, Clone, QueryableByName, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OldestDue {
+    #[diesel(sql_type = Text)]
+    pub queue: String,
+    #[diesel(sql_type = Double)]
+    pub age_seconds: f64,
+}
+/// Per queue, how long the oldest due pending task has waited.
+pub async fn oldest_due(conn: &mut Db) -> Result<Vec<OldestDue>> {
+    let span = leasehold::db_span!("SELECT", "tasks");
+    async move {
+        diesel::sql_query(
+            "SELECT queue, EXTRACT(EPOCH FROM now() - min(scheduled_at))::float8 AS age_seconds
+         FROM tasks WHERE status = 'pending' AND scheduled_at <= now() GROUP BY queue",
+        )
+        .load(conn)
+        .await
+    }
+    .instrument(span)
+    .await
+}
+pub async fn ping(conn: &mut Db) -> Result<()> {
+    diesel::sql_query("SELECT 1")
+        .cached()
+        .execute(conn)
+        .await
+        .map(|_| ())
+}
+/// Claims and completions per `bucket_seconds` over the last `window_seconds`, by the history
+/// table; bucket 0 is the newest.
+#[derive(Debug, Clone, QueryableByName, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ThroughputBucket {
+    #[diesel(sql_type = BigInt)]
+    pub seconds_ago: i64,
+    #[diesel(sql_type = BigInt)]
+    pub claimed: i64,
+    #[diesel(sql_type = BigInt)]
+    pub completed: i64,
+}
+pub async fn throughput(
+    conn: &mut Db,
+    window_seconds: i64,
+    bucket_seconds: i64,
+) -> Result<Vec<ThroughputBucket>> {
+    let span = leasehold::db_span!("SELECT", "task_events");
+    async move {
+        diesel::sql_query(
+            "SELECT (floor(EXTRACT(EPOCH FROM now() - at) / $2) * $2)::bigint AS seconds_ago,
+                count(*) FILTER (WHERE to_status = 'running') AS claimed,
+                count(*) FILTER (WHERE to_status = 'succeeded') AS completed
+         FROM task_events WHERE at > now() - make_interval(secs => $1)
+         GROUP BY 1 ORDER BY 1",
+        )
+        .bind::<BigInt, _>(window_seconds)
+        .bind::<BigInt, _>(bucket_seconds)
+        .load(conn)
+        .await
+    }
+    .instrument(span)
+    .await
+}
+/// A processor with tasks in flight.
+#[derive(Debug, Clone, QueryableByName, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Processor {
+    #[diesel(sql_type = Text)]
+    pub processor: String,
+    #[diesel(sql_type = BigInt)]
+    pub running: i64,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    pub last_heartbeat_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Double)]
+    pub since_heartbeat_seconds: f64,
+}
+pub async fn processors(conn: &mut Db) -> Result<Vec<Processor>> {
+    let span = leasehold::db_span!("SELECT", "tasks");
+    async move {
+        diesel::sql_query(
+            "SELECT processor, count(*) AS running, max(last_heartbeat_at) AS last_heartbeat_at,
+                COALESCE(EXTRACT(EPOCH FROM now() - max(last_heartbeat_at)), 0)::float8
+                    AS since_heartbeat_seconds
+         FROM tasks WHERE status = 'running' AND processor IS NOT NULL
+         GROUP BY processor ORDER BY processor",
+        )
+        .load(conn)
+        .await
+    }
+    .instrument(span)
+    .await
+}
+/// One entry of a task's history, for its detail view.
+#[derive(Debug, Clone, QueryableByName, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskEvent {
+    #[diesel(sql_type = Timestamptz)]
+    pub at: DateTime<Utc>,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub from_status: Option<TaskStatus>,
+    #[diesel(sql_type = Text)]
+    pub to_status: TaskStatus,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub processor: Option<String>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub fence: Option<i64>,
+    #[diesel(sql_type = Integer)]
+    pub attempts: i32,
+}
+pub async fn events(conn: &mut Db, task_id: i64) -> Result<Vec<TaskEvent>> {
+    let span = leasehold::db_span!("SELECT", "task_events");
+    async move {
+        diesel::sql_query(
+            "SELECT at, from_status, to_status, processor, fence, attempts
+         FROM task_events WHERE task_id = $1 ORDER BY id LIMIT 1000",
+        )
+        .bind::<BigInt, _>(task_id)
+        .load(conn)
+        .await
+    }
+    .instrument(span)
+    .await
+}

@@ -1,0 +1,188 @@
+//! Transitions of claimed tasks: locking them, heartbeats, completion, the final states, retries,
+//! cancellation and requeueing a dead task.
+
+use chrono::{DateTime, Utc};
+use diesel::sql_types::{Array, BigInt, Bool, Double, Jsonb, Nullable, Text, Timestamptz};
+use diesel::{OptionalExtension, QueryableByName};
+use diesel_async::RunQueryDsl;
+use leasehold::server::db::Cache;
+use leasehold::tasks::TaskStatus;
+use tracing::Instrument;
+
+use super::{COLUMNS, Db, Result, TaskRow};
+
+/// The task, locked for the rest of the transaction.
+pub async fn lock(conn: &mut Db, id: i64) -> Result<Option<TaskRow>> {
+    let span = leasehold::db_span!("SELECT", "tasks");
+    async move {
+        diesel::sql_query(format!(
+            "SELECT {COLUMNS} FROM tasks WHERE id = $1 FOR UPDATE"
+        ))
+        .bind::<BigInt, _>(id)
+        .cached()
+        .get_result(conn)
+        .await
+        .optional()
+    }
+    .instrument(span)
+    .await
+}
+/// The tasks among `ids`, locked in id order (so that two batches cannot deadlock).
+pub async fn lock_many(conn: &mut Db, ids: &[i64]) -> Result<Vec<TaskRow>> {
+    let span = leasehold::db_span!("SELECT", "tasks");
+    async move {
+        diesel::sql_query(format!(
+            "SELECT {COLUMNS} FROM tasks WHERE id = ANY($1) ORDER BY id FOR UPDATE"
+        ))
+        .bind::<Array<BigInt>, _>(ids)
+        .load(conn)
+        .await
+    }
+    .instrument(span)
+    .await
+}
+pub async fn record_heartbeat(
+    conn: &mut Db,
+    id: i64,
+    lease_expiry: DateTime<Utc>,
+) -> Result<TaskRow> {
+    let span = leasehold::db_span!("UPDATE", "tasks");
+    async move {
+        diesel::sql_query(format!(
+        "UPDATE tasks SET last_heartbeat_at = now(), must_heartbeat_before = $2, updated_at = now()
+         WHERE id = $1
+         RETURNING {COLUMNS}"
+    ))
+        .bind::<BigInt, _>(id)
+        .bind::<Timestamptz, _>(lease_expiry)
+        .cached()
+        .get_result(conn)
+        .await
+    }
+    .instrument(span)
+    .await
+}
+/// Marks tasks succeeded with their outputs, in one statement; each row comes back with the
+/// seconds from its claim to its completion, in no particular order.
+pub async fn mark_succeeded_many(
+    conn: &mut Db,
+    done: &[(i64, &serde_json::Value)],
+) -> Result<Vec<(TaskRow, f64)>> {
+    let span = leasehold::db_span!("UPDATE", "tasks");
+    span.record("db.operation.batch.size", done.len());
+    async move {
+        #[derive(QueryableByName)]
+        struct Completed {
+            #[diesel(embed)]
+            task: TaskRow,
+            #[diesel(sql_type = Double)]
+            took: f64,
+        }
+        let ids: Vec<i64> = done.iter().map(|(id, _)| *id).collect();
+        let outputs: Vec<&serde_json::Value> = done.iter().map(|(_, output)| *output).collect();
+        let rows: Vec<Completed> = diesel::sql_query(format!(
+        "UPDATE tasks SET status = 'succeeded', processed_at = now(), last_heartbeat_at = now(),
+                task_output = c.done_output, updated_at = now()
+         FROM unnest($1::bigint[], $2::jsonb[]) AS c(done_id, done_output)
+         WHERE id = c.done_id
+         RETURNING {COLUMNS},
+                   COALESCE(EXTRACT(EPOCH FROM now() - started_at), 0)::float8 AS took"
+    ))
+        .bind::<Array<BigInt>, _>(&ids)
+        .bind::<Array<Jsonb>, _>(&outputs)
+        .load(conn)
+        .await?;
+        Ok(rows.into_iter().map(|row| (row.task, row.took)).collect())
+    }
+    .instrument(span)
+    .await
+}
+/// Ends the task in `status` (`dead` or `cancelled`), recording `error` when given.
+pub async fn mark_final(
+    conn: &mut Db,
+    id: i64,
+    status: TaskStatus,
+    error: Option<&str>,
+) -> Result<TaskRow> {
+    let span = leasehold::db_span!("UPDATE", "tasks");
+    async move {
+        diesel::sql_query(format!(
+            "UPDATE tasks SET status = $2, processed_at = now(),
+                last_error = COALESCE($3, last_error), updated_at = now()
+         WHERE id = $1
+         RETURNING {COLUMNS}"
+        ))
+        .bind::<BigInt, _>(id)
+        .bind::<Text, _>(status.as_str())
+        .bind::<Nullable<Text>, _>(error)
+        .cached()
+        .get_result(conn)
+        .await
+    }
+    .instrument(span)
+    .await
+}
+/// Back to pending, due in `delay_seconds`. `refund_attempt` hands the claim's attempt back.
+pub async fn mark_retry(
+    conn: &mut Db,
+    id: i64,
+    error: &str,
+    delay_seconds: f64,
+    refund_attempt: bool,
+) -> Result<TaskRow> {
+    let span = leasehold::db_span!("UPDATE", "tasks");
+    async move {
+        diesel::sql_query(format!(
+            "UPDATE tasks SET status = 'pending', processor = NULL,
+                scheduled_at = now() + make_interval(secs => $3),
+                attempts = CASE WHEN $4 THEN greatest(attempts - 1, 0) ELSE attempts END,
+                last_error = $2, must_heartbeat_before = NULL, updated_at = now()
+         WHERE id = $1
+         RETURNING {COLUMNS}"
+        ))
+        .bind::<BigInt, _>(id)
+        .bind::<Text, _>(error)
+        .bind::<Double, _>(delay_seconds)
+        .bind::<Bool, _>(refund_attempt)
+        .cached()
+        .get_result(conn)
+        .await
+    }
+    .instrument(span)
+    .await
+}
+pub async fn request_cancel(conn: &mut Db, id: i64) -> Result<TaskRow> {
+    let span = leasehold::db_span!("UPDATE", "tasks");
+    async move {
+        diesel::sql_query(format!(
+            "UPDATE tasks SET cancel_requested = true, updated_at = now() WHERE id = $1
+         RETURNING {COLUMNS}"
+        ))
+        .bind::<BigInt, _>(id)
+        .cached()
+        .get_result(conn)
+        .await
+    }
+    .instrument(span)
+    .await
+}
+/// Puts a dead task back in its queue: due now, with all its attempts again. Its history
+/// (processor, fence, last error) stays until a new claim replaces it.
+pub async fn requeue_dead(conn: &mut Db, id: i64) -> Result<TaskRow> {
+    let span = leasehold::db_span!("UPDATE", "tasks");
+    async move {
+        diesel::sql_query(format!(
+            "UPDATE tasks SET status = 'pending', attempts = 0, scheduled_at = now(),
+                processed_at = NULL, must_heartbeat_before = NULL, cancel_requested = false,
+                updated_at = now()
+         WHERE id = $1
+         RETURNING {COLUMNS}"
+        ))
+        .bind::<BigInt, _>(id)
+        .cached()
+        .get_result(conn)
+        .await
+    }
+    .instrument(span)
+    .await
+}
