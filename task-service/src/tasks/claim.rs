@@ -9,14 +9,12 @@ use std::sync::PoisonError;
 use diesel_async::AsyncConnection;
 use leasehold::LeaseError;
 use leasehold::api::Lease;
-use leasehold::server::coalesce::{self, Coalescer};
 use leasehold::server::{ApiError, validate_name, validate_name_within};
 use leasehold::tasks::{ClaimTasks, MAX_CLAIM, MAX_QUEUE_BYTES, Task, TaskStatus};
 use tracing::field::Empty;
 
 use super::refusal::credentials_refused;
-use super::{Engine, to_api};
-use crate::db::{self, DbPool};
+use super::{ClaimGroups, Engine, to_api};
 use crate::repo::{self, Db, TaskRow};
 
 /// One claim request's part in a claim group: who claims, and at most how many tasks.
@@ -225,27 +223,6 @@ pub async fn claim(
         .into_iter()
         .map(|row| to_api(row).with_lease_ttl(engine.lease_ttl))
         .collect())
-}
-
-/// Claim requests gathered by queue into [`claim_group`]s.
-pub type ClaimGroups = Coalescer<Option<String>, Want, Result<Vec<TaskRow>, ApiError>>;
-
-/// The claim groups: up to `in_flight` per queue at once, each on a connection of its own from
-/// `pool`.
-pub fn claim_groups(pool: &DbPool, engine: &Engine, in_flight: usize) -> ClaimGroups {
-    let (pool, engine) = (pool.clone(), engine.clone());
-    coalesce::grouped(
-        in_flight,
-        claims_per_group,
-        move |queue: Option<String>, wants: Vec<Want>| {
-            let (pool, engine) = (pool.clone(), engine.clone());
-            async move {
-                let mut conn = db::connection(&pool).await?;
-                let per_want = claim_group(&mut conn, &engine, queue.as_deref(), &wants).await?;
-                Ok(per_want.into_iter().map(Ok).collect())
-            }
-        },
-    )
 }
 
 /// What one claim group has taken so far, per request.

@@ -6,7 +6,6 @@
 
 use diesel_async::AsyncConnection;
 use leasehold::api::Proof;
-use leasehold::server::coalesce::{self, Coalescer};
 use leasehold::server::{ApiError, check_batch_size, first_duplicate, validate_name};
 use leasehold::tasks::{
     CompleteItem, CompleteTask, CompleteTasks, ItemResult, MAX_COMPLETE_BATCH, Task, TaskStatus,
@@ -16,8 +15,7 @@ use tracing::field::Empty;
 use super::refusal::{lease_refusal, task_not_found};
 use super::transition::{check_owner, finish};
 use super::validate::check_size;
-use super::{Engine, Transition};
-use crate::db::{self, DbPool};
+use super::{CompletionGroups, Engine, Transition};
 use crate::repo::{self, Db, TaskRow};
 
 /// One completion in a group: who completes which task, with what output.
@@ -27,29 +25,10 @@ pub struct Completion {
     pub item: CompleteItem,
 }
 
-/// Single completions gathered into groups of [`complete_group`].
-pub type CompletionGroups = Coalescer<(), Completion, Result<Transition, ApiError>>;
-
-/// The completion groups: up to `in_flight` at once, each on a connection of its own from `pool`.
-pub fn completion_groups(pool: &DbPool, engine: &Engine, in_flight: usize) -> CompletionGroups {
-    let (pool, engine) = (pool.clone(), engine.clone());
-    coalesce::grouped(
-        in_flight,
-        completions_per_group,
-        move |(), completions: Vec<Completion>| {
-            let (pool, engine) = (pool.clone(), engine.clone());
-            async move {
-                let mut conn = db::connection(&pool).await?;
-                complete_group(&mut conn, &engine, &completions).await
-            }
-        },
-    )
-}
-
 /// How many waiting completions, from the front, go in one group: at most [`MAX_COMPLETE_BATCH`], and
 /// never one task twice (a repeat waits for the next group, and is judged after the first).
 pub fn completions_per_group(waiting: &[Completion]) -> usize {
-    coalesce::distinct_prefix(
+    leasehold::server::coalesce::distinct_prefix(
         waiting.iter().map(|completion| completion.item.id),
         MAX_COMPLETE_BATCH,
     )

@@ -16,6 +16,7 @@
 //! * `validate`: the limits and the checks of what a request may store;
 //! * `claim`: claim requests, gathered by queue into one transaction and one lease batch;
 //! * `complete`: completions, single or batched, judged in groups;
+//! * `groups`: how claims and completions are gathered into groups (built once, the same way);
 //! * `transition`: heartbeat, fail, retry and cancel, and the ownership check they share;
 //! * `read`: one task, its history, listings, counts, gauges and the dashboard's overview;
 //! * `ready`: whether this replica can serve (`/readyz`);
@@ -28,6 +29,7 @@
 mod claim;
 mod complete;
 mod create;
+mod groups;
 pub mod read;
 mod ready;
 mod refusal;
@@ -45,14 +47,10 @@ use leasehold::{Backoff, LeaseClient, RetryPolicy};
 use crate::metrics::Metrics;
 use crate::repo::{self, Db, TaskRow};
 
-pub use claim::{
-    ClaimGroups, Want, claim, claim_group, claim_groups, claims_per_group, end_cancelled, want,
-};
-pub use complete::{
-    Completion, CompletionGroups, complete, complete_group, complete_many, completion_groups,
-    completions_per_group,
-};
+pub use claim::{Want, claim, claim_group, claims_per_group, end_cancelled, want};
+pub use complete::{Completion, complete, complete_group, complete_many, completions_per_group};
 pub use create::{Created, create};
+pub use groups::{ClaimGroups, CompletionGroups, claim_groups, completion_groups};
 pub use read::{counts, events, get, overview};
 pub use ready::ready;
 pub use transition::{cancel, fail, heartbeat, retry};

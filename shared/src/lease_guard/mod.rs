@@ -18,9 +18,14 @@ use tokio::time::Instant;
 use crate::deadline::LeaseDeadline;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{DEFAULT_TTL_SECONDS, Lease, Proof, Secret};
+use crate::api::{DEFAULT_TTL_SECONDS, Lease};
 use crate::lease_client::{LeaseClient, LeaseError};
-use crate::retry::Backoff;
+
+mod renewal;
+mod scope;
+
+use renewal::{keep_renewed, lease_ttl};
+pub use scope::{LeaseScope, with_lease};
 
 /// What to hold and how to keep it.
 #[derive(Debug, Clone)]
@@ -360,124 +365,6 @@ impl Drop for LeaseGuard {
                     tracing::debug!(resource = %lease.resource, error = %err, "release on drop failed");
                 }
             });
-        }
-    }
-}
-
-fn lease_ttl(lease: &Lease) -> Duration {
-    Duration::from_secs(u64::try_from(lease.ttl_seconds).unwrap_or(1).max(1))
-}
-
-/// The renewal loop. `sent` is when the request that produced the current lease was sent.
-async fn keep_renewed(
-    client: LeaseClient,
-    shared: Arc<Shared>,
-    stop: CancellationToken,
-    interval: Duration,
-    sent: Instant,
-) {
-    let Lease {
-        resource,
-        holder,
-        fence,
-        secret,
-        ..
-    } = shared.lease();
-    let proof = Proof {
-        fence: Some(fence),
-        secret: secret.as_ref().map(Secret::expose),
-    };
-    let mut next_renewal = sent + interval;
-    let mut last_error: Option<String> = None;
-    // After a failed renewal, try again soon, but not in a tight loop, and never so late that
-    // two tries cannot fit before the deadline.
-    let mut retries = Backoff::new(
-        Duration::from_millis(50),
-        (interval / 4).clamp(Duration::from_millis(50), Duration::from_secs(1)),
-    )
-    .waits();
-    loop {
-        let renewal = async {
-            tokio::time::sleep_until(next_renewal).await;
-            let sent = Instant::now();
-            (sent, client.renew(&resource, &holder, proof, None).await)
-        };
-        tokio::select! {
-            biased;
-            () = stop.cancelled() => return,
-            () = tokio::time::sleep_until(shared.deadline.at()) => {
-                shared.lose(LeaseLost::Unconfirmed { last_error });
-                return;
-            }
-            (sent, result) = renewal => match result {
-                Ok(mut lease) => {
-                    // Renewals do not repeat the secret; keep the acquire's.
-                    lease.secret.clone_from(&secret);
-                    shared.deadline.confirm(sent, lease_ttl(&lease));
-                    next_renewal = sent + interval;
-                    last_error = None;
-                    retries.reset();
-                    *shared.lease.lock().unwrap_or_else(PoisonError::into_inner) = lease;
-                }
-                Err(LeaseError::Lost { code, reason }) => {
-                    shared.lose(LeaseLost::Refused { code, reason });
-                    return;
-                }
-                Err(err) if err.is_refusal() => {
-                    shared.lose(LeaseLost::Refused { code: "refused".to_owned(), reason: err.to_string() });
-                    return;
-                }
-                Err(err) => {
-                    tracing::warn!(%resource, error = %err, "lease renewal failed; will retry until the deadline");
-                    last_error = Some(err.to_string());
-                    next_renewal = Instant::now() + retries.next_delay();
-                }
-            }
-        }
-    }
-}
-
-/// What the work run by [`with_lease`] gets to see of its lease.
-#[derive(Debug, Clone)]
-pub struct LeaseScope {
-    /// The fencing token, to hand to whatever the lease protects.
-    pub fence: i64,
-    /// The lease when the work started.
-    pub lease: Lease,
-    /// Cancelled when the lease is lost, for work that wants to notice cooperatively (the
-    /// future itself is dropped at that moment anyway).
-    pub lost: CancellationToken,
-}
-
-/// Runs `work` while holding the lease described by `config`, waiting up to `acquire_timeout`
-/// for it. If the lease is lost, `work` is dropped at once (cancelled at its next `.await`) and
-/// the result is [`LeaseError::Lost`]; when it finishes, the lease is released.
-pub async fn with_lease<F, Fut, T>(
-    client: &LeaseClient,
-    config: GuardConfig,
-    acquire_timeout: Duration,
-    work: F,
-) -> Result<T, LeaseError>
-where
-    F: FnOnce(LeaseScope) -> Fut,
-    Fut: Future<Output = T>,
-{
-    let guard = LeaseGuard::acquire_with_timeout(client, config, acquire_timeout).await?;
-    let lease = guard.lease();
-    let scope = LeaseScope {
-        fence: lease.fence,
-        lease,
-        lost: guard.loss_token(),
-    };
-    let lost = guard.lost();
-    tokio::select! {
-        biased;
-        why = lost => Err(why.into()),
-        output = work(scope) => {
-            if let Err(err) = guard.release().await {
-                tracing::warn!(error = %err, "could not release the lease after the work finished; it will expire");
-            }
-            Ok(output)
         }
     }
 }

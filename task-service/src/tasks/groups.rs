@@ -1,0 +1,54 @@
+//! The claim and completion groups: requests that arrive together are served together, one
+//! transaction and one lease-service batch per group (see [`leasehold::server::coalesce`]). Both
+//! are built here the same way, with [`coalesce::grouped`], as lease-service builds its own; the
+//! operation modules supply only what a group does ([`claim_group`], [`complete_group`]) and how
+//! many waiting requests form one ([`claims_per_group`], [`completions_per_group`]).
+
+use leasehold::server::ApiError;
+use leasehold::server::coalesce::{self, Coalescer};
+
+use super::claim::{Want, claim_group, claims_per_group};
+use super::complete::{Completion, complete_group, completions_per_group};
+use super::{Engine, Transition};
+use crate::db::{self, DbPool};
+use crate::repo::TaskRow;
+
+/// Claim requests gathered by queue into [`claim_group`]s.
+pub type ClaimGroups = Coalescer<Option<String>, Want, Result<Vec<TaskRow>, ApiError>>;
+
+/// Single completions gathered into groups of [`complete_group`].
+pub type CompletionGroups = Coalescer<(), Completion, Result<Transition, ApiError>>;
+
+/// The claim groups: up to `in_flight` per queue at once, each on a connection of its own from
+/// `pool`.
+pub fn claim_groups(pool: &DbPool, engine: &Engine, in_flight: usize) -> ClaimGroups {
+    let (pool, engine) = (pool.clone(), engine.clone());
+    coalesce::grouped(
+        in_flight,
+        claims_per_group,
+        move |queue: Option<String>, wants: Vec<Want>| {
+            let (pool, engine) = (pool.clone(), engine.clone());
+            async move {
+                let mut conn = db::connection(&pool).await?;
+                let per_want = claim_group(&mut conn, &engine, queue.as_deref(), &wants).await?;
+                Ok(per_want.into_iter().map(Ok).collect())
+            }
+        },
+    )
+}
+
+/// The completion groups: up to `in_flight` at once, each on a connection of its own from `pool`.
+pub fn completion_groups(pool: &DbPool, engine: &Engine, in_flight: usize) -> CompletionGroups {
+    let (pool, engine) = (pool.clone(), engine.clone());
+    coalesce::grouped(
+        in_flight,
+        completions_per_group,
+        move |(), completions: Vec<Completion>| {
+            let (pool, engine) = (pool.clone(), engine.clone());
+            async move {
+                let mut conn = db::connection(&pool).await?;
+                complete_group(&mut conn, &engine, &completions).await
+            }
+        },
+    )
+}
