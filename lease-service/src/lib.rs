@@ -101,11 +101,7 @@ pub async fn run(
         auth: config.auth_tokens,
         http_metrics: metrics.http.clone(),
     };
-    let configure = move |cfg: &mut web::ServiceConfig| {
-        cfg.app_data(state.clone());
-        http::configure(cfg);
-    };
     server
-        .run_until_stopped(listener, stop, configure, sweeper)
+        .run_until_stopped(listener, stop, state, http::configure, sweeper)
         .await
 }

@@ -5,8 +5,6 @@
 //! clients use (straight through the repository, not over HTTP: this *is* the lease service),
 //! and kept by reentrant acquires, so a dead sweeper is replaced once its lease expires.
 
-use std::time::Duration;
-
 use rand::Rng;
 use tokio_util::sync::CancellationToken;
 
@@ -21,12 +19,7 @@ pub const SWEEPER_RESOURCE: &str = "leasehold:lease-retention-sweeper";
 /// Rows deleted per statement, so one round never holds many locks for long.
 const BATCH: i64 = 1000;
 
-#[derive(Debug, Clone)]
-pub struct SweeperConfig {
-    pub holder: String,
-    pub interval: Duration,
-    pub retention_seconds: i64,
-}
+pub use leasehold::server::startup::SweeperConfig;
 
 pub async fn run(pool: DbPool, metrics: Metrics, config: SweeperConfig, stop: CancellationToken) {
     // Long enough to survive one missed round, so the same replica keeps sweeping.

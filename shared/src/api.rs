@@ -238,6 +238,27 @@ pub struct HeldLease {
     pub expires_in_ms: i64,
 }
 
+/// The query string of one page of a listing, as both services' listings read it: `order=desc`
+/// for newest first, then `limit`, `cursor` and the listing's own filters, each only when given.
+pub fn page_query<const N: usize>(
+    limit: Option<u32>,
+    cursor: Option<&str>,
+    newest_first: bool,
+    filters: [(&'static str, &Option<String>); N],
+) -> Vec<(&'static str, String)> {
+    let order = newest_first.then(|| "desc".to_owned());
+    let paging = [
+        ("order", order),
+        ("limit", limit.map(|limit| limit.to_string())),
+        ("cursor", cursor.map(str::to_owned)),
+    ];
+    paging
+        .into_iter()
+        .chain(filters.map(|(name, value)| (name, value.clone())))
+        .filter_map(|(name, value)| Some((name, value?)))
+        .collect()
+}
+
 /// `GET /api/leases/{id}`: the lease under its name, as the sample's lease page reads it
 /// (`data.lease`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

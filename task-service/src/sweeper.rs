@@ -34,12 +34,7 @@ use crate::tasks::{self, Engine};
 pub const SWEEPER_RESOURCE: &str = "leasehold:task-retention-sweeper";
 const BATCH: i64 = 1000;
 
-#[derive(Debug, Clone)]
-pub struct SweeperConfig {
-    pub holder: String,
-    pub interval: Duration,
-    pub retention_seconds: i64,
-}
+pub use leasehold::server::startup::SweeperConfig;
 
 pub async fn run(pool: DbPool, engine: Engine, config: SweeperConfig, stop: CancellationToken) {
     // Long enough to survive one missed renewal, so the same replica keeps sweeping.

@@ -68,21 +68,12 @@ pub struct LeaseListing {
 
 impl LeaseListing {
     fn query(&self) -> Vec<(&'static str, String)> {
-        let mut query = Vec::new();
-        if self.newest_first {
-            query.push(("order", "desc".to_owned()));
-        }
-        let given = [
-            ("limit", self.limit.map(|limit| limit.to_string())),
-            ("cursor", self.cursor.clone()),
-            ("resource_prefix", self.resource_prefix.clone()),
-        ];
-        query.extend(
-            given
-                .into_iter()
-                .filter_map(|(name, value)| Some((name, value?))),
-        );
-        query
+        crate::api::page_query(
+            self.limit,
+            self.cursor.as_deref(),
+            self.newest_first,
+            [("resource_prefix", &self.resource_prefix)],
+        )
     }
 }
 

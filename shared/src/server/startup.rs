@@ -91,6 +91,16 @@ where
     TcpListener::bind(args.listen_addr).with_context(|| format!("binding {}", args.listen_addr))
 }
 
+/// What a service's retention sweeper needs: whose turn it is to sweep, how often, and how old
+/// a finished row must be to go.
+#[derive(Debug, Clone)]
+pub struct SweeperConfig {
+    /// This replica's holder name for the sweeper's lease ([`ServerArgs::holder`]).
+    pub holder: String,
+    pub interval: Duration,
+    pub retention_seconds: i64,
+}
+
 /// One service, ready to serve: what the common start-up needs from it besides its routes.
 #[derive(Debug)]
 pub struct Server {
@@ -105,14 +115,15 @@ impl Server {
     /// Serves on `listener` until `stop` is cancelled, then finishes in-flight requests (up to
     /// the grace period) and waits for `sweeper` to end.
     ///
-    /// `configure` adds the service's state and routes; the bearer tokens and allowed origins
-    /// are added here, for the front door. `sweeper` must end once `stop` is cancelled; it is
-    /// started only once the server listens.
-    pub async fn run_until_stopped(
+    /// `routes` mounts the service's routes, which find `state` as app data; the bearer tokens
+    /// and allowed origins are added here, for the front door. `sweeper` must end once `stop`
+    /// is cancelled; it is started only once the server listens.
+    pub async fn run_until_stopped<S: Send + Sync + 'static>(
         self,
         listener: TcpListener,
         stop: CancellationToken,
-        configure: impl Fn(&mut web::ServiceConfig) + Clone + Send + 'static,
+        state: web::Data<S>,
+        routes: fn(&mut web::ServiceConfig),
         sweeper: impl Future<Output = ()> + 'static,
     ) -> anyhow::Result<()> {
         let Server {
@@ -135,8 +146,10 @@ impl Server {
             http_metrics,
             stop.clone(),
             move |cfg| {
-                cfg.app_data(auth.clone()).app_data(origins.clone());
-                configure(cfg);
+                cfg.app_data(auth.clone())
+                    .app_data(origins.clone())
+                    .app_data(state.clone());
+                routes(cfg);
             },
         )
         .context("listening")?;

@@ -51,22 +51,12 @@ pub struct TaskListing {
 impl TaskListing {
     /// The query string, as task-service's listings read it.
     fn query(&self) -> Vec<(&'static str, String)> {
-        let mut query = Vec::new();
-        if self.newest_first {
-            query.push(("order", "desc".to_owned()));
-        }
-        let given = [
-            ("limit", self.limit.map(|limit| limit.to_string())),
-            ("cursor", self.cursor.clone()),
-            ("status", self.status.clone()),
-            ("queue", self.queue.clone()),
-        ];
-        query.extend(
-            given
-                .into_iter()
-                .filter_map(|(name, value)| Some((name, value?))),
-        );
-        query
+        crate::api::page_query(
+            self.limit,
+            self.cursor.as_deref(),
+            self.newest_first,
+            [("status", &self.status), ("queue", &self.queue)],
+        )
     }
 }
 
