@@ -5,10 +5,19 @@
 //! token greater than any earlier one for its resource, and only the current holder can renew or
 //! release. See `docs/design.md` for the invariants and the README for the HTTP API.
 //!
-//! `main.rs` only parses configuration; [`serve`] wires the pieces: [`db`] (pool, migrations),
-//! [`repo`] (all SQL), [`leases`] (the rules, and the groups concurrent single requests are
-//! served in), [`http`] (routes), [`sweeper`] (retention) and [`metrics`], and hands them to
-//! the start-up both services share ([`leasehold::server::startup`]).
+//! # Layout
+//!
+//! `main.rs` only parses the command line; [`serve`] wires the pieces and hands them to the
+//! start-up both services share ([`leasehold::server::startup`]):
+//!
+//! - [`config`]: the service's settings (flags and environment variables);
+//! - [`db`]: the pool and the embedded migrations;
+//! - [`http`]: the routes, the `AppState` and thin handlers, one rule call each;
+//! - [`leases`]: the rules, one module per operation (acquire, renew, release, revoke, read),
+//!   and the groups concurrent single requests are served in;
+//! - [`repo`]: every SQL statement, one module per kind;
+//! - [`sweeper`]: retention, on the replica that holds the sweeper's lease;
+//! - [`metrics`], and [`error`], the shared `ApiError`.
 
 pub mod config;
 pub mod db;

@@ -1,5 +1,7 @@
 //! Leasehold's common library.
 //!
+//! # Layout
+//!
 //! What lives here is used by more than one crate of the workspace:
 //!
 //! * [`api`] and [`tasks`]: the JSON shapes lease-service and task-service speak, so the
@@ -11,8 +13,11 @@
 //!   and [`lease_guard::with_lease`], which runs a future only while the lease is held.
 //! * [`singleton`]: a job that runs on exactly one replica of many at a time.
 //! * [`telemetry`] and [`shutdown`]: the logging set-up and signal handling every binary shares.
+//! * [`retry`]: the one backoff every retry loop paces itself by; [`deadline`]: the one
+//!   conservative lease deadline, for the guard and the worker's heartbeat.
 //! * `server` (feature `server`): what the HTTP services share: the error type and its JSON
-//!   mapping, extractor configuration, the database pool and migrations, HTTP metrics, paging.
+//!   mapping, the start-up and command line, extractor configuration, the database pool and
+//!   migrations, group commit (`coalesce`), HTTP metrics, paging.
 //!
 //! Creating a task and reading it back through [`TaskClient`]: every call is one exchange, a
 //! refusal carries task-service's `code`, and anything that says "try later" is transient.

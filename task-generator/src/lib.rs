@@ -10,6 +10,12 @@
 //! The holder checks that its lease is certainly held right before every request and stops the
 //! moment the guard signals loss. A stopped generator keeps its lease: the leader stays ready
 //! and starts producing the moment the desired state says so, and status can name it.
+//!
+//! # Layout
+//!
+//! This file holds the configuration and [`run`], which elects the leader; `produce` is the
+//! leader's term (read the desired state, create at the rate, retry with the same key), `pace`
+//! the rate and the sleep durations, `metrics` what it counts.
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -6,9 +6,23 @@
 //! claimed again; a worker whose lease was superseded is refused (409) and changes nothing.
 //! See `docs/design.md` for the invariants and the README for the HTTP API.
 //!
-//! `main.rs` only parses configuration; [`serve`] wires [`db`] (migrations), [`repo`] (all
-//! SQL), [`tasks`] (the rules), [`http`] (routes), [`sweeper`] (retention) and [`metrics`], and
-//! hands them to the start-up both services share ([`leasehold::server::startup`]).
+//! # Layout
+//!
+//! `main.rs` only parses the command line; [`serve`] wires the pieces and hands them to the
+//! start-up both services share ([`leasehold::server::startup`]):
+//!
+//! - [`config`]: the service's settings (flags and environment variables);
+//! - [`db`]: the embedded migrations;
+//! - [`state`]: what every handler reaches (pool, groups, the rules' [`tasks::Engine`] with its
+//!   one lease-service client, the listings' turns);
+//! - [`http`]: the task and generator routes, thin handlers, one rule call each;
+//!   [`dashboard`]: the operator page and its routes;
+//! - [`tasks`]: the rules, one module per operation (create, claim, complete, transition, read,
+//!   ready), and the claim and completion groups;
+//! - [`generator`]: the generator's desired state and who leads it;
+//! - [`repo`]: every SQL statement, one module per kind;
+//! - [`sweeper`]: retention and lapsed cancellations, on one replica ([`leasehold::Singleton`]);
+//! - [`metrics`].
 
 pub mod config;
 pub mod dashboard;

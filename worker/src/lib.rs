@@ -31,6 +31,17 @@
 //!
 //! The `worker` binary runs the built-in [`SleepHandler`] (the sample's work) with the
 //! configuration of [`config::WorkerConfig`] (flags and environment variables).
+//!
+//! # Layout
+//!
+//! - [`runner`]: the claim loop, and nothing else;
+//! - `task_run`: one task's run, up to its answer; `heartbeat`: keeping its lease, on the
+//!   deadline type the lease guard uses ([`leasehold::LeaseDeadline`]);
+//! - [`completions`]: answers gathered into batch completions;
+//! - [`handler`]: the [`TaskHandler`] trait and the built-in handlers;
+//! - [`config`], [`metrics`], and `chaos`, the fault switches the soak uses.
+//!
+//! task-service is reached only through [`leasehold::TaskClient`].
 
 mod chaos;
 pub mod completions;

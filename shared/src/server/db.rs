@@ -67,7 +67,7 @@ pub async fn establish(
     Ok(conn)
 }
 
-/// A pooled connection, or 503 if none comes within [`CHECKOUT_TIMEOUT`].
+/// A pooled connection, or 503 if none comes within `CHECKOUT_TIMEOUT`.
 pub async fn connection(pool: &DbPool) -> Result<DbConn, ApiError> {
     match tokio::time::timeout(CHECKOUT_TIMEOUT, pool.get()).await {
         Ok(Ok(conn)) => Ok(conn),

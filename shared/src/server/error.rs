@@ -1,6 +1,6 @@
 //! The one place where failures become HTTP answers.
 //!
-//! Every non-2xx answer is JSON [`leasehold::ErrorBody`]: `error` for people, `code` for programs.
+//! Every non-2xx answer is JSON [`ErrorBody`]: `error` for people, `code` for programs.
 
 use crate::api::ErrorBody;
 use actix_web::http::StatusCode;
