@@ -25,6 +25,7 @@ pub async fn claim_by_index_order(conn: &mut Db) -> Result<()> {
         .await
         .map(drop)
 }
+
 /// Everything a claim round does with running tasks whose lease has run out by the recorded
 /// expiry, in one statement (one round trip and one plan, where it was three): up to `limit`
 /// of them whose cancellation was asked for end as cancelled (their workers stopped
@@ -82,6 +83,7 @@ pub async fn take_lapsed(
     .instrument(span)
     .await
 }
+
 /// Ends as cancelled up to `batch` running tasks (of `queue`, if given) whose cancellation was
 /// asked for and whose lease has run out by the recorded expiry: their workers stopped
 /// heartbeating, so nobody else would end them. The retention sweeper runs it for queues nobody
@@ -109,6 +111,7 @@ pub async fn cancel_lapsed(conn: &mut Db, queue: Option<&str>, batch: i64) -> Re
     .instrument(span)
     .await
 }
+
 /// Due pending tasks, highest priority then earliest scheduled, locked with `SKIP LOCKED`
 /// (never the sample's `OFFSET` scan). The two statements let each use its partial index.
 pub async fn lock_due(conn: &mut Db, queue: Option<&str>, limit: i64) -> Result<Vec<TaskRow>> {
@@ -123,6 +126,7 @@ pub async fn lock_due(conn: &mut Db, queue: Option<&str>, limit: i64) -> Result<
     .instrument(span)
     .await
 }
+
 /// [`lock_due`]'s statement (`$1` the queue, `$2` the limit), for plans to be checked.
 pub fn due_sql(by_queue: bool) -> String {
     let filter = if by_queue {
@@ -138,6 +142,7 @@ pub fn due_sql(by_queue: bool) -> String {
          FOR UPDATE SKIP LOCKED"
     )
 }
+
 /// One claim to record: the task, its processor, the fence and secret of its new lease, the
 /// lease's expiry.
 #[derive(Debug)]
@@ -148,6 +153,7 @@ pub struct Claim<'a> {
     pub lease_secret: Option<&'a Secret>,
     pub lease_expiry: DateTime<Utc>,
 }
+
 /// Records claims, one statement for all: one more attempt each, owned by its processor under
 /// its fence until its lease's expiry. Rows come back in no particular order.
 pub async fn mark_claimed(conn: &mut Db, claims: &[Claim<'_>]) -> Result<Vec<TaskRow>> {
@@ -183,6 +189,7 @@ pub async fn mark_claimed(conn: &mut Db, claims: &[Claim<'_>]) -> Result<Vec<Tas
     .instrument(span)
     .await
 }
+
 /// A lapsed-looking running task whose lease lease-service says is still held: record the
 /// holder's expiry, so claims stop picking it up until then.
 pub async fn postpone_lapse(conn: &mut Db, id: i64, lease_expiry: DateTime<Utc>) -> Result<()> {

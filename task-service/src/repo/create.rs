@@ -20,6 +20,7 @@ pub struct NewTask {
     pub max_attempts: i32,
     pub idempotency_key: Option<String>,
 }
+
 /// Inserts the task, or nothing if its idempotency key is taken (then `None`).
 pub async fn insert(conn: &mut Db, task: &NewTask) -> Result<Option<TaskRow>> {
     let span = leasehold::db_span!("INSERT", "tasks");
@@ -45,6 +46,7 @@ pub async fn insert(conn: &mut Db, task: &NewTask) -> Result<Option<TaskRow>> {
     .instrument(span)
     .await
 }
+
 /// Inserts a generator's task and counts it, in one statement (so its own commit), only while
 /// the generator is started and the database's clock is before `deadline`; `None` if the key is
 /// taken, the generator is stopped or the deadline passed.
@@ -95,11 +97,13 @@ pub async fn insert_generated(
     .instrument(span)
     .await
 }
+
 #[derive(QueryableByName)]
 struct Clock {
     #[diesel(sql_type = Timestamptz)]
     now: DateTime<Utc>,
 }
+
 /// The database's clock right now (`clock_timestamp()`, not the transaction's `now()`).
 pub async fn clock(conn: &mut Db) -> Result<DateTime<Utc>> {
     let span = leasehold::db_span!("SELECT", "clock_timestamp");
@@ -113,6 +117,7 @@ pub async fn clock(conn: &mut Db) -> Result<DateTime<Utc>> {
     .instrument(span)
     .await
 }
+
 /// The task an idempotency key names, and whether a create asking for `scheduled_at` asks for
 /// the schedule its creator asked for.
 #[derive(Debug, QueryableByName)]
@@ -123,6 +128,7 @@ pub struct KeyedTask {
     #[diesel(sql_type = Bool)]
     pub same_schedule: bool,
 }
+
 /// The task `key` names. Its schedule is compared in the database with `scheduled_at` bound
 /// exactly as [`insert`] binds it: a time carries more precision than the column keeps, and
 /// only the same conversion rounds it the same way (before 2000 chrono's truncation is not

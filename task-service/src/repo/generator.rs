@@ -24,6 +24,7 @@ pub struct GeneratorRow {
     #[diesel(sql_type = Timestamptz)]
     pub updated_at: DateTime<Utc>,
 }
+
 const GENERATOR_COLUMNS: &str =
     "running, rate_per_second, min_sleep_seconds, max_sleep_seconds, produced, updated_at";
 pub async fn generator(conn: &mut Db) -> Result<GeneratorRow> {
@@ -34,6 +35,7 @@ pub async fn generator(conn: &mut Db) -> Result<GeneratorRow> {
     .get_result(conn)
     .await
 }
+
 /// Sets the desired state; `None` leaves a setting as it is.
 pub async fn set_generator(
     conn: &mut Db,

@@ -38,6 +38,7 @@ pub use transition::{
 
 pub type Db = AsyncPgConnection;
 type Result<T> = std::result::Result<T, diesel::result::Error>;
+
 /// A task row.
 #[derive(Debug, Clone, QueryableByName)]
 pub struct TaskRow {
@@ -85,6 +86,7 @@ pub struct TaskRow {
     #[diesel(sql_type = Nullable<Text>)]
     pub lease_secret: Option<Secret>,
 }
+
 impl TaskRow {
     /// What renew and release present for this task's current lease.
     pub fn lease_proof(&self) -> Proof<'_> {
@@ -94,6 +96,7 @@ impl TaskRow {
         }
     }
 }
+
 const COLUMNS: &str = "id, task_data, queue, priority, status, scheduled_at, processor, fence, \
     attempts, max_attempts, last_heartbeat_at, must_heartbeat_before, started_at, processed_at, \
     task_output, last_error, cancel_requested, idempotency_key, created_at, updated_at, \

@@ -25,6 +25,7 @@ pub async fn find(conn: &mut Db, id: i64) -> Result<Option<TaskRow>> {
     .instrument(span)
     .await
 }
+
 /// A listing row with the number of rows its page query read, to tell a page cut by size.
 #[derive(Debug, QueryableByName)]
 struct SizedRow {
@@ -34,6 +35,7 @@ struct SizedRow {
     #[diesel(sql_type = BigInt)]
     page_rows: i64,
 }
+
 /// A listing page in `page`'s order past its cursor, filtered by statuses and queue, and cut
 /// where its JSON would pass `max_bytes` (its first row always comes). Counting in the database
 /// is what bounds memory: a page of large tasks is never loaded into this process only to be cut
@@ -77,6 +79,7 @@ pub async fn list(
     .instrument(span)
     .await
 }
+
 #[derive(Debug, Clone, QueryableByName, serde::Serialize)]
 pub struct QueueCount {
     #[diesel(sql_type = Text)]
@@ -86,6 +89,7 @@ pub struct QueueCount {
     #[diesel(sql_type = BigInt)]
     pub count: i64,
 }
+
 pub async fn counts(conn: &mut Db) -> Result<Vec<QueueCount>> {
     let span = leasehold::db_span!("SELECT", "tasks");
     async move {
@@ -98,6 +102,7 @@ pub async fn counts(conn: &mut Db) -> Result<Vec<QueueCount>> {
     .instrument(span)
     .await
 }
+
 #[derive(Debug, Clone, QueryableByName, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct OldestDue {
@@ -106,6 +111,7 @@ pub struct OldestDue {
     #[diesel(sql_type = Double)]
     pub age_seconds: f64,
 }
+
 /// Per queue, how long the oldest due pending task has waited.
 pub async fn oldest_due(conn: &mut Db) -> Result<Vec<OldestDue>> {
     let span = leasehold::db_span!("SELECT", "tasks");
@@ -120,6 +126,7 @@ pub async fn oldest_due(conn: &mut Db) -> Result<Vec<OldestDue>> {
     .instrument(span)
     .await
 }
+
 pub async fn ping(conn: &mut Db) -> Result<()> {
     diesel::sql_query("SELECT 1")
         .cached()
@@ -127,6 +134,7 @@ pub async fn ping(conn: &mut Db) -> Result<()> {
         .await
         .map(|_| ())
 }
+
 /// Claims and completions per `bucket_seconds` over the last `window_seconds`, by the history
 /// table; bucket 0 is the newest.
 #[derive(Debug, Clone, QueryableByName, serde::Serialize)]
@@ -139,6 +147,7 @@ pub struct ThroughputBucket {
     #[diesel(sql_type = BigInt)]
     pub completed: i64,
 }
+
 pub async fn throughput(
     conn: &mut Db,
     window_seconds: i64,
@@ -161,6 +170,7 @@ pub async fn throughput(
     .instrument(span)
     .await
 }
+
 /// A processor with tasks in flight.
 #[derive(Debug, Clone, QueryableByName, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -174,6 +184,7 @@ pub struct Processor {
     #[diesel(sql_type = Double)]
     pub since_heartbeat_seconds: f64,
 }
+
 pub async fn processors(conn: &mut Db) -> Result<Vec<Processor>> {
     let span = leasehold::db_span!("SELECT", "tasks");
     async move {
@@ -190,6 +201,7 @@ pub async fn processors(conn: &mut Db) -> Result<Vec<Processor>> {
     .instrument(span)
     .await
 }
+
 /// One entry of a task's history, for its detail view.
 #[derive(Debug, Clone, QueryableByName, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -207,6 +219,7 @@ pub struct TaskEvent {
     #[diesel(sql_type = Integer)]
     pub attempts: i32,
 }
+
 pub async fn events(conn: &mut Db, task_id: i64) -> Result<Vec<TaskEvent>> {
     let span = leasehold::db_span!("SELECT", "task_events");
     async move {

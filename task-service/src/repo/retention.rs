@@ -26,6 +26,7 @@ pub async fn sweep(conn: &mut Db, retention_seconds: i64, batch: i64) -> Result<
     .instrument(span)
     .await
 }
+
 /// Deletes history older than the retention age, as the rows it describes are.
 pub async fn prune_history(conn: &mut Db, retention_seconds: i64) -> Result<usize> {
     diesel::sql_query("DELETE FROM task_events WHERE at < now() - make_interval(secs => $1)")

@@ -27,6 +27,7 @@ pub async fn lock(conn: &mut Db, id: i64) -> Result<Option<TaskRow>> {
     .instrument(span)
     .await
 }
+
 /// The tasks among `ids`, locked in id order (so that two batches cannot deadlock).
 pub async fn lock_many(conn: &mut Db, ids: &[i64]) -> Result<Vec<TaskRow>> {
     let span = leasehold::db_span!("SELECT", "tasks");
@@ -41,6 +42,7 @@ pub async fn lock_many(conn: &mut Db, ids: &[i64]) -> Result<Vec<TaskRow>> {
     .instrument(span)
     .await
 }
+
 pub async fn record_heartbeat(
     conn: &mut Db,
     id: i64,
@@ -62,6 +64,7 @@ pub async fn record_heartbeat(
     .instrument(span)
     .await
 }
+
 /// Marks tasks succeeded with their outputs, in one statement; each row comes back with the
 /// seconds from its claim to its completion, in no particular order.
 pub async fn mark_succeeded_many(
@@ -97,6 +100,7 @@ pub async fn mark_succeeded_many(
     .instrument(span)
     .await
 }
+
 /// Ends the task in `status` (`dead` or `cancelled`), recording `error` when given.
 pub async fn mark_final(
     conn: &mut Db,
@@ -122,6 +126,7 @@ pub async fn mark_final(
     .instrument(span)
     .await
 }
+
 /// Back to pending, due in `delay_seconds`. `refund_attempt` hands the claim's attempt back.
 pub async fn mark_retry(
     conn: &mut Db,
@@ -151,6 +156,7 @@ pub async fn mark_retry(
     .instrument(span)
     .await
 }
+
 pub async fn request_cancel(conn: &mut Db, id: i64) -> Result<TaskRow> {
     let span = leasehold::db_span!("UPDATE", "tasks");
     async move {
@@ -166,6 +172,7 @@ pub async fn request_cancel(conn: &mut Db, id: i64) -> Result<TaskRow> {
     .instrument(span)
     .await
 }
+
 /// Puts a dead task back in its queue: due now, with all its attempts again. Its history
 /// (processor, fence, last error) stays until a new claim replaces it.
 pub async fn requeue_dead(conn: &mut Db, id: i64) -> Result<TaskRow> {
