@@ -17,6 +17,9 @@ pub const MAX_QUEUE_BYTES: usize = 128;
 /// a lease in one lease-service batch, so it may not exceed that batch's limit.
 pub const MAX_CLAIM: i64 = 100;
 
+/// The longest a claim may wait for work ([`ClaimTasks::wait_ms`]).
+pub const MAX_CLAIM_WAIT_MS: u64 = 30_000;
+
 /// Most completions one `PUT /api/tasks/complete` may carry ([`CompleteTasks`]); task-service
 /// also gathers single completions into groups of at most this many. Their leases are released
 /// in one lease-service batch.
@@ -114,6 +117,11 @@ pub struct Task {
     /// this, so it has no TTL setting of its own to keep equal to task-service's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease_ttl_ms: Option<u64>,
+    /// Only in the answer to a claim that asked to wait (`wait_ms`): how long task-service held
+    /// the request before the claim round that took this task began. The lease runs from after
+    /// that, so the worker counts its deadline from its request's send instant plus this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waited_ms: Option<u64>,
 }
 
 impl Task {
@@ -121,6 +129,18 @@ impl Task {
     pub fn with_lease_ttl(mut self, ttl: std::time::Duration) -> Self {
         self.lease_ttl_ms = Some(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
         self
+    }
+
+    /// This claim answer, telling the holder its request waited `waited` before it was claimed.
+    pub fn with_waited(mut self, waited: std::time::Duration) -> Self {
+        self.waited_ms = Some(u64::try_from(waited.as_millis()).unwrap_or(u64::MAX));
+        self
+    }
+
+    /// How long the claim that answered with this task waited before claiming it (zero when it
+    /// did not say).
+    pub fn waited(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.waited_ms.unwrap_or(0))
     }
 
     /// The lease TTL the answer carries, if it carries one.
@@ -206,6 +226,11 @@ pub struct ClaimTasks {
     pub queue: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<i64>,
+    /// With nothing due, hold the request up to this many milliseconds (at most
+    /// [`MAX_CLAIM_WAIT_MS`]) until a task is due; without it, answer at once (the sample's
+    /// clients send none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_ms: Option<u64>,
 }
 
 /// `PUT /api/tasks/{id}/heartbeat`.

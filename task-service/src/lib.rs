@@ -34,6 +34,7 @@ pub mod repo;
 pub mod state;
 pub mod sweeper;
 pub mod tasks;
+pub mod wakeups;
 
 /// Where the tests and the tools found it before the migrations moved to [`db`].
 pub use db::migrate;
@@ -52,6 +53,7 @@ use crate::metrics::Metrics;
 use crate::state::AppState;
 use crate::sweeper::SweeperConfig;
 use crate::tasks::Engine;
+use crate::wakeups::Wakeups;
 
 /// Runs task-service until SIGTERM or SIGINT.
 pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
@@ -90,7 +92,13 @@ pub async fn run(
         ),
         metrics: metrics.clone(),
         lease_ttl_verdict: tasks::TtlVerdict::default(),
+        wakeups: Wakeups::new(stop.clone(), Duration::from_millis(config.wait_recheck_ms)),
     };
+    tokio::spawn(wakeups::listen(
+        config.database_url.clone(),
+        engine.wakeups.clone(),
+        stop.clone(),
+    ));
     let sweeper_engine = engine.clone();
     let state = web::Data::new(AppState::new(pool.clone(), engine, config.groups_in_flight));
     tracing::info!(lease_service = %lease_url, "task-service calls lease-service");

@@ -12,7 +12,8 @@ use std::sync::{Arc, Mutex};
 use leasehold::server::http::HttpMetrics;
 use prometheus::core::{MetricVec, MetricVecBuilder};
 use prometheus::{
-    GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
+    GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry,
 };
 
 use crate::repo::{OldestDue, QueueCount};
@@ -97,6 +98,8 @@ pub struct Metrics {
     pub oldest_due: GaugeVec,
     pub swept: IntCounter,
     pub sweeps: IntCounterVec,
+    /// Claims waiting for work on this replica now.
+    pub claims_waiting: IntGauge,
     queues: Arc<QueueLabels>,
 }
 
@@ -209,7 +212,13 @@ impl Metrics {
             "Retention sweeper rounds run by the replica holding its lease, by outcome (swept, failed).",
             &["outcome"],
         )?;
+        let claims_waiting = IntGauge::new(
+            "task_claims_waiting",
+            "Claims on this replica waiting for a task to become due (wait_ms).",
+        )?;
+        registry.register(Box::new(claims_waiting.clone()))?;
         Ok(Self {
+            claims_waiting,
             registry,
             http,
             created: by_queue(created),

@@ -19,6 +19,8 @@ pub mod defaults {
     pub const POLL_MIN_MS: u64 = 100;
     /// Longest idle wait.
     pub const POLL_MAX_MS: u64 = 5_000;
+    /// How long a claim waits in task-service for a task to become due.
+    pub const CLAIM_WAIT_MS: u64 = 5_000;
     /// Time in-flight tasks get to finish after SIGTERM/SIGINT.
     pub const SHUTDOWN_GRACE_SECONDS: f64 = 30.0;
     /// How long a chaos heartbeat pause lasts (longer than task-service's default lease TTL of
@@ -100,6 +102,12 @@ pub struct WorkerConfig {
     #[arg(long, env = "POLL_MAX_MS", default_value_t = defaults::POLL_MAX_MS)]
     pub poll_max_ms: u64,
 
+    /// Milliseconds a claim waits in task-service for a task to become due (long polling: the
+    /// worker starts a new task within milliseconds of its creation); 0 polls instead. Also
+    /// how long a shutdown may wait for the claim in flight. At most 30000.
+    #[arg(long, env = "CLAIM_WAIT_MS", default_value_t = defaults::CLAIM_WAIT_MS)]
+    pub claim_wait_ms: u64,
+
     /// Seconds in-flight tasks get to finish after SIGTERM/SIGINT; the rest are cancelled and
     /// handed back to task-service (claimable at once).
     #[arg(long, env = "SHUTDOWN_GRACE_SECONDS", default_value_t = defaults::SHUTDOWN_GRACE_SECONDS)]
@@ -154,6 +162,7 @@ pub struct Settings {
     pub request_timeout: Duration,
     pub poll_min: Duration,
     pub poll_max: Duration,
+    pub claim_wait: Duration,
     pub shutdown_grace: Duration,
     pub chaos: Chaos,
     pub metrics_addr: Option<SocketAddr>,
@@ -175,6 +184,7 @@ impl WorkerConfig {
             heartbeat_interval_seconds: defaults::HEARTBEAT_INTERVAL_SECONDS,
             poll_min_ms: defaults::POLL_MIN_MS,
             poll_max_ms: defaults::POLL_MAX_MS,
+            claim_wait_ms: defaults::CLAIM_WAIT_MS,
             shutdown_grace_seconds: defaults::SHUTDOWN_GRACE_SECONDS,
             chaos_crash_probability: 0.0,
             chaos_heartbeat_pause_probability: 0.0,
@@ -225,6 +235,12 @@ impl WorkerConfig {
         if self.poll_min_ms == 0 {
             return Err(ConfigError("POLL_MIN_MS must be at least 1".to_owned()));
         }
+        if self.claim_wait_ms > leasehold::tasks::MAX_CLAIM_WAIT_MS {
+            return Err(ConfigError(format!(
+                "CLAIM_WAIT_MS must be at most {}",
+                leasehold::tasks::MAX_CLAIM_WAIT_MS
+            )));
+        }
         if self.poll_max_ms < self.poll_min_ms {
             return Err(ConfigError(format!(
                 "POLL_MAX_MS ({}) must not be less than POLL_MIN_MS ({})",
@@ -267,6 +283,7 @@ impl WorkerConfig {
             request_timeout: (heartbeat_interval / 2).min(Duration::from_secs(5)),
             poll_min: Duration::from_millis(self.poll_min_ms),
             poll_max: Duration::from_millis(self.poll_max_ms),
+            claim_wait: Duration::from_millis(self.claim_wait_ms),
             shutdown_grace,
             chaos: Chaos {
                 crash_probability: self.chaos_crash_probability,

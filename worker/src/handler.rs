@@ -315,6 +315,7 @@ pub(crate) mod tests {
             created_at: now,
             updated_at: now,
             lease_ttl_ms: None,
+            waited_ms: None,
         }
     }
 

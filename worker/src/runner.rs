@@ -149,10 +149,11 @@ async fn claim_loop<H: TaskHandler>(
         let batch = free.min(max_batch);
         let limit = (batch > 1).then(|| i64::try_from(batch).unwrap_or(1));
         let sent = Instant::now();
-        let mut claim = std::pin::pin!(ctx.client.claim(
+        let mut claim = std::pin::pin!(ctx.client.claim_waiting(
             &settings.worker_id,
             settings.queue.as_deref(),
-            limit
+            limit,
+            settings.claim_wait,
         ));
         let mut stopping = false;
         // A claim already sent is finished even when shutdown comes meanwhile: what it claimed
@@ -165,6 +166,7 @@ async fn claim_loop<H: TaskHandler>(
             }
             result = &mut claim => result,
         };
+        let answered = result.is_ok();
         match result {
             Ok(tasks) if !tasks.is_empty() => {
                 ctx.metrics
@@ -181,7 +183,16 @@ async fn claim_loop<H: TaskHandler>(
                     } else {
                         hand_back.clone()
                     };
-                    running.spawn(process(ctx.clone(), handler.clone(), task, sent, token));
+                    // The lease was taken no earlier than the round that claimed the task, which
+                    // began `waited` after task-service received the claim.
+                    let leased_from = (sent + task.waited()).min(Instant::now());
+                    running.spawn(process(
+                        ctx.clone(),
+                        handler.clone(),
+                        task,
+                        leased_from,
+                        token,
+                    ));
                 }
                 if stopping {
                     break;
@@ -222,6 +233,12 @@ async fn claim_loop<H: TaskHandler>(
         }
         if stopping {
             break;
+        }
+        // An empty answer after a long wait is news enough: claim again at once. One that came
+        // at once (a task-service without wake-ups, or one stopping) or a failure backs off.
+        if answered && !settings.claim_wait.is_zero() && sent.elapsed() >= settings.claim_wait / 2 {
+            idle.reset();
+            continue;
         }
         let delay = idle.next_delay();
         tokio::select! {

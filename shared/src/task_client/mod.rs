@@ -59,6 +59,8 @@ impl CallError {
 #[derive(Debug)]
 pub struct TaskClient {
     http: reqwest::Client,
+    /// What bounds each request; a claim that waits gets its wait on top.
+    timeout: Duration,
     urls: Vec<String>,
     current: AtomicUsize,
 }
@@ -92,6 +94,7 @@ impl TaskClient {
             .build()?;
         Ok(Self {
             http,
+            timeout,
             urls,
             current: AtomicUsize::new(0),
         })
@@ -111,11 +114,25 @@ impl TaskClient {
         query: &[(&str, String)],
         body: Option<&B>,
     ) -> Result<Answer, CallError> {
+        self.send_waiting(method, path, query, body, Duration::ZERO)
+            .await
+    }
+
+    /// [`TaskClient::send`] of a request the service may hold up to `wait` before answering.
+    async fn send_waiting<B: Serialize>(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<&B>,
+        wait: Duration,
+    ) -> Result<Answer, CallError> {
         let count = self.urls.len().max(1);
         let index = self.current.load(Ordering::Relaxed) % count;
         let base = self.urls.get(index).map_or("", String::as_str);
         let url = format!("{base}{path}");
-        let result = exchange(&self.http, method, &url, query, body).await;
+        let timeout = self.timeout.saturating_add(wait);
+        let result = exchange(&self.http, method, &url, query, body, timeout).await;
         if let Err(CallError::Transient(reason)) = &result
             && count > 1
         {
@@ -144,11 +161,13 @@ async fn exchange<B: Serialize>(
     url: &str,
     query: &[(&str, String)],
     body: Option<&B>,
+    timeout: Duration,
 ) -> Result<Answer, CallError> {
     let span = crate::telemetry::client_span(method.as_str(), url);
     let sent = async {
         let mut request = http
             .request(method, url)
+            .timeout(timeout)
             .headers(crate::telemetry::inject())
             .query(query);
         if let Some(body) = body {

@@ -2,6 +2,8 @@
 //! exchange is a trace of its own, tagged with the task, so that searching by task id shows the
 //! task's whole life.
 
+use std::time::Duration;
+
 use serde::Serialize;
 use serde_json::Value;
 use tracing::Instrument;
@@ -10,7 +12,7 @@ use super::{CallError, TaskClient};
 use crate::ErrorBody;
 use crate::tasks::{
     ClaimTasks, CompleteItem, CompleteTask, CompleteTasks, CompletedTasks, FailTask, Heartbeat,
-    Task,
+    MAX_CLAIM_WAIT_MS, Task,
 };
 
 impl TaskClient {
@@ -22,10 +24,26 @@ impl TaskClient {
         queue: Option<&str>,
         limit: Option<i64>,
     ) -> Result<Vec<Task>, CallError> {
+        self.claim_waiting(processor, queue, limit, Duration::ZERO)
+            .await
+    }
+
+    /// [`TaskClient::claim`], waiting up to `wait` (at most [`MAX_CLAIM_WAIT_MS`]) for a task
+    /// to become due when none is: the request's own timeout is longer by `wait`. A
+    /// task-service that does not know `wait_ms` answers at once, as to [`TaskClient::claim`].
+    pub async fn claim_waiting(
+        &self,
+        processor: &str,
+        queue: Option<&str>,
+        limit: Option<i64>,
+        wait: Duration,
+    ) -> Result<Vec<Task>, CallError> {
+        let wait = wait.min(Duration::from_millis(MAX_CLAIM_WAIT_MS));
         let body = ClaimTasks {
             processor: processor.to_owned(),
             queue: queue.map(str::to_owned),
             limit,
+            wait_ms: (!wait.is_zero()).then(|| u64::try_from(wait.as_millis()).unwrap_or(0)),
         };
         let span = tracing::info_span!(
             parent: None,
@@ -37,7 +55,13 @@ impl TaskClient {
             task.fence = tracing::field::Empty,
         );
         let answer = self
-            .send(reqwest::Method::POST, "/api/tasks/next", &[], Some(&body))
+            .send_waiting(
+                reqwest::Method::POST,
+                "/api/tasks/next",
+                &[],
+                Some(&body),
+                wait,
+            )
             .instrument(span.clone())
             .await?;
         let tasks = parse_claim(&answer.body)?;
@@ -238,6 +262,7 @@ mod tests {
             created_at: now,
             updated_at: now,
             lease_ttl_ms: None,
+            waited_ms: None,
         }
     }
 

@@ -9,12 +9,11 @@ use std::sync::PoisonError;
 use diesel_async::AsyncConnection;
 use leasehold::LeaseError;
 use leasehold::api::Lease;
-use leasehold::server::{ApiError, validate_name, validate_name_within};
-use leasehold::tasks::{ClaimTasks, MAX_CLAIM, MAX_QUEUE_BYTES, Task, TaskStatus};
-use tracing::field::Empty;
+use leasehold::server::ApiError;
+use leasehold::tasks::{MAX_CLAIM, TaskStatus};
 
+use super::Engine;
 use super::refusal::credentials_refused;
-use super::{ClaimGroups, Engine, to_api};
 use crate::repo::{self, Db, TaskRow};
 
 /// One claim request's part in a claim group: who claims, and at most how many tasks.
@@ -22,26 +21,6 @@ use crate::repo::{self, Db, TaskRow};
 pub struct Want {
     pub processor: String,
     pub limit: i64,
-}
-
-/// Checks a claim request; what it wants.
-pub fn want(request: &ClaimTasks) -> Result<Want, ApiError> {
-    validate_name("processor", &request.processor)?;
-    if let Some(queue) = &request.queue {
-        validate_name_within("queue", queue, MAX_QUEUE_BYTES)?;
-    }
-    let limit = request.limit.unwrap_or(1);
-    if !(1..=MAX_CLAIM).contains(&limit) {
-        return Err(ApiError::invalid(
-            "invalid_limit",
-            "limit",
-            format!("limit must be between 1 and {MAX_CLAIM}, got {limit}"),
-        ));
-    }
-    Ok(Want {
-        processor: request.processor.clone(),
-        limit,
-    })
 }
 
 /// How many waiting claims, from the front, go in one group: their limits add up to at most
@@ -190,39 +169,6 @@ pub async fn end_cancelled(engine: &Engine, cancelled: &[TaskRow]) {
                 .await;
         }
     }
-}
-
-/// Claims due tasks for one request, in a group with the claims that arrive with it
-/// ([`claim_group`]). Each answer carries the task lease's TTL (the engine's), so that the
-/// worker counts its deadline from what task-service asked lease-service for.
-#[tracing::instrument(name = "claim tasks", skip_all, fields(
-    task.processor = %request.processor,
-    task.queue = request.queue.as_deref().unwrap_or(""),
-    task.id = Empty,
-    task.ids = Empty,
-    task.fence = Empty,
-))]
-pub async fn claim(
-    claims: &ClaimGroups,
-    engine: &Engine,
-    request: &ClaimTasks,
-) -> Result<Vec<Task>, ApiError> {
-    let want = want(request)?;
-    let claimed = claims
-        .submit(request.queue.clone(), want)
-        .await
-        .unwrap_or_else(|| Err(ApiError::Internal("the claim group failed".to_owned())))?;
-    let span = tracing::Span::current();
-    if let [row] = claimed.as_slice() {
-        span.record("task.id", row.id);
-        span.record("task.fence", row.fence.unwrap_or_default());
-    }
-    let ids: Vec<String> = claimed.iter().map(|row| row.id.to_string()).collect();
-    span.record("task.ids", ids.join(","));
-    Ok(claimed
-        .into_iter()
-        .map(|row| to_api(row).with_lease_ttl(engine.lease_ttl))
-        .collect())
 }
 
 /// What one claim group has taken so far, per request.
@@ -434,14 +380,6 @@ mod tests {
             .collect()
     }
 
-    fn claim_request(limit: Option<i64>) -> ClaimTasks {
-        ClaimTasks {
-            processor: "w".to_owned(),
-            queue: None,
-            limit,
-        }
-    }
-
     #[test]
     fn a_group_holds_at_most_one_batch_of_tasks() {
         assert_eq!(claims_per_group(&wants(&[])), 0);
@@ -450,19 +388,6 @@ mod tests {
         assert_eq!(claims_per_group(&wants(&[100, 1])), 1);
         // The front is kept in order: a small claim behind a large one waits its turn.
         assert_eq!(claims_per_group(&wants(&[50, 51, 1])), 1);
-    }
-
-    #[test]
-    fn a_claim_wants_one_task_unless_it_says_otherwise() {
-        assert_eq!(want(&claim_request(None)).unwrap().limit, 1);
-        assert_eq!(
-            want(&claim_request(Some(MAX_CLAIM))).unwrap().limit,
-            MAX_CLAIM
-        );
-        for bad in [0, -1, MAX_CLAIM + 1] {
-            let err = want(&claim_request(Some(bad))).unwrap_err();
-            assert_eq!(err.code(), "invalid_limit", "limit {bad}");
-        }
     }
 
     #[test]

@@ -14,6 +14,7 @@
 //!
 //! * `create`: `POST /api/tasks`, idempotent repeats, and the generator's fence;
 //! * `validate`: the limits and the checks of what a request may store;
+//! * `next`: one claim request, answered at once or after waiting for work (`wait_ms`);
 //! * `claim`: claim requests, gathered by queue into one transaction and one lease batch;
 //! * `complete`: completions, single or batched, judged in groups;
 //! * `groups`: how claims and completions are gathered into groups (built once, the same way);
@@ -30,6 +31,7 @@ mod claim;
 mod complete;
 mod create;
 mod groups;
+mod next;
 pub mod read;
 mod ready;
 mod refusal;
@@ -46,11 +48,13 @@ use leasehold::{Backoff, LeaseClient, RetryPolicy};
 
 use crate::metrics::Metrics;
 use crate::repo::{self, Db, TaskRow};
+use crate::wakeups::Wakeups;
 
-pub use claim::{Want, claim, claim_group, claims_per_group, end_cancelled, want};
+pub use claim::{Want, claim_group, claims_per_group, end_cancelled};
 pub use complete::{Completion, complete, complete_group, complete_many, completions_per_group};
 pub use create::{Created, create};
 pub use groups::{ClaimGroups, CompletionGroups, claim_groups, completion_groups};
+pub use next::{claim, want};
 pub use read::{counts, events, get, overview};
 pub use ready::ready;
 pub use transition::{cancel, fail, heartbeat, retry};
@@ -76,6 +80,8 @@ pub struct Engine {
     pub metrics: Metrics,
     /// Whether lease-service accepts [`Engine::lease_ttl`].
     pub lease_ttl_verdict: TtlVerdict,
+    /// The claims waiting for work on this replica.
+    pub wakeups: Wakeups,
 }
 
 impl Engine {
@@ -147,6 +153,7 @@ pub fn to_api(row: TaskRow) -> Task {
         created_at: row.created_at,
         updated_at: row.updated_at,
         lease_ttl_ms: None,
+        waited_ms: None,
     }
 }
 
@@ -170,6 +177,10 @@ mod fixtures {
             retry: Backoff::new(Duration::from_secs(1), Duration::from_secs(60)),
             metrics: Metrics::new().unwrap(),
             lease_ttl_verdict: TtlVerdict::default(),
+            wakeups: Wakeups::new(
+                tokio_util::sync::CancellationToken::new(),
+                crate::wakeups::RECHECK,
+            ),
         }
     }
 

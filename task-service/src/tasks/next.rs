@@ -1,0 +1,168 @@
+//! `POST /api/tasks/next`: one claim request, answered at once, or, when it asks to wait
+//! (`wait_ms`) and nothing is due, as soon as a task is due or the wait ends. The claiming
+//! itself is the claim group's ([`super::claim`]); the waiting is [`crate::wakeups`]'s.
+
+use std::time::Duration;
+
+use leasehold::server::{ApiError, validate_name, validate_name_within};
+use leasehold::tasks::{ClaimTasks, MAX_CLAIM, MAX_CLAIM_WAIT_MS, MAX_QUEUE_BYTES, Task};
+use tokio::time::Instant;
+use tracing::field::Empty;
+
+use super::claim::Want;
+use super::{ClaimGroups, Engine, to_api};
+use crate::repo::TaskRow;
+
+/// Checks a claim request; what it wants, and how long it may wait for it.
+pub fn want(request: &ClaimTasks) -> Result<(Want, Duration), ApiError> {
+    validate_name("processor", &request.processor)?;
+    if let Some(queue) = &request.queue {
+        validate_name_within("queue", queue, MAX_QUEUE_BYTES)?;
+    }
+    let limit = request.limit.unwrap_or(1);
+    if !(1..=MAX_CLAIM).contains(&limit) {
+        return Err(ApiError::invalid(
+            "invalid_limit",
+            "limit",
+            format!("limit must be between 1 and {MAX_CLAIM}, got {limit}"),
+        ));
+    }
+    let wait_ms = request.wait_ms.unwrap_or(0);
+    if wait_ms > MAX_CLAIM_WAIT_MS {
+        return Err(ApiError::invalid(
+            "invalid_wait",
+            "wait_ms",
+            format!("wait_ms must be at most {MAX_CLAIM_WAIT_MS}, got {wait_ms}"),
+        ));
+    }
+    let want = Want {
+        processor: request.processor.clone(),
+        limit,
+    };
+    Ok((want, Duration::from_millis(wait_ms)))
+}
+
+/// Claims due tasks for one request, in a group with the claims that arrive with it. With
+/// nothing due and a wait asked for, it waits for news of a task of its queue (or looks again
+/// every [`crate::wakeups::Wakeups::recheck`], should news be lost) and claims again, until it gets tasks, the wait ends
+/// or the service stops. Each answer carries the task lease's TTL (the engine's), so that the
+/// worker counts its deadline from what task-service asked lease-service for.
+#[tracing::instrument(name = "claim tasks", skip_all, fields(
+    task.processor = %request.processor,
+    task.queue = request.queue.as_deref().unwrap_or(""),
+    task.id = Empty,
+    task.ids = Empty,
+    task.fence = Empty,
+))]
+pub async fn claim(
+    claims: &ClaimGroups,
+    engine: &Engine,
+    request: &ClaimTasks,
+) -> Result<Vec<Task>, ApiError> {
+    let (want, wait) = want(request)?;
+    let arrived = Instant::now();
+    let deadline = arrived + wait;
+    let (claimed, waited) = loop {
+        // In line before looking, so news that comes while the claim runs is not missed.
+        let ticket = (!wait.is_zero()).then(|| engine.wakeups.ticket(request.queue.as_deref()));
+        let waited = arrived.elapsed();
+        let claimed = (claim_once(claims, request, want.clone()).await?, waited);
+        let now = Instant::now();
+        let Some(ticket) = ticket.filter(|_| claimed.0.is_empty() && now < deadline) else {
+            break claimed;
+        };
+        let counted = Waiting::new(&engine.metrics.claims_waiting);
+        let stopped = tokio::select! {
+            () = engine.wakeups.stopping().cancelled() => true,
+            _ = ticket => false,
+            () = tokio::time::sleep_until(deadline.min(now + engine.wakeups.recheck())) => false,
+        };
+        drop(counted);
+        if stopped {
+            break claimed;
+        }
+    };
+    let span = tracing::Span::current();
+    if let [row] = claimed.as_slice() {
+        span.record("task.id", row.id);
+        span.record("task.fence", row.fence.unwrap_or_default());
+    }
+    let ids: Vec<String> = claimed.iter().map(|row| row.id.to_string()).collect();
+    span.record("task.ids", ids.join(","));
+    Ok(claimed
+        .into_iter()
+        .map(|row| {
+            let task = to_api(row).with_lease_ttl(engine.lease_ttl);
+            // A holder counts its lease from its request's send instant: one that waited must
+            // count from the round that took the task, which began this long after arrival.
+            if wait.is_zero() {
+                task
+            } else {
+                task.with_waited(waited)
+            }
+        })
+        .collect())
+}
+
+/// Counts a claim as waiting for as long as it lives, however the wait ends (the request may
+/// be dropped mid-wait when its client hangs up).
+struct Waiting<'g>(&'g prometheus::IntGauge);
+
+impl<'g> Waiting<'g> {
+    fn new(gauge: &'g prometheus::IntGauge) -> Self {
+        gauge.inc();
+        Self(gauge)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+async fn claim_once(
+    claims: &ClaimGroups,
+    request: &ClaimTasks,
+    want: Want,
+) -> Result<Vec<TaskRow>, ApiError> {
+    claims
+        .submit(request.queue.clone(), want)
+        .await
+        .unwrap_or_else(|| Err(ApiError::Internal("the claim group failed".to_owned())))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn claim_request(limit: Option<i64>, wait_ms: Option<u64>) -> ClaimTasks {
+        ClaimTasks {
+            processor: "w".to_owned(),
+            queue: None,
+            limit,
+            wait_ms,
+        }
+    }
+
+    #[test]
+    fn a_claim_wants_one_task_at_once_unless_it_says_otherwise() {
+        let (want_one, wait) = want(&claim_request(None, None)).unwrap();
+        assert_eq!((want_one.limit, wait), (1, Duration::ZERO));
+        let (most, _) = want(&claim_request(Some(MAX_CLAIM), None)).unwrap();
+        assert_eq!(most.limit, MAX_CLAIM);
+        for bad in [0, -1, MAX_CLAIM + 1] {
+            let err = want(&claim_request(Some(bad), None)).unwrap_err();
+            assert_eq!(err.code(), "invalid_limit", "limit {bad}");
+        }
+    }
+
+    #[test]
+    fn a_claim_waits_at_most_thirty_seconds() {
+        let (_, wait) = want(&claim_request(None, Some(MAX_CLAIM_WAIT_MS))).unwrap();
+        assert_eq!(wait, Duration::from_secs(30));
+        let err = want(&claim_request(None, Some(MAX_CLAIM_WAIT_MS + 1))).unwrap_err();
+        assert_eq!(err.code(), "invalid_wait");
+    }
+}

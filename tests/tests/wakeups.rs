@@ -1,0 +1,196 @@
+//! Claims that wait for work (`wait_ms`) are woken by the database's notifications, not by
+//! polling: each test sets task-service's fallback re-check (`TASK_WAIT_RECHECK_MS`) far beyond
+//! the claim's wait, so a claim that gets its task got it from a wake-up. A task due later wakes
+//! its waiter by a timer; a listener whose connection is killed reconnects and loses no news;
+//! the sample's claims, which send no `wait_ms`, are answered at once.
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use leasehold::TaskClient;
+use leasehold::tasks::{CreateTask, TaskStatus};
+use serde_json::json;
+use tests::{Service, eventually, execute, fresh_database, metric_sum};
+
+/// A claim waits this long; task-service looks again on its own only after [`RECHECK_MS`]. So
+/// a claim answered with a task within [`WOKEN_WITHIN`] was woken: it did not look again on its
+/// own, nor reach the end of its wait (where it looks once more).
+const WAIT: Duration = Duration::from_secs(30);
+const WOKEN_WITHIN: Duration = Duration::from_secs(15);
+const RECHECK_MS: &str = "600000";
+
+struct Stack {
+    _leases: Service,
+    tasks: Service,
+    task_db: String,
+}
+
+async fn stack() -> Stack {
+    let lease_db = fresh_database().await;
+    let task_db = fresh_database().await;
+    let leases = Service::lease_service(&lease_db, &[]).await;
+    let tasks = Service::task_service(
+        &task_db,
+        &leases.base_url(),
+        &[("TASK_WAIT_RECHECK_MS", RECHECK_MS)],
+    )
+    .await;
+    Stack {
+        _leases: leases,
+        tasks,
+        task_db,
+    }
+}
+
+/// A claim of `queue` waiting up to [`WAIT`], in the background.
+fn waiting_claim(
+    stack: &Stack,
+    queue: &str,
+) -> tokio::task::JoinHandle<Vec<leasehold::tasks::Task>> {
+    let (client, queue) = (stack.tasks.task_client(), queue.to_owned());
+    tokio::spawn(async move {
+        client
+            .claim_waiting("waiter", Some(&queue), None, WAIT)
+            .await
+            .unwrap()
+    })
+}
+
+async fn create(
+    client: &TaskClient,
+    queue: &str,
+    scheduled_at: Option<chrono::DateTime<chrono::Utc>>,
+) -> i64 {
+    client
+        .create(&CreateTask {
+            task_data: json!({"n": 1}),
+            queue: Some(queue.to_owned()),
+            scheduled_at,
+            ..CreateTask::default()
+        })
+        .await
+        .unwrap()
+        .into_task()
+        .id
+}
+
+/// Waits until task-service holds a waiting claim (`task_claims_waiting`): its first claim round
+/// found nothing, so what is created from now on can reach it only by a wake-up.
+async fn until_waiting(stack: &Stack) {
+    eventually(Duration::from_secs(10), "a claim waiting", || async {
+        metric_sum(&stack.tasks.metrics().await, "task_claims_waiting") >= 1.0
+    })
+    .await;
+}
+
+/// Whether task-service's listener is connected to the tasks database.
+async fn listening(task_db: &str) -> bool {
+    execute(
+        task_db,
+        "SELECT pid FROM pg_stat_activity \
+         WHERE application_name = 'task-service wake-ups' AND datname = current_database()",
+    )
+    .await
+        == 1
+}
+
+#[tokio::test]
+async fn a_waiting_claim_is_woken_by_the_task_created_after_it_asked() {
+    let stack = stack().await;
+    let client = stack.tasks.task_client();
+    let waiter = waiting_claim(&stack, "wake");
+    until_waiting(&stack).await;
+    let id = create(&client, "wake", None).await;
+    let claimed = tokio::time::timeout(WOKEN_WITHIN, waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        claimed.len(),
+        1,
+        "woken by the insert, not by the wait's end"
+    );
+    assert_eq!(claimed[0].id, id);
+    assert_eq!(claimed[0].status, TaskStatus::Running);
+}
+
+#[tokio::test]
+async fn a_task_due_later_wakes_its_waiter_when_it_comes_due() {
+    let stack = stack().await;
+    let client = stack.tasks.task_client();
+    let waiter = waiting_claim(&stack, "later");
+    until_waiting(&stack).await;
+    let due = chrono::Utc::now() + chrono::TimeDelta::milliseconds(1500);
+    let id = create(&client, "later", Some(due)).await;
+    let claimed = tokio::time::timeout(WOKEN_WITHIN, waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(claimed.len(), 1, "woken by the timer on its due time");
+    assert_eq!(claimed[0].id, id);
+    assert!(claimed[0].started_at.unwrap() >= claimed[0].scheduled_at);
+}
+
+#[tokio::test]
+async fn a_listener_whose_connection_is_killed_reconnects_and_misses_nothing() {
+    let stack = stack().await;
+    let client = stack.tasks.task_client();
+    eventually(Duration::from_secs(10), "the listener connected", || {
+        listening(&stack.task_db)
+    })
+    .await;
+    let waiter = waiting_claim(&stack, "dropped");
+    until_waiting(&stack).await;
+
+    // The listener's connection dies (as in a failover); the task is created at once, possibly
+    // before the listener is back, so its notification may be lost for good.
+    let killed = execute(
+        &stack.task_db,
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE application_name = 'task-service wake-ups' AND datname = current_database()",
+    )
+    .await;
+    assert_eq!(killed, 1);
+    let id = create(&client, "dropped", None).await;
+    let claimed = tokio::time::timeout(WOKEN_WITHIN, waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(claimed.len(), 1, "the reconnected listener woke the waiter");
+    assert_eq!(claimed[0].id, id);
+    eventually(Duration::from_secs(10), "the listener is back", || {
+        listening(&stack.task_db)
+    })
+    .await;
+
+    // And news flows again through the new connection.
+    let waiter = waiting_claim(&stack, "dropped");
+    until_waiting(&stack).await;
+    let second = create(&client, "dropped", None).await;
+    let claimed = tokio::time::timeout(WOKEN_WITHIN, waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(claimed.iter().map(|t| t.id).collect::<Vec<_>>(), [second]);
+}
+
+#[tokio::test]
+async fn a_claim_without_wait_is_answered_at_once_and_a_wait_too_long_is_refused() {
+    let stack = stack().await;
+    let started = std::time::Instant::now();
+    let empty = stack
+        .tasks
+        .post("/api/tasks/next", &json!({"processor": "sample"}))
+        .await;
+    assert_eq!(empty.status, 200);
+    assert_eq!(empty.body, json!({"message": "No tasks available"}));
+    assert!(started.elapsed() < WAIT, "the sample's claim did not wait");
+    let too_long = stack
+        .tasks
+        .post(
+            "/api/tasks/next",
+            &json!({"processor": "p", "wait_ms": 30_001}),
+        )
+        .await;
+    assert_eq!((too_long.status, too_long.code()), (400, "invalid_wait"));
+}
