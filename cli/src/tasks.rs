@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use clap::Subcommand;
 use leasehold::task_client::{TaskCounts, TaskListing};
-use leasehold::tasks::{CreateTask, Task, TaskStatus};
+use leasehold::tasks::{CreateTask, MAX_CREATE_BATCH, Task, TaskStatus};
 use serde_json::{Value, json};
 
 use crate::api::Api;
@@ -215,21 +215,41 @@ pub(crate) async fn count_tasks(
         .sum())
 }
 
-/// Creates `count` tasks, 16 requests at a time, showing the count on standard error.
+/// Creates `count` tasks: one `POST /api/tasks` for one, batches of up to 1,000
+/// (`POST /api/tasks/batch`, one commit each) for more, showing the count on standard error.
 pub(crate) async fn create_many(
     api: &Api,
     out: &Out,
     request: &CreateTask,
     count: u32,
 ) -> anyhow::Result<Vec<Task>> {
+    if count == 1 {
+        let task = api
+            .tasks
+            .create(request)
+            .await
+            .map_err(api.tasks_failed("POST", "/api/tasks"))?;
+        return Ok(vec![task.into_task()]);
+    }
     let mut created = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
     let mut remaining = count;
     while remaining > 0 {
-        let wave = remaining.min(16);
-        let requests = (0..wave).map(|_| api.tasks.create(request));
-        for answer in futures_util::future::join_all(requests).await {
-            let task = answer.map_err(api.tasks_failed("POST", "/api/tasks"))?;
-            created.push(task.into_task());
+        let wave = remaining.min(u32::try_from(MAX_CREATE_BATCH).unwrap_or(u32::MAX));
+        let batch: Vec<CreateTask> = (0..wave).map(|_| request.clone()).collect();
+        let results = api
+            .tasks
+            .create_many(&batch)
+            .await
+            .map_err(api.tasks_failed("POST", "/api/tasks/batch"))?;
+        for result in results {
+            match (result.task, result.error) {
+                (Some(task), _) => created.push(task),
+                (None, error) => anyhow::bail!(
+                    "task-service refused a create of the batch ({}): {}",
+                    result.status,
+                    error.map_or_else(String::new, |e| format!("{} ({})", e.error, e.code))
+                ),
+            }
         }
         remaining -= wave;
         if count > 1 {

@@ -218,6 +218,34 @@ pub struct CreateTask {
     pub generator_fence: Option<i64>,
 }
 
+/// Most tasks one `POST /api/tasks/batch` may create ([`CreateTasks`]).
+pub const MAX_CREATE_BATCH: usize = 1_000;
+
+/// `POST /api/tasks/batch`: up to [`MAX_CREATE_BATCH`] creates in one statement and one commit.
+/// Each is judged as it would be alone (its own validation, its own idempotency key), except
+/// that a batch cannot carry a generator's fenced create.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CreateTasks {
+    pub tasks: Vec<CreateTask>,
+}
+
+/// The answer of `POST /api/tasks/batch`: one result per create, in order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CreatedTasks {
+    pub results: Vec<CreateResult>,
+}
+
+/// One create's outcome: the task (status 201 when new, 200 when its idempotency key named it
+/// already), or the refusal it would have got alone (its status and error body).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CreateResult {
+    pub status: u16,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<Task>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<crate::api::ErrorBody>,
+}
+
 /// `POST /api/tasks/next`. Without `limit` the answer is one task; with it, a list.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClaimTasks {

@@ -10,10 +10,11 @@ use leasehold::server::auth::{Role, locked};
 use leasehold::server::db;
 use leasehold::server::http::{
     Order, Page, extractors, get_only, healthz, method_not_allowed, metrics_response, ready,
+    with_body_limit,
 };
 use leasehold::tasks::{
-    ClaimTasks, CompleteTask, CompleteTasks, CompletedTasks, CreateTask, FailTask, Heartbeat,
-    NoTask, TaskStatus,
+    ClaimTasks, CompleteTask, CompleteTasks, CompletedTasks, CreateTask, CreateTasks, CreatedTasks,
+    FailTask, Heartbeat, NoTask, TaskStatus,
 };
 use serde::Deserialize;
 
@@ -24,6 +25,9 @@ use crate::tasks::{self, Created};
 
 /// Largest request body accepted (task data is capped lower, at 64 KiB).
 pub const MAX_BODY_BYTES: usize = 256 * 1024;
+
+/// Largest body of `POST /api/tasks/batch`: 1,000 tasks of about 16 KiB each.
+pub const MAX_BATCH_BODY_BYTES: usize = 16 * 1024 * 1024;
 
 /// Mounts every route. The caller adds the [`crate::state::AppState`] and the
 /// [`leasehold::server::auth::Auth`] as app data. Each write route needs its role (producer,
@@ -38,6 +42,12 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                     .route(locked(web::post().to(create), Role::Producer))
                     .default_service(web::to(method_not_allowed)),
             )
+            .service(with_body_limit(
+                web::resource("/batch")
+                    .route(locked(web::post().to(create_many), Role::Producer))
+                    .default_service(web::to(method_not_allowed)),
+                MAX_BATCH_BODY_BYTES,
+            ))
             .service(get_only("/processed", list_processed))
             .service(get_only("/started", list_started))
             .service(get_only("/counts", counts))
@@ -110,6 +120,13 @@ async fn create(state: State, body: web::Json<CreateTask>) -> Result<HttpRespons
             Created::Existing(task) => HttpResponse::Ok().json(task),
         },
     )
+}
+
+/// 200 with one result per create (each with its own status: 201, 200, 400, ...).
+async fn create_many(state: State, body: web::Json<CreateTasks>) -> Result<HttpResponse, ApiError> {
+    let mut conn = db::connection(&state.pool).await?;
+    let results = tasks::create_many(&mut conn, &state.engine, body.into_inner()).await?;
+    Ok(HttpResponse::Ok().json(CreatedTasks { results }))
 }
 
 /// 202 with the task (a list when `limit` was given), or 200 `{message}` when none is due.

@@ -248,9 +248,15 @@ async fn tasks_are_created_watched_to_the_end_listed_shown_tailed_retried_and_ca
     let task_db = fresh_database().await;
     let leases = Service::lease_service(&lease_db, &[]).await;
     let tasks = Service::task_service(&task_db, &leases.base_url(), &[]).await;
+    // Polling, not waiting in task-service: the tail below pauses the worker to see a task
+    // pending, and a paused worker's waiting claim would still take it (see the README).
     let worker = Service::worker(
         &tasks.base_url(),
-        &[("WORKER_CONCURRENCY", "8"), ("POLL_MAX_MS", "100")],
+        &[
+            ("WORKER_CONCURRENCY", "8"),
+            ("POLL_MAX_MS", "100"),
+            ("CLAIM_WAIT_MS", "0"),
+        ],
     )
     .await;
     let (l, t) = (leases.base_url(), tasks.base_url());

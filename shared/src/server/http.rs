@@ -120,6 +120,18 @@ pub fn extractors(cfg: &mut web::ServiceConfig, max_body_bytes: usize) {
         .app_data(query_config());
 }
 
+/// `resource` with a body limit of its own, for a batch route whose bodies are larger than the
+/// service's other routes take (the limit [`extractors`] set for the rest).
+pub fn with_body_limit(
+    resource: actix_web::Resource,
+    max_body_bytes: usize,
+) -> actix_web::Resource {
+    resource
+        .app_data(json_config(max_body_bytes))
+        .app_data(web::PayloadConfig::new(max_body_bytes))
+        .app_data(BodyLimit(max_body_bytes))
+}
+
 /// The body limit [`extractors`] set, for the answer to a body past it.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct BodyLimit(pub(super) usize);

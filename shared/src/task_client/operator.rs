@@ -5,7 +5,7 @@
 
 use super::{CallError, TaskClient};
 use crate::generator::{GeneratorSettings, GeneratorStatus, StartGenerator};
-use crate::tasks::{CreateTask, OneTask, Task, TaskPage};
+use crate::tasks::{CreateResult, CreateTask, CreateTasks, CreatedTasks, OneTask, Task, TaskPage};
 
 /// What `POST /api/tasks` did with a create.
 #[derive(Debug, Clone, PartialEq)]
@@ -88,6 +88,21 @@ impl TaskClient {
             .await?
             .read("a task's read")?;
         Ok(answer.task)
+    }
+
+    /// `POST /api/tasks/batch`: up to [`crate::tasks::MAX_CREATE_BATCH`] creates in one
+    /// statement and one commit; one result per create, in order (each with its own status:
+    /// 201 new, 200 a repeated idempotency key, or its refusal). Safe to repeat when every
+    /// create carries an idempotency key.
+    pub async fn create_many(&self, tasks: &[CreateTask]) -> Result<Vec<CreateResult>, CallError> {
+        let body = CreateTasks {
+            tasks: tasks.to_vec(),
+        };
+        let answer: CreatedTasks = self
+            .send(reqwest::Method::POST, "/api/tasks/batch", &[], Some(&body))
+            .await?
+            .read("a batch create")?;
+        Ok(answer.results)
     }
 
     /// `GET /api/tasks`: one page of the listing.

@@ -2,7 +2,7 @@
 //! lookup.
 
 use chrono::{DateTime, Utc};
-use diesel::sql_types::{Bool, Integer, Jsonb, Nullable, Text, Timestamptz};
+use diesel::sql_types::{Array, BigInt, Bool, Integer, Jsonb, Nullable, Text, Timestamptz};
 use diesel::{OptionalExtension, QueryableByName};
 use diesel_async::RunQueryDsl;
 use leasehold::server::db::Cache;
@@ -42,6 +42,61 @@ pub async fn insert(conn: &mut Db, task: &NewTask) -> Result<Option<TaskRow>> {
         .get_result(conn)
         .await
         .optional()
+    }
+    .instrument(span)
+    .await
+}
+
+/// A row [`insert_many`] stored, with the place (from 1) of its task in the input.
+#[derive(Debug, QueryableByName)]
+pub struct Inserted {
+    #[diesel(sql_type = BigInt)]
+    pub ord: i64,
+    #[diesel(embed)]
+    pub row: TaskRow,
+}
+
+/// Inserts `tasks` in one statement: those whose idempotency key is taken are left out of the
+/// answer, which names each stored row's place in `tasks`. Ids are drawn in input order, so a
+/// batch's tasks keep their order among equals in the queue.
+pub async fn insert_many(conn: &mut Db, tasks: &[&NewTask]) -> Result<Vec<Inserted>> {
+    let span = leasehold::db_span!("INSERT", "tasks");
+    span.record("db.operation.batch.size", tasks.len());
+    let data: Vec<&serde_json::Value> = tasks.iter().map(|t| &t.task_data).collect();
+    let scheduled: Vec<Option<DateTime<Utc>>> = tasks.iter().map(|t| t.scheduled_at).collect();
+    let queues: Vec<&str> = tasks.iter().map(|t| t.queue.as_str()).collect();
+    let priorities: Vec<i32> = tasks.iter().map(|t| t.priority).collect();
+    let attempts: Vec<i32> = tasks.iter().map(|t| t.max_attempts).collect();
+    let keys: Vec<Option<&str>> = tasks.iter().map(|t| t.idempotency_key.as_deref()).collect();
+    async move {
+        diesel::sql_query(format!(
+            "WITH input AS (
+                 SELECT nextval('tasks_id_seq') AS id, i.*
+                 FROM unnest($1::jsonb[], $2::timestamptz[], $3::text[], $4::int[], $5::int[],
+                             $6::text[])
+                      WITH ORDINALITY AS i(task_data, scheduled_at, queue, priority,
+                                           max_attempts, idempotency_key, ord)
+                 ORDER BY i.ord
+             ),
+             stored AS (
+                 INSERT INTO tasks (id, task_data, scheduled_at, requested_scheduled_at, queue,
+                                    priority, max_attempts, idempotency_key)
+                 SELECT id, task_data, COALESCE(scheduled_at, now()), COALESCE(scheduled_at, now()),
+                        queue, priority, max_attempts, idempotency_key
+                 FROM input ORDER BY ord
+                 ON CONFLICT (idempotency_key) DO NOTHING
+                 RETURNING {COLUMNS}
+             )
+             SELECT input.ord, stored.* FROM stored JOIN input USING (id)"
+        ))
+        .bind::<Array<Jsonb>, _>(data)
+        .bind::<Array<Nullable<Timestamptz>>, _>(scheduled)
+        .bind::<Array<Text>, _>(queues)
+        .bind::<Array<Integer>, _>(priorities)
+        .bind::<Array<Integer>, _>(attempts)
+        .bind::<Array<Nullable<Text>>, _>(keys)
+        .load(conn)
+        .await
     }
     .instrument(span)
     .await

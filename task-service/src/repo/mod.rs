@@ -24,7 +24,10 @@ pub use claim::{
     Claim, cancel_lapsed, claim_by_index_order, due_sql, lock_due, mark_claimed, postpone_lapse,
     take_lapsed,
 };
-pub use create::{KeyedTask, NewTask, clock, find_by_idempotency_key, insert, insert_generated};
+pub use create::{
+    Inserted, KeyedTask, NewTask, clock, find_by_idempotency_key, insert, insert_generated,
+    insert_many,
+};
 pub use generator::{GeneratorRow, generator, set_generator};
 pub use read::{
     OldestDue, Processor, QueueCount, TaskEvent, ThroughputBucket, counts, events, find, list,

@@ -46,7 +46,11 @@ pub async fn create(
             .inc();
         return Ok(Created::New(to_api(row)));
     }
-    // The key is taken: answer with the task it names, if it is the same request.
+    existing(conn, &task).await
+}
+
+/// The key of `task` is taken: the task it names, if the create is the same request.
+pub(super) async fn existing(conn: &mut Db, task: &NewTask) -> Result<Created, ApiError> {
     let key = task.idempotency_key.as_deref().unwrap_or_default();
     let existing = repo::find_by_idempotency_key(conn, key, task.scheduled_at)
         .await?
@@ -55,7 +59,7 @@ pub async fn create(
                 "the task for that idempotency key was just deleted; retry".to_owned(),
             )
         })?;
-    let differing = differences(&existing, &task);
+    let differing = differences(&existing, task);
     let existing = existing.task;
     if !differing.is_empty() {
         return Err(ApiError::Unprocessable {

@@ -13,6 +13,7 @@
 //! in the file that holds it and nowhere else:
 //!
 //! * `create`: `POST /api/tasks`, idempotent repeats, and the generator's fence;
+//! * `create_many`: `POST /api/tasks/batch`, many creates in one statement and one commit;
 //! * `validate`: the limits and the checks of what a request may store;
 //! * `next`: one claim request, answered at once or after waiting for work (`wait_ms`);
 //! * `claim`: claim requests, gathered by queue into one transaction and one lease batch;
@@ -30,6 +31,7 @@
 mod claim;
 mod complete;
 mod create;
+mod create_many;
 mod groups;
 mod next;
 pub mod read;
@@ -53,6 +55,7 @@ use crate::wakeups::Wakeups;
 pub use claim::{Want, claim_group, claims_per_group, end_cancelled};
 pub use complete::{Completion, complete, complete_group, complete_many, completions_per_group};
 pub use create::{Created, create};
+pub use create_many::create_many;
 pub use groups::{ClaimGroups, CompletionGroups, claim_groups, completion_groups};
 pub use next::{claim, want};
 pub use read::{counts, events, get, overview};

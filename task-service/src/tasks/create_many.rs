@@ -1,0 +1,169 @@
+//! Creating many tasks at once (`POST /api/tasks/batch`): one statement and one commit for up to
+//! [`MAX_CREATE_BATCH`] tasks, each judged as it would be alone. A refused item (bad input, a key
+//! named twice in the batch) is that item's answer and writes nothing; a taken idempotency key
+//! answers as a repeated single create does. Only a database failure fails the whole batch, and
+//! then nothing was stored.
+
+use std::collections::HashSet;
+
+use actix_web::ResponseError;
+use diesel_async::AsyncConnection;
+use leasehold::server::{ApiError, check_batch_size};
+use leasehold::tasks::{CreateResult, CreateTask, CreateTasks, MAX_CREATE_BATCH};
+
+use super::create::{Created, existing};
+use super::validate::validate_new;
+use super::{Engine, to_api};
+use crate::repo::{self, Db, NewTask};
+
+#[tracing::instrument(name = "create tasks", skip_all, fields(tasks = request.tasks.len()))]
+pub async fn create_many(
+    conn: &mut Db,
+    engine: &Engine,
+    request: CreateTasks,
+) -> Result<Vec<CreateResult>, ApiError> {
+    check_batch_size("tasks", "tasks", request.tasks.len(), MAX_CREATE_BATCH)?;
+    let checked = check(engine, request.tasks);
+    let answers = conn
+        .transaction::<_, ApiError, _>(async |conn| {
+            let valid: Vec<&NewTask> = checked.iter().filter_map(|c| c.as_ref().ok()).collect();
+            let mut stored = vec![None; valid.len()];
+            for inserted in repo::insert_many(conn, &valid).await? {
+                let place = usize::try_from(inserted.ord - 1).ok();
+                if let Some(slot) = place.and_then(|place| stored.get_mut(place)) {
+                    *slot = Some(inserted.row);
+                }
+            }
+            let mut answers = Vec::with_capacity(valid.len());
+            for (task, row) in valid.iter().zip(stored) {
+                answers.push(match row {
+                    Some(row) => Ok(Created::New(to_api(row))),
+                    // The key was taken: answer as a repeat of a single create would be.
+                    None => existing(conn, task).await,
+                });
+            }
+            Ok(answers)
+        })
+        .await?;
+    let mut answers = answers.into_iter();
+    Ok(checked
+        .into_iter()
+        .map(|checked| {
+            let outcome = match checked {
+                Ok(_) => answers.next().unwrap_or_else(|| {
+                    Err(ApiError::Internal("a create was not judged".to_owned()))
+                }),
+                Err(err) => Err(err),
+            };
+            result(engine, outcome)
+        })
+        .collect())
+}
+
+/// Each create validated as if alone; a generator's fenced create, and a repeat of a key named
+/// earlier in the batch, are refused.
+fn check(engine: &Engine, tasks: Vec<CreateTask>) -> Vec<Result<NewTask, ApiError>> {
+    let mut keys = HashSet::new();
+    tasks
+        .into_iter()
+        .map(|task| {
+            if task.generator_fence.is_some() {
+                return Err(ApiError::invalid(
+                    "invalid_field",
+                    "generator_fence",
+                    "a batch cannot carry a generator's create; send it alone",
+                ));
+            }
+            let task = validate_new(engine, task)?;
+            if let Some(key) = &task.idempotency_key
+                && !keys.insert(key.clone())
+            {
+                return Err(ApiError::invalid(
+                    "duplicate_idempotency_key",
+                    "idempotency_key",
+                    format!("idempotency_key {key:?} is named twice in this batch"),
+                ));
+            }
+            Ok(task)
+        })
+        .collect()
+}
+
+fn result(engine: &Engine, outcome: Result<Created, ApiError>) -> CreateResult {
+    match outcome {
+        Ok(Created::New(task)) => {
+            engine
+                .metrics
+                .created
+                .with_label_values(&[task.queue.as_str()])
+                .inc();
+            CreateResult {
+                status: 201,
+                task: Some(task),
+                error: None,
+            }
+        }
+        Ok(Created::Existing(task)) => CreateResult {
+            status: 200,
+            task: Some(task),
+            error: None,
+        },
+        Err(err) => CreateResult {
+            status: err.status_code().as_u16(),
+            task: None,
+            error: Some(err.body()),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::tasks::fixtures;
+
+    fn create(key: Option<&str>) -> CreateTask {
+        CreateTask {
+            task_data: serde_json::json!({"n": 1}),
+            idempotency_key: key.map(str::to_owned),
+            ..CreateTask::default()
+        }
+    }
+
+    #[test]
+    fn each_item_is_checked_alone_and_a_key_may_be_named_once() {
+        let engine = fixtures::engine();
+        let bad = CreateTask {
+            task_data: serde_json::json!([1]),
+            ..CreateTask::default()
+        };
+        let fenced = CreateTask {
+            generator_fence: Some(3),
+            ..create(None)
+        };
+        let checked = check(
+            &engine,
+            vec![
+                create(Some("a")),
+                bad,
+                create(Some("a")),
+                fenced,
+                create(None),
+            ],
+        );
+        let codes: Vec<&str> = checked
+            .iter()
+            .map(|c| c.as_ref().map_or_else(ApiError::code, |_| "ok"))
+            .collect();
+        assert_eq!(
+            codes,
+            [
+                "ok",
+                "invalid_field",
+                "duplicate_idempotency_key",
+                "invalid_field",
+                "ok"
+            ]
+        );
+    }
+}

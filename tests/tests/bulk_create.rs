@@ -1,0 +1,123 @@
+//! `POST /api/tasks/batch`: many creates in one statement and one commit, each judged as it
+//! would be alone: new tasks in order, a taken idempotency key answered with its task (or
+//! refused when the repeat asks for another task), bad items refused without writing, and a
+//! bulk insert that wakes a waiting claim with one notification.
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use leasehold::tasks::{CreateTask, MAX_CREATE_BATCH, TaskStatus};
+use serde_json::json;
+use tests::{Service, fresh_database, snapshot};
+
+async fn services() -> (Service, Service, String) {
+    let lease_db = fresh_database().await;
+    let task_db = fresh_database().await;
+    let leases = Service::lease_service(&lease_db, &[]).await;
+    let tasks = Service::task_service(&task_db, &leases.base_url(), &[]).await;
+    (leases, tasks, task_db)
+}
+
+fn create(n: usize, key: Option<&str>) -> CreateTask {
+    CreateTask {
+        task_data: json!({ "n": n }),
+        queue: Some("bulk".to_owned()),
+        idempotency_key: key.map(str::to_owned),
+        ..CreateTask::default()
+    }
+}
+
+#[tokio::test]
+async fn a_batch_is_one_commit_of_creates_each_judged_alone() {
+    let (_leases, tasks, task_db) = services().await;
+    let client = tasks.task_client();
+    let first = client
+        .create(&create(0, Some("taken")))
+        .await
+        .unwrap()
+        .into_task();
+    client.create(&create(0, Some("other"))).await.unwrap();
+
+    let bad = CreateTask {
+        task_data: json!("not an object"),
+        ..create(0, None)
+    };
+    let results = client
+        .create_many(&[
+            create(1, None),
+            create(0, Some("taken")), // a repeat of the first create: its task
+            bad,                      // refused alone
+            create(2, Some("fresh")),
+            create(3, Some("fresh")), // named twice in the batch
+            create(9, Some("other")), // the key names a task made by another request
+            create(4, None),
+        ])
+        .await
+        .unwrap();
+    let statuses: Vec<u16> = results.iter().map(|r| r.status).collect();
+    assert_eq!(statuses, [201, 200, 400, 201, 400, 422, 201]);
+    let code = |i: usize| results[i].error.as_ref().unwrap().code.clone();
+    assert_eq!(code(2), "invalid_field");
+    assert_eq!(code(4), "duplicate_idempotency_key");
+    assert_eq!(code(5), "idempotency_key_reused");
+    assert_eq!(results[1].task.as_ref().unwrap().id, first.id);
+    let new: Vec<_> = [0, 3, 6]
+        .iter()
+        .map(|&i| results[i].task.clone().unwrap())
+        .collect();
+    assert!(
+        new.windows(2).all(|w| w[0].id < w[1].id),
+        "ids in input order"
+    );
+    assert_eq!(
+        new.iter()
+            .map(|t| t.task_data["n"].as_i64().unwrap())
+            .collect::<Vec<_>>(),
+        [1, 2, 4]
+    );
+    assert!(new.iter().all(|t| t.status == TaskStatus::Pending));
+    // Exactly the two first creates and the three new tasks are stored: refused items wrote
+    // nothing.
+    assert_eq!(snapshot(&task_db, "tasks").await.len(), 5);
+}
+
+#[tokio::test]
+async fn a_batch_holds_at_most_a_thousand_and_never_zero() {
+    let (_leases, tasks, task_db) = services().await;
+    let full: Vec<CreateTask> = (0..MAX_CREATE_BATCH).map(|n| create(n, None)).collect();
+    let results = tasks.task_client().create_many(&full).await.unwrap();
+    assert!(results.iter().all(|r| r.status == 201));
+    assert_eq!(snapshot(&task_db, "tasks").await.len(), MAX_CREATE_BATCH);
+
+    for size in [0, MAX_CREATE_BATCH + 1] {
+        let body = json!({ "tasks": vec![json!({"task_data": {}}); size] });
+        let refused = tasks.post("/api/tasks/batch", &body).await;
+        assert_eq!(
+            (refused.status, refused.code()),
+            (400, "invalid_batch"),
+            "{size}"
+        );
+    }
+    assert_eq!(snapshot(&task_db, "tasks").await.len(), MAX_CREATE_BATCH);
+}
+
+#[tokio::test]
+async fn a_waiting_claim_gets_tasks_of_a_bulk_insert() {
+    let (_leases, tasks, _task_db) = services().await;
+    let waiter = {
+        let client = tasks.task_client();
+        tokio::spawn(async move {
+            client
+                .claim_waiting("w", Some("bulk"), Some(10), Duration::from_secs(30))
+                .await
+                .unwrap()
+        })
+    };
+    let creates: Vec<CreateTask> = (0..50).map(|n| create(n, None)).collect();
+    tasks.task_client().create_many(&creates).await.unwrap();
+    let claimed = tokio::time::timeout(Duration::from_secs(15), waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!claimed.is_empty());
+}
