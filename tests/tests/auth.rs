@@ -232,6 +232,12 @@ async fn each_task_service_role_does_exactly_what_it_may() {
         ),
         (
             "POST",
+            "/api/tasks/batch".to_owned(),
+            json!({"tasks": [{"task_data": {}}]}),
+            PRODUCER,
+        ),
+        (
+            "POST",
             "/api/tasks/next".to_owned(),
             json!({"processor": "w"}),
             WORKER,
@@ -313,7 +319,7 @@ async fn each_task_service_role_does_exactly_what_it_may() {
             refusals += 1;
         }
     }
-    assert_eq!(refusals, 18);
+    assert_eq!(refusals, 20);
     for (table, rows) in tables.iter().zip(&before) {
         assert_eq!(rows, &snapshot(&task_db, table).await, "{table} unchanged");
     }

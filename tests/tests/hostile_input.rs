@@ -325,6 +325,7 @@ async fn task_service_survives_generated_hostile_requests() {
 
     let create = json!({"task_data": {"sleep_duration_seconds": 1}, "queue": "q", "priority": 1,
                         "max_attempts": 3, "idempotency_key": "k", "scheduled_at": "2030-01-01T00:00:00Z"});
+    let batch = json!({"tasks": [create.clone(), {"task_data": {}}]});
     let next = json!({"processor": "p", "queue": "q", "limit": 2});
     let update = json!({"processor": "p", "fence": 1, "task_output": {"ok": true}, "error": "e",
                         "retryable": true, "requeue": false});
@@ -336,6 +337,7 @@ async fn task_service_survives_generated_hostile_requests() {
             "/api/tasks",
             serde_json::to_vec(&json!({"task_data": {}, "scheduled_at": at})).unwrap()
         )),
+        body(batch).prop_map(|body| Target::json("POST", "/api/tasks/batch", body)),
         body(next).prop_map(|body| Target::json("POST", "/api/tasks/next", body)),
         (
             id_segment(),
