@@ -232,12 +232,6 @@ async fn each_task_service_role_does_exactly_what_it_may() {
         ),
         (
             "POST",
-            "/api/tasks/batch".to_owned(),
-            json!({"tasks": [{"task_data": {}}]}),
-            PRODUCER,
-        ),
-        (
-            "POST",
             "/api/tasks/next".to_owned(),
             json!({"processor": "w"}),
             WORKER,
@@ -283,6 +277,12 @@ async fn each_task_service_role_does_exactly_what_it_may() {
             format!("/api/tasks/{id}/retry"),
             json!({}),
             OPERATOR,
+        ),
+        (
+            "POST",
+            "/api/tasks/batch".to_owned(),
+            json!({"tasks": [{"task_data": {}}]}),
+            PRODUCER,
         ),
     ];
     let tables = ["tasks", "generator_settings", "task_events"];
