@@ -11,6 +11,7 @@ use leasehold::server::auth::{Role, locked};
 use leasehold::server::http::{
     Order, Page, extractors, get_only, healthz, method_not_allowed, metrics_response, ready,
 };
+use leasehold::server::wakeups::Wakeups;
 use serde::Deserialize;
 
 use crate::db::{self, DbPool};
@@ -30,6 +31,8 @@ pub struct AppState {
     pub metrics: Metrics,
     /// Single acquires, renewals and releases, served in groups of those that arrive together.
     pub groups: leases::Groups,
+    /// The acquires waiting for a held lease (`wait_ms`) on this replica.
+    pub wakeups: Wakeups,
 }
 
 impl std::fmt::Debug for AppState {
@@ -98,10 +101,12 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 }
 
 async fn acquire(state: State, body: web::Json<AcquireLease>) -> Result<HttpResponse, ApiError> {
-    Ok(match state.groups.acquire(&body).await? {
-        AcquireOutcome::Acquired(lease) => HttpResponse::Created().json(lease),
-        AcquireOutcome::Extended(lease) => HttpResponse::Ok().json(lease),
-    })
+    Ok(
+        match state.groups.acquire_waiting(&state.wakeups, &body).await? {
+            AcquireOutcome::Acquired(lease) => HttpResponse::Created().json(lease),
+            AcquireOutcome::Extended(lease) => HttpResponse::Ok().json(lease),
+        },
+    )
 }
 
 async fn acquire_many(

@@ -44,6 +44,7 @@ use crate::http::AppState;
 use crate::leases::{Groups, SecretPolicy, TtlPolicy};
 use crate::metrics::Metrics;
 use crate::sweeper::SweeperConfig;
+use leasehold::server::wakeups::{self, Wakeups};
 
 /// Runs lease-service until SIGTERM or SIGINT: migrates (unless told not to), listens, sweeps.
 pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
@@ -76,6 +77,11 @@ pub async fn run(
     let secrets = SecretPolicy {
         required: config.require_secret,
     };
+    let wakeups = Wakeups::new(
+        stop.clone(),
+        config.server.wait_recheck(),
+        metrics.acquires_waiting.clone(),
+    );
     let state = web::Data::new(AppState {
         pool: pool.clone(),
         ttl,
@@ -88,7 +94,15 @@ pub async fn run(
             metrics.clone(),
             config.groups_in_flight,
         ),
+        wakeups: wakeups.clone(),
     });
+    tokio::spawn(wakeups::listen(
+        config.database_url.clone(),
+        leases::WAKEUP_CHANNEL,
+        "lease-service wake-ups",
+        wakeups,
+        stop.clone(),
+    ));
     if !config.require_secret {
         tracing::info!(
             "renew and release without the lease's secret are accepted (the sample's clients); set LEASE_REQUIRE_SECRET=true to require proof of holding"

@@ -1,7 +1,9 @@
 //! Prometheus metrics of one lease-service process, served at `GET /metrics`.
 
 use leasehold::server::http::HttpMetrics;
-use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry};
+use prometheus::{
+    HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+};
 
 /// Every metric lease-service exports. One registry per app (not the global one), so that
 /// several apps in one test process do not collide.
@@ -15,6 +17,8 @@ pub struct Metrics {
     pub conflicts: IntCounterVec,
     pub swept: IntCounter,
     pub sweeps: IntCounterVec,
+    /// Acquires on this replica waiting for a held lease (`wait_ms`) now.
+    pub acquires_waiting: IntGauge,
     pub group_sizes: HistogramVec,
 }
 
@@ -64,7 +68,13 @@ impl Metrics {
         registry.register(Box::new(conflicts.clone()))?;
         registry.register(Box::new(swept.clone()))?;
         registry.register(Box::new(sweeps.clone()))?;
+        let acquires_waiting = IntGauge::new(
+            "lease_acquires_waiting",
+            "Acquires on this replica waiting for a held lease to be released or expire (wait_ms).",
+        )?;
+        registry.register(Box::new(acquires_waiting.clone()))?;
         Ok(Self {
+            acquires_waiting,
             registry,
             http,
             acquisitions,

@@ -167,7 +167,14 @@ pub struct AcquireLease {
     /// For a reentrant acquire: the secret of the lease the holder already has.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret: Option<Secret>,
+    /// When another holder has the lease, wait up to this many milliseconds (at most
+    /// [`MAX_ACQUIRE_WAIT_MS`]) for it to be released or to expire; without it, answer at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_ms: Option<u64>,
 }
+
+/// The longest an acquire may wait for a held lease ([`AcquireLease::wait_ms`]).
+pub const MAX_ACQUIRE_WAIT_MS: u64 = 30_000;
 
 /// Most resources one `POST /api/leases/batch` may acquire.
 pub const MAX_BATCH_RESOURCES: usize = 100;

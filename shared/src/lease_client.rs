@@ -9,7 +9,6 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use rand::Rng;
 use reqwest::StatusCode;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -21,6 +20,7 @@ use crate::api::{
 
 // The operators' calls (list, read by id, revoke), in a file of their own.
 mod admin;
+mod wait;
 pub use admin::{LeaseListing, LeaseSet};
 
 /// Why a lease call did not succeed.
@@ -77,6 +77,9 @@ pub use crate::retry::RetryPolicy;
 #[derive(Debug, Clone)]
 pub struct LeaseClient {
     http: reqwest::Client,
+    /// What bounds each request (`None`: reqwest's default); an acquire that waits gets its
+    /// wait on top.
+    timeout: Option<Duration>,
     base_url: String,
     retry: RetryPolicy,
     /// Sent as `Authorization: Bearer ...` when lease-service's write routes are locked.
@@ -103,7 +106,10 @@ impl LeaseClient {
             .connect_timeout(timeout.min(Duration::from_secs(2)))
             .build()
             .unwrap_or_else(|_| reqwest::Client::new());
-        Self::from_parts(http, base_url)
+        Self {
+            timeout: Some(timeout),
+            ..Self::from_parts(http, base_url)
+        }
     }
 
     /// Uses an existing reqwest client (so callers can share its pool and middleware).
@@ -111,6 +117,7 @@ impl LeaseClient {
         let base_url = base_url.into().trim_end_matches('/').to_owned();
         Self {
             http,
+            timeout: None,
             base_url,
             retry: RetryPolicy::default(),
             bearer: None,
@@ -157,13 +164,32 @@ impl LeaseClient {
         ttl: Option<Duration>,
         secret: Option<&Secret>,
     ) -> Result<(Lease, bool), LeaseError> {
+        self.acquire_waiting(resource, holder, ttl, secret, Duration::ZERO)
+            .await
+    }
+
+    /// [`LeaseClient::acquire_proving`] that, when another holder has the lease, waits up to
+    /// `wait` (at most [`crate::api::MAX_ACQUIRE_WAIT_MS`]) in lease-service for it to be
+    /// released or to expire, as etcd's `Lock` blocks. Waiters get the lease in arrival order
+    /// where lease-service can tell. A lease-service that does not know `wait_ms` answers at
+    /// once.
+    pub async fn acquire_waiting(
+        &self,
+        resource: &str,
+        holder: &str,
+        ttl: Option<Duration>,
+        secret: Option<&Secret>,
+        wait: Duration,
+    ) -> Result<(Lease, bool), LeaseError> {
+        let wait = wait.min(Duration::from_millis(crate::api::MAX_ACQUIRE_WAIT_MS));
         let body = AcquireLease {
             resource: resource.to_owned(),
             holder: holder.to_owned(),
             ttl_seconds: ttl.map(ttl_seconds),
             secret: secret.cloned(),
+            wait_ms: (!wait.is_zero()).then(|| u64::try_from(wait.as_millis()).unwrap_or(0)),
         };
-        self.call(reqwest::Method::POST, "/api/leases", &[], Some(&body))
+        self.call_waiting(reqwest::Method::POST, "/api/leases", &[], Some(&body), wait)
             .await
             .map(|(status, lease)| (lease, status == StatusCode::CREATED))
             .map_err(|(status, err)| refusal(resource, status, err))
@@ -188,49 +214,6 @@ impl LeaseClient {
             .await
             .map(|(_, answer)| answer)
             .map_err(|(status, err)| refusal("(batch)", status, err))
-    }
-
-    /// Tries to acquire until it succeeds or `timeout` passes (seed 001's acquire timeout).
-    /// Between tries it waits with jitter, at most until the current holder's lease would expire.
-    pub async fn acquire_with_timeout(
-        &self,
-        resource: &str,
-        holder: &str,
-        ttl: Option<Duration>,
-        timeout: Duration,
-    ) -> Result<Lease, LeaseError> {
-        let started = tokio::time::Instant::now();
-        let deadline = started + timeout;
-        let mut last_holder = None;
-        let mut attempt = 0u32;
-        loop {
-            attempt = attempt.saturating_add(1);
-            let wait = match self.acquire(resource, holder, ttl).await {
-                Ok(lease) => return Ok(lease),
-                Err(LeaseError::Held {
-                    holder: current,
-                    expires_in,
-                    ..
-                }) => {
-                    last_holder = Some(current);
-                    // The database told us how long is left; no host clock is consulted.
-                    let until_expiry = expires_in.unwrap_or(Duration::from_millis(500));
-                    let jitter = Duration::from_millis(rand::rng().random_range(0..=100));
-                    until_expiry.clamp(Duration::from_millis(50), Duration::from_secs(1)) + jitter
-                }
-                Err(LeaseError::Unavailable(_)) => self.retry.delay(attempt),
-                Err(other) => return Err(other),
-            };
-            let now = tokio::time::Instant::now();
-            if now >= deadline {
-                return Err(LeaseError::AcquireTimeout {
-                    resource: resource.to_owned(),
-                    waited: now - started,
-                    last_holder,
-                });
-            }
-            tokio::time::sleep(wait.min(deadline - now)).await;
-        }
     }
 
     /// Renews the lease. The proof's fence, when given, must be the current fence, and its
@@ -349,11 +332,25 @@ impl LeaseClient {
         query: &[(&str, &str)],
         body: Option<&B>,
     ) -> Result<(StatusCode, T), (Option<StatusCode>, Result<ErrorBody, String>)> {
+        self.call_waiting(method, path, query, body, Duration::ZERO)
+            .await
+    }
+
+    /// [`LeaseClient::call`] of a request lease-service may hold up to `wait` before answering:
+    /// its timeout is longer by `wait`.
+    async fn call_waiting<B: Serialize, T: DeserializeOwned>(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        query: &[(&str, &str)],
+        body: Option<&B>,
+        wait: Duration,
+    ) -> Result<(StatusCode, T), (Option<StatusCode>, Result<ErrorBody, String>)> {
         let url = format!("{}{}", self.base_url, path);
         let mut attempt = 0u32;
         loop {
             attempt = attempt.saturating_add(1);
-            match self.exchange(method.clone(), &url, query, body).await {
+            match self.exchange(method.clone(), &url, query, body, wait).await {
                 Outcome::Ok(status, value) => return Ok((status, value)),
                 Outcome::Refused(status, err) => return Err((Some(status), Ok(err))),
                 Outcome::Transient(reason) => {
@@ -373,6 +370,7 @@ impl LeaseClient {
         url: &str,
         query: &[(&str, &str)],
         body: Option<&B>,
+        wait: Duration,
     ) -> Outcome<T> {
         use tracing::Instrument;
         let span = crate::telemetry::client_span(method.as_str(), url);
@@ -384,6 +382,10 @@ impl LeaseClient {
                 .query(query);
             if let Some(token) = &self.bearer {
                 request = request.bearer_auth(token.expose());
+            }
+            if !wait.is_zero() {
+                let timeout = self.timeout.unwrap_or(Duration::from_secs(30));
+                request = request.timeout(timeout.saturating_add(wait));
             }
             if let Some(body) = body {
                 request = request.json(body);

@@ -28,11 +28,6 @@ pub struct ServeConfig {
     #[arg(long, env = "GROUPS_IN_FLIGHT", default_value_t = 1)]
     pub groups_in_flight: usize,
 
-    /// Milliseconds a claim waiting for work (`wait_ms`) waits without news before it looks
-    /// again: how late a lost wake-up, or a task whose lease lapsed, reaches a waiting claim.
-    #[arg(long, env = "TASK_WAIT_RECHECK_MS", default_value_t = 2_000)]
-    pub wait_recheck_ms: u64,
-
     /// Length of the lease behind each claim; workers must heartbeat well within it.
     #[arg(long, env = "TASK_LEASE_TTL_SECONDS", default_value_t = 30)]
     pub lease_ttl_seconds: u64,
@@ -117,9 +112,6 @@ impl ServeConfig {
         }
         if self.retention_seconds < 0 {
             return Err("TASK_RETENTION_SECONDS must not be negative".to_owned());
-        }
-        if !(10..=600_000).contains(&self.wait_recheck_ms) {
-            return Err("TASK_WAIT_RECHECK_MS must be between 10 and 600000".to_owned());
         }
         if self.sweep_interval_seconds == 0 {
             return Err("TASK_SWEEP_INTERVAL_SECONDS must be at least 1".to_owned());

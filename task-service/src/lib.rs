@@ -34,7 +34,6 @@ pub mod repo;
 pub mod state;
 pub mod sweeper;
 pub mod tasks;
-pub mod wakeups;
 
 /// Where the tests and the tools found it before the migrations moved to [`db`].
 pub use db::migrate;
@@ -53,7 +52,7 @@ use crate::metrics::Metrics;
 use crate::state::AppState;
 use crate::sweeper::SweeperConfig;
 use crate::tasks::Engine;
-use crate::wakeups::Wakeups;
+use leasehold::server::wakeups::{self, Wakeups};
 
 /// Runs task-service until SIGTERM or SIGINT.
 pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
@@ -92,10 +91,16 @@ pub async fn run(
         ),
         metrics: metrics.clone(),
         lease_ttl_verdict: tasks::TtlVerdict::default(),
-        wakeups: Wakeups::new(stop.clone(), Duration::from_millis(config.wait_recheck_ms)),
+        wakeups: Wakeups::new(
+            stop.clone(),
+            config.server.wait_recheck(),
+            metrics.claims_waiting.clone(),
+        ),
     };
     tokio::spawn(wakeups::listen(
         config.database_url.clone(),
+        tasks::WAKEUP_CHANNEL,
+        "task-service wake-ups",
         engine.wakeups.clone(),
         stop.clone(),
     ));

@@ -1,5 +1,5 @@
 //! Claims that wait for work (`wait_ms`) are woken by the database's notifications, not by
-//! polling: each test sets task-service's fallback re-check (`TASK_WAIT_RECHECK_MS`) far beyond
+//! polling: each test sets task-service's fallback re-check (`WAIT_RECHECK_MS`) far beyond
 //! the claim's wait, so a claim that gets its task got it from a wake-up. A task due later wakes
 //! its waiter by a timer; a listener whose connection is killed reconnects and loses no news;
 //! the sample's claims, which send no `wait_ms`, are answered at once.
@@ -32,7 +32,7 @@ async fn stack() -> Stack {
     let tasks = Service::task_service(
         &task_db,
         &leases.base_url(),
-        &[("TASK_WAIT_RECHECK_MS", RECHECK_MS)],
+        &[("WAIT_RECHECK_MS", RECHECK_MS)],
     )
     .await;
     Stack {
@@ -193,4 +193,96 @@ async fn a_claim_without_wait_is_answered_at_once_and_a_wait_too_long_is_refused
         )
         .await;
     assert_eq!((too_long.status, too_long.code()), (400, "invalid_wait"));
+}
+
+/// A lease-service whose waiters look again on their own only after [`RECHECK_MS`].
+async fn lease_service() -> Service {
+    let db = fresh_database().await;
+    Service::lease_service(&db, &[("WAIT_RECHECK_MS", RECHECK_MS)]).await
+}
+
+/// Waits until lease-service holds `n` waiting acquires.
+async fn until_acquires_waiting(leases: &Service, n: f64) {
+    eventually(Duration::from_secs(10), "acquires waiting", || async {
+        metric_sum(&leases.metrics().await, "lease_acquires_waiting") >= n
+    })
+    .await;
+}
+
+/// An acquire of `resource` by `holder`, waiting up to [`WAIT`], in the background.
+fn waiting_acquire(
+    leases: &Service,
+    resource: &str,
+    holder: &str,
+) -> tokio::task::JoinHandle<Result<leasehold::api::Lease, leasehold::LeaseError>> {
+    let client = leases.lease_client();
+    let (resource, holder) = (resource.to_owned(), holder.to_owned());
+    tokio::spawn(async move {
+        client
+            .acquire_waiting(&resource, &holder, None, None, WAIT)
+            .await
+            .map(|(lease, _)| lease)
+    })
+}
+
+#[tokio::test]
+async fn waiting_acquires_get_a_released_lease_in_arrival_order() {
+    let leases = lease_service().await;
+    let client = leases.lease_client();
+    let held = client.acquire("lock", "first", None).await.unwrap();
+    let second = waiting_acquire(&leases, "lock", "second");
+    until_acquires_waiting(&leases, 1.0).await;
+    let third = waiting_acquire(&leases, "lock", "third");
+    until_acquires_waiting(&leases, 2.0).await;
+
+    // The lease lasts 30 s and each waiter looks again on its own only after 10 minutes: a
+    // waiter that gets it within WOKEN_WITHIN was woken by the release.
+    client.release("lock", "first", held.proof()).await.unwrap();
+    let got = tokio::time::timeout(WOKEN_WITHIN, second)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.holder, "second", "the oldest waiter first");
+    assert!(got.fence > held.fence);
+    assert!(!third.is_finished(), "the younger waiter waits on");
+    client.release("lock", "second", got.proof()).await.unwrap();
+    let last = tokio::time::timeout(WOKEN_WITHIN, third)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(last.holder, "third");
+    assert!(last.fence > got.fence);
+}
+
+#[tokio::test]
+async fn a_waiting_acquire_gets_a_lease_that_expires_and_a_wait_too_long_is_refused() {
+    let leases = lease_service().await;
+    let client = leases.lease_client();
+    let held = client
+        .acquire("expiring", "gone", Some(Duration::from_secs(2)))
+        .await
+        .unwrap();
+    // Nobody releases: the waiter tries again when the lease runs out, as the refusal said.
+    let waiter = waiting_acquire(&leases, "expiring", "next");
+    let got = tokio::time::timeout(WOKEN_WITHIN, waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.holder, "next");
+    assert!(got.fence > held.fence);
+
+    let too_long = leases
+        .post(
+            "/api/leases",
+            &json!({"resource": "x", "holder": "h", "wait_ms": 30_001}),
+        )
+        .await;
+    assert_eq!((too_long.status, too_long.code()), (400, "invalid_wait"));
+    assert!(
+        client.current("x").await.unwrap().is_none(),
+        "nothing written"
+    );
 }

@@ -16,6 +16,7 @@ mod refusal;
 mod release;
 mod renew;
 mod revoke;
+mod wait;
 
 use std::collections::HashMap;
 
@@ -32,6 +33,7 @@ pub use groups::Groups;
 pub use read::get;
 pub use release::release_many;
 pub use revoke::revoke;
+pub use wait::WAKEUP_CHANNEL;
 
 use refusal::secret_required;
 

@@ -13,6 +13,7 @@ pub mod front_door;
 pub mod http;
 pub mod paging;
 pub mod startup;
+pub mod wakeups;
 
 pub use error::ApiError;
 

@@ -58,6 +58,12 @@ pub struct ServerArgs {
     /// neither write (403 `origin_not_allowed`) nor read the answers.
     #[arg(long, env = "CORS_ALLOWED_ORIGINS", default_value = "", hide_default_value = true, value_parser = AllowedOrigins::parse)]
     pub cors_allowed_origins: AllowedOrigins,
+
+    /// Milliseconds a request waiting for the database's news (a claim's or an acquire's
+    /// `wait_ms`) waits without any before it looks again: how late a lost notification, or a
+    /// lapsed lease, reaches it (10..600000).
+    #[arg(long, env = "WAIT_RECHECK_MS", default_value_t = 2_000)]
+    pub wait_recheck_ms: u64,
 }
 
 impl ServerArgs {
@@ -66,7 +72,15 @@ impl ServerArgs {
         if self.database_pool_size == 0 {
             return Err("DATABASE_POOL_SIZE must be at least 1".to_owned());
         }
+        if !(10..=600_000).contains(&self.wait_recheck_ms) {
+            return Err("WAIT_RECHECK_MS must be between 10 and 600000".to_owned());
+        }
         Ok(())
+    }
+
+    /// How long a waiting request waits without news before it looks again.
+    pub fn wait_recheck(&self) -> Duration {
+        Duration::from_millis(self.wait_recheck_ms)
     }
 
     /// The holder of `service`'s sweeper lease on this replica: `INSTANCE_ID`, else a name made

@@ -12,7 +12,7 @@ DECLARE
     payload text;
 BEGIN
     SELECT json_agg(json_build_object(
-               'queue', queue,
+               'key', queue,
                'count', n,
                'dueInMs', due_in_ms))::text
       INTO payload
@@ -37,7 +37,7 @@ CREATE TRIGGER tasks_notify_insert AFTER INSERT ON tasks
 CREATE FUNCTION tasks_notify_repending() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM pg_notify('leasehold_tasks', json_build_array(json_build_object(
-        'queue', NEW.queue,
+        'key', NEW.queue,
         'count', 1,
         'dueInMs', greatest(0, ceil(extract(epoch FROM NEW.scheduled_at - now()) * 1000))::bigint
     ))::text);

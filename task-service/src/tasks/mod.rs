@@ -50,14 +50,14 @@ use leasehold::{Backoff, LeaseClient, RetryPolicy};
 
 use crate::metrics::Metrics;
 use crate::repo::{self, Db, TaskRow};
-use crate::wakeups::Wakeups;
+use leasehold::server::wakeups::Wakeups;
 
 pub use claim::{Want, claim_group, claims_per_group, end_cancelled};
 pub use complete::{Completion, complete, complete_group, complete_many, completions_per_group};
 pub use create::{Created, create};
 pub use create_many::create_many;
 pub use groups::{ClaimGroups, CompletionGroups, claim_groups, completion_groups};
-pub use next::{claim, want};
+pub use next::{WAKEUP_CHANNEL, claim, want};
 pub use read::{counts, events, get, overview};
 pub use ready::ready;
 pub use transition::{cancel, fail, heartbeat, retry};
@@ -182,7 +182,8 @@ mod fixtures {
             lease_ttl_verdict: TtlVerdict::default(),
             wakeups: Wakeups::new(
                 tokio_util::sync::CancellationToken::new(),
-                crate::wakeups::RECHECK,
+                leasehold::server::wakeups::RECHECK,
+                prometheus::IntGauge::new("waiting", "waiting").unwrap(),
             ),
         }
     }

@@ -1,6 +1,8 @@
 //! `POST /api/tasks/next`: one claim request, answered at once, or, when it asks to wait
 //! (`wait_ms`) and nothing is due, as soon as a task is due or the wait ends. The claiming
-//! itself is the claim group's ([`super::claim`]); the waiting is [`crate::wakeups`]'s.
+//! itself is the claim group's ([`super::claim`]); the waiting is
+//! [`leasehold::server::wakeups`]'s, on news the tasks table's triggers send to
+//! [`WAKEUP_CHANNEL`] (see the migration `task_wakeups`).
 
 use std::time::Duration;
 
@@ -12,6 +14,9 @@ use tracing::field::Empty;
 use super::claim::Want;
 use super::{ClaimGroups, Engine, to_api};
 use crate::repo::TaskRow;
+
+/// The channel the tasks table notifies when tasks become pending (key: the queue).
+pub const WAKEUP_CHANNEL: &str = "leasehold_tasks";
 
 /// Checks a claim request; what it wants, and how long it may wait for it.
 pub fn want(request: &ClaimTasks) -> Result<(Want, Duration), ApiError> {
@@ -44,7 +49,8 @@ pub fn want(request: &ClaimTasks) -> Result<(Want, Duration), ApiError> {
 
 /// Claims due tasks for one request, in a group with the claims that arrive with it. With
 /// nothing due and a wait asked for, it waits for news of a task of its queue (or looks again
-/// every [`crate::wakeups::Wakeups::recheck`], should news be lost) and claims again, until it gets tasks, the wait ends
+/// every [`Wakeups::recheck`](leasehold::server::wakeups::Wakeups::recheck), should news be
+/// lost) and claims again, until it gets tasks, the wait ends
 /// or the service stops. Each answer carries the task lease's TTL (the engine's), so that the
 /// worker counts its deadline from what task-service asked lease-service for.
 #[tracing::instrument(name = "claim tasks", skip_all, fields(
@@ -71,14 +77,7 @@ pub async fn claim(
         let Some(ticket) = ticket.filter(|_| claimed.0.is_empty() && now < deadline) else {
             break claimed;
         };
-        let counted = Waiting::new(&engine.metrics.claims_waiting);
-        let stopped = tokio::select! {
-            () = engine.wakeups.stopping().cancelled() => true,
-            _ = ticket => false,
-            () = tokio::time::sleep_until(deadline.min(now + engine.wakeups.recheck())) => false,
-        };
-        drop(counted);
-        if stopped {
+        if !engine.wakeups.wait(ticket, deadline).await {
             break claimed;
         }
     };
@@ -102,23 +101,6 @@ pub async fn claim(
             }
         })
         .collect())
-}
-
-/// Counts a claim as waiting for as long as it lives, however the wait ends (the request may
-/// be dropped mid-wait when its client hangs up).
-struct Waiting<'g>(&'g prometheus::IntGauge);
-
-impl<'g> Waiting<'g> {
-    fn new(gauge: &'g prometheus::IntGauge) -> Self {
-        gauge.inc();
-        Self(gauge)
-    }
-}
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        self.0.dec();
-    }
 }
 
 async fn claim_once(

@@ -1,38 +1,34 @@
-//! Wake-ups: a claim that finds nothing due may wait for work (`wait_ms`), and is woken the
-//! moment a task becomes pending instead of polling.
+//! Wake-ups: requests that wait for something the database will announce (a task becoming due,
+//! a lease being released) are woken the moment it happens, instead of polling.
 //!
-//! The database tells: inserts, retries and requeues notify the channel [`CHANNEL`] (see the
-//! migration `task_wakeups`) with, per queue, how many tasks became pending and in how many
+//! The database tells: a trigger notifies a channel with a JSON list of [`Pending`] entries:
+//! per key (a task queue, a lease resource), how many became available and in how many
 //! milliseconds the earliest is due. [`listen`] holds one connection that LISTENs and hands each
-//! notification to [`Wakeups::notified`], which wakes that many waiters of the queue, oldest
-//! first (a notification of one task wakes one claim, not all of them), now or by a timer when
-//! the task is due later.
+//! notification to [`Wakeups::notified`], which wakes that many waiters of the key, oldest
+//! first (news of one task wakes one claim, not all of them), now or by a timer when it is due
+//! later.
 //!
-//! A notification can be lost: the listening connection drops, the database fails over, a
-//! lapsed lease makes a task claimable without any statement. So a waiter also looks again on
-//! its own every [`Wakeups::recheck`], and when the listener (re)connects every waiter looks at
-//! once.
+//! A notification can be lost: the listening connection drops, the database fails over, time
+//! alone makes something available (a lease lapses) without any statement. So a waiter also
+//! looks again on its own every [`Wakeups::recheck`], and when the listener (re)connects every
+//! waiter looks at once.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use crate::retry::Backoff;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use futures_util::StreamExt;
-use leasehold::retry::Backoff;
 use serde::Deserialize;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-/// The channel task-service listens on.
-pub const CHANNEL: &str = "leasehold_tasks";
-
 /// How long a waiter waits without news before it looks again anyway, by default: the bound on
-/// how late a lost notification, or a task whose lease lapsed, is picked up by a waiting claim
-/// (`TASK_WAIT_RECHECK_MS`).
+/// how late a lost notification is made up for.
 pub const RECHECK: Duration = Duration::from_secs(2);
 
-/// The waiting claims of this replica, and the stop that releases them all.
+/// The waiting requests of this replica, and the stop that releases them all.
 #[derive(Clone)]
 pub struct Wakeups {
     shared: Arc<Shared>,
@@ -43,11 +39,13 @@ struct Shared {
     waiting: Mutex<VecDeque<Waiter>>,
     stop: CancellationToken,
     recheck: Duration,
+    /// The requests waiting now (a service's `*_waiting` gauge).
+    gauge: prometheus::IntGauge,
 }
 
 struct Waiter {
-    /// `None`: a claim from every queue.
-    queue: Option<String>,
+    /// `None`: any key (a claim from every queue).
+    key: Option<String>,
     wake: oneshot::Sender<()>,
 }
 
@@ -59,26 +57,57 @@ impl std::fmt::Debug for Wakeups {
     }
 }
 
-/// One entry of a notification: `count` tasks of `queue` became pending, the earliest due in
+/// Counts a request as waiting for as long as it lives, however the wait ends (the request may
+/// be dropped mid-wait when its client hangs up).
+struct Counted<'g>(&'g prometheus::IntGauge);
+
+impl<'g> Counted<'g> {
+    fn new(gauge: &'g prometheus::IntGauge) -> Self {
+        gauge.inc();
+        Self(gauge)
+    }
+}
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// One entry of a notification: `count` things of `key` became available, the earliest due in
 /// `due_in_ms` (by the database's clock, when it notified).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Pending {
-    pub queue: String,
+    pub key: String,
     pub count: usize,
     pub due_in_ms: u64,
 }
 
 impl Wakeups {
-    /// Waiters are released (to answer "nothing due") once `stop` is cancelled; without news
+    /// Waiters are released (to answer at once) once `stop` is cancelled; without news
     /// they look again every `recheck`.
-    pub fn new(stop: CancellationToken, recheck: Duration) -> Self {
+    /// `gauge` counts the requests waiting.
+    pub fn new(stop: CancellationToken, recheck: Duration, gauge: prometheus::IntGauge) -> Self {
         Self {
             shared: Arc::new(Shared {
                 waiting: Mutex::new(VecDeque::new()),
                 stop,
                 recheck,
+                gauge,
             }),
+        }
+    }
+
+    /// Waits for `ticket`'s news, at most until `until` and never past [`Wakeups::recheck`],
+    /// counted in the gauge meanwhile; `false` when the service is stopping (answer at once).
+    pub async fn wait(&self, ticket: oneshot::Receiver<()>, until: tokio::time::Instant) -> bool {
+        let until = until.min(tokio::time::Instant::now() + self.shared.recheck);
+        let _counted = Counted::new(&self.shared.gauge);
+        tokio::select! {
+            () = self.shared.stop.cancelled() => false,
+            _ = ticket => true,
+            () = tokio::time::sleep_until(until) => true,
         }
     }
 
@@ -94,14 +123,14 @@ impl Wakeups {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Cancelled when the service stops: waiting claims answer at once.
+    /// Cancelled when the service stops: waiting requests answer at once.
     pub fn stopping(&self) -> &CancellationToken {
         &self.shared.stop
     }
 
-    /// A place in line for news of `queue` (every queue for `None`). Taken *before* the claim
-    /// that may find nothing, so a task that becomes pending meanwhile is not missed.
-    pub fn ticket(&self, queue: Option<&str>) -> oneshot::Receiver<()> {
+    /// A place in line for news of `key` (of every key for `None`). Taken *before* the look
+    /// that may find nothing, so what becomes available meanwhile is not missed.
+    pub fn ticket(&self, key: Option<&str>) -> oneshot::Receiver<()> {
         let (wake, ticket) = oneshot::channel();
         let mut waiting = self.lock();
         // Waiters that gave up (answered, timed out, hung up) leave their place behind; sweep
@@ -110,21 +139,21 @@ impl Wakeups {
             waiting.retain(|waiter| !waiter.wake.is_closed());
         }
         waiting.push_back(Waiter {
-            queue: queue.map(str::to_owned),
+            key: key.map(str::to_owned),
             wake,
         });
         ticket
     }
 
-    /// Wakes up to `count` waiters that claim from `queue`, oldest first.
-    pub fn wake(&self, queue: &str, count: usize) {
+    /// Wakes up to `count` waiters for `key`, oldest first.
+    pub fn wake(&self, key: &str, count: usize) {
         let mut waiting = self.lock();
         let mut woken = 0;
         let mut index = 0;
         while woken < count && index < waiting.len() {
             let wants = waiting
                 .get(index)
-                .is_some_and(|w| w.queue.as_deref().is_none_or(|q| q == queue));
+                .is_some_and(|w| w.key.as_deref().is_none_or(|k| k == key));
             if !wants {
                 index += 1;
                 continue;
@@ -152,20 +181,20 @@ impl Wakeups {
             return;
         };
         for Pending {
-            queue,
+            key,
             count,
             due_in_ms,
         } in pending
         {
             if due_in_ms == 0 {
-                self.wake(&queue, count);
+                self.wake(&key, count);
             } else {
                 let wakeups = self.clone();
                 tokio::spawn(async move {
                     tokio::select! {
                         () = wakeups.shared.stop.cancelled() => {}
                         () = tokio::time::sleep(Duration::from_millis(due_in_ms)) => {
-                            wakeups.wake(&queue, count);
+                            wakeups.wake(&key, count);
                         }
                     }
                 });
@@ -174,20 +203,27 @@ impl Wakeups {
     }
 }
 
-/// Listens on [`CHANNEL`] until `stop`, reconnecting with backoff whenever the connection fails;
-/// after each (re)connection every waiter looks again, since news may have been missed.
-pub async fn listen(database_url: String, wakeups: Wakeups, stop: CancellationToken) {
+/// Listens on `channel` until `stop`, as `application_name` (so an operator can tell the
+/// connection apart), reconnecting with backoff whenever the connection fails; after each
+/// (re)connection every waiter looks again, since news may have been missed.
+pub async fn listen(
+    database_url: String,
+    channel: &'static str,
+    application_name: &'static str,
+    wakeups: Wakeups,
+    stop: CancellationToken,
+) {
     let mut retries = Backoff::new(Duration::from_millis(100), Duration::from_secs(5)).waits();
     loop {
         let session = async {
             let mut conn = AsyncPgConnection::establish(&database_url).await?;
-            diesel::sql_query("SET application_name = 'task-service wake-ups'")
+            diesel::sql_query(format!("SET application_name = '{application_name}'"))
                 .execute(&mut conn)
                 .await?;
-            diesel::sql_query(format!("LISTEN {CHANNEL}"))
+            diesel::sql_query(format!("LISTEN {channel}"))
                 .execute(&mut conn)
                 .await?;
-            tracing::info!(channel = CHANNEL, "listening for tasks that become pending");
+            tracing::info!(channel, "listening for wake-ups");
             wakeups.wake_all();
             retries.reset();
             relay(&mut conn, &wakeups).await
@@ -200,7 +236,7 @@ pub async fn listen(database_url: String, wakeups: Wakeups, stop: CancellationTo
             Ok(()) => "the connection closed".to_owned(),
             Err(err) => err.to_string(),
         };
-        tracing::warn!(%reason, "the wake-up listener lost its connection; reconnecting");
+        tracing::warn!(channel, %reason, "the wake-up listener lost its connection; reconnecting");
         wakeups.wake_all();
         tokio::select! {
             () = stop.cancelled() => return,
@@ -236,18 +272,22 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
+    fn gauge() -> prometheus::IntGauge {
+        prometheus::IntGauge::new("waiting", "waiting").unwrap()
+    }
+
     fn woken(ticket: &mut oneshot::Receiver<()>) -> bool {
         ticket.try_recv().is_ok()
     }
 
     #[tokio::test]
     async fn a_notification_wakes_as_many_waiters_as_tasks_oldest_first() {
-        let wakeups = Wakeups::new(CancellationToken::new(), RECHECK);
+        let wakeups = Wakeups::new(CancellationToken::new(), RECHECK, gauge());
         let mut a1 = wakeups.ticket(Some("a"));
         let mut any = wakeups.ticket(None);
         let mut b = wakeups.ticket(Some("b"));
         let mut a2 = wakeups.ticket(Some("a"));
-        wakeups.notified(r#"[{"queue":"a","count":1,"dueInMs":0}]"#);
+        wakeups.notified(r#"[{"key":"a","count":1,"dueInMs":0}]"#);
         assert!(woken(&mut a1));
         assert!(!woken(&mut any) && !woken(&mut b) && !woken(&mut a2));
         wakeups.wake("a", 5);
@@ -257,7 +297,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_waiter_that_left_takes_no_wake_up() {
-        let wakeups = Wakeups::new(CancellationToken::new(), RECHECK);
+        let wakeups = Wakeups::new(CancellationToken::new(), RECHECK, gauge());
         drop(wakeups.ticket(Some("a")));
         let mut second = wakeups.ticket(Some("a"));
         wakeups.wake("a", 1);
@@ -266,7 +306,7 @@ mod tests {
 
     #[tokio::test]
     async fn unreadable_news_wakes_everyone_and_later_tasks_wake_when_due() {
-        let wakeups = Wakeups::new(CancellationToken::new(), RECHECK);
+        let wakeups = Wakeups::new(CancellationToken::new(), RECHECK, gauge());
         let mut first = wakeups.ticket(Some("a"));
         let mut second = wakeups.ticket(None);
         wakeups.notified("null");
@@ -274,7 +314,7 @@ mod tests {
 
         tokio::time::pause();
         let mut later = wakeups.ticket(Some("a"));
-        wakeups.notified(r#"[{"queue":"a","count":1,"dueInMs":5000}]"#);
+        wakeups.notified(r#"[{"key":"a","count":1,"dueInMs":5000}]"#);
         tokio::task::yield_now().await;
         assert!(!woken(&mut later));
         tokio::time::advance(Duration::from_millis(5001)).await;
