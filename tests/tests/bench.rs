@@ -26,7 +26,18 @@ async fn the_quick_benchmark_produces_every_figure() {
     }
     let sections: std::collections::BTreeSet<&str> =
         report.figures.iter().map(|f| f.section.as_str()).collect();
-    assert_eq!(sections.len(), 9, "{sections:?}");
+    assert_eq!(sections.len(), 10, "{sections:?}");
+    // The wake-up latencies: every sample taken, none lost.
+    let wakeups: Vec<_> = report
+        .figures
+        .iter()
+        .filter(|f| f.section.starts_with("how soon waiting work starts"))
+        .collect();
+    assert_eq!(wakeups.len(), 2);
+    for figure in wakeups {
+        assert_eq!(figure.ops as usize, options.pickup_samples, "{figure:?}");
+        assert_eq!(figure.errors, 0, "{figure:?}");
+    }
     for figure in &report.figures {
         assert!(figure.ops > 0, "a figure without operations: {figure:?}");
     }

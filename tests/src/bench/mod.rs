@@ -40,6 +40,7 @@ mod leases;
 mod measure;
 mod memory;
 mod options;
+mod pickup;
 mod report;
 mod sample;
 
@@ -55,6 +56,7 @@ use e2e::end_to_end;
 use growth::growth;
 use leases::leases;
 use memory::memory;
+use pickup::pickup;
 use sample::sample_comparison;
 
 pub use options::BenchOptions;
@@ -136,6 +138,7 @@ pub async fn run(options: &BenchOptions) -> Report {
     }
     if wanted("e2e") {
         end_to_end(&bench, options, &mut report).await;
+        pickup(&bench, options, &mut report).await;
     }
     if wanted("sample") {
         sample_comparison(&bench, options, &mut report).await;

@@ -1,0 +1,145 @@
+//! How soon waiting work starts: a task created on an idle stack, from its creation to its start
+//! (one idle worker waiting in task-service, `CLAIM_WAIT_MS`), and a lease released while an
+//! acquire waits for it, from the release to the waiter's acquisition. Both by the database's
+//! clock, one sample at a time, so each is a wake-up's latency, not a queue's.
+
+use std::time::{Duration, Instant};
+
+use diesel::QueryableByName;
+use diesel::sql_types::{BigInt, Double};
+use diesel_async::RunQueryDsl;
+use leasehold::tasks::CreateTask;
+use serde_json::json;
+
+use super::measure::Samples;
+use super::{Bench, BenchOptions, Report, connect};
+use crate::Service;
+
+#[derive(QueryableByName)]
+struct Started {
+    #[diesel(sql_type = Double)]
+    pickup_ms: f64,
+}
+
+pub(super) async fn pickup(bench: &Bench, options: &BenchOptions, report: &mut Report) {
+    let section = "how soon waiting work starts (database clock)";
+    let n = options.pickup_samples;
+    report.figures.push(idle_pickup(bench, n).await.figure(
+        section,
+        "idle pickup: create → start, one worker waiting",
+        1,
+        None,
+        Duration::from_secs(1),
+    ));
+    report.figures.push(lease_handover(bench, n).await.figure(
+        section,
+        "lease wait: release → the waiter's acquisition",
+        1,
+        None,
+        Duration::from_secs(1),
+    ));
+}
+
+/// One worker, idle, long-polling; each task is created only once the previous one started.
+async fn idle_pickup(bench: &Bench, samples: usize) -> Samples {
+    let _worker = Service::worker(
+        &bench.tasks.base_url(),
+        &[
+            ("WORKER_ID", "bench-pickup"),
+            ("WORKER_QUEUE", "pickup"),
+            ("RUST_LOG", "warn"),
+        ],
+    )
+    .await;
+    let tasks = bench.task_client();
+    let mut conn = connect(&bench.task_db).await;
+    let mut result = Samples::default();
+    for _ in 0..samples {
+        // Idle between samples, as the worker would be: its claim is waiting again.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let created = tasks
+            .create(&CreateTask {
+                task_data: json!({"sleep_duration_seconds": 0}),
+                queue: Some("pickup".to_owned()),
+                ..CreateTask::default()
+            })
+            .await;
+        let Ok(created) = created else {
+            result.errors += 1;
+            continue;
+        };
+        let id = created.into_task().id;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let started: Option<Started> = diesel::sql_query(
+                "SELECT EXTRACT(EPOCH FROM started_at - created_at)::float8 * 1000 AS pickup_ms
+                 FROM tasks WHERE id = $1 AND started_at IS NOT NULL",
+            )
+            .bind::<BigInt, _>(id)
+            .get_result(&mut conn)
+            .await
+            .ok();
+            if let Some(started) = started {
+                result
+                    .latencies
+                    .push(Duration::from_secs_f64(started.pickup_ms.max(0.0) / 1000.0));
+                break;
+            }
+            if Instant::now() > deadline {
+                result.errors += 1;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+    result
+}
+
+/// A lease passed from holder to waiter: the waiter asks while the lease is held, and the
+/// holder releases once the waiter waits in lease-service.
+async fn lease_handover(bench: &Bench, samples: usize) -> Samples {
+    let client = bench.lease_client();
+    let resource = "bench:handover";
+    let mut result = Samples::default();
+    let Ok(mut held) = client.acquire(resource, "holder-0", None).await else {
+        result.errors += 1;
+        return result;
+    };
+    for i in 1..=samples {
+        let waiter = {
+            let client = client.clone();
+            let holder = format!("holder-{i}");
+            tokio::spawn(async move {
+                client
+                    .acquire_waiting(resource, &holder, None, None, Duration::from_secs(10))
+                    .await
+            })
+        };
+        let waiting = Instant::now() + Duration::from_secs(10);
+        while crate::metric_sum(&bench.leases.metrics().await, "lease_acquires_waiting") < 1.0
+            && Instant::now() < waiting
+        {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let released = client.release(resource, &held.holder, held.proof()).await;
+        let next = waiter.await.ok().and_then(Result::ok);
+        match (released, next) {
+            (Ok(released), Some((next, _))) => {
+                if let Some(released_at) = released.released_at {
+                    let gap = (next.created_at - released_at)
+                        .num_microseconds()
+                        .unwrap_or(0);
+                    result
+                        .latencies
+                        .push(Duration::from_micros(u64::try_from(gap).unwrap_or(0)));
+                }
+                held = next;
+            }
+            _ => {
+                result.errors += 1;
+                return result;
+            }
+        }
+    }
+    result
+}
