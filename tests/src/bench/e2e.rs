@@ -11,6 +11,7 @@ use leasehold::tasks::{CreateTask, MAX_CREATE_BATCH};
 use serde_json::json;
 
 use super::measure::{Samples, run_clients};
+use super::pickup::at_rate;
 use super::{Bench, BenchOptions, Figure, Report, connect};
 use crate::Service;
 
@@ -56,6 +57,7 @@ pub(super) async fn end_to_end(bench: &Bench, options: &BenchOptions, report: &m
         ("batched claims", options.workers, options.batch_concurrency),
     ] {
         let queue = format!("e2e-{}", name.replace(' ', "-"));
+        let meter = bench.meter().await;
         // The backlog, created over HTTP in batches of 1,000 (`POST /api/tasks/batch`, one
         // statement and one commit each) by 4 producers; each task's latency is its batch's.
         let total = options.e2e_tasks;
@@ -139,9 +141,13 @@ pub(super) async fn end_to_end(bench: &Bench, options: &BenchOptions, report: &m
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        drop(running);
         let drain = drained(&bench.task_db, &queue).await;
+        let pids: Vec<u32> = running.iter().map(Service::pid_u32).collect();
+        report
+            .costs
+            .push(meter.finish(name, drain.done as u64, &pids, 0.0).await);
         let seconds = drain.seconds.max(1e-9);
+        let per_second = drain.done as f64 / seconds;
         report.figures.push(Figure {
             section: section.to_owned(),
             name: format!("{name}: claim → complete (claim-to-complete latency)"),
@@ -150,9 +156,23 @@ pub(super) async fn end_to_end(bench: &Bench, options: &BenchOptions, report: &m
             ops: drain.done as u64,
             errors: total.saturating_sub(drain.done as u64),
             seconds,
-            per_second: drain.done as f64 / seconds,
+            per_second,
             p50_ms: drain.p50_ms,
             p99_ms: drain.p99_ms,
         });
+        // Pickup at half the rate these workers just reached: single tasks created one per
+        // request at a steady pace, each from its creation to its start.
+        if slots == 1 {
+            let rate = per_second / 2.0;
+            let (samples, elapsed) = at_rate(bench, &queue, rate, options.phase * 2).await;
+            report.figures.push(samples.figure(
+                "how soon waiting work starts (database clock)",
+                &format!("pickup at half the single-claim rate ({rate:.0}/s): create → start"),
+                workers,
+                None,
+                elapsed,
+            ));
+        }
+        drop(running);
     }
 }

@@ -17,7 +17,13 @@
 //!   nothing: single claims (32 one-slot workers, so every claim and every completion is a
 //!   request for one task) or batched claims (8 workers of 32 slots, each claim asking for the
 //!   free slots at once, completions ready together sent together); throughput and
-//!   claim-to-complete latency from the database's own timestamps.
+//!   claim-to-complete latency from the database's own timestamps; then single tasks created
+//!   at half the single-claim rate, each from its creation to its start. Each run is metered
+//!   ([`cost`]): CPU per 1,000 tasks by process, WAL bytes, write transactions, commits and WAL
+//!   fsyncs per task.
+//! - **wake-ups**: an idle worker's pickup and a waiting lease acquire's hand-over, one at a time.
+//! - **peers**: graphile-worker 0.18 on the same PostgreSQL, the same number of tasks, batching
+//!   off and on, metered the same way, and Leasehold's ratios to it.
 //! - **sample's claim**: the sample's algorithm (`ORDER BY scheduled_at OFFSET n LIMIT 1 FOR
 //!   UPDATE` on its unindexed table, the lease call made while the row is locked), against
 //!   Leasehold's claim over HTTP, claim-and-complete cycles on the same backlog sizes.
@@ -30,16 +36,18 @@
 //!
 //! Layout: `options` says what to run; `measure` runs closed-loop clients and turns their
 //! latencies into figures; `report` holds the figures, ratios and the markdown. One module per
-//! section: `leases`, `contention`, `e2e`, `sample` (with the half-load latency), `growth` and
-//! `memory`. This file starts the machine under test ([`Bench`]) and runs the sections.
+//! section: `leases`, `contention`, `e2e`, `pickup`, `peers`, `sample` (with the half-load
+//! latency), `growth` and `memory`; `cost` meters the end-to-end runs. This file starts the machine under test ([`Bench`]) and runs the sections.
 
 mod contention;
+mod cost;
 mod e2e;
 mod growth;
 mod leases;
 mod measure;
 mod memory;
 mod options;
+mod peers;
 mod pickup;
 mod report;
 mod sample;
@@ -56,15 +64,17 @@ use e2e::end_to_end;
 use growth::growth;
 use leases::leases;
 use memory::memory;
+use peers::peers;
 use pickup::pickup;
 use sample::sample_comparison;
 
+pub use cost::Cost;
 pub use options::BenchOptions;
 pub use report::{Figure, MemoryFigure, Ratio, Report};
 
 /// The machine under test: a durable private PostgreSQL and the two services.
 pub struct Bench {
-    _postgres: PrivatePostgres,
+    postgres: PrivatePostgres,
     pub lease_db: String,
     pub task_db: String,
     pub leases: Service,
@@ -98,7 +108,7 @@ impl Bench {
         let leases = Service::lease_service(&lease_db, &quiet).await;
         let tasks = Service::task_service(&task_db, &leases.base_url(), &quiet).await;
         Bench {
-            _postgres: postgres,
+            postgres,
             lease_db,
             task_db,
             leases,
@@ -109,6 +119,19 @@ impl Bench {
                 .build()
                 .unwrap(),
         }
+    }
+
+    /// Starts the cost meter of a run: PostgreSQL and both services, from now.
+    async fn meter(&self) -> cost::Meter {
+        cost::Meter::start(
+            &self.task_db,
+            self.postgres.pid().unwrap_or(0),
+            vec![
+                ("task-service", self.tasks.pid_u32()),
+                ("lease-service", self.leases.pid_u32()),
+            ],
+        )
+        .await
     }
 
     fn lease_client(&self) -> LeaseClient {
@@ -139,6 +162,9 @@ pub async fn run(options: &BenchOptions) -> Report {
     if wanted("e2e") {
         end_to_end(&bench, options, &mut report).await;
         pickup(&bench, options, &mut report).await;
+    }
+    if wanted("peers") {
+        peers(&bench, options, &mut report).await;
     }
     if wanted("sample") {
         sample_comparison(&bench, options, &mut report).await;

@@ -143,3 +143,76 @@ async fn lease_handover(bench: &Bench, samples: usize) -> Samples {
     }
     result
 }
+
+/// Single tasks created at a steady `rate` (one per request, by 8 producers each on its own
+/// clock) for `duration`, into `queue`, whose workers are running; then the creation-to-start
+/// latencies of those tasks (database clock) once all started.
+pub(super) async fn at_rate(
+    bench: &Bench,
+    queue: &str,
+    rate: f64,
+    duration: Duration,
+) -> (Samples, Duration) {
+    const PRODUCERS: usize = 8;
+    let period = Duration::from_secs_f64(PRODUCERS as f64 / rate.max(1.0));
+    let started = Instant::now();
+    let handles: Vec<_> = (0..PRODUCERS)
+        .map(|p| {
+            let tasks = bench.task_client();
+            let queue = queue.to_owned();
+            tokio::spawn(async move {
+                // Each producer starts at its own offset, so the creates are spread evenly.
+                tokio::time::sleep(period.mul_f64(p as f64 / PRODUCERS as f64)).await;
+                let mut tick = tokio::time::interval(period);
+                let end = Instant::now() + duration;
+                let (mut ids, mut errors) = (Vec::new(), 0u64);
+                while Instant::now() < end {
+                    tick.tick().await;
+                    let created = tasks
+                        .create(&CreateTask {
+                            task_data: json!({"sleep_duration_seconds": 0}),
+                            queue: Some(queue.clone()),
+                            ..CreateTask::default()
+                        })
+                        .await;
+                    match created {
+                        Ok(created) => ids.push(created.into_task().id),
+                        Err(_) => errors += 1,
+                    }
+                }
+                (ids, errors)
+            })
+        })
+        .collect();
+    let (mut ids, mut errors) = (Vec::new(), 0u64);
+    for handle in handles {
+        if let Ok((more, failed)) = handle.await {
+            ids.extend(more);
+            errors += failed;
+        }
+    }
+    let elapsed = started.elapsed();
+    let mut conn = connect(&bench.task_db).await;
+    let query = "SELECT EXTRACT(EPOCH FROM started_at - created_at)::float8 * 1000 AS pickup_ms
+         FROM tasks WHERE id = ANY($1) AND started_at IS NOT NULL";
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let pickups = loop {
+        let pickups: Vec<Started> = diesel::sql_query(query)
+            .bind::<diesel::sql_types::Array<BigInt>, _>(&ids)
+            .load(&mut conn)
+            .await
+            .unwrap_or_else(|err| panic!("{query}: {err}"));
+        if pickups.len() >= ids.len() || Instant::now() > deadline {
+            break pickups;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let samples = Samples {
+        errors: errors + ids.len().saturating_sub(pickups.len()) as u64,
+        latencies: pickups
+            .iter()
+            .map(|p| Duration::from_secs_f64(p.pickup_ms.max(0.0) / 1000.0))
+            .collect(),
+    };
+    (samples, elapsed)
+}

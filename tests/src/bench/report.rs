@@ -4,6 +4,8 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use super::cost::{Cost, KINDS};
+
 /// One measured figure.
 #[derive(Debug, Clone, Serialize)]
 pub struct Figure {
@@ -47,6 +49,9 @@ pub struct Report {
     pub figures: Vec<Figure>,
     pub ratios: Vec<Ratio>,
     pub memory: Vec<MemoryFigure>,
+    pub costs: Vec<Cost>,
+    /// Sections that could not run here, and why.
+    pub skipped: Vec<String>,
 }
 
 impl Report {
@@ -114,6 +119,46 @@ impl Report {
                     m.rss_after_mib
                 );
             }
+        }
+        if !self.costs.is_empty() {
+            let _ = writeln!(
+                out,
+                "\n### cost (create → claim → complete): CPU ms per 1,000 tasks by process; WAL bytes, write transactions, commits and WAL fsyncs per task\n"
+            );
+            let kinds: Vec<String> = KINDS.iter().map(|k| format!("{k} CPU")).collect();
+            let _ = writeln!(
+                out,
+                "| run | tasks | {} | total | WAL bytes | write xacts | commits | WAL fsyncs |",
+                kinds.join(" | ")
+            );
+            let _ = writeln!(
+                out,
+                "|---|---:|{}---:|---:|---:|---:|---:|",
+                "---:|".repeat(KINDS.len())
+            );
+            for c in &self.costs {
+                let cpu: Vec<String> = c
+                    .cpu_ms_per_1000
+                    .iter()
+                    .map(|(_, ms)| format!("{ms:.0}"))
+                    .collect();
+                let total: f64 = c.cpu_ms_per_1000.iter().map(|(_, ms)| ms).sum();
+                let _ = writeln!(
+                    out,
+                    "| {} | {} | {} | {:.0} | {:.0} | {:.2} | {:.2} | {:.3} |",
+                    c.run,
+                    c.tasks,
+                    cpu.join(" | "),
+                    total,
+                    c.wal_bytes_per_task,
+                    c.write_transactions_per_task,
+                    c.commits_per_task,
+                    c.wal_fsyncs_per_task
+                );
+            }
+        }
+        for skipped in &self.skipped {
+            let _ = writeln!(out, "\n{skipped}");
         }
         let _ = writeln!(out, "\n### ratios (same run)\n");
         let _ = writeln!(out, "| ratio | value |");

@@ -47,9 +47,9 @@ struct Cli {
     /// Shared resources the contention figures race for, comma-separated.
     #[arg(long, value_delimiter = ',')]
     contended_resources: Option<Vec<u64>>,
-    /// Run only these sections, comma-separated: leases, contention, e2e, sample, growth,
+    /// Run only these sections, comma-separated: leases, contention, e2e, peers, sample, growth,
     /// memory (default: all).
-    #[arg(long, value_delimiter = ',', value_parser = ["leases", "contention", "e2e", "sample", "growth", "memory"])]
+    #[arg(long, value_delimiter = ',', value_parser = ["leases", "contention", "e2e", "peers", "sample", "growth", "memory"])]
     only: Vec<String>,
     /// Write the report as JSON to this file.
     #[arg(long)]

@@ -1,0 +1,205 @@
+//! The cost model: what a run costs per task, so that a change is chosen by where the cost is,
+//! not by guesses. For each end-to-end run (Leasehold's and its peers'), from just before the
+//! backlog is created to the moment the last task is done:
+//! - CPU time of each kind of process, from `/proc/<pid>/stat` (user + system): PostgreSQL (the
+//!   postmaster, its living children, and the children it reaped in between), each service, the
+//!   workers, and the bench itself;
+//! - WAL bytes (`pg_current_wal_lsn()` before and after);
+//! - write transactions (transaction ids handed out, `pg_snapshot_xmax`), commits of all kinds
+//!   (`pg_stat_database.xact_commit`) and WAL fsyncs (`pg_stat_wal.wal_sync`): the fsyncs are
+//!   what group commit shares, the write transactions what each waits for.
+
+use std::time::Duration;
+
+use diesel::QueryableByName;
+use diesel::sql_types::{BigInt, Double, Text};
+use diesel_async::RunQueryDsl;
+use serde::Serialize;
+
+use super::connect;
+
+/// Clock ticks per second of `/proc/<pid>/stat`'s times: Linux exposes them in `USER_HZ`, which
+/// is 100 on every architecture it runs on, whatever the kernel's own tick rate.
+const TICKS_PER_SECOND: f64 = 100.0;
+
+/// A process's CPU time so far, in milliseconds, and (for a parent that reaps its children)
+/// the time of the children it has reaped.
+fn cpu_ms(pid: u32) -> (f64, f64) {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return (0.0, 0.0);
+    };
+    // "pid (comm) state ppid ...": after the comm, utime is the 12th field, then stime,
+    // cutime, cstime.
+    let fields: Vec<f64> = stat[stat.rfind(')').map_or(0, |end| end + 1)..]
+        .split_whitespace()
+        .skip(11)
+        .take(4)
+        .map(|f| f.parse().unwrap_or(0.0))
+        .collect();
+    let ms = |ticks: f64| ticks * 1000.0 / TICKS_PER_SECOND;
+    match fields.as_slice() {
+        [utime, stime, cutime, cstime] => (ms(utime + stime), ms(cutime + cstime)),
+        _ => (0.0, 0.0),
+    }
+}
+
+/// CPU milliseconds of PostgreSQL as a whole: the postmaster, its living processes, and the
+/// processes it has reaped (a backend that ends between two readings is counted once: alive in
+/// the first, in the postmaster's reaped time in the second).
+fn postgres_cpu_ms(postmaster: u32) -> f64 {
+    let (own, reaped) = cpu_ms(postmaster);
+    let living: f64 = crate::process::descendants(postmaster)
+        .into_iter()
+        .map(|pid| cpu_ms(pid).0)
+        .sum();
+    own + reaped + living
+}
+
+/// The bench's own CPU milliseconds (every thread), not counting the children it reaped.
+fn own_cpu_ms() -> f64 {
+    cpu_ms(std::process::id()).0
+}
+
+#[derive(QueryableByName)]
+struct Counters {
+    #[diesel(sql_type = Text)]
+    lsn: String,
+    #[diesel(sql_type = BigInt)]
+    next_xid: i64,
+    #[diesel(sql_type = Double)]
+    commits: f64,
+    #[diesel(sql_type = BigInt)]
+    wal_syncs: i64,
+}
+
+#[derive(QueryableByName)]
+struct WalBytes {
+    #[diesel(sql_type = Double)]
+    bytes: f64,
+}
+
+async fn counters(url: &str) -> Counters {
+    let mut conn = connect(url).await;
+    diesel::sql_query(
+        "SELECT pg_current_wal_lsn()::text AS lsn,
+                pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS next_xid,
+                (SELECT sum(xact_commit) FROM pg_stat_database)::float8 AS commits,
+                (SELECT wal_sync FROM pg_stat_wal) AS wal_syncs",
+    )
+    .get_result(&mut conn)
+    .await
+    .unwrap_or_else(|err| panic!("reading PostgreSQL's counters: {err}"))
+}
+
+/// What a run cost, per task.
+#[derive(Debug, Clone, Serialize)]
+pub struct Cost {
+    pub run: String,
+    pub tasks: u64,
+    /// CPU milliseconds per 1,000 tasks, by kind of process, in the order of [`KINDS`].
+    pub cpu_ms_per_1000: Vec<(String, f64)>,
+    pub wal_bytes_per_task: f64,
+    pub write_transactions_per_task: f64,
+    pub commits_per_task: f64,
+    pub wal_fsyncs_per_task: f64,
+}
+
+/// The kinds of process a cost is told by, as columns.
+pub const KINDS: [&str; 5] = [
+    "postgres",
+    "task-service",
+    "lease-service",
+    "workers",
+    "bench",
+];
+
+/// The readings at the start of a run.
+pub(super) struct Meter {
+    url: String,
+    postmaster: u32,
+    services: Vec<(&'static str, u32)>,
+    postgres_ms: f64,
+    services_ms: Vec<f64>,
+    bench_ms: f64,
+    start: Counters,
+}
+
+impl Meter {
+    /// Starts metering: `url` reaches the server (any database), `services` are the long-lived
+    /// processes to count by kind.
+    pub(super) async fn start(
+        url: &str,
+        postmaster: u32,
+        services: Vec<(&'static str, u32)>,
+    ) -> Meter {
+        let start = counters(url).await;
+        Meter {
+            url: url.to_owned(),
+            postmaster,
+            services_ms: services.iter().map(|(_, pid)| cpu_ms(*pid).0).collect(),
+            services,
+            postgres_ms: postgres_cpu_ms(postmaster),
+            bench_ms: own_cpu_ms(),
+            start,
+        }
+    }
+
+    /// Ends the run: `workers` are the processes started for it (counted whole), `extra_ms`
+    /// CPU reported by a process that is gone (a peer's worker reports its own). Reads the CPU
+    /// at once, then gives the servers' statistics a moment to reach the shared counters
+    /// (PostgreSQL flushes an idle backend's within a second) before reading them.
+    pub(super) async fn finish(
+        self,
+        run: &str,
+        tasks: u64,
+        workers: &[u32],
+        extra_workers_ms: f64,
+    ) -> Cost {
+        let postgres_ms = postgres_cpu_ms(self.postmaster) - self.postgres_ms;
+        let bench_ms = own_cpu_ms() - self.bench_ms;
+        let workers_ms: f64 =
+            workers.iter().map(|pid| cpu_ms(*pid).0).sum::<f64>() + extra_workers_ms;
+        let services: Vec<(&str, f64)> = self
+            .services
+            .iter()
+            .zip(&self.services_ms)
+            .map(|((kind, pid), before)| (*kind, cpu_ms(*pid).0 - before))
+            .collect();
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let end = counters(&self.url).await;
+        let mut conn = connect(&self.url).await;
+        let wal: WalBytes =
+            diesel::sql_query("SELECT pg_wal_lsn_diff($1::pg_lsn, $2::pg_lsn)::float8 AS bytes")
+                .bind::<Text, _>(&end.lsn)
+                .bind::<Text, _>(&self.start.lsn)
+                .get_result(&mut conn)
+                .await
+                .unwrap_or_else(|err| panic!("measuring WAL: {err}"));
+        let per_task = |value: f64| value / tasks.max(1) as f64;
+        let cpu = KINDS
+            .iter()
+            .map(|kind| {
+                let ms = match *kind {
+                    "postgres" => postgres_ms,
+                    "workers" => workers_ms,
+                    "bench" => bench_ms,
+                    service => services
+                        .iter()
+                        .filter(|(k, _)| *k == service)
+                        .map(|(_, ms)| ms)
+                        .sum(),
+                };
+                ((*kind).to_owned(), per_task(ms) * 1000.0)
+            })
+            .collect();
+        Cost {
+            run: run.to_owned(),
+            tasks,
+            cpu_ms_per_1000: cpu,
+            wal_bytes_per_task: per_task(wal.bytes),
+            write_transactions_per_task: per_task((end.next_xid - self.start.next_xid) as f64),
+            commits_per_task: per_task(end.commits - self.start.commits),
+            wal_fsyncs_per_task: per_task((end.wal_syncs - self.start.wal_syncs) as f64),
+        }
+    }
+}
