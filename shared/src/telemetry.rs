@@ -1,8 +1,8 @@
 //! Logging and tracing set-up shared by every binary.
 //!
 //! * Logs: human-readable lines by default, one JSON object per line with `LOG_FORMAT=json`;
-//!   `RUST_LOG` filters (default `info`). Every line logged inside a span carries its OpenTelemetry
-//!   `trace_id` and `span_id`, so logs and traces correlate.
+//!   `RUST_LOG` filters (default `info`). When spans are exported, every line logged inside a
+//!   span carries its OpenTelemetry `trace_id` and `span_id`, so logs and traces correlate.
 //! * Traces: a `tracing-opentelemetry` layer turns spans (those at `INFO` and above: every span
 //!   Leasehold makes) into OpenTelemetry spans, whatever `RUST_LOG` says: `RUST_LOG` filters the
 //!   log lines only, so quieter logs never lose a trace or a `traceparent`; which traces are kept
@@ -10,9 +10,11 @@
 //!   `OTEL_EXPORTER_OTLP_ENDPOINT` (or
 //!   `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) is set, configured by the standard variables
 //!   (`OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_TRACES_SAMPLER`, `OTEL_BSP_*`, ...).
-//!   Without an endpoint nothing is exported and nothing complains, but spans still get ids and
-//!   W3C `traceparent` still crosses every HTTP hop. Export runs on the batch processor's own
-//!   thread: an unreachable collector never slows a request.
+//!   Without an endpoint nothing is exported and nothing complains, and no OpenTelemetry span is
+//!   made at all: spans nobody would see cost a third of task-service's CPU per task (the
+//!   bench's cost model), so a process that does not export neither records nor passes on a
+//!   `traceparent`. Export from every service of a deployment, or from none. Export runs on
+//!   the batch processor's own thread: an unreachable collector never slows a request.
 //! * Propagation: [`inject`] adds the current span's `traceparent` to an outgoing request;
 //!   [`extract`] reads a caller's from an incoming one.
 
@@ -86,16 +88,25 @@ pub fn init(service_name: &'static str) -> Telemetry {
     }
     let provider = builder.build();
     let exporting = requested && export_error.is_none();
-    // Each layer filters for itself: a filter on the whole subscriber would let RUST_LOG=warn
-    // disable the spans, and with them the traces and the `traceparent` sent on.
-    let otel = tracing_opentelemetry::layer()
-        .with_tracer(provider.tracer(service_name))
-        .with_filter(LevelFilter::INFO);
-    // The log lines follow RUST_LOG. The spans the traces keep stay visible to the log layer
-    // too (printing nothing by themselves), so a line logged inside one still carries its
-    // trace and span ids, at any level.
-    let spans = filter_fn(|metadata| metadata.is_span() && *metadata.level() <= LevelFilter::INFO)
-        .with_max_level_hint(LevelFilter::INFO);
+    // Only when exporting. Each layer filters for itself: a filter on the whole subscriber
+    // would let RUST_LOG=warn disable the spans, and with them the traces and the
+    // `traceparent` sent on.
+    let otel = exporting.then(|| {
+        tracing_opentelemetry::layer()
+            .with_tracer(provider.tracer(service_name))
+            .with_filter(LevelFilter::INFO)
+    });
+    // The log lines follow RUST_LOG. When exporting, the spans the traces keep stay visible to
+    // the log layer too (printing nothing by themselves), so a line logged inside one still
+    // carries its trace and span ids, at any level.
+    let spans = filter_fn(move |metadata| {
+        exporting && metadata.is_span() && *metadata.level() <= LevelFilter::INFO
+    })
+    .with_max_level_hint(if exporting {
+        LevelFilter::INFO
+    } else {
+        LevelFilter::OFF
+    });
     let log_filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new("info"))
         .or(spans);
