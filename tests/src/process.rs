@@ -85,6 +85,13 @@ impl Drop for ChildGuard {
     }
 }
 
+/// `/proc/<pid>/stat` from the field after the command's name (the state, then the parent's
+/// pid, ...): the name is skipped whole, since it may hold spaces and parentheses.
+pub fn stat_after_comm(pid: u32) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    Some(stat[stat.rfind(')').map_or(0, |end| end + 1)..].to_owned())
+}
+
 /// The pids of `root`'s living descendants (children, their children, ...), from `/proc`.
 pub fn descendants(root: u32) -> Vec<u32> {
     let mut children: std::collections::HashMap<u32, Vec<u32>> = std::collections::HashMap::new();
@@ -96,11 +103,10 @@ pub fn descendants(root: u32) -> Vec<u32> {
         else {
             continue;
         };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        let Some(stat) = stat_after_comm(pid) else {
             continue;
         };
-        // "pid (comm) state ppid ...": comm may hold spaces and parentheses.
-        let mut fields = stat[stat.rfind(')').map_or(0, |end| end + 1)..].split_whitespace();
+        let mut fields = stat.split_whitespace();
         let (Some(state), Some(Ok(ppid))) = (fields.next(), fields.next().map(str::parse::<u32>))
         else {
             continue;

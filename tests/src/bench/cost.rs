@@ -25,12 +25,11 @@ const TICKS_PER_SECOND: f64 = 100.0;
 /// A process's CPU time so far, in milliseconds, and (for a parent that reaps its children)
 /// the time of the children it has reaped.
 fn cpu_ms(pid: u32) -> (f64, f64) {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+    let Some(stat) = crate::process::stat_after_comm(pid) else {
         return (0.0, 0.0);
     };
-    // "pid (comm) state ppid ...": after the comm, utime is the 12th field, then stime,
-    // cutime, cstime.
-    let fields: Vec<f64> = stat[stat.rfind(')').map_or(0, |end| end + 1)..]
+    // After the comm, utime is the 12th field, then stime, cutime, cstime.
+    let fields: Vec<f64> = stat
         .split_whitespace()
         .skip(11)
         .take(4)

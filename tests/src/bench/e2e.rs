@@ -50,8 +50,10 @@ async fn drained(task_db: &str, queue: &str) -> Drain {
     .unwrap()
 }
 
+/// The section's name, which the sections that compare with it find its figures by.
+pub(super) const SECTION: &str = "tasks end to end (worker processes, no-op work)";
+
 pub(super) async fn end_to_end(bench: &Bench, options: &BenchOptions, report: &mut Report) {
-    let section = "tasks end to end (worker processes, no-op work)";
     for (name, workers, slots) in [
         ("single claims", options.single_workers, 1),
         ("batched claims", options.workers, options.batch_concurrency),
@@ -103,7 +105,7 @@ pub(super) async fn end_to_end(bench: &Bench, options: &BenchOptions, report: &m
         })
         .await;
         report.figures.push(samples.figure(
-            section,
+            SECTION,
             &format!("create (HTTP, batches of {batch}) for {name}"),
             4,
             None,
@@ -149,7 +151,7 @@ pub(super) async fn end_to_end(bench: &Bench, options: &BenchOptions, report: &m
         let seconds = drain.seconds.max(1e-9);
         let per_second = drain.done as f64 / seconds;
         report.figures.push(Figure {
-            section: section.to_owned(),
+            section: SECTION.to_owned(),
             name: format!("{name}: claim → complete (claim-to-complete latency)"),
             concurrency: workers * slots,
             rows: None,
@@ -166,7 +168,7 @@ pub(super) async fn end_to_end(bench: &Bench, options: &BenchOptions, report: &m
             let rate = per_second / 2.0;
             let (samples, elapsed) = at_rate(bench, &queue, rate, options.phase * 2).await;
             report.figures.push(samples.figure(
-                "how soon waiting work starts (database clock)",
+                super::pickup::SECTION,
                 &format!("pickup at half the single-claim rate ({rate:.0}/s): create → start"),
                 workers,
                 None,

@@ -12,9 +12,7 @@ use serde::Deserialize;
 
 use super::{Bench, BenchOptions, Figure, Report};
 
-/// The section's name, and where Leasehold's figures it is compared with are.
 const SECTION: &str = "peers: graphile-worker 0.18 (one process, no-op tasks)";
-const E2E: &str = "tasks end to end (worker processes, no-op work)";
 
 /// graphile-worker's own account of a run (`tests/peers/graphile-worker.js`).
 #[derive(Deserialize)]
@@ -125,7 +123,11 @@ pub(super) async fn peers(bench: &Bench, options: &BenchOptions, report: &mut Re
         let ours = report
             .figures
             .iter()
-            .find(|f| f.section == E2E && f.name.starts_with(leasehold) && f.name.contains('→'))
+            .find(|f| {
+                f.section == super::e2e::SECTION
+                    && f.name.starts_with(leasehold)
+                    && f.name.contains('→')
+            })
             .map(|f| f.per_second);
         if let Some(ours) = ours {
             report.ratio(

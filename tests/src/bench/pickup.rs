@@ -21,18 +21,20 @@ struct Started {
     pickup_ms: f64,
 }
 
+/// The section's name (the half-load pickup of the end-to-end run joins it).
+pub(super) const SECTION: &str = "how soon waiting work starts (database clock)";
+
 pub(super) async fn pickup(bench: &Bench, options: &BenchOptions, report: &mut Report) {
-    let section = "how soon waiting work starts (database clock)";
     let n = options.pickup_samples;
     report.figures.push(idle_pickup(bench, n).await.figure(
-        section,
+        SECTION,
         "idle pickup: create → start, one worker waiting",
         1,
         None,
         Duration::from_secs(1),
     ));
     report.figures.push(lease_handover(bench, n).await.figure(
-        section,
+        SECTION,
         "lease wait: release → the waiter's acquisition",
         1,
         None,

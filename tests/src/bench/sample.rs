@@ -239,11 +239,7 @@ pub(super) async fn sample_comparison(bench: &Bench, options: &BenchOptions, rep
         ] {
             let name = format!("{what}: claim → complete (claim-to-complete latency)");
             let end_to_end = report
-                .find(
-                    "tasks end to end (worker processes, no-op work)",
-                    &name,
-                    workers,
-                )
+                .find(super::e2e::SECTION, &name, workers)
                 .map(|figure| figure.per_second);
             if let Some(rate) = end_to_end {
                 report.ratio(
