@@ -321,6 +321,52 @@ async fn sigterm_hands_unfinished_work_back_and_exits_zero() {
     assert_eq!(claim.body["id"].as_i64(), Some(long), "claimable at once");
 }
 
+/// A stop that comes while a claim waits in task-service does not bounce what that claim then
+/// brings: the task runs within the grace period, once, and is not handed back.
+#[tokio::test]
+async fn a_task_claimed_while_stopping_is_run_not_handed_back() {
+    let s = stack("10").await;
+    let mut worker = s
+        .worker(
+            "stopping",
+            "10",
+            &[("WORKER_CONCURRENCY", "1"), ("CLAIM_WAIT_MS", "20000")],
+        )
+        .await;
+    eventually(
+        Duration::from_secs(10),
+        "the worker's claim to wait",
+        || async { metric_sum(&s.tasks.metrics().await, "task_claims_waiting") >= 1.0 },
+    )
+    .await;
+    worker.signal(nix::sys::signal::Signal::SIGTERM);
+    eventually(
+        Duration::from_secs(10),
+        "the worker to see the stop",
+        || async {
+            worker
+                .log_text()
+                .contains("waiting for the claim in flight")
+        },
+    )
+    .await;
+    let id = s.create(json!({"sleep_duration_seconds": 0.2})).await;
+    let status = worker.wait_exit(Duration::from_secs(30)).await;
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(0),
+        "{}",
+        worker.log_tail()
+    );
+    let task = s.task(id).await;
+    assert_eq!(
+        (task["status"].as_str(), task["attempts"].as_i64()),
+        (Some("succeeded"), Some(1)),
+        "{task}"
+    );
+    assert_eq!(task["processor"], "stopping");
+}
+
 #[tokio::test]
 async fn a_chaos_crash_kills_the_worker_mid_task_and_the_task_survives() {
     use std::os::unix::process::ExitStatusExt;

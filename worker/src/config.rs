@@ -104,7 +104,8 @@ pub struct WorkerConfig {
 
     /// Milliseconds a claim waits in task-service for a task to become due (long polling: the
     /// worker starts a new task within milliseconds of its creation); 0 polls instead. Also
-    /// how long a shutdown may wait for the claim in flight. At most 30000.
+    /// how long a shutdown may wait for the claim in flight (whose tasks still run). At most
+    /// 30000.
     #[arg(long, env = "CLAIM_WAIT_MS", default_value_t = defaults::CLAIM_WAIT_MS)]
     pub claim_wait_ms: u64,
 

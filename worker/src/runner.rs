@@ -21,9 +21,10 @@
 //!    transient errors until the lease deadline (heartbeats continue meanwhile). A 409/404
 //!    answer drops the task. Completions that are ready at the same moment travel together in
 //!    one `PUT /api/tasks/complete` ([`crate::completions`]), each still answered on its own.
-//! 6. On shutdown the claimer stops at once; runners get `SHUTDOWN_GRACE_SECONDS` to finish;
-//!    then the rest are cancelled and handed back with `fail` + `requeue: true`, so they are
-//!    claimable again at once and no attempt is charged.
+//! 6. On shutdown the claimer sends no new claim; one already sent is awaited (at most
+//!    `CLAIM_WAIT_MS`) and its tasks run like the others. Runners get `SHUTDOWN_GRACE_SECONDS`
+//!    to finish; then the rest are cancelled and handed back with `fail` + `requeue: true`, so
+//!    they are claimable again at once and no attempt is charged.
 //!
 //! This module keeps only the claim loop and its wiring. A task's run (`task_run`), the heartbeat
 //! loop (`heartbeat`) and the chaos switches (`chaos`) are modules of their own, so that each part
@@ -156,12 +157,18 @@ async fn claim_loop<H: TaskHandler>(
             settings.claim_wait,
         ));
         let mut stopping = false;
-        // A claim already sent is finished even when shutdown comes meanwhile: what it claimed
-        // is handed back at once rather than left leased.
+        // A claim already sent is finished even when shutdown comes meanwhile, and what it
+        // brings is run within the grace period like any task in flight: dropping the request
+        // could leave a task leased to nobody until its lease lapsed, and handing it back would
+        // make a stop bounce work that a moment earlier it would have done.
         let result = tokio::select! {
             biased;
             () = &mut shutdown => {
                 stopping = true;
+                tracing::info!(
+                    wait_ms = u64::try_from(settings.claim_wait.as_millis()).unwrap_or(u64::MAX),
+                    "shutting down: waiting for the claim in flight, whose tasks will still run"
+                );
                 claim.await
             }
             result = &mut claim => result,
@@ -174,15 +181,8 @@ async fn claim_loop<H: TaskHandler>(
                     .with_label_values(&["claimed"])
                     .inc();
                 idle.reset();
-                let already_stopping = CancellationToken::new();
-                already_stopping.cancel();
                 for task in tasks {
                     ctx.metrics.claimed.inc();
-                    let token = if stopping {
-                        already_stopping.clone()
-                    } else {
-                        hand_back.clone()
-                    };
                     // The lease was taken no earlier than the round that claimed the task, which
                     // began `waited` after task-service received the claim.
                     let leased_from = (sent + task.waited()).min(Instant::now());
@@ -191,7 +191,7 @@ async fn claim_loop<H: TaskHandler>(
                         handler.clone(),
                         task,
                         leased_from,
-                        token,
+                        hand_back.clone(),
                     ));
                 }
                 if stopping {
