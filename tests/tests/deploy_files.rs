@@ -345,6 +345,17 @@ fn the_dockerfile_lints_clean_and_builds_with_the_command_ci_runs() {
     let validators = tools::validators();
     let dockerfile = workspace().join("deploy/Dockerfile");
     run(Command::new(validators.join("hadolint")).arg(&dockerfile));
+    // The smoke test's stand-ins for the base images are held to the same rules.
+    let standins = workspace().join("deploy/smoke/standins");
+    let mut linted = 0;
+    for entry in std::fs::read_dir(&standins).unwrap() {
+        let file = entry.unwrap().path().join("Dockerfile");
+        if file.exists() {
+            run(Command::new(validators.join("hadolint")).arg(&file));
+            linted += 1;
+        }
+    }
+    assert_eq!(linted, 4, "rust, postgres, nginx and jaeger stand-ins");
     let text = std::fs::read_to_string(&dockerfile).unwrap();
     assert!(
         text.contains("RUN deploy/build.sh --release"),
