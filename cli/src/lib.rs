@@ -1,13 +1,13 @@
 //! `leasehold`, the operators' command line: leases (list, show, acquire, renew, release,
-//! revoke), tasks (create, list, show, cancel, retry, tail) and the generator (status, start,
-//! stop), against lease-service and task-service over their HTTP APIs.
+//! revoke), tasks (create, list, show, cancel, retry, tail), the generator (status, start,
+//! stop) and queues (list, show, pause, resume), against lease-service and task-service over their HTTP APIs.
 //!
 //! Every command prints a human table by default and the services' own JSON with `--json`, so
 //! scripts read exactly what the API says. Commands that wait on work (`tasks create --wait`,
 //! `tasks tail`) show a live count on standard error while standard output stays clean.
 //!
 //! Layout: one module per command group, as in tokio mini-redis's `src/cmd/`: `leases`,
-//! `tasks` and `generator` each hold their clap subcommand and the code that runs it; `api` holds
+//! `tasks`, `generator` and `queues` each hold their clap subcommand and the code that runs it; `api` holds
 //! the two services' clients (`leasehold::LeaseClient` and `leasehold::TaskClient`, the typed
 //! clients every caller shares) and how a failed request is reported, `out` the output (JSON,
 //! tables, progress). This file holds the top-level command line and `run`.
@@ -16,6 +16,7 @@ mod api;
 mod generator;
 mod leases;
 mod out;
+mod queues;
 mod tasks;
 
 use clap::{Parser, Subcommand};
@@ -26,9 +27,10 @@ use crate::out::Out;
 pub use generator::GeneratorCommand;
 pub use leases::{LeaseCommand, ProofArgs};
 pub use out::{lease_table, table};
+pub use queues::QueueCommand;
 pub use tasks::{DEFAULT_TASK_DATA, TaskCommand};
 
-/// Operate Leasehold: leases, tasks and the task generator.
+/// Operate Leasehold: leases, tasks, queues and the task generator.
 #[derive(Debug, Parser)]
 #[command(name = "leasehold", version)]
 pub struct Cli {
@@ -71,6 +73,9 @@ pub enum Command {
     /// The task generator's desired state and leader.
     #[command(subcommand)]
     Generator(GeneratorCommand),
+    /// Task queues: pause, resume, and their state.
+    #[command(subcommand)]
+    Queues(QueueCommand),
 }
 
 /// Runs one command.
@@ -81,6 +86,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Leases(command) => leases::leases(&api, &out, command).await,
         Command::Tasks(command) => tasks::tasks(&api, &out, command).await,
         Command::Generator(command) => generator::generator(&api, &out, command).await,
+        Command::Queues(command) => queues::queues(&api, &out, command).await,
     }
 }
 
@@ -134,6 +140,8 @@ mod tests {
             ],
             vec!["leasehold", "tasks", "tail", "--seconds", "1"],
             vec!["leasehold", "generator", "start", "--rate", "2"],
+            vec!["leasehold", "queues", "pause", "mail"],
+            vec!["leasehold", "queues", "list", "--json"],
         ] {
             assert!(Cli::try_parse_from(&args).is_ok(), "{args:?}");
         }

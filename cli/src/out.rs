@@ -7,6 +7,7 @@ use std::sync::{Mutex, PoisonError};
 use chrono::{DateTime, Utc};
 use leasehold::api::{Lease, LeaseStatus};
 use leasehold::generator::GeneratorStatus;
+use leasehold::queues::QueueState;
 use leasehold::tasks::Task;
 use serde::Serialize;
 use serde_json::Value;
@@ -243,6 +244,37 @@ pub(crate) fn task_detail(task: &Task) -> String {
     .map(|(label, value)| vec![label.to_owned(), value])
     .collect();
     table(&["FIELD", "VALUE"], &rows)
+}
+
+pub(crate) fn queue_table(queues: &[QueueState]) -> String {
+    let count =
+        |q: &QueueState, status: &str| q.counts.get(status).copied().unwrap_or(0).to_string();
+    let rows: Vec<Vec<String>> = queues
+        .iter()
+        .map(|q| {
+            vec![
+                q.queue.clone(),
+                if q.paused { "paused" } else { "running" }.to_owned(),
+                count(q, "pending"),
+                count(q, "running"),
+                count(q, "succeeded"),
+                count(q, "dead"),
+                or_dash(q.oldest_due_age_seconds.map(|s| format!("{s:.1} s"))),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "QUEUE",
+            "STATE",
+            "PENDING",
+            "RUNNING",
+            "SUCCEEDED",
+            "DEAD",
+            "OLDEST DUE",
+        ],
+        &rows,
+    )
 }
 
 pub(crate) fn generator_table(status: &GeneratorStatus) -> String {

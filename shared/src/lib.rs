@@ -57,6 +57,8 @@ pub mod lease_client;
 pub mod lease_guard;
 #[cfg(feature = "metrics-server")]
 pub mod metrics_server;
+pub mod percent;
+pub mod queues;
 pub mod retry;
 #[cfg(feature = "server")]
 pub mod server;

@@ -106,6 +106,21 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                     .default_service(web::to(method_not_allowed)),
             ),
     )
+    .service(
+        web::scope("/api/queues")
+            .service(get_only("", queues_list))
+            .service(get_only("/{queue}", queue_get))
+            .service(
+                web::resource("/{queue}/pause")
+                    .route(locked(web::post().to(queue_pause), Role::Operator))
+                    .default_service(web::to(method_not_allowed)),
+            )
+            .service(
+                web::resource("/{queue}/resume")
+                    .route(locked(web::post().to(queue_resume), Role::Operator))
+                    .default_service(web::to(method_not_allowed)),
+            ),
+    )
     .configure(crate::dashboard::configure)
     .service(get_only("/healthz", healthz))
     .service(get_only("/readyz", readyz))
@@ -331,6 +346,26 @@ async fn readyz(state: State) -> Result<HttpResponse, ApiError> {
     Ok(ready())
 }
 
+async fn queues_list(state: State) -> Result<HttpResponse, ApiError> {
+    let mut conn = db::connection(&state.pool).await?;
+    Ok(HttpResponse::Ok().json(crate::queues::list(&mut conn).await?))
+}
+
+async fn queue_get(state: State, queue: web::Path<String>) -> Result<HttpResponse, ApiError> {
+    let mut conn = db::connection(&state.pool).await?;
+    Ok(HttpResponse::Ok().json(crate::queues::get(&mut conn, &queue).await?))
+}
+
+async fn queue_pause(state: State, queue: web::Path<String>) -> Result<HttpResponse, ApiError> {
+    let mut conn = db::connection(&state.pool).await?;
+    Ok(HttpResponse::Ok().json(crate::queues::set_paused(&mut conn, &queue, true).await?))
+}
+
+async fn queue_resume(state: State, queue: web::Path<String>) -> Result<HttpResponse, ApiError> {
+    let mut conn = db::connection(&state.pool).await?;
+    Ok(HttpResponse::Ok().json(crate::queues::set_paused(&mut conn, &queue, false).await?))
+}
+
 async fn metrics(state: State) -> Result<HttpResponse, ApiError> {
     let reading = async {
         let mut conn = db::connection(&state.pool).await?;
@@ -338,7 +373,11 @@ async fn metrics(state: State) -> Result<HttpResponse, ApiError> {
     };
     // A database that does not answer leaves the gauges as they were; counters still serve.
     match tokio::time::timeout(Duration::from_secs(2), reading).await {
-        Ok(Ok((counts, oldest))) => state.engine.metrics.observe_database(&counts, &oldest),
+        Ok(Ok(gauges)) => state.engine.metrics.observe_database(
+            &gauges.counts,
+            &gauges.oldest_due,
+            &gauges.queues,
+        ),
         Ok(Err(err)) => tracing::warn!(error = %err, "could not read task gauges"),
         Err(_) => tracing::warn!("reading task gauges timed out"),
     }

@@ -20,6 +20,7 @@
 //! - [`tasks`]: the rules, one module per operation (create, claim, complete, transition, read,
 //!   ready), and the claim and completion groups;
 //! - [`generator`]: the generator's desired state and who leads it;
+//! - [`queues`]: pause and resume, and each queue's state;
 //! - [`repo`]: every SQL statement, one module per kind;
 //! - [`sweeper`]: retention and lapsed cancellations, on one replica ([`leasehold::Singleton`]);
 //! - [`metrics`].
@@ -30,6 +31,7 @@ pub mod db;
 pub mod generator;
 pub mod http;
 pub mod metrics;
+pub mod queues;
 pub mod repo;
 pub mod state;
 pub mod sweeper;

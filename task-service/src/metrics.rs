@@ -1,5 +1,5 @@
 //! Prometheus metrics of one task-service process, served at `GET /metrics`. Counters count what
-//! this replica did; the `tasks` and `oldest_due_task_age_seconds` gauges are read from the
+//! this replica did; the `tasks`, `oldest_due_task_age_seconds` and `queue_paused` gauges are read from the
 //! database at scrape time, so every replica reports the same totals.
 //!
 //! Queue names are chosen by producers, so the `queue` label is capped ([`QueueLabels`]): the
@@ -16,7 +16,7 @@ use prometheus::{
     Registry,
 };
 
-use crate::repo::{OldestDue, QueueCount};
+use crate::repo::{OldestDue, QueueCount, QueueRow};
 
 /// `METRICS_MAX_QUEUES` unless configured.
 pub const DEFAULT_MAX_QUEUES: usize = 100;
@@ -96,6 +96,8 @@ pub struct Metrics {
     pub claim_to_complete: ByQueue<HistogramVec>,
     pub tasks: IntGaugeVec,
     pub oldest_due: GaugeVec,
+    /// 1 for each paused queue, 0 for one resumed (queues never paused are not listed).
+    pub queue_paused: IntGaugeVec,
     pub swept: IntCounter,
     pub sweeps: IntCounterVec,
     /// Claims waiting for work on this replica now.
@@ -201,6 +203,14 @@ impl Metrics {
             &["queue"],
         )?;
         registry.register(Box::new(oldest_due.clone()))?;
+        let queue_paused = IntGaugeVec::new(
+            Opts::new(
+                "queue_paused",
+                "1 while a queue is paused (claims skip its tasks), by queue.",
+            ),
+            &["queue"],
+        )?;
+        registry.register(Box::new(queue_paused.clone()))?;
         let swept = IntCounter::new(
             "task_retention_deleted_total",
             "Finished tasks deleted by the retention sweeper.",
@@ -235,6 +245,7 @@ impl Metrics {
             },
             tasks,
             oldest_due,
+            queue_paused,
             swept,
             sweeps,
             queues,
@@ -243,7 +254,12 @@ impl Metrics {
 
     /// Replaces the database-derived gauges with a fresh reading. The queues past the cap add
     /// up under [`OTHER_QUEUES`]: their tasks summed, their oldest due task the oldest of all.
-    pub fn observe_database(&self, counts: &[QueueCount], oldest: &[OldestDue]) {
+    pub fn observe_database(
+        &self,
+        counts: &[QueueCount],
+        oldest: &[OldestDue],
+        queues: &[QueueRow],
+    ) {
         self.tasks.reset();
         for row in counts {
             self.tasks
@@ -256,6 +272,13 @@ impl Metrics {
                 .oldest_due
                 .with_label_values(&[self.queues.label(&row.queue)]);
             gauge.set(gauge.get().max(row.age_seconds));
+        }
+        self.queue_paused.reset();
+        for row in queues {
+            let gauge = self
+                .queue_paused
+                .with_label_values(&[self.queues.label(&row.queue)]);
+            gauge.set(gauge.get().max(i64::from(row.paused)));
         }
     }
 }

@@ -497,3 +497,55 @@ async fn the_generator_is_started_stopped_and_shown() {
     let stopped = leasehold(&l, &t, None, &["generator", "stop", "--json"]).await;
     assert_eq!(documents(&stopped)[0]["status"], "STOPPED");
 }
+
+#[tokio::test]
+async fn queues_are_paused_resumed_listed_and_shown() {
+    let lease_db = fresh_database().await;
+    let task_db = fresh_database().await;
+    let leases = Service::lease_service(&lease_db, &[]).await;
+    let tasks = Service::task_service(&task_db, &leases.base_url(), &[]).await;
+    let (l, t) = (leases.base_url(), tasks.base_url());
+    let created = leasehold(&l, &t, None, &["tasks", "create", "--queue", "mail b"]).await;
+    ok(&created, "create");
+
+    let paused = leasehold(&l, &t, None, &["queues", "pause", "mail b", "--json"]).await;
+    ok(&paused, "pause");
+    let state = documents(&paused).remove(0);
+    assert_eq!(
+        (
+            &state["queue"],
+            &state["paused"],
+            &state["counts"]["pending"]
+        ),
+        (&json!("mail b"), &json!(true), &json!(1)),
+        "{state}"
+    );
+    let listed = leasehold(&l, &t, None, &["queues", "list"]).await;
+    ok(&listed, "list");
+    let text = stdout(&listed);
+    assert!(text.contains("mail b") && text.contains("paused"), "{text}");
+    let claim = tasks
+        .post(
+            "/api/tasks/next",
+            &json!({"processor": "w", "queue": "mail b"}),
+        )
+        .await;
+    assert_eq!(
+        claim.status, 200,
+        "nothing claimed while paused: {:?}",
+        claim.body
+    );
+
+    let resumed = leasehold(&l, &t, None, &["queues", "resume", "mail b", "--json"]).await;
+    ok(&resumed, "resume");
+    assert_eq!(documents(&resumed)[0]["paused"], false);
+    let shown = leasehold(&l, &t, None, &["queues", "show", "mail b", "--json"]).await;
+    assert_eq!(documents(&shown)[0]["paused"], false);
+    let claim = tasks
+        .post(
+            "/api/tasks/next",
+            &json!({"processor": "w", "queue": "mail b"}),
+        )
+        .await;
+    assert_eq!(claim.status, 202, "{:?}", claim.body);
+}

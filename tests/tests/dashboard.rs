@@ -239,6 +239,24 @@ async fn the_dashboard_shows_and_operates_a_live_stack() {
     })
     .await;
 
+    // Queues: the operator pauses the default queue from its row (after confirmation), and
+    // resumes it.
+    browser.click("#tab-tasks").await;
+    let state = "tr[data-queue=\"default\"] .queue-state";
+    for (expected, paused) in [("paused", true), ("running", false)] {
+        browser
+            .click("tr[data-queue=\"default\"] button.queue-toggle")
+            .await;
+        browser.click("#confirm-yes").await;
+        browser
+            .wait_for_text(state, Duration::from_secs(10), |s| s == expected)
+            .await;
+        assert_eq!(
+            tasks.get("/api/queues/default").await.body["paused"],
+            paused
+        );
+    }
+
     let errors = browser.page_errors().await;
     assert!(errors.is_empty(), "the page met errors: {errors:?}");
 

@@ -13,6 +13,7 @@ use std::sync::OnceLock;
 use diesel::QueryableByName;
 use diesel::sql_types::Text;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use leasehold::percent::encode;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use serde_json::{Value, json};
@@ -389,19 +390,6 @@ async fn task_service_survives_generated_hostile_requests() {
         strategy,
     );
     assert_eq!(tasks.get("/healthz").await.status, 200);
-}
-
-/// `value` percent-encoded byte by byte, as a query string carries it.
-fn encode(value: &str) -> String {
-    value
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                char::from(b).to_string()
-            }
-            other => format!("%{other:02X}"),
-        })
-        .collect()
 }
 
 /// A query parameter's name: one the routes read, or any other.

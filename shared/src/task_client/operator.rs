@@ -1,10 +1,13 @@
 //! The calls of producers and operators: create a task, read one, list a page, count by queue
-//! and status, cancel, retry a dead task, and read or change the generator's desired state.
+//! and status, cancel, retry a dead task, read or change the generator's desired state, and
+//! read, pause or resume queues.
 //! The generator creates through here with its `generator_fence`; the command line uses all of
 //! it.
 
 use super::{CallError, TaskClient};
 use crate::generator::{GeneratorSettings, GeneratorStatus, StartGenerator};
+use crate::percent;
+use crate::queues::{QueueState, Queues};
 use crate::tasks::{CreateResult, CreateTask, CreateTasks, CreatedTasks, OneTask, Task, TaskPage};
 
 /// What `POST /api/tasks` did with a create.
@@ -191,6 +194,34 @@ impl TaskClient {
         )
         .await?
         .read("a generator stop")
+    }
+
+    /// `GET /api/queues`: every queue with tasks or settings.
+    pub async fn queues(&self) -> Result<Queues, CallError> {
+        self.send(reqwest::Method::GET, "/api/queues", &[], None::<&()>)
+            .await?
+            .read("the queues")
+    }
+
+    /// `GET /api/queues/{queue}`.
+    pub async fn queue(&self, queue: &str) -> Result<QueueState, CallError> {
+        let path = format!("/api/queues/{}", percent::encode(queue));
+        self.send(reqwest::Method::GET, &path, &[], None::<&()>)
+            .await?
+            .read("a queue")
+    }
+
+    /// `POST /api/queues/{queue}/pause` (`paused`) or `/resume`: the queue's state after.
+    pub async fn set_queue_paused(
+        &self,
+        queue: &str,
+        paused: bool,
+    ) -> Result<QueueState, CallError> {
+        let action = if paused { "pause" } else { "resume" };
+        let path = format!("/api/queues/{}/{action}", percent::encode(queue));
+        self.send(reqwest::Method::POST, &path, &[], None::<&()>)
+            .await?
+            .read("a queue's pause or resume")
     }
 }
 

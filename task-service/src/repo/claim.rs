@@ -10,6 +10,11 @@ use tracing::Instrument;
 
 use super::{COLUMNS, Db, Result, TaskRow};
 
+/// Keeps a claim off the tasks of paused queues. The paused queues are read once per statement
+/// (an init plan), so the claim keeps walking its ordered index; a paused queue's tasks are
+/// stepped over, never locked.
+const NOT_PAUSED: &str = "AND queue <> ALL (ARRAY(SELECT q.queue FROM queues q WHERE q.paused))";
+
 /// Makes the rest of this transaction's claim queries walk their ordered partial index.
 ///
 /// Planner statistics lag behind a queue table: right after a burst of inserts into a queue
@@ -56,7 +61,7 @@ pub async fn take_lapsed(
          ), claimable AS (
              SELECT {COLUMNS} FROM tasks
              WHERE status = 'running' AND must_heartbeat_before <= now()
-               AND ($1::text IS NULL OR queue = $1)
+               AND ($1::text IS NULL OR queue = $1) {NOT_PAUSED}
                AND NOT cancel_requested AND attempts < max_attempts
              ORDER BY must_heartbeat_before
              LIMIT $2
@@ -112,8 +117,8 @@ pub async fn cancel_lapsed(conn: &mut Db, queue: Option<&str>, batch: i64) -> Re
     .await
 }
 
-/// Due pending tasks, highest priority then earliest scheduled, locked with `SKIP LOCKED`
-/// (never the sample's `OFFSET` scan). The two statements let each use its partial index.
+/// Due pending tasks of queues not paused, highest priority then earliest scheduled, locked
+/// with `SKIP LOCKED` (never the sample's `OFFSET` scan). The two statements let each use its partial index.
 pub async fn lock_due(conn: &mut Db, queue: Option<&str>, limit: i64) -> Result<Vec<TaskRow>> {
     let span = leasehold::db_span!("SELECT", "tasks");
     async move {
@@ -136,7 +141,7 @@ pub fn due_sql(by_queue: bool) -> String {
     };
     format!(
         "SELECT {COLUMNS} FROM tasks
-         WHERE status = 'pending' AND scheduled_at <= now() {filter}
+         WHERE status = 'pending' AND scheduled_at <= now() {filter} {NOT_PAUSED}
          ORDER BY priority DESC, scheduled_at, id
          LIMIT $2
          FOR UPDATE SKIP LOCKED"

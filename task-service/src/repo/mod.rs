@@ -1,8 +1,8 @@
 //! Every SQL statement of task-service, and nothing else, one module per operation:
 //! `create.rs` (inserts and the idempotency key's lookup), `claim.rs` (the claim round's
 //! statements), `transition.rs` (heartbeat, complete, fail, cancel, retry), `read.rs` (lookups,
-//! listings, counts, the dashboard's reads), `retention.rs` (the sweeper's deletes) and
-//! `generator.rs` (its desired state). The modules are private; their items are re-exported
+//! listings, counts, the dashboard's reads), `retention.rs` (the sweeper's deletes),
+//! `generator.rs` (its desired state) and `queues.rs` (pause and resume). The modules are private; their items are re-exported
 //! here, where the rules find them. Times are the database's `now()`; every statement runs in
 //! a client span from [`leasehold::db_span!`].
 
@@ -16,6 +16,7 @@ use leasehold::tasks::TaskStatus;
 mod claim;
 mod create;
 mod generator;
+mod queues;
 mod read;
 mod retention;
 mod transition;
@@ -29,6 +30,7 @@ pub use create::{
     insert_many,
 };
 pub use generator::{GeneratorRow, generator, set_generator};
+pub use queues::{QueueRow, queue_rows, set_paused};
 pub use read::{
     OldestDue, Processor, QueueCount, TaskEvent, ThroughputBucket, counts, events, find, list,
     oldest_due, ping, processors, throughput,

@@ -92,9 +92,22 @@ pub async fn counts(conn: &mut Db) -> Result<TaskCounts, ApiError> {
     ))
 }
 
-/// What the task gauges of `/metrics` show: the counts and the oldest due task per queue.
-pub async fn gauges(conn: &mut Db) -> Result<(Vec<QueueCount>, Vec<OldestDue>), ApiError> {
-    Ok((repo::counts(conn).await?, repo::oldest_due(conn).await?))
+/// What the task gauges of `/metrics` show: the counts and the oldest due task per queue, and
+/// which queues are paused.
+pub async fn gauges(conn: &mut Db) -> Result<Gauges, ApiError> {
+    Ok(Gauges {
+        counts: repo::counts(conn).await?,
+        oldest_due: repo::oldest_due(conn).await?,
+        queues: repo::queue_rows(conn).await?,
+    })
+}
+
+/// The database's side of `/metrics`.
+#[derive(Debug)]
+pub struct Gauges {
+    pub counts: Vec<QueueCount>,
+    pub oldest_due: Vec<OldestDue>,
+    pub queues: Vec<repo::QueueRow>,
 }
 
 /// Whether the database answers.

@@ -1,0 +1,54 @@
+//! `leasehold queues`: list, show, pause and resume.
+
+use clap::Subcommand;
+
+use crate::api::Api;
+use crate::out::{Out, queue_table};
+
+#[derive(Debug, Subcommand)]
+pub enum QueueCommand {
+    /// Every queue with tasks or settings: paused or not, counts, oldest due task.
+    List,
+    /// One queue.
+    Show {
+        /// The queue's name.
+        queue: String,
+    },
+    /// Stop claims from handing out the queue's tasks; running ones finish, creates still
+    /// succeed (operator role).
+    Pause {
+        /// The queue's name.
+        queue: String,
+    },
+    /// Let claims hand out the queue's tasks again (operator role).
+    Resume {
+        /// The queue's name.
+        queue: String,
+    },
+}
+
+pub(crate) async fn queues(api: &Api, out: &Out, command: QueueCommand) -> anyhow::Result<()> {
+    let client = &api.tasks;
+    let state = match command {
+        QueueCommand::List => {
+            let queues = client
+                .queues()
+                .await
+                .map_err(api.tasks_failed("GET", "/api/queues"))?;
+            return out.value(&queues, |queues| Ok(queue_table(&queues.queues)));
+        }
+        QueueCommand::Show { queue } => client
+            .queue(&queue)
+            .await
+            .map_err(api.tasks_failed("GET", &format!("/api/queues/{queue}")))?,
+        QueueCommand::Pause { queue } => client
+            .set_queue_paused(&queue, true)
+            .await
+            .map_err(api.tasks_failed("POST", &format!("/api/queues/{queue}/pause")))?,
+        QueueCommand::Resume { queue } => client
+            .set_queue_paused(&queue, false)
+            .await
+            .map_err(api.tasks_failed("POST", &format!("/api/queues/{queue}/resume")))?,
+    };
+    out.value(&state, |state| Ok(queue_table(std::slice::from_ref(state))))
+}

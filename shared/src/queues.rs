@@ -1,0 +1,29 @@
+//! Wire types of the queue control API (`/api/queues`, served by task-service).
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+/// One queue: `GET /api/queues/{queue}`, each entry of `GET /api/queues`, and the answer of a
+/// pause or resume. A queue exists for this API once it has tasks or an operator has set
+/// something on it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueState {
+    pub queue: String,
+    /// Claims skip a paused queue's tasks; its running tasks finish, creates still succeed.
+    pub paused: bool,
+    /// Its tasks in each status (every status named, zeros included).
+    pub counts: BTreeMap<String, i64>,
+    /// How long its oldest due pending task has waited (database clock); none when none is due.
+    pub oldest_due_age_seconds: Option<f64>,
+    /// When an operator last changed its settings; none if never.
+    pub updated_at: Option<DateTime<Utc>>,
+}
+
+/// `GET /api/queues`: every queue, by name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Queues {
+    pub queues: Vec<QueueState>,
+}

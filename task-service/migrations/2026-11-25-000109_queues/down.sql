@@ -1,0 +1,2 @@
+DROP TABLE queues;
+DROP FUNCTION queues_notify_resume();

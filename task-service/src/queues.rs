@@ -1,0 +1,91 @@
+//! Queues as operators see them: pause and resume, and each queue's state with its counts.
+//!
+//! A pause is a row in `queues`, read by every claim statement (`repo::lock_due`,
+//! `repo::take_lapsed`), so it holds across replicas from the moment it commits: no claim that
+//! starts after the pause is answered hands out the queue's tasks. Tasks already running
+//! finish; creates still succeed. A resume wakes as many waiting claims as the queue has due
+//! tasks (the table's trigger notifies `leasehold_tasks`).
+
+use std::collections::BTreeMap;
+
+use leasehold::queues::{QueueState, Queues};
+use leasehold::server::{ApiError, validate_name_within};
+use leasehold::tasks::{MAX_QUEUE_BYTES, TaskCounts};
+
+use crate::repo::{self, Db, QueueRow};
+
+/// `POST /api/queues/{queue}/pause` (`paused`) and `/resume`: the queue's state after.
+pub async fn set_paused(conn: &mut Db, queue: &str, paused: bool) -> Result<QueueState, ApiError> {
+    validate_name_within("queue", queue, MAX_QUEUE_BYTES)?;
+    let row = repo::set_paused(conn, queue, paused).await?;
+    tracing::info!(
+        queue,
+        paused,
+        "queue {}",
+        if paused { "paused" } else { "resumed" }
+    );
+    let mut states = states(conn, vec![row]).await?;
+    Ok(states.remove(queue).unwrap_or_else(|| untouched(queue)))
+}
+
+/// `GET /api/queues`: every queue that has tasks or settings, by name.
+pub async fn list(conn: &mut Db) -> Result<Queues, ApiError> {
+    let rows = repo::queue_rows(conn).await?;
+    Ok(Queues {
+        queues: states(conn, rows).await?.into_values().collect(),
+    })
+}
+
+/// `GET /api/queues/{queue}`: a queue nobody has used reads as running and empty.
+pub async fn get(conn: &mut Db, queue: &str) -> Result<QueueState, ApiError> {
+    validate_name_within("queue", queue, MAX_QUEUE_BYTES)?;
+    let rows = repo::queue_rows(conn).await?;
+    let mut states = states(conn, rows).await?;
+    Ok(states.remove(queue).unwrap_or_else(|| untouched(queue)))
+}
+
+/// The queues of `rows` and of every task, with their counts and oldest due task.
+async fn states(
+    conn: &mut Db,
+    rows: Vec<QueueRow>,
+) -> Result<BTreeMap<String, QueueState>, ApiError> {
+    let counts = repo::counts(conn).await?;
+    let oldest = repo::oldest_due(conn).await?;
+    let tally = TaskCounts::tally(counts.iter().map(|c| (c.queue.as_str(), c.status, c.count)));
+    let mut states: BTreeMap<String, QueueState> = BTreeMap::new();
+    for (queue, counts) in tally.queues {
+        states.insert(queue.clone(), empty(&queue, counts));
+    }
+    for row in rows {
+        let state = states
+            .entry(row.queue.clone())
+            .or_insert_with(|| empty(&row.queue, zeros()));
+        state.paused = row.paused;
+        state.updated_at = Some(row.updated_at);
+    }
+    for due in oldest {
+        if let Some(state) = states.get_mut(&due.queue) {
+            state.oldest_due_age_seconds = Some(due.age_seconds.max(0.0));
+        }
+    }
+    Ok(states)
+}
+
+fn empty(queue: &str, counts: BTreeMap<String, i64>) -> QueueState {
+    QueueState {
+        queue: queue.to_owned(),
+        paused: false,
+        counts,
+        oldest_due_age_seconds: None,
+        updated_at: None,
+    }
+}
+
+/// A queue with neither tasks nor settings: running, every count zero.
+fn untouched(queue: &str) -> QueueState {
+    empty(queue, zeros())
+}
+
+fn zeros() -> BTreeMap<String, i64> {
+    TaskCounts::tally(std::iter::empty()).total
+}
