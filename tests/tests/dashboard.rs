@@ -244,8 +244,13 @@ async fn the_dashboard_shows_and_operates_a_live_stack() {
     browser.click("#tab-tasks").await;
     let state = "tr[data-queue=\"default\"] .queue-state";
     for (expected, paused) in [("paused", true), ("running", false)] {
+        // Clicked from the page itself: the rows are redrawn every second, so an element found
+        // over WebDriver can go stale before the click reaches it.
         browser
-            .click("tr[data-queue=\"default\"] button.queue-toggle")
+            .execute(
+                "document.querySelector('tr[data-queue=\"default\"] button.queue-toggle').click();",
+                json!([]),
+            )
             .await;
         browser.click("#confirm-yes").await;
         browser
