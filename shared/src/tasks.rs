@@ -333,6 +333,19 @@ pub struct FailTask {
     pub requeue: bool,
 }
 
+/// The longest snooze: a year.
+pub const MAX_SNOOZE_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
+
+/// `PUT /api/tasks/{id}/snooze`: the task's worker puts it back to pending, due in `seconds`
+/// (0 to [`MAX_SNOOZE_SECONDS`]), without charging the attempt, and its lease is released.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SnoozeTask {
+    pub processor: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence: Option<i64>,
+    pub seconds: f64,
+}
+
 fn default_true() -> bool {
     true
 }

@@ -14,7 +14,7 @@ use leasehold::server::http::{
 };
 use leasehold::tasks::{
     ClaimTasks, CompleteTask, CompleteTasks, CompletedTasks, CreateTask, CreateTasks, CreatedTasks,
-    FailTask, Heartbeat, NoTask, TaskStatus,
+    FailTask, Heartbeat, NoTask, SnoozeTask, TaskStatus,
 };
 use serde::Deserialize;
 
@@ -76,6 +76,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .service(
                 web::resource("/{id}/fail")
                     .route(locked(web::put().to(fail), Role::Worker))
+                    .default_service(web::to(method_not_allowed)),
+            )
+            .service(
+                web::resource("/{id}/snooze")
+                    .route(locked(web::put().to(snooze), Role::Worker))
                     .default_service(web::to(method_not_allowed)),
             )
             .service(
@@ -192,6 +197,16 @@ async fn fail(
 ) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
     let task = tasks::fail(&mut conn, &state.engine, *id, &body).await?;
+    Ok(HttpResponse::Accepted().json(task))
+}
+
+async fn snooze(
+    state: State,
+    id: web::Path<i64>,
+    body: web::Json<SnoozeTask>,
+) -> Result<HttpResponse, ApiError> {
+    let mut conn = db::connection(&state.pool).await?;
+    let task = tasks::snooze(&mut conn, &state.engine, *id, &body).await?;
     Ok(HttpResponse::Accepted().json(task))
 }
 

@@ -44,13 +44,16 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-/// Why a task could not be done. `retryable: false` makes task-service mark it dead at once;
-/// `true` lets it be tried again while attempts remain.
+/// Why a task was not done now. `retryable: false` makes task-service mark it dead at once;
+/// `true` lets it be tried again while attempts remain. With `snooze`, it was not a failure
+/// but a "not yet" (River's `JobSnooze`, Oban's `{:snooze, seconds}`): the task goes back to
+/// pending, due after that delay, without charging the attempt.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct TaskFailure {
     pub message: String,
     pub retryable: bool,
+    pub snooze: Option<Duration>,
 }
 
 impl TaskFailure {
@@ -59,6 +62,7 @@ impl TaskFailure {
         Self {
             message: message.into(),
             retryable: true,
+            snooze: None,
         }
     }
 
@@ -67,6 +71,17 @@ impl TaskFailure {
         Self {
             message: message.into(),
             retryable: false,
+            snooze: None,
+        }
+    }
+
+    /// Not now: run the task again after `delay` (at most a year), without charging the
+    /// attempt.
+    pub fn snooze(delay: Duration) -> Self {
+        Self {
+            message: format!("snoozed for {delay:?}"),
+            retryable: true,
+            snooze: Some(delay),
         }
     }
 }

@@ -20,6 +20,8 @@ pub struct Metrics {
     pub lost: IntCounter,
     /// `worker_tasks_requeued_total`: tasks handed back at shutdown.
     pub requeued: IntCounter,
+    /// `worker_tasks_snoozed_total`: tasks the handler put off, as task-service accepted.
+    pub snoozed: IntCounter,
     /// `worker_tasks_in_flight`
     pub in_flight: IntGauge,
     /// `worker_task_claim_to_complete_seconds`
@@ -51,6 +53,10 @@ impl Metrics {
             "worker_tasks_requeued_total",
             "Unfinished tasks handed back to task-service at shutdown.",
         )?;
+        let snoozed = IntCounter::new(
+            "worker_tasks_snoozed_total",
+            "Tasks the handler put off (snoozed), as task-service accepted.",
+        )?;
         let in_flight = IntGauge::new("worker_tasks_in_flight", "Tasks being worked on now.")?;
         let claim_to_complete = Histogram::with_opts(
             HistogramOpts::new(
@@ -78,6 +84,7 @@ impl Metrics {
         )?;
         registry.register(Box::new(claimed.clone()))?;
         registry.register(Box::new(completed.clone()))?;
+        registry.register(Box::new(snoozed.clone()))?;
         registry.register(Box::new(failed.clone()))?;
         registry.register(Box::new(lost.clone()))?;
         registry.register(Box::new(requeued.clone()))?;
@@ -98,6 +105,7 @@ impl Metrics {
             failed,
             lost,
             requeued,
+            snoozed,
             in_flight,
             claim_to_complete,
             heartbeats,

@@ -10,6 +10,7 @@ use std::any::Any;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::FutureExt;
 use leasehold::tasks::Task;
@@ -102,7 +103,10 @@ pub(crate) async fn process<H: TaskHandler>(
             }
             match result {
                 Ok(Ok(output)) => complete(&ctx, id, fence, &lease, claim_sent, output).await,
-                Ok(Err(failure)) => fail(&ctx, id, fence, &lease, failure).await,
+                Ok(Err(failure)) => match failure.snooze {
+                    Some(delay) => snooze(&ctx, id, fence, &lease, delay).await,
+                    None => fail(&ctx, id, fence, &lease, failure).await,
+                },
                 Err(panic) => {
                     let failure = TaskFailure::retryable(format!(
                         "the task handler panicked: {}",
@@ -184,6 +188,24 @@ async fn fail(ctx: &Ctx, id: i64, fence: Option<i64>, lease: &LeaseState, failur
             );
         }
         not_delivered => lost(ctx, id, fence, "failure", not_delivered, Some(&message)),
+    }
+}
+
+/// The handler's "not yet": the task back to pending, due after `delay`, the attempt not
+/// charged.
+async fn snooze(ctx: &Ctx, id: i64, fence: Option<i64>, lease: &LeaseState, delay: Duration) {
+    let processor = ctx.settings.worker_id.as_str();
+    let seconds = delay.as_secs_f64();
+    let delivery = deliver(id, "snooze", lease, None, || {
+        ctx.client.snooze(id, processor, fence, seconds)
+    })
+    .await;
+    match delivery {
+        Delivery::Accepted => {
+            ctx.metrics.snoozed.inc();
+            tracing::debug!(task_id = id, fence, processor, seconds, "snoozed task {id}");
+        }
+        not_delivered => lost(ctx, id, fence, "snooze", not_delivered, None),
     }
 }
 

@@ -12,7 +12,7 @@ use super::{CallError, TaskClient};
 use crate::ErrorBody;
 use crate::tasks::{
     ClaimTasks, CompleteItem, CompleteTask, CompleteTasks, CompletedTasks, FailTask, Heartbeat,
-    MAX_CLAIM_WAIT_MS, Task,
+    MAX_CLAIM_WAIT_MS, SnoozeTask, Task,
 };
 
 impl TaskClient {
@@ -185,6 +185,25 @@ impl TaskClient {
         };
         self.update(&format!("/api/tasks/{id}/fail"), &body)
             .instrument(task_span("fail task", id, processor, fence))
+            .await
+    }
+
+    /// `PUT /api/tasks/{id}/snooze`: the task back to pending, due in `seconds`, without
+    /// charging the attempt.
+    pub async fn snooze(
+        &self,
+        id: i64,
+        processor: &str,
+        fence: Option<i64>,
+        seconds: f64,
+    ) -> Result<Option<Task>, CallError> {
+        let body = SnoozeTask {
+            processor: processor.to_owned(),
+            fence,
+            seconds,
+        };
+        self.update(&format!("/api/tasks/{id}/snooze"), &body)
+            .instrument(task_span("snooze task", id, processor, fence))
             .await
     }
 

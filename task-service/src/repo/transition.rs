@@ -127,11 +127,12 @@ pub async fn mark_final(
     .await
 }
 
-/// Back to pending, due in `delay_seconds`. `refund_attempt` hands the claim's attempt back.
+/// Back to pending, due in `delay_seconds`, recording `error` (a snooze records none and keeps
+/// the last). `refund_attempt` hands the claim's attempt back.
 pub async fn mark_retry(
     conn: &mut Db,
     id: i64,
-    error: &str,
+    error: Option<&str>,
     delay_seconds: f64,
     refund_attempt: bool,
 ) -> Result<TaskRow> {
@@ -141,12 +142,13 @@ pub async fn mark_retry(
             "UPDATE tasks SET status = 'pending', processor = NULL,
                 scheduled_at = now() + make_interval(secs => $3),
                 attempts = CASE WHEN $4 THEN greatest(attempts - 1, 0) ELSE attempts END,
-                last_error = $2, must_heartbeat_before = NULL, updated_at = now()
+                last_error = coalesce($2, last_error), must_heartbeat_before = NULL,
+                updated_at = now()
          WHERE id = $1
          RETURNING {COLUMNS}"
         ))
         .bind::<BigInt, _>(id)
-        .bind::<Text, _>(error)
+        .bind::<Nullable<Text>, _>(error)
         .bind::<Double, _>(delay_seconds)
         .bind::<Bool, _>(refund_attempt)
         .cached()

@@ -60,7 +60,7 @@ pub use groups::{ClaimGroups, CompletionGroups, claim_groups, completion_groups}
 pub use next::{WAKEUP_CHANNEL, claim, want};
 pub use read::{counts, events, get, overview};
 pub use ready::ready;
-pub use transition::{cancel, fail, heartbeat, retry};
+pub use transition::{cancel, fail, heartbeat, retry, snooze};
 pub use ttl::{TtlVerdict, check_lease_ttl};
 pub use validate::MAX_DATA_BYTES;
 

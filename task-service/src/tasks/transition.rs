@@ -1,4 +1,4 @@
-//! A running task's other transitions: its worker's heartbeat and failure, and an operator's
+//! A running task's other transitions: its worker's heartbeat, failure and snooze, and an operator's
 //! retry and cancel. A worker's transition is allowed only to the task's current worker (by
 //! name, and by fence when given), and its lease call is made while the row is locked, so
 //! lease-service's answer and the row's change cannot disagree. A cancellation asked for
@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use diesel_async::AsyncConnection;
 use leasehold::server::{ApiError, validate_name};
-use leasehold::tasks::{FailTask, Heartbeat, Task, TaskStatus};
+use leasehold::tasks::{FailTask, Heartbeat, MAX_SNOOZE_SECONDS, SnoozeTask, Task, TaskStatus};
 use tracing::field::Empty;
 
 use super::refusal::{finished, lease_refusal};
@@ -114,7 +114,7 @@ pub async fn fail(
                     .failed
                     .with_label_values(&[queue, "requeued"])
                     .inc();
-                repo::mark_retry(conn, id, &error, 0.0, true).await?
+                repo::mark_retry(conn, id, Some(&error), 0.0, true).await?
             } else if !request.retryable || task.attempts >= task.max_attempts {
                 engine
                     .metrics
@@ -141,9 +141,63 @@ pub async fn fail(
                     .failed
                     .with_label_values(&[queue, "retry"])
                     .inc();
-                repo::mark_retry(conn, id, &error, engine.retry_delay(task.attempts), false).await?
+                repo::mark_retry(
+                    conn,
+                    id,
+                    Some(&error),
+                    engine.retry_delay(task.attempts),
+                    false,
+                )
+                .await?
             };
             Ok(Transition::Done(row))
+        })
+        .await?;
+    finish(engine, outcome, processor).await
+}
+
+/// The worker's snooze: its task back to pending, due in `seconds`, the attempt not charged
+/// (the task was not tried, only put off), and its lease released in the same transaction, with
+/// the fence. A cancellation asked for meanwhile wins, as for a failure.
+#[tracing::instrument(name = "snooze task", skip_all, fields(
+    task.id = id,
+    task.processor = %request.processor,
+    task.fence = request.fence.unwrap_or_default(),
+    task.queue = Empty,
+    task.status = Empty,
+))]
+pub async fn snooze(
+    conn: &mut Db,
+    engine: &Engine,
+    id: i64,
+    request: &SnoozeTask,
+) -> Result<Task, ApiError> {
+    validate_name("processor", &request.processor)?;
+    if !request.seconds.is_finite() || !(0.0..=MAX_SNOOZE_SECONDS).contains(&request.seconds) {
+        return Err(ApiError::invalid(
+            "invalid_snooze",
+            "seconds",
+            format!(
+                "seconds must be between 0 and {MAX_SNOOZE_SECONDS}, got {}",
+                request.seconds
+            ),
+        ));
+    }
+    let processor = request.processor.as_str();
+    let outcome = conn
+        .transaction::<_, ApiError, _>(async |conn| {
+            let task = match owned(conn, id, processor, request.fence, None).await? {
+                Ok(task) => task,
+                Err(cancelled) => return Ok(cancelled),
+            };
+            engine
+                .leases
+                .release(&engine.resource(id), processor, task.lease_proof())
+                .await
+                .map_err(|err| lease_refusal(engine, "snooze", err))?;
+            Ok(Transition::Done(
+                repo::mark_retry(conn, id, None, request.seconds, true).await?,
+            ))
         })
         .await?;
     finish(engine, outcome, processor).await
