@@ -1,12 +1,12 @@
-//! `leasehold tasks`: create, list, show, cancel, retry and tail.
+//! `leasehold tasks`: create, list, show, cancel, retry (one or all matching) and tail.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Subcommand;
-use leasehold::task_client::{TaskCounts, TaskListing};
-use leasehold::tasks::{CreateTask, MAX_CREATE_BATCH, Task, TaskStatus};
+use leasehold::task_client::{Bulk, TaskCounts, TaskListing};
+use leasehold::tasks::{BulkTasks, CreateTask, MAX_CREATE_BATCH, Task, TaskStatus};
 use serde_json::{Value, json};
 
 use crate::api::Api;
@@ -15,6 +15,63 @@ use crate::out::{Out, PageArgs, more_hint, task_detail, task_table, time};
 /// What `tasks create` asks for when given no `--data`: work the worker finishes, so that a
 /// first try (`--count 50 --wait`) shows tasks succeeding.
 pub const DEFAULT_TASK_DATA: &str = r#"{"sleep_duration_seconds": 1}"#;
+
+/// The filter of `retry-all` and `cancel-all`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BulkArgs {
+    /// Only tasks of this queue.
+    #[arg(long)]
+    queue: Option<String>,
+    /// Only tasks in this status (retry-all: dead or cancelled; cancel-all: pending or
+    /// running).
+    #[arg(long)]
+    status: Option<TaskStatusArg>,
+    /// Only tasks created before this instant (RFC 3339).
+    #[arg(long)]
+    created_before: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// A status named on the command line.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum TaskStatusArg {
+    Pending,
+    Running,
+    Dead,
+    Cancelled,
+}
+
+impl From<TaskStatusArg> for TaskStatus {
+    fn from(arg: TaskStatusArg) -> Self {
+        match arg {
+            TaskStatusArg::Pending => TaskStatus::Pending,
+            TaskStatusArg::Running => TaskStatus::Running,
+            TaskStatusArg::Dead => TaskStatus::Dead,
+            TaskStatusArg::Cancelled => TaskStatus::Cancelled,
+        }
+    }
+}
+
+/// Runs `operation` until a call touches nothing; the total touched.
+async fn bulk_until_done(api: &Api, operation: Bulk, args: BulkArgs) -> anyhow::Result<u64> {
+    let filter = BulkTasks {
+        status: args.status.map(TaskStatus::from),
+        queue: args.queue,
+        created_before: args.created_before,
+        ..BulkTasks::default()
+    };
+    let mut total = 0;
+    loop {
+        let done = api
+            .tasks
+            .bulk(operation, &filter)
+            .await
+            .map_err(api.tasks_failed("POST", operation.path()))?;
+        if done.touched == 0 {
+            return Ok(total);
+        }
+        total += done.touched;
+    }
+}
 
 #[derive(Debug, Subcommand)]
 pub enum TaskCommand {
@@ -67,6 +124,18 @@ pub enum TaskCommand {
     Retry {
         /// The task's id.
         id: i64,
+    },
+    /// Put every dead task (or cancelled, with --status) matching the filter back in its
+    /// queue, a thousand per request until none is left (operator role).
+    RetryAll {
+        #[command(flatten)]
+        filter: BulkArgs,
+    },
+    /// Cancel every pending and running task matching the filter, a thousand per request
+    /// (operator role).
+    CancelAll {
+        #[command(flatten)]
+        filter: BulkArgs,
     },
     /// Print tasks as they are created and change status, until Ctrl-C (or --seconds).
     Tail {
@@ -170,6 +239,20 @@ pub(crate) async fn tasks(api: &Api, out: &Out, command: TaskCommand) -> anyhow:
                 .await
                 .map_err(api.tasks_failed("POST", &format!("/api/tasks/{id}/retry")))?;
             out.value(&task, |task| Ok(task_table(std::slice::from_ref(task))))
+        }
+        TaskCommand::RetryAll { filter } => {
+            let touched = bulk_until_done(api, Bulk::Retry, filter).await?;
+            out.value(&json!({ "retried": touched }), |_| {
+                Ok(format!("{touched} tasks put back in their queues"))
+            })
+        }
+        TaskCommand::CancelAll { filter } => {
+            let touched = bulk_until_done(api, Bulk::Cancel, filter).await?;
+            out.value(&json!({ "cancelled": touched }), |_| {
+                Ok(format!(
+                    "{touched} tasks cancelled (running ones at their next heartbeat)"
+                ))
+            })
         }
         TaskCommand::Tail {
             queue,

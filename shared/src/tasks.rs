@@ -333,6 +333,36 @@ pub struct FailTask {
     pub requeue: bool,
 }
 
+/// Most tasks one bulk operation (`POST /api/tasks/retry`, `/cancel`, `/delete`) touches.
+pub const MAX_BULK: i64 = 1_000;
+
+/// The filter of a bulk operation: the tasks that match every field given, oldest id first, at
+/// most `limit` ([`MAX_BULK`] by default) per call. Tasks that another request holds at that
+/// moment (a claim, a completion) are skipped, so an operator repeats the call until it
+/// touches none.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BulkTasks {
+    /// One status the operation allows (each has its own set and default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<TaskStatus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    /// At most [`MAX_BULK`] ids.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ids: Option<Vec<i64>>,
+    /// Only tasks created before this instant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_before: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<i64>,
+}
+
+/// The answer of a bulk operation: how many tasks it touched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BulkResult {
+    pub touched: u64,
+}
+
 /// The longest snooze: a year.
 pub const MAX_SNOOZE_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
 

@@ -13,8 +13,8 @@ use leasehold::server::http::{
     with_body_limit,
 };
 use leasehold::tasks::{
-    ClaimTasks, CompleteTask, CompleteTasks, CompletedTasks, CreateTask, CreateTasks, CreatedTasks,
-    FailTask, Heartbeat, NoTask, SnoozeTask, TaskStatus,
+    BulkTasks, ClaimTasks, CompleteTask, CompleteTasks, CompletedTasks, CreateTask, CreateTasks,
+    CreatedTasks, FailTask, Heartbeat, NoTask, SnoozeTask, TaskStatus,
 };
 use serde::Deserialize;
 
@@ -48,6 +48,22 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                     .default_service(web::to(method_not_allowed)),
                 MAX_BATCH_BODY_BYTES,
             ))
+            // Bulk operations by filter (registered before `/{id}`, which would take the name).
+            .service(
+                web::resource("/retry")
+                    .route(locked(web::post().to(retry_many), Role::Operator))
+                    .default_service(web::to(method_not_allowed)),
+            )
+            .service(
+                web::resource("/cancel")
+                    .route(locked(web::post().to(cancel_many), Role::Operator))
+                    .default_service(web::to(method_not_allowed)),
+            )
+            .service(
+                web::resource("/delete")
+                    .route(locked(web::post().to(delete_many), Role::Operator))
+                    .default_service(web::to(method_not_allowed)),
+            )
             .service(get_only("/processed", list_processed))
             .service(get_only("/started", list_started))
             .service(get_only("/counts", counts))
@@ -198,6 +214,21 @@ async fn fail(
     let mut conn = db::connection(&state.pool).await?;
     let task = tasks::fail(&mut conn, &state.engine, *id, &body).await?;
     Ok(HttpResponse::Accepted().json(task))
+}
+
+async fn retry_many(state: State, body: web::Json<BulkTasks>) -> Result<HttpResponse, ApiError> {
+    let mut conn = db::connection(&state.pool).await?;
+    Ok(HttpResponse::Ok().json(tasks::retry_many(&mut conn, &state.engine, &body).await?))
+}
+
+async fn cancel_many(state: State, body: web::Json<BulkTasks>) -> Result<HttpResponse, ApiError> {
+    let mut conn = db::connection(&state.pool).await?;
+    Ok(HttpResponse::Ok().json(tasks::cancel_many(&mut conn, &state.engine, &body).await?))
+}
+
+async fn delete_many(state: State, body: web::Json<BulkTasks>) -> Result<HttpResponse, ApiError> {
+    let mut conn = db::connection(&state.pool).await?;
+    Ok(HttpResponse::Ok().json(tasks::delete_many(&mut conn, &body).await?))
 }
 
 async fn snooze(

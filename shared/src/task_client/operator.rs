@@ -8,7 +8,31 @@ use super::{CallError, TaskClient};
 use crate::generator::{GeneratorSettings, GeneratorStatus, StartGenerator};
 use crate::percent;
 use crate::queues::{QueueState, Queues};
-use crate::tasks::{CreateResult, CreateTask, CreateTasks, CreatedTasks, OneTask, Task, TaskPage};
+use crate::tasks::{
+    BulkResult, BulkTasks, CreateResult, CreateTask, CreateTasks, CreatedTasks, OneTask, Task,
+    TaskPage,
+};
+
+/// A bulk operation by filter ([`TaskClient::bulk`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bulk {
+    /// Dead (or cancelled) tasks back to pending with fresh attempts.
+    Retry,
+    /// Pending tasks cancelled at once, running ones at their next heartbeat.
+    Cancel,
+    /// Finished tasks deleted.
+    Delete,
+}
+
+impl Bulk {
+    pub fn path(self) -> &'static str {
+        match self {
+            Bulk::Retry => "/api/tasks/retry",
+            Bulk::Cancel => "/api/tasks/cancel",
+            Bulk::Delete => "/api/tasks/delete",
+        }
+    }
+}
 
 /// What `POST /api/tasks` did with a create.
 #[derive(Debug, Clone, PartialEq)]
@@ -142,6 +166,14 @@ impl TaskClient {
         self.send(reqwest::Method::POST, &path, &[], None::<&()>)
             .await?
             .read("a retry")
+    }
+
+    /// `POST /api/tasks/retry`, `/cancel` or `/delete`: up to the filter's limit of matching
+    /// tasks, in one call; repeat until it touches none.
+    pub async fn bulk(&self, operation: Bulk, filter: &BulkTasks) -> Result<BulkResult, CallError> {
+        self.send(reqwest::Method::POST, operation.path(), &[], Some(filter))
+            .await?
+            .read("a bulk operation")
     }
 
     /// `GET /api/generator/status`: desired state, leader and production so far.

@@ -2,7 +2,8 @@
 //! `create.rs` (inserts and the idempotency key's lookup), `claim.rs` (the claim round's
 //! statements), `transition.rs` (heartbeat, complete, fail, cancel, retry), `read.rs` (lookups,
 //! listings, counts, the dashboard's reads), `retention.rs` (the sweeper's deletes),
-//! `generator.rs` (its desired state) and `queues.rs` (pause and resume). The modules are private; their items are re-exported
+//! `generator.rs` (its desired state), `queues.rs` (pause and resume) and `bulk.rs` (retry,
+//! cancel and delete by filter). The modules are private; their items are re-exported
 //! here, where the rules find them. Times are the database's `now()`; every statement runs in
 //! a client span from [`leasehold::db_span!`].
 
@@ -13,6 +14,7 @@ use diesel_async::AsyncPgConnection;
 use leasehold::api::{Proof, Secret};
 use leasehold::tasks::TaskStatus;
 
+mod bulk;
 mod claim;
 mod create;
 mod generator;
@@ -21,6 +23,7 @@ mod read;
 mod retention;
 mod transition;
 
+pub use bulk::{BulkFilter, cancel_matching, delete_matching, retry_matching};
 pub use claim::{
     Claim, cancel_lapsed, claim_by_index_order, due_sql, lock_due, mark_claimed, postpone_lapse,
     take_lapsed,

@@ -28,6 +28,7 @@
 //! This module keeps what every operation shares: the [`Engine`], how a transition ends, the
 //! row lookups, and the mapping of a row to the API's [`Task`].
 
+mod bulk;
 mod claim;
 mod complete;
 mod create;
@@ -52,6 +53,7 @@ use crate::metrics::Metrics;
 use crate::repo::{self, Db, TaskRow};
 use leasehold::server::wakeups::Wakeups;
 
+pub use bulk::{cancel_many, delete_many, retry_many};
 pub use claim::{Want, claim_group, claims_per_group, end_cancelled};
 pub use complete::{Completion, complete, complete_group, complete_many, completions_per_group};
 pub use create::{Created, create};

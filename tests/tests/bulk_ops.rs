@@ -1,0 +1,259 @@
+//! Bulk operations by filter (`POST /api/tasks/retry`, `/cancel`, `/delete`), against real
+//! lease-service and task-service processes: each touches only what matches, at most its limit
+//! per call, says how many, refuses what it must not touch before writing anything, and needs
+//! the operator role. The CLI's `retry-all` and `cancel-all` repeat them until nothing is left.
+#![allow(clippy::unwrap_used)]
+
+use serde_json::{Value, json};
+use tests::{Service, binary, fresh_database, snapshot};
+
+struct Stack {
+    _leases: Service,
+    tasks: Service,
+    task_db: String,
+}
+
+const OPERATOR: &str = "operator-token-0123456789";
+const PRODUCER: &str = "producer-token-0123456789";
+const WORKER: &str = "worker-token-0123456789ab";
+
+async fn stack() -> Stack {
+    let lease_db = fresh_database().await;
+    let task_db = fresh_database().await;
+    let leases = Service::lease_service(&lease_db, &[]).await;
+    let tokens = format!("operator:{OPERATOR},producer:{PRODUCER},worker:{WORKER}");
+    let tasks =
+        Service::task_service(&task_db, &leases.base_url(), &[("AUTH_TOKENS", &tokens)]).await;
+    Stack {
+        _leases: leases,
+        tasks,
+        task_db,
+    }
+}
+
+impl Stack {
+    async fn send(&self, token: &str, method: &str, path: &str, body: &Value) -> tests::Answer {
+        self.tasks
+            .send_as(Some(token), method, path, Some(body))
+            .await
+    }
+
+    async fn create(&self, queue: &str, n: usize) -> Vec<i64> {
+        let mut ids = Vec::new();
+        for _ in 0..n {
+            let body = json!({"task_data": {}, "queue": queue, "max_attempts": 1});
+            let created = self.send(PRODUCER, "POST", "/api/tasks", &body).await;
+            assert_eq!(created.status, 201, "{:?}", created.body);
+            ids.push(created.body["id"].as_i64().unwrap());
+        }
+        ids
+    }
+
+    /// Claims every due task of `queue`: their ids and fences.
+    async fn claim_all(&self, queue: &str) -> Vec<(i64, i64)> {
+        let body = json!({"processor": "w", "queue": queue, "limit": 100});
+        let claim = self.send(WORKER, "POST", "/api/tasks/next", &body).await;
+        assert_eq!(claim.status, 202, "{:?}", claim.body);
+        claim
+            .body
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| (t["id"].as_i64().unwrap(), t["fence"].as_i64().unwrap()))
+            .collect()
+    }
+
+    /// `n` dead tasks of `queue`.
+    async fn dead(&self, queue: &str, n: usize) -> Vec<i64> {
+        self.create(queue, n).await;
+        let mut ids = Vec::new();
+        for (id, fence) in self.claim_all(queue).await {
+            let body = json!({"processor": "w", "fence": fence, "error": "no", "retryable": false});
+            let failed = self
+                .send(WORKER, "PUT", &format!("/api/tasks/{id}/fail"), &body)
+                .await;
+            assert_eq!(failed.status, 202, "{:?}", failed.body);
+            ids.push(id);
+        }
+        ids
+    }
+
+    async fn bulk(&self, operation: &str, filter: Value) -> u64 {
+        let answer = self
+            .send(
+                OPERATOR,
+                "POST",
+                &format!("/api/tasks/{operation}"),
+                &filter,
+            )
+            .await;
+        assert_eq!(
+            answer.status, 200,
+            "{operation} {filter}: {:?}",
+            answer.body
+        );
+        answer.body["touched"].as_u64().unwrap()
+    }
+
+    async fn task(&self, id: i64) -> Value {
+        self.tasks.get(&format!("/api/tasks/{id}")).await.body["task"].clone()
+    }
+}
+
+#[tokio::test]
+async fn retry_puts_back_the_dead_tasks_of_a_filter_a_limit_at_a_time() {
+    let s = stack().await;
+    let mail = s.dead("mail", 5).await;
+    let reports = s.dead("reports", 2).await;
+    assert_eq!(s.task(mail[0]).await["status"], "dead");
+
+    let touched: Vec<u64> = {
+        let mut calls = Vec::new();
+        loop {
+            let n = s.bulk("retry", json!({"queue": "mail", "limit": 2})).await;
+            calls.push(n);
+            if n == 0 {
+                break calls;
+            }
+        }
+    };
+    assert_eq!(touched, [2, 2, 1, 0]);
+    for id in &mail {
+        let task = s.task(*id).await;
+        assert_eq!(
+            (&task["status"], &task["attempts"]),
+            (&json!("pending"), &json!(0)),
+            "{task}"
+        );
+    }
+    for id in &reports {
+        assert_eq!(s.task(*id).await["status"], "dead", "another queue");
+    }
+    // By id: only the one named.
+    assert_eq!(s.bulk("retry", json!({"ids": [reports[1]]})).await, 1);
+    assert_eq!(s.task(reports[0]).await["status"], "dead");
+    assert_eq!(s.task(reports[1]).await["status"], "pending");
+    // Created before an instant long past: none.
+    let none = json!({"created_before": "2000-01-01T00:00:00Z"});
+    assert_eq!(s.bulk("retry", none).await, 0);
+}
+
+#[tokio::test]
+async fn cancel_ends_pending_tasks_now_and_running_ones_at_their_next_heartbeat() {
+    let s = stack().await;
+    s.create("mail", 1).await;
+    let (running, fence) = s.claim_all("mail").await[0];
+    let pending = s.create("mail", 3).await;
+    let other = s.create("reports", 1).await;
+
+    assert_eq!(s.bulk("cancel", json!({"queue": "mail"})).await, 4);
+    for id in &pending {
+        assert_eq!(s.task(*id).await["status"], "cancelled");
+    }
+    let marked = s.task(running).await;
+    assert_eq!(
+        (&marked["status"], &marked["cancelRequested"]),
+        (&json!("running"), &json!(true)),
+        "{marked}"
+    );
+    assert_eq!(
+        s.bulk("cancel", json!({"queue": "mail"})).await,
+        0,
+        "a running task already marked is not touched again"
+    );
+    let heartbeat = s
+        .send(
+            WORKER,
+            "PUT",
+            &format!("/api/tasks/{running}/heartbeat"),
+            &json!({"processor": "w", "fence": fence}),
+        )
+        .await;
+    assert_eq!(
+        (heartbeat.status, heartbeat.body["code"].as_str()),
+        (409, Some("cancelled"))
+    );
+    assert_eq!(s.task(other[0]).await["status"], "pending", "another queue");
+}
+
+#[tokio::test]
+async fn delete_removes_only_finished_tasks() {
+    let s = stack().await;
+    let dead = s.dead("mail", 2).await;
+    let pending = s.create("mail", 2).await;
+    assert_eq!(s.bulk("delete", json!({})).await, 2);
+    for id in &dead {
+        let gone = s.tasks.get(&format!("/api/tasks/{id}")).await;
+        assert_eq!(gone.status, 404, "{:?}", gone.body);
+    }
+    for id in &pending {
+        assert_eq!(s.task(*id).await["status"], "pending");
+    }
+}
+
+#[tokio::test]
+async fn bulk_operations_refuse_what_they_must_not_touch_and_write_nothing() {
+    let s = stack().await;
+    s.dead("mail", 1).await;
+    s.create("mail", 1).await;
+    let before = snapshot(&s.task_db, "tasks").await;
+    let too_many: Vec<i64> = (1..=1001).collect();
+    for (operation, body, status, code) in [
+        ("retry", json!({"status": "pending"}), 400, "invalid_status"),
+        ("cancel", json!({"status": "dead"}), 400, "invalid_status"),
+        (
+            "delete",
+            json!({"status": "pending"}),
+            400,
+            "invalid_status",
+        ),
+        (
+            "delete",
+            json!({"status": "running"}),
+            400,
+            "invalid_status",
+        ),
+        ("retry", json!({"limit": 0}), 400, "invalid_limit"),
+        ("retry", json!({"limit": 1001}), 400, "invalid_limit"),
+        ("retry", json!({"ids": too_many}), 400, "too_many_ids"),
+        ("retry", json!({"queue": ""}), 400, "invalid_field"),
+        ("retry", json!({"status": "asleep"}), 400, "invalid_field"),
+    ] {
+        let path = format!("/api/tasks/{operation}");
+        let answer = s.send(OPERATOR, "POST", &path, &body).await;
+        assert_eq!(
+            (answer.status, answer.body["code"].as_str()),
+            (status, Some(code)),
+            "{operation} {body}: {:?}",
+            answer.body
+        );
+    }
+    let refused = s
+        .send(PRODUCER, "POST", "/api/tasks/delete", &json!({}))
+        .await;
+    assert_eq!(refused.status, 403, "{:?}", refused.body);
+    assert_eq!(snapshot(&s.task_db, "tasks").await, before);
+}
+
+#[tokio::test]
+async fn the_cli_retries_and_cancels_everything_that_matches() {
+    let s = stack().await;
+    s.dead("mail", 3).await;
+    s.create("reports", 2).await;
+    let cli = |args: &[&str]| {
+        let mut command = std::process::Command::new(binary("leasehold"));
+        command
+            .args(args)
+            .env("TASK_SERVICE_URL", s.tasks.base_url())
+            .env("LEASEHOLD_TOKEN", OPERATOR);
+        command.output().unwrap()
+    };
+    let retried = cli(&["tasks", "retry-all", "--queue", "mail", "--json"]);
+    assert!(retried.status.success(), "{retried:?}");
+    let answer: Value = serde_json::from_slice(&retried.stdout).unwrap();
+    assert_eq!(answer["retried"], 3);
+    let cancelled = cli(&["tasks", "cancel-all", "--status", "pending", "--json"]);
+    assert!(cancelled.status.success(), "{cancelled:?}");
+    let answer: Value = serde_json::from_slice(&cancelled.stdout).unwrap();
+    assert_eq!(answer["cancelled"], 5, "mail's 3 retried and reports' 2");
+}
