@@ -84,9 +84,24 @@ async fn one_trace_follows_a_claim_from_worker_to_task_service_to_lease_service(
                         .collect()
                 })
                 .unwrap_or_default();
-            let services: std::collections::HashSet<&str> =
-                claim_trace.iter().map(|s| s.service.as_str()).collect();
-            let done = services.contains("lease-service") && services.contains("task-service");
+            // Every span looked at below: they are exported in batches, each process's
+            // separately, so the trace can arrive in parts (some task-service spans before its
+            // server span, which ends last).
+            let has = |service: &str, what: &dyn Fn(&ReceivedSpan) -> bool| {
+                claim_trace.iter().any(|s| s.service == service && what(s))
+            };
+            let db = |operation: &'static str| {
+                move |s: &ReceivedSpan| {
+                    s.attributes.get("db.operation.name").map(String::as_str) == Some(operation)
+                }
+            };
+            let done = has("worker", &|s| s.kind == CLIENT)
+                && has("task-service", &|s| s.kind == SERVER)
+                && has("task-service", &|s| s.kind == CLIENT)
+                && has("task-service", &|s| s.name == "claim tasks")
+                && has("task-service", &db("SELECT"))
+                && has("lease-service", &|s| s.kind == SERVER)
+                && has("lease-service", &db("INSERT"));
             async move { done }
         },
     )
