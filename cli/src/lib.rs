@@ -1,22 +1,24 @@
 //! `leasehold`, the operators' command line: leases (list, show, acquire, renew, release,
 //! revoke), tasks (create, list, show, cancel, retry, tail), the generator (status, start,
-//! stop) and queues (list, show, pause, resume), against lease-service and task-service over their HTTP APIs.
+//! stop), queues (list, show, pause, resume) and schedules (list, show, create, delete, pause,
+//! resume), against lease-service and task-service over their HTTP APIs.
 //!
 //! Every command prints a human table by default and the services' own JSON with `--json`, so
 //! scripts read exactly what the API says. Commands that wait on work (`tasks create --wait`,
 //! `tasks tail`) show a live count on standard error while standard output stays clean.
 //!
 //! Layout: one module per command group, as in tokio mini-redis's `src/cmd/`: `leases`,
-//! `tasks`, `generator` and `queues` each hold their clap subcommand and the code that runs it; `api` holds
-//! the two services' clients (`leasehold::LeaseClient` and `leasehold::TaskClient`, the typed
-//! clients every caller shares) and how a failed request is reported, `out` the output (JSON,
-//! tables, progress). This file holds the top-level command line and `run`.
+//! `tasks`, `generator`, `queues` and `schedules` each hold their clap subcommand and the code
+//! that runs it; `api` holds the two services' clients (`leasehold::LeaseClient` and
+//! `leasehold::TaskClient`, the typed clients every caller shares) and how a failed request is
+//! reported, `out` the output (JSON, tables, progress). This file holds the top-level command line and `run`.
 
 mod api;
 mod generator;
 mod leases;
 mod out;
 mod queues;
+mod schedules;
 mod tasks;
 
 use clap::{Parser, Subcommand};
@@ -28,9 +30,10 @@ pub use generator::GeneratorCommand;
 pub use leases::{LeaseCommand, ProofArgs};
 pub use out::{lease_table, table};
 pub use queues::QueueCommand;
+pub use schedules::ScheduleCommand;
 pub use tasks::{DEFAULT_TASK_DATA, TaskCommand};
 
-/// Operate Leasehold: leases, tasks, queues and the task generator.
+/// Operate Leasehold: leases, tasks, queues, schedules and the task generator.
 #[derive(Debug, Parser)]
 #[command(name = "leasehold", version)]
 pub struct Cli {
@@ -76,6 +79,9 @@ pub enum Command {
     /// Task queues: pause, resume, and their state.
     #[command(subcommand)]
     Queues(QueueCommand),
+    /// Periodic tasks: one task per tick of a cron expression.
+    #[command(subcommand)]
+    Schedules(ScheduleCommand),
 }
 
 /// Runs one command.
@@ -87,6 +93,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Tasks(command) => tasks::tasks(&api, &out, command).await,
         Command::Generator(command) => generator::generator(&api, &out, command).await,
         Command::Queues(command) => queues::queues(&api, &out, command).await,
+        Command::Schedules(command) => schedules::schedules(&api, &out, command).await,
     }
 }
 
@@ -142,6 +149,15 @@ mod tests {
             vec!["leasehold", "generator", "start", "--rate", "2"],
             vec!["leasehold", "queues", "pause", "mail"],
             vec!["leasehold", "queues", "list", "--json"],
+            vec![
+                "leasehold",
+                "schedules",
+                "create",
+                "nightly",
+                "--cron",
+                "0 3 * * *",
+            ],
+            vec!["leasehold", "schedules", "pause", "nightly"],
         ] {
             assert!(Cli::try_parse_from(&args).is_ok(), "{args:?}");
         }

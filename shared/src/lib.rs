@@ -4,8 +4,8 @@
 //!
 //! What lives here is used by more than one crate of the workspace:
 //!
-//! * [`api`] and [`tasks`]: the JSON shapes lease-service and task-service speak, so the
-//!   services and their clients cannot drift.
+//! * [`api`], [`tasks`], [`queues`] and [`schedules`]: the JSON shapes lease-service and
+//!   task-service speak, so the services and their clients cannot drift.
 //! * [`lease_client`]: a typed HTTP client for lease-service with retries for transient failures.
 //! * [`task_client`]: the typed HTTP client of task-service that the worker, the generator and
 //!   the command line share.
@@ -60,6 +60,7 @@ pub mod metrics_server;
 pub mod percent;
 pub mod queues;
 pub mod retry;
+pub mod schedules;
 #[cfg(feature = "server")]
 pub mod server;
 pub mod shutdown;

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use leasehold::generator::StartGenerator;
+use leasehold::schedules::{CreateSchedule, ScheduleSpec};
 use leasehold::server::ApiError;
 use leasehold::server::auth::{Role, locked};
 use leasehold::server::db;
@@ -19,6 +20,7 @@ use leasehold::tasks::{
 use serde::Deserialize;
 
 use crate::generator;
+use crate::schedules;
 use crate::state::{HoldingTurn, LIST_MAX_BYTES, State};
 use crate::tasks::read::{self, Listing};
 use crate::tasks::{self, Created};
@@ -139,6 +141,32 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .service(
                 web::resource("/{queue}/resume")
                     .route(locked(web::post().to(queue_resume), Role::Operator))
+                    .default_service(web::to(method_not_allowed)),
+            ),
+    )
+    .service(
+        web::scope("/api/schedules")
+            .service(
+                web::resource("")
+                    .route(web::get().to(schedules_list))
+                    .route(locked(web::post().to(schedule_create), Role::Operator))
+                    .default_service(web::to(method_not_allowed)),
+            )
+            .service(
+                web::resource("/{name}")
+                    .route(web::get().to(schedule_get))
+                    .route(locked(web::put().to(schedule_replace), Role::Operator))
+                    .route(locked(web::delete().to(schedule_delete), Role::Operator))
+                    .default_service(web::to(method_not_allowed)),
+            )
+            .service(
+                web::resource("/{name}/pause")
+                    .route(locked(web::post().to(schedule_pause), Role::Operator))
+                    .default_service(web::to(method_not_allowed)),
+            )
+            .service(
+                web::resource("/{name}/resume")
+                    .route(locked(web::post().to(schedule_resume), Role::Operator))
                     .default_service(web::to(method_not_allowed)),
             ),
     )
@@ -410,6 +438,59 @@ async fn queue_pause(state: State, queue: web::Path<String>) -> Result<HttpRespo
 async fn queue_resume(state: State, queue: web::Path<String>) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
     Ok(HttpResponse::Ok().json(crate::queues::set_paused(&mut conn, &queue, false).await?))
+}
+
+async fn schedules_list(state: State) -> Result<HttpResponse, ApiError> {
+    let mut conn = db::connection(&state.pool).await?;
+    Ok(HttpResponse::Ok().json(schedules::list(&mut conn).await?))
+}
+
+/// 201 with the schedule; 409 `schedule_exists` when the name is taken.
+async fn schedule_create(
+    state: State,
+    body: web::Json<CreateSchedule>,
+) -> Result<HttpResponse, ApiError> {
+    let mut conn = db::connection(&state.pool).await?;
+    let schedule = schedules::create(&mut conn, &state.engine, body.into_inner()).await?;
+    Ok(HttpResponse::Created().json(schedule))
+}
+
+async fn schedule_get(state: State, name: web::Path<String>) -> Result<HttpResponse, ApiError> {
+    let mut conn = db::connection(&state.pool).await?;
+    Ok(HttpResponse::Ok().json(schedules::get(&mut conn, &name).await?))
+}
+
+/// 201 when the schedule was created, 200 when replaced.
+async fn schedule_replace(
+    state: State,
+    name: web::Path<String>,
+    body: web::Json<ScheduleSpec>,
+) -> Result<HttpResponse, ApiError> {
+    let mut conn = db::connection(&state.pool).await?;
+    let (schedule, created) =
+        schedules::replace(&mut conn, &state.engine, &name, body.into_inner()).await?;
+    Ok(if created {
+        HttpResponse::Created().json(schedule)
+    } else {
+        HttpResponse::Ok().json(schedule)
+    })
+}
+
+async fn schedule_delete(state: State, name: web::Path<String>) -> Result<HttpResponse, ApiError> {
+    let mut conn = db::connection(&state.pool).await?;
+    Ok(HttpResponse::Ok().json(schedules::delete(&mut conn, &name).await?))
+}
+
+async fn schedule_pause(state: State, name: web::Path<String>) -> Result<HttpResponse, ApiError> {
+    let mut conn = db::connection(&state.pool).await?;
+    let schedule = schedules::set_paused(&mut conn, &state.engine, &name, true).await?;
+    Ok(HttpResponse::Ok().json(schedule))
+}
+
+async fn schedule_resume(state: State, name: web::Path<String>) -> Result<HttpResponse, ApiError> {
+    let mut conn = db::connection(&state.pool).await?;
+    let schedule = schedules::set_paused(&mut conn, &state.engine, &name, false).await?;
+    Ok(HttpResponse::Ok().json(schedule))
 }
 
 async fn metrics(state: State) -> Result<HttpResponse, ApiError> {

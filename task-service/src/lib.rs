@@ -21,6 +21,7 @@
 //!   ready), and the claim and completion groups;
 //! - [`generator`]: the generator's desired state and who leads it;
 //! - [`queues`]: pause and resume, and each queue's state;
+//! - [`schedules`]: periodic tasks, and the ticker every replica runs to make their ticks;
 //! - [`repo`]: every SQL statement, one module per kind;
 //! - [`sweeper`]: retention and lapsed cancellations, on one replica ([`leasehold::Singleton`]);
 //! - [`metrics`].
@@ -33,6 +34,7 @@ pub mod http;
 pub mod metrics;
 pub mod queues;
 pub mod repo;
+pub mod schedules;
 pub mod state;
 pub mod sweeper;
 pub mod tasks;
@@ -64,7 +66,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
 }
 
 /// Serves on `listener` until `stop` is cancelled, then finishes in-flight requests (up to the
-/// grace period) and stops the sweeper.
+/// grace period) and stops the sweeper and the schedule ticker.
 pub async fn run(
     config: ServeConfig,
     listener: TcpListener,
@@ -98,6 +100,7 @@ pub async fn run(
             config.server.wait_recheck(),
             metrics.claims_waiting.clone(),
         ),
+        schedules_changed: std::sync::Arc::default(),
     };
     tokio::spawn(wakeups::listen(
         config.database_url.clone(),
@@ -107,6 +110,7 @@ pub async fn run(
         stop.clone(),
     ));
     let sweeper_engine = engine.clone();
+    let ticker = schedules::ticker::run(pool.clone(), engine.clone(), stop.clone());
     let state = web::Data::new(AppState::new(pool.clone(), engine, config.groups_in_flight));
     tracing::info!(lease_service = %lease_url, "task-service calls lease-service");
     let sweeper = sweeper::run(
@@ -125,7 +129,11 @@ pub async fn run(
         auth: config.auth_tokens,
         http_metrics: metrics.http.clone(),
     };
+    // Boxed: the two loops' futures are large, and are only moved onto their own task.
+    let background = Box::pin(async move {
+        tokio::join!(sweeper, ticker);
+    });
     server
-        .run_until_stopped(listener, stop, state, http::configure, sweeper)
+        .run_until_stopped(listener, stop, state, http::configure, background)
         .await
 }

@@ -1,10 +1,11 @@
 //! Prometheus metrics of one task-service process, served at `GET /metrics`. Counters count what
-//! this replica did; the `tasks`, `oldest_due_task_age_seconds` and `queue_paused` gauges are read from the
-//! database at scrape time, so every replica reports the same totals.
+//! this replica did; the `tasks`, `oldest_due_task_age_seconds` and `queue_paused` gauges are
+//! read from the database at scrape time, so every replica reports the same totals.
 //!
 //! Queue names are chosen by producers, so the `queue` label is capped ([`QueueLabels`]): the
 //! first `METRICS_MAX_QUEUES` queues a replica meets get their own value, every other queue is
-//! counted under [`OTHER_QUEUES`].
+//! counted under [`OTHER_QUEUES`]. Schedule names (`schedule_ticks_total`) are capped the same
+//! way.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -102,6 +103,9 @@ pub struct Metrics {
     pub sweeps: IntCounterVec,
     /// Claims waiting for work on this replica now.
     pub claims_waiting: IntGauge,
+    /// Schedule ticks this replica's ticker made or missed, by schedule (capped as queues are)
+    /// and outcome.
+    pub schedule_ticks: ByQueue<IntCounterVec>,
     queues: Arc<QueueLabels>,
 }
 
@@ -227,7 +231,19 @@ impl Metrics {
             "Claims on this replica waiting for a task to become due (wait_ms).",
         )?;
         registry.register(Box::new(claims_waiting.clone()))?;
+        let schedule_ticks = counter(
+            &registry,
+            "schedule_ticks_total",
+            "Schedule ticks, by schedule and outcome: created (on time), caught_up (the one task \
+             for ticks missed while no replica ran), skipped (missed, no task), duplicate (its \
+             task existed already).",
+            &["schedule", "outcome"],
+        )?;
         Ok(Self {
+            schedule_ticks: ByQueue {
+                vec: schedule_ticks,
+                queues: Arc::new(QueueLabels::new(max_queues)),
+            },
             claims_waiting,
             registry,
             http,

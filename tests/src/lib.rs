@@ -61,4 +61,4 @@ pub use helpers::{
 pub use postgres::{cluster, fresh_database};
 pub use process::{ChildGuard, binary, descendants, kill_process_tree};
 pub use service::{Answer, Service, free_port, lease_client, log_dir, task_client};
-pub use sql::{execute, snapshot};
+pub use sql::{execute, query, snapshot};

@@ -11,12 +11,12 @@ struct JsonRow {
     json: String,
 }
 
-/// Every row of `table` as JSON text, in id order: compare before and after to prove that a
-/// refused request wrote nothing.
+/// Every row of `table` as JSON text, in the text's order (any table, whatever its key):
+/// compare before and after to prove that a refused request wrote nothing.
 pub async fn snapshot(database_url: &str, table: &str) -> Vec<String> {
     let mut conn = AsyncPgConnection::establish(database_url).await.unwrap();
     let rows: Vec<JsonRow> = diesel::sql_query(format!(
-        "SELECT row_to_json(t)::text AS json FROM {table} t ORDER BY id"
+        "SELECT row_to_json(t)::text AS json FROM {table} t ORDER BY json"
     ))
     .load(&mut conn)
     .await
@@ -28,4 +28,18 @@ pub async fn snapshot(database_url: &str, table: &str) -> Vec<String> {
 pub async fn execute(database_url: &str, sql: &str) -> usize {
     let mut conn = AsyncPgConnection::establish(database_url).await.unwrap();
     diesel::sql_query(sql).execute(&mut conn).await.unwrap()
+}
+
+/// The rows of a query as JSON objects (each column by its name).
+pub async fn query(database_url: &str, sql: &str) -> Vec<serde_json::Value> {
+    let mut conn = AsyncPgConnection::establish(database_url).await.unwrap();
+    let rows: Vec<JsonRow> = diesel::sql_query(format!(
+        "SELECT row_to_json(q)::text AS json FROM ({sql}) q"
+    ))
+    .load(&mut conn)
+    .await
+    .unwrap();
+    rows.into_iter()
+        .map(|r| serde_json::from_str(&r.json).unwrap())
+        .collect()
 }

@@ -549,3 +549,95 @@ async fn queues_are_paused_resumed_listed_and_shown() {
         .await;
     assert_eq!(claim.status, 202, "{:?}", claim.body);
 }
+
+#[tokio::test]
+async fn schedules_are_created_listed_paused_resumed_and_deleted() {
+    let lease_db = fresh_database().await;
+    let task_db = fresh_database().await;
+    let leases = Service::lease_service(&lease_db, &[]).await;
+    let tasks = Service::task_service(&task_db, &leases.base_url(), &[]).await;
+    let (l, t) = (leases.base_url(), tasks.base_url());
+    let create = [
+        "schedules",
+        "create",
+        "nightly report",
+        "--cron",
+        "0 3 * * *",
+        "--timezone",
+        "Europe/Paris",
+        "--data",
+        r#"{"report": true}"#,
+        "--queue",
+        "reports",
+        "--catch-up",
+        "none",
+        "--json",
+    ];
+    let created = leasehold(&l, &t, None, &create).await;
+    ok(&created, "create");
+    let schedule = documents(&created).remove(0);
+    assert_eq!(
+        (
+            &schedule["name"],
+            &schedule["timezone"],
+            &schedule["task_data"],
+            &schedule["catch_up"]
+        ),
+        (
+            &json!("nightly report"),
+            &json!("Europe/Paris"),
+            &json!({"report": true}),
+            &json!("none")
+        ),
+        "{schedule}"
+    );
+    let again = leasehold(&l, &t, None, &create).await;
+    assert!(!again.status.success(), "a taken name is refused");
+    assert!(
+        stderr(&again).contains("schedule_exists"),
+        "{}",
+        stderr(&again)
+    );
+    let mut replace = create.to_vec();
+    replace[4] = "30 4 * * *";
+    replace.push("--replace");
+    let replaced = leasehold(&l, &t, None, &replace).await;
+    ok(&replaced, "replace");
+    assert_eq!(documents(&replaced)[0]["cron"], "30 4 * * *");
+
+    let listed = leasehold(&l, &t, None, &["schedules", "list"]).await;
+    ok(&listed, "list");
+    let text = stdout(&listed);
+    assert!(
+        text.contains("nightly report") && text.contains("30 4 * * *") && text.contains("running"),
+        "{text}"
+    );
+    let paused = leasehold(&l, &t, None, &["schedules", "pause", "nightly report"]).await;
+    ok(&paused, "pause");
+    assert!(stdout(&paused).contains("paused"), "{}", stdout(&paused));
+    let resumed = leasehold(
+        &l,
+        &t,
+        None,
+        &["schedules", "resume", "nightly report", "--json"],
+    )
+    .await;
+    ok(&resumed, "resume");
+    assert!(documents(&resumed)[0]["next_tick_at"].is_string());
+    let bad = leasehold(
+        &l,
+        &t,
+        None,
+        &["schedules", "create", "bad", "--cron", "every day"],
+    )
+    .await;
+    assert!(stderr(&bad).contains("invalid_cron"), "{}", stderr(&bad));
+    let deleted = leasehold(&l, &t, None, &["schedules", "delete", "nightly report"]).await;
+    ok(&deleted, "delete");
+    let shown = leasehold(&l, &t, None, &["schedules", "show", "nightly report"]).await;
+    assert!(
+        stderr(&shown).contains("schedule_not_found"),
+        "{}",
+        stderr(&shown)
+    );
+}

@@ -262,6 +262,41 @@ async fn the_dashboard_shows_and_operates_a_live_stack() {
         );
     }
 
+    // Schedules: listed with their next tick; paused and resumed from the row, as queues are.
+    let created = tasks
+        .send_as(
+            Some(OPERATOR),
+            "POST",
+            "/api/schedules",
+            Some(&json!({"name": "nightly", "cron": "0 3 * * *", "task_data": {}})),
+        )
+        .await;
+    assert_eq!(created.status, 201, "{:?}", created.body);
+    browser.click("#tab-schedules").await;
+    let state = "tr[data-schedule=\"nightly\"] .schedule-state";
+    browser
+        .wait_for_text(state, Duration::from_secs(10), |s| s == "running")
+        .await;
+    browser
+        .screenshot(&screenshots().join("schedules.png"))
+        .await;
+    for (expected, paused) in [("paused", true), ("running", false)] {
+        browser
+            .execute(
+                "document.querySelector('tr[data-schedule=\"nightly\"] button.schedule-toggle').click();",
+                json!([]),
+            )
+            .await;
+        browser.click("#confirm-yes").await;
+        browser
+            .wait_for_text(state, Duration::from_secs(10), |s| s == expected)
+            .await;
+        assert_eq!(
+            tasks.get("/api/schedules/nightly").await.body["paused"],
+            paused
+        );
+    }
+
     let errors = browser.page_errors().await;
     assert!(errors.is_empty(), "the page met errors: {errors:?}");
 

@@ -127,18 +127,19 @@ pub struct Server {
 
 impl Server {
     /// Serves on `listener` until `stop` is cancelled, then finishes in-flight requests (up to
-    /// the grace period) and waits for `sweeper` to end.
+    /// the grace period) and waits for `background` to end.
     ///
     /// `routes` mounts the service's routes, which find `state` as app data; the bearer tokens
-    /// and allowed origins are added here, for the front door. `sweeper` must end once `stop`
-    /// is cancelled; it is started only once the server listens.
+    /// and allowed origins are added here, for the front door. `background` (the sweeper, and
+    /// task-service's schedule ticker) must end once `stop` is cancelled; it is started only
+    /// once the server listens.
     pub async fn run_until_stopped<S: Send + Sync + 'static>(
         self,
         listener: TcpListener,
         stop: CancellationToken,
         state: web::Data<S>,
         routes: fn(&mut web::ServiceConfig),
-        sweeper: impl Future<Output = ()> + 'static,
+        background: impl Future<Output = ()> + 'static,
     ) -> anyhow::Result<()> {
         let Server {
             name,
@@ -169,11 +170,11 @@ impl Server {
         .context("listening")?;
         tracing::info!(%address, "{name} listening");
 
-        let sweeper = actix_web::rt::spawn(sweeper);
+        let background = actix_web::rt::spawn(background);
         let served = server.await.context("serving HTTP");
         stop.cancel();
-        if sweeper.await.is_err() {
-            tracing::warn!("the retention sweeper panicked");
+        if background.await.is_err() {
+            tracing::warn!("a background job (sweeper or ticker) panicked");
         }
         tracing::info!("{name} stopped");
         served

@@ -1,6 +1,6 @@
 //! The calls of producers and operators: create a task, read one, list a page, count by queue
-//! and status, cancel, retry a dead task, read or change the generator's desired state, and
-//! read, pause or resume queues.
+//! and status, cancel, retry a dead task, read or change the generator's desired state, read,
+//! pause or resume queues, and manage schedules.
 //! The generator creates through here with its `generator_fence`; the command line uses all of
 //! it.
 
@@ -8,6 +8,7 @@ use super::{CallError, TaskClient};
 use crate::generator::{GeneratorSettings, GeneratorStatus, StartGenerator};
 use crate::percent;
 use crate::queues::{QueueState, Queues};
+use crate::schedules::{CreateSchedule, Schedule, ScheduleSpec, Schedules};
 use crate::tasks::{
     BulkResult, BulkTasks, CreateResult, CreateTask, CreateTasks, CreatedTasks, OneTask, Task,
     TaskPage,
@@ -255,6 +256,81 @@ impl TaskClient {
             .await?
             .read("a queue's pause or resume")
     }
+
+    /// `GET /api/schedules`.
+    pub async fn schedules(&self) -> Result<Schedules, CallError> {
+        self.send(reqwest::Method::GET, "/api/schedules", &[], None::<&()>)
+            .await?
+            .read("the schedules")
+    }
+
+    /// `GET /api/schedules/{name}`.
+    pub async fn schedule(&self, name: &str) -> Result<Schedule, CallError> {
+        self.send(
+            reqwest::Method::GET,
+            &schedule_path(name, ""),
+            &[],
+            None::<&()>,
+        )
+        .await?
+        .read("a schedule")
+    }
+
+    /// `POST /api/schedules`: refused with `schedule_exists` if the name is taken.
+    pub async fn create_schedule(&self, request: &CreateSchedule) -> Result<Schedule, CallError> {
+        self.send(reqwest::Method::POST, "/api/schedules", &[], Some(request))
+            .await?
+            .read("a schedule create")
+    }
+
+    /// `PUT /api/schedules/{name}`: creates or replaces it.
+    pub async fn put_schedule(
+        &self,
+        name: &str,
+        spec: &ScheduleSpec,
+    ) -> Result<Schedule, CallError> {
+        self.send(
+            reqwest::Method::PUT,
+            &schedule_path(name, ""),
+            &[],
+            Some(spec),
+        )
+        .await?
+        .read("a schedule replace")
+    }
+
+    /// `DELETE /api/schedules/{name}`: the schedule as it was.
+    pub async fn delete_schedule(&self, name: &str) -> Result<Schedule, CallError> {
+        self.send(
+            reqwest::Method::DELETE,
+            &schedule_path(name, ""),
+            &[],
+            None::<&()>,
+        )
+        .await?
+        .read("a schedule delete")
+    }
+
+    /// `POST /api/schedules/{name}/pause` (`paused`) or `/resume`: the schedule after.
+    pub async fn set_schedule_paused(
+        &self,
+        name: &str,
+        paused: bool,
+    ) -> Result<Schedule, CallError> {
+        let action = if paused { "/pause" } else { "/resume" };
+        self.send(
+            reqwest::Method::POST,
+            &schedule_path(name, action),
+            &[],
+            None::<&()>,
+        )
+        .await?
+        .read("a schedule's pause or resume")
+    }
+}
+
+fn schedule_path(name: &str, action: &str) -> String {
+    format!("/api/schedules/{}{action}", percent::encode(name))
 }
 
 #[cfg(test)]

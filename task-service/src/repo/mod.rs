@@ -2,10 +2,10 @@
 //! `create.rs` (inserts and the idempotency key's lookup), `claim.rs` (the claim round's
 //! statements), `transition.rs` (heartbeat, complete, fail, cancel, retry), `read.rs` (lookups,
 //! listings, counts, the dashboard's reads), `retention.rs` (the sweeper's deletes),
-//! `generator.rs` (its desired state), `queues.rs` (pause and resume) and `bulk.rs` (retry,
-//! cancel and delete by filter). The modules are private; their items are re-exported
-//! here, where the rules find them. Times are the database's `now()`; every statement runs in
-//! a client span from [`leasehold::db_span!`].
+//! `generator.rs` (its desired state), `queues.rs` (pause and resume), `schedules.rs` (periodic
+//! tasks and the tickers' lock) and `bulk.rs` (retry, cancel and delete by filter). The modules
+//! are private; their items are re-exported here, where the rules find them. Times are the
+//! database's `now()`; every statement runs in a client span from [`leasehold::db_span!`].
 
 use chrono::{DateTime, Utc};
 use diesel::QueryableByName;
@@ -21,6 +21,7 @@ mod generator;
 mod queues;
 mod read;
 mod retention;
+mod schedules;
 mod transition;
 
 pub use bulk::{BulkFilter, cancel_matching, delete_matching, retry_matching};
@@ -39,6 +40,11 @@ pub use read::{
     oldest_due, ping, processors, throughput,
 };
 pub use retention::{prune_history, sweep};
+pub use schedules::{
+    DueSchedule, IDLE_IN_ROUND, NewSchedule, Replaced, ScheduleRow, advance_schedule,
+    bound_idle_in_transaction, delete_schedule, insert_schedule, lock_due_schedules, next_tick_in,
+    replace_schedule, schedule, schedules, set_schedule_paused,
+};
 pub use transition::{
     lock, lock_many, mark_final, mark_retry, mark_succeeded_many, record_heartbeat, request_cancel,
     requeue_dead,

@@ -64,7 +64,7 @@ pub use read::{counts, events, get, overview};
 pub use ready::ready;
 pub use transition::{cancel, fail, heartbeat, retry, snooze};
 pub use ttl::{TtlVerdict, check_lease_ttl};
-pub use validate::MAX_DATA_BYTES;
+pub use validate::{MAX_DATA_BYTES, validate_new};
 
 use refusal::task_not_found;
 
@@ -87,6 +87,8 @@ pub struct Engine {
     pub lease_ttl_verdict: TtlVerdict,
     /// The claims waiting for work on this replica.
     pub wakeups: Wakeups,
+    /// Wakes this replica's schedule ticker when a rule here changed a schedule.
+    pub schedules_changed: std::sync::Arc<tokio::sync::Notify>,
 }
 
 impl Engine {
@@ -187,6 +189,7 @@ mod fixtures {
                 leasehold::server::wakeups::RECHECK,
                 prometheus::IntGauge::new("waiting", "waiting").unwrap(),
             ),
+            schedules_changed: std::sync::Arc::default(),
         }
     }
 

@@ -15,7 +15,9 @@ const MAX_KEY_BYTES: usize = 255;
 pub(super) const MAX_ERROR_BYTES: usize = 4096;
 const PRIORITY_RANGE: std::ops::RangeInclusive<i32> = -1000..=1000;
 
-pub(super) fn validate_new(engine: &Engine, request: CreateTask) -> Result<NewTask, ApiError> {
+/// What a create asks to store, checked, with its defaults filled in. A schedule's definition
+/// goes through it too, so that none of its ticks' tasks can be refused later.
+pub fn validate_new(engine: &Engine, request: CreateTask) -> Result<NewTask, ApiError> {
     if !request.task_data.is_object() {
         return Err(ApiError::invalid(
             "invalid_field",

@@ -1,0 +1,146 @@
+//! Wire types of periodic tasks (`/api/schedules`, served by task-service): a schedule makes
+//! one task per tick of its cron expression, by the database's clock, whatever the number of
+//! task-service replicas.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+/// Longest schedule name, in bytes.
+pub const MAX_SCHEDULE_NAME_BYTES: usize = 200;
+
+/// What happens to ticks that no replica reached in time (every replica was down, or the
+/// schedule's replica could not reach the database, for longer than the misfire grace).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CatchUp {
+    /// All the missed ticks together make one task, for the latest of them (as a Kubernetes
+    /// CronJob without a starting deadline runs its last missed schedule once).
+    #[default]
+    One,
+    /// Missed ticks make no task; the schedule goes on from the next tick.
+    None,
+}
+
+impl CatchUp {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CatchUp::One => "one",
+            CatchUp::None => "none",
+        }
+    }
+}
+
+impl std::str::FromStr for CatchUp {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "one" => Ok(CatchUp::One),
+            "none" => Ok(CatchUp::None),
+            other => Err(format!(
+                "catch_up must be \"one\" or \"none\", got {other:?}"
+            )),
+        }
+    }
+}
+
+/// `PUT /api/schedules/{name}` (the whole definition, replacing any before), and, with its
+/// name, `POST /api/schedules` ([`CreateSchedule`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ScheduleSpec {
+    /// A cron expression of 5 fields (minute, hour, day of month, month, day of week) or 6
+    /// (seconds first).
+    pub cron: String,
+    /// The `task_data` of every task the schedule makes: a JSON object.
+    pub task_data: serde_json::Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_attempts: Option<i32>,
+    /// An IANA time zone (`Europe/Paris`) the cron expression is read in; UTC when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timezone: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub catch_up: Option<CatchUp>,
+    /// How late a tick may be made and still count as on time (default 60): a tick found later
+    /// than this is missed, and `catch_up` says what becomes of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub misfire_grace_seconds: Option<i32>,
+}
+
+/// `POST /api/schedules`: a new schedule (409 `schedule_exists` if the name is taken).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CreateSchedule {
+    pub name: String,
+    #[serde(flatten)]
+    pub spec: ScheduleSpec,
+}
+
+/// A schedule as task-service has it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Schedule {
+    pub name: String,
+    pub cron: String,
+    pub timezone: String,
+    pub task_data: serde_json::Value,
+    pub queue: String,
+    pub priority: i32,
+    pub max_attempts: i32,
+    pub catch_up: CatchUp,
+    pub misfire_grace_seconds: i32,
+    /// A paused schedule makes no tasks; on resume it goes on from the next tick after the
+    /// resume (the ticks while paused are not missed, they were not wanted).
+    pub paused: bool,
+    /// The next tick the schedule will make a task for (none while paused).
+    pub next_tick_at: Option<DateTime<Utc>>,
+    /// The latest tick that made a task, and that task.
+    pub last_tick_at: Option<DateTime<Utc>>,
+    pub last_task_id: Option<i64>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// `GET /api/schedules`: every schedule, by name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Schedules {
+    pub schedules: Vec<Schedule>,
+}
+
+/// The idempotency key of the task a schedule's tick makes: no tick makes two tasks, even if
+/// two replicas somehow made the same tick (the key is unique in the tasks table).
+pub fn tick_key(name: &str, tick: DateTime<Utc>) -> String {
+    format!(
+        "schedule:{name}:{}",
+        tick.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    )
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_create_is_the_name_beside_the_spec() {
+        let create: CreateSchedule = serde_json::from_str(
+            r#"{"name":"nightly","cron":"0 3 * * *","task_data":{},"catch_up":"none"}"#,
+        )
+        .unwrap();
+        assert_eq!(create.name, "nightly");
+        assert_eq!(create.spec.cron, "0 3 * * *");
+        assert_eq!(create.spec.catch_up, Some(CatchUp::None));
+    }
+
+    #[test]
+    fn tick_keys_name_the_schedule_and_the_instant() {
+        let tick = DateTime::parse_from_rfc3339("2026-11-25T03:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        assert_eq!(
+            tick_key("nightly", tick),
+            "schedule:nightly:2026-11-25T03:00:00.000Z"
+        );
+    }
+}
