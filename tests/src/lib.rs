@@ -60,5 +60,7 @@ pub use helpers::{
 };
 pub use postgres::{cluster, fresh_database};
 pub use process::{ChildGuard, binary, descendants, kill_process_tree};
-pub use service::{Answer, Service, free_port, lease_client, log_dir, task_client};
+pub use service::{
+    Answer, Service, free_port, free_port_block, lease_client, log_dir, task_client,
+};
 pub use sql::{execute, query, snapshot};

@@ -22,6 +22,23 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// The first of `count` consecutive free TCP ports on loopback, below the kernel's ephemeral
+/// range: a stack that numbers its replicas' ports from a base needs the ports after it free
+/// too, and in the ephemeral range any outgoing connection of a parallel test may take them
+/// (as one did, failing a generator's bind).
+pub fn free_port_block(count: u16) -> u16 {
+    use rand::Rng;
+    let mut rng = rand::rng();
+    loop {
+        let base: u16 = rng.random_range(20_000..32_000 - count);
+        let free = (base..base + count)
+            .all(|port| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok());
+        if free {
+            return base;
+        }
+    }
+}
+
 /// A folder for this run's service logs, so a failing test can point at them.
 pub fn log_dir() -> PathBuf {
     let dir = std::env::temp_dir().join(format!("leasehold-test-logs-{}", std::process::id()));

@@ -16,8 +16,8 @@ use leasehold_local::stack::READY_BANNER;
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 use tests::{
-    ChildGuard, binary, create_new, eventually, free_port, fresh_database, lease_client, new_task,
-    task_client,
+    ChildGuard, binary, create_new, eventually, free_port_block, fresh_database, lease_client,
+    new_task, task_client,
 };
 
 /// The banner's last line: once it is there, the whole banner is.
@@ -107,16 +107,19 @@ impl Stack {
     }
 }
 
-/// Ports for one stack: PostgreSQL, lease-service, task-service, the first worker's metrics.
+/// Ports for one stack, one block outside the ephemeral range: PostgreSQL, lease-service,
+/// task-service, up to three workers' metrics and two generators' (replicas number their ports
+/// from their kind's first).
 fn ports(home: &Path) -> Vec<(&'static str, String)> {
+    let base = free_port_block(8);
     vec![
         ("LEASEHOLD_HOME", home.display().to_string()),
-        ("LEASEHOLD_PG_PORT", free_port().to_string()),
-        ("LEASE_SERVICE_PORT", free_port().to_string()),
-        ("TASK_SERVICE_PORT", free_port().to_string()),
-        ("WORKER_METRICS_PORT", free_port().to_string()),
+        ("LEASEHOLD_PG_PORT", base.to_string()),
+        ("LEASE_SERVICE_PORT", (base + 1).to_string()),
+        ("TASK_SERVICE_PORT", (base + 2).to_string()),
+        ("WORKER_METRICS_PORT", (base + 3).to_string()),
         ("LEASEHOLD_WORKERS", "1".to_owned()),
-        ("GENERATOR_METRICS_PORT", free_port().to_string()),
+        ("GENERATOR_METRICS_PORT", (base + 6).to_string()),
         ("LEASEHOLD_GENERATORS", "2".to_owned()),
     ]
 }
