@@ -1,7 +1,7 @@
 //! `leasehold`, the operators' command line: leases (list, show, acquire, renew, release,
 //! revoke), tasks (create, list, show, cancel, retry, tail), the generator (status, start,
-//! stop), queues (list, show, pause, resume) and schedules (list, show, create, delete, pause,
-//! resume), against lease-service and task-service over their HTTP APIs.
+//! stop), queues (list, show, pause, resume, limit) and schedules (list, show, create, delete,
+//! pause, resume), against lease-service and task-service over their HTTP APIs.
 //!
 //! Every command prints a human table by default and the services' own JSON with `--json`, so
 //! scripts read exactly what the API says. Commands that wait on work (`tasks create --wait`,
@@ -149,6 +149,7 @@ mod tests {
             vec!["leasehold", "generator", "start", "--rate", "2"],
             vec!["leasehold", "queues", "pause", "mail"],
             vec!["leasehold", "queues", "list", "--json"],
+            vec!["leasehold", "queues", "limit", "mail", "--concurrency", "3"],
             vec![
                 "leasehold",
                 "schedules",

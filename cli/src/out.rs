@@ -255,6 +255,7 @@ pub(crate) fn queue_table(queues: &[QueueState]) -> String {
             vec![
                 q.queue.clone(),
                 if q.paused { "paused" } else { "running" }.to_owned(),
+                or_dash(q.concurrency_limit.map(|l| l.to_string())),
                 count(q, "pending"),
                 count(q, "running"),
                 count(q, "succeeded"),
@@ -267,6 +268,7 @@ pub(crate) fn queue_table(queues: &[QueueState]) -> String {
         &[
             "QUEUE",
             "STATE",
+            "LIMIT",
             "PENDING",
             "RUNNING",
             "SUCCEEDED",

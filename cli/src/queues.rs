@@ -1,6 +1,7 @@
-//! `leasehold queues`: list, show, pause and resume.
+//! `leasehold queues`: list, show, pause, resume and limit.
 
 use clap::Subcommand;
+use leasehold::queues::QueueSettings;
 
 use crate::api::Api;
 use crate::out::{Out, queue_table};
@@ -24,6 +25,14 @@ pub enum QueueCommand {
     Resume {
         /// The queue's name.
         queue: String,
+    },
+    /// Set the queue's limits; a limit not given is lifted (operator role).
+    Limit {
+        /// The queue's name.
+        queue: String,
+        /// At most this many of its tasks running at once, across all workers and replicas.
+        #[arg(long)]
+        concurrency: Option<i32>,
     },
 }
 
@@ -49,6 +58,15 @@ pub(crate) async fn queues(api: &Api, out: &Out, command: QueueCommand) -> anyho
             .set_queue_paused(&queue, false)
             .await
             .map_err(api.tasks_failed("POST", &format!("/api/queues/{queue}/resume")))?,
+        QueueCommand::Limit { queue, concurrency } => client
+            .set_queue_limits(
+                &queue,
+                &QueueSettings {
+                    concurrency_limit: concurrency,
+                },
+            )
+            .await
+            .map_err(api.tasks_failed("PUT", &format!("/api/queues/{queue}")))?,
     };
     out.value(&state, |state| Ok(queue_table(std::slice::from_ref(state))))
 }

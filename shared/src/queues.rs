@@ -14,6 +14,9 @@ pub struct QueueState {
     pub queue: String,
     /// Claims skip a paused queue's tasks; its running tasks finish, creates still succeed.
     pub paused: bool,
+    /// At most this many of its tasks run at once; none: no limit.
+    #[serde(default)]
+    pub concurrency_limit: Option<i32>,
     /// Its tasks in each status (every status named, zeros included).
     pub counts: BTreeMap<String, i64>,
     /// How long its oldest due pending task has waited (database clock); none when none is due.
@@ -21,6 +24,19 @@ pub struct QueueState {
     /// When an operator last changed its settings; none if never.
     pub updated_at: Option<DateTime<Utc>>,
 }
+
+/// `PUT /api/queues/{queue}`: the queue's limits, all of them (a limit left out is lifted).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueSettings {
+    /// At most this many of the queue's tasks running at any instant, across every worker and
+    /// replica (0 to 1,000,000).
+    #[serde(default, alias = "concurrencyLimit")]
+    pub concurrency_limit: Option<i32>,
+}
+
+/// Largest concurrency limit accepted.
+pub const MAX_CONCURRENCY_LIMIT: i32 = 1_000_000;
 
 /// `GET /api/queues`: every queue, by name.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use leasehold::generator::StartGenerator;
+use leasehold::queues::QueueSettings;
 use leasehold::schedules::{CreateSchedule, ScheduleSpec};
 use leasehold::server::ApiError;
 use leasehold::server::auth::{Role, locked};
@@ -132,7 +133,12 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .service(
         web::scope("/api/queues")
             .service(get_only("", queues_list))
-            .service(get_only("/{queue}", queue_get))
+            .service(
+                web::resource("/{queue}")
+                    .route(web::get().to(queue_get))
+                    .route(locked(web::put().to(queue_set_limits), Role::Operator))
+                    .default_service(web::to(method_not_allowed)),
+            )
             .service(
                 web::resource("/{queue}/pause")
                     .route(locked(web::post().to(queue_pause), Role::Operator))
@@ -428,6 +434,15 @@ async fn queues_list(state: State) -> Result<HttpResponse, ApiError> {
 async fn queue_get(state: State, queue: web::Path<String>) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
     Ok(HttpResponse::Ok().json(crate::queues::get(&mut conn, &queue).await?))
+}
+
+async fn queue_set_limits(
+    state: State,
+    queue: web::Path<String>,
+    body: web::Json<QueueSettings>,
+) -> Result<HttpResponse, ApiError> {
+    let mut conn = db::connection(&state.pool).await?;
+    Ok(HttpResponse::Ok().json(crate::queues::set_limits(&mut conn, &queue, &body).await?))
 }
 
 async fn queue_pause(state: State, queue: web::Path<String>) -> Result<HttpResponse, ApiError> {

@@ -106,6 +106,8 @@ pub struct Metrics {
     /// Schedule ticks this replica's ticker made or missed, by schedule (capped as queues are)
     /// and outcome.
     pub schedule_ticks: ByQueue<IntCounterVec>,
+    /// Claims that took fewer tasks than they asked for because a queue's limit bound.
+    pub limit_waits: ByQueue<IntCounterVec>,
     queues: Arc<QueueLabels>,
 }
 
@@ -239,7 +241,15 @@ impl Metrics {
              task existed already).",
             &["schedule", "outcome"],
         )?;
+        let limit_waits = counter(
+            &registry,
+            "queue_limit_waits_total",
+            "Claims that took fewer tasks than they asked for because a queue was at its limit, \
+             by queue and limit (concurrency).",
+            &["queue", "limit"],
+        )?;
         Ok(Self {
+            limit_waits: by_queue(limit_waits),
             schedule_ticks: ByQueue {
                 vec: schedule_ticks,
                 queues: Arc::new(QueueLabels::new(max_queues)),

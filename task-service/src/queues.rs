@@ -1,4 +1,5 @@
-//! Queues as operators see them: pause and resume, and each queue's state with its counts.
+//! Queues as operators see them: pause and resume, limits, and each queue's state with its
+//! counts. (Limits are enforced where claims take tasks: [`crate::tasks`]' `limits`.)
 //!
 //! A pause is a row in `queues`, read by every claim statement (`repo::lock_due`,
 //! `repo::take_lapsed`), so it holds across replicas from the moment it commits: no claim that
@@ -8,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use leasehold::queues::{QueueState, Queues};
+use leasehold::queues::{MAX_CONCURRENCY_LIMIT, QueueSettings, QueueState, Queues};
 use leasehold::server::{ApiError, validate_name_within};
 use leasehold::tasks::{MAX_QUEUE_BYTES, TaskCounts};
 
@@ -24,6 +25,29 @@ pub async fn set_paused(conn: &mut Db, queue: &str, paused: bool) -> Result<Queu
         "queue {}",
         if paused { "paused" } else { "resumed" }
     );
+    let mut states = states(conn, vec![row]).await?;
+    Ok(states.remove(queue).unwrap_or_else(|| untouched(queue)))
+}
+
+/// `PUT /api/queues/{queue}`: sets the queue's limits; the queue's state after. A limit lowered
+/// below the tasks running now lets them finish and hands out no more until they fit.
+pub async fn set_limits(
+    conn: &mut Db,
+    queue: &str,
+    settings: &QueueSettings,
+) -> Result<QueueState, ApiError> {
+    validate_name_within("queue", queue, MAX_QUEUE_BYTES)?;
+    if let Some(limit) = settings.concurrency_limit
+        && !(0..=MAX_CONCURRENCY_LIMIT).contains(&limit)
+    {
+        return Err(ApiError::invalid(
+            "invalid_field",
+            "concurrency_limit",
+            format!("concurrency_limit must be between 0 and {MAX_CONCURRENCY_LIMIT}, got {limit}"),
+        ));
+    }
+    let row = repo::set_limits(conn, queue, settings.concurrency_limit).await?;
+    tracing::info!(queue, concurrency_limit = ?row.concurrency_limit, "queue limits set");
     let mut states = states(conn, vec![row]).await?;
     Ok(states.remove(queue).unwrap_or_else(|| untouched(queue)))
 }
@@ -61,6 +85,7 @@ async fn states(
             .entry(row.queue.clone())
             .or_insert_with(|| empty(&row.queue, zeros()));
         state.paused = row.paused;
+        state.concurrency_limit = row.concurrency_limit;
         state.updated_at = Some(row.updated_at);
     }
     for due in oldest {
@@ -75,6 +100,7 @@ fn empty(queue: &str, counts: BTreeMap<String, i64>) -> QueueState {
     QueueState {
         queue: queue.to_owned(),
         paused: false,
+        concurrency_limit: None,
         counts,
         oldest_due_age_seconds: None,
         updated_at: None,

@@ -40,10 +40,12 @@ pub enum Invariant {
     AllFinal,
     /// No generator produced outside its own term of the generator lease.
     OneGenerator,
+    /// At no instant were more tasks of a limited queue running than its concurrency limit.
+    QueueConcurrency,
 }
 
 impl Invariant {
-    pub const ALL: [Invariant; 8] = [
+    pub const ALL: [Invariant; 9] = [
         Invariant::FencesRise,
         Invariant::OneHolderPerFence,
         Invariant::Exclusive,
@@ -52,6 +54,7 @@ impl Invariant {
         Invariant::NotSuperseded,
         Invariant::AllFinal,
         Invariant::OneGenerator,
+        Invariant::QueueConcurrency,
     ];
 
     /// What the invariant says, and what its count in [`Report::checked`] counts.
@@ -65,6 +68,7 @@ impl Invariant {
             Self::NotSuperseded => "no completion under a superseded lease (completions)",
             Self::AllFinal => "every task terminal after the faults (tasks)",
             Self::OneGenerator => "no generator output outside its term (generated tasks)",
+            Self::QueueConcurrency => "no more running than a queue's limit (claims)",
         }
     }
 }
@@ -94,6 +98,8 @@ pub struct Report {
     pub tasks_by_status: BTreeMap<String, usize>,
     /// Per invariant, how many cases it was checked over.
     pub checked: BTreeMap<Invariant, usize>,
+    /// Per limited queue, the most of its tasks running at one instant.
+    pub busiest: BTreeMap<String, i64>,
     pub violations: Vec<Violation>,
 }
 
@@ -341,6 +347,8 @@ pub async fn check(lease_db: &str, task_db: Option<&str>, all_final: bool) -> Re
         }
     }
 
+    check_queue_limits(&mut tasks_conn, &by_task, &terms, &mut report).await;
+
     let tasks: Vec<TaskRow> =
         diesel::sql_query("SELECT id, status, idempotency_key, created_at FROM tasks ORDER BY id")
             .load(&mut tasks_conn)
@@ -387,4 +395,81 @@ pub async fn check(lease_db: &str, task_db: Option<&str>, all_final: bool) -> Re
         }
     }
     report
+}
+
+#[derive(QueryableByName)]
+struct LimitedTask {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+    #[diesel(sql_type = Text)]
+    queue: String,
+    #[diesel(sql_type = BigInt)]
+    concurrency_limit: i64,
+}
+
+/// "No instant with more than N running tasks of a queue limited to N", over the limits set at
+/// the end of the run. Each claim runs from its lease's acquisition (lease-service records it
+/// during the claim's transaction, after the claim counted the queue's running tasks) until the
+/// task's next transition (its completion, failure, snooze, cancellation or next claim, at that
+/// transaction's `now()`, which is before its commit): so a correct claim, which counts only
+/// committed transitions, never starts an interval before the one whose slot it took ended.
+async fn check_queue_limits(
+    conn: &mut AsyncPgConnection,
+    by_task: &BTreeMap<i64, Vec<&TaskEvent>>,
+    terms: &BTreeMap<String, Vec<Term>>,
+    report: &mut Report,
+) {
+    let limited: Vec<LimitedTask> = diesel::sql_query(
+        "SELECT t.id, t.queue, q.concurrency_limit::bigint AS concurrency_limit
+         FROM tasks t JOIN queues q USING (queue) WHERE q.concurrency_limit IS NOT NULL",
+    )
+    .load(conn)
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    // Per queue: its limit, and every claim's (time, +1, task) start and (time, -1, task) end.
+    type Points = Vec<(DateTime<Utc>, i64, i64)>;
+    let mut queues: BTreeMap<&str, (i64, Points)> = BTreeMap::new();
+    for task in &limited {
+        let Some(events) = by_task.get(&task.id) else {
+            continue;
+        };
+        let leases = terms.get(&format!("task:{}", task.id));
+        let entry = queues
+            .entry(task.queue.as_str())
+            .or_insert_with(|| (task.concurrency_limit, Vec::new()));
+        for (index, claim) in events.iter().enumerate() {
+            if claim.to_status != "running" {
+                continue;
+            }
+            report.checked(Invariant::QueueConcurrency);
+            let start = leases
+                .and_then(|list| list.iter().find(|t| Some(t.fence) == claim.fence))
+                .map_or(claim.at, |t| t.start);
+            entry.1.push((start, 1, task.id));
+            if let Some(next) = events.get(index + 1) {
+                entry.1.push((next.at, -1, task.id));
+            }
+        }
+    }
+    for (queue, (limit, mut points)) in queues {
+        // Ends before starts at one instant: a slot freed and taken at once is not two.
+        points.sort_by_key(|(at, delta, _)| (*at, *delta));
+        let (mut running, mut most) = (0i64, 0i64);
+        for (at, delta, task) in points {
+            running += delta;
+            if running > most {
+                most = running;
+            }
+            if delta > 0 && running > limit {
+                report.violated(
+                    Invariant::QueueConcurrency,
+                    format!(
+                        "queue {queue:?} (limit {limit}) had {running} tasks running at {at}, \
+                         when task {task} started"
+                    ),
+                );
+            }
+        }
+        report.busiest.insert(queue.to_owned(), most);
+    }
 }

@@ -321,6 +321,12 @@ async fn each_task_service_role_does_exactly_what_it_may() {
             OPERATOR,
         ),
         (
+            "PUT",
+            "/api/queues/default".to_owned(),
+            json!({"concurrency_limit": 1}),
+            OPERATOR,
+        ),
+        (
             "POST",
             "/api/schedules".to_owned(),
             json!({"name": "s", "cron": "* * * * *", "task_data": {}}),

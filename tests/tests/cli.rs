@@ -536,6 +536,17 @@ async fn queues_are_paused_resumed_listed_and_shown() {
         claim.body
     );
 
+    let limited = leasehold(
+        &l,
+        &t,
+        None,
+        &["queues", "limit", "mail b", "--concurrency", "2", "--json"],
+    )
+    .await;
+    ok(&limited, "limit");
+    assert_eq!(documents(&limited)[0]["concurrencyLimit"], 2);
+    let listed = leasehold(&l, &t, None, &["queues", "list"]).await;
+    assert!(stdout(&listed).contains("LIMIT"), "{}", stdout(&listed));
     let resumed = leasehold(&l, &t, None, &["queues", "resume", "mail b", "--json"]).await;
     ok(&resumed, "resume");
     assert_eq!(documents(&resumed)[0]["paused"], false);

@@ -229,7 +229,7 @@ async fn task_key_lookups_stay_prepared_and_set_statements_are_planned_on_each_c
     let mut conn = AsyncPgConnection::establish(&task_db).await.unwrap();
     for _ in 0..6 {
         repo::find(&mut conn, 1).await.unwrap();
-        repo::lock_due(&mut conn, Some("q"), 10).await.unwrap();
+        repo::lock_due(&mut conn, Some("q"), 10, &[]).await.unwrap();
         repo::lock_many(&mut conn, &[1, 2]).await.unwrap();
     }
     let kept: Vec<String> = prepared_statements(&mut conn)

@@ -42,6 +42,10 @@ async fn two_minutes_of_faults_keep_every_invariant() {
         summary.report.generated_tasks > 100 && summary.produced > 100,
         "too little load:\n{summary}"
     );
+    assert!(
+        summary.report.checked[&Invariant::QueueConcurrency] > 30,
+        "too few claims of the limited queue:\n{summary}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

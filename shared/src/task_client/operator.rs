@@ -7,7 +7,7 @@
 use super::{CallError, TaskClient};
 use crate::generator::{GeneratorSettings, GeneratorStatus, StartGenerator};
 use crate::percent;
-use crate::queues::{QueueState, Queues};
+use crate::queues::{QueueSettings, QueueState, Queues};
 use crate::schedules::{CreateSchedule, Schedule, ScheduleSpec, Schedules};
 use crate::tasks::{
     BulkResult, BulkTasks, CreateResult, CreateTask, CreateTasks, CreatedTasks, OneTask, Task,
@@ -255,6 +255,18 @@ impl TaskClient {
         self.send(reqwest::Method::POST, &path, &[], None::<&()>)
             .await?
             .read("a queue's pause or resume")
+    }
+
+    /// `PUT /api/queues/{queue}`: sets the queue's limits (one left out is lifted).
+    pub async fn set_queue_limits(
+        &self,
+        queue: &str,
+        settings: &QueueSettings,
+    ) -> Result<QueueState, CallError> {
+        let path = format!("/api/queues/{}", percent::encode(queue));
+        self.send(reqwest::Method::PUT, &path, &[], Some(settings))
+            .await?
+            .read("a queue's limits")
     }
 
     /// `GET /api/schedules`.

@@ -118,26 +118,46 @@ pub async fn cancel_lapsed(conn: &mut Db, queue: Option<&str>, batch: i64) -> Re
 }
 
 /// Due pending tasks of queues not paused, highest priority then earliest scheduled, locked
-/// with `SKIP LOCKED` (never the sample's `OFFSET` scan). The two statements let each use its partial index.
-pub async fn lock_due(conn: &mut Db, queue: Option<&str>, limit: i64) -> Result<Vec<TaskRow>> {
+/// with `SKIP LOCKED` (never the sample's `OFFSET` scan). A claim of every queue also steps over
+/// the queues in `full` (limited queues with no room left). The two statements let each use
+/// its partial index.
+pub async fn lock_due(
+    conn: &mut Db,
+    queue: Option<&str>,
+    limit: i64,
+    full: &[&str],
+) -> Result<Vec<TaskRow>> {
     let span = leasehold::db_span!("SELECT", "tasks");
     async move {
-        diesel::sql_query(due_sql(queue.is_some()))
-            .bind::<Nullable<Text>, _>(queue)
-            .bind::<BigInt, _>(limit)
-            .load(conn)
-            .await
+        match queue {
+            Some(queue) => {
+                diesel::sql_query(due_sql(true))
+                    .bind::<Nullable<Text>, _>(Some(queue))
+                    .bind::<BigInt, _>(limit)
+                    .load(conn)
+                    .await
+            }
+            None => {
+                diesel::sql_query(due_sql(false))
+                    .bind::<Nullable<Text>, _>(None::<&str>)
+                    .bind::<BigInt, _>(limit)
+                    .bind::<Array<Text>, _>(full)
+                    .load(conn)
+                    .await
+            }
+        }
     }
     .instrument(span)
     .await
 }
 
-/// [`lock_due`]'s statement (`$1` the queue, `$2` the limit), for plans to be checked.
+/// [`lock_due`]'s statement (`$1` the queue, `$2` the limit; of every queue, `$3` the full
+/// queues), for plans to be checked.
 pub fn due_sql(by_queue: bool) -> String {
     let filter = if by_queue {
         "AND queue = $1"
     } else {
-        "AND $1::text IS NULL"
+        "AND $1::text IS NULL AND queue <> ALL($3::text[])"
     };
     format!(
         "SELECT {COLUMNS} FROM tasks

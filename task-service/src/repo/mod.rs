@@ -2,9 +2,9 @@
 //! `create.rs` (inserts and the idempotency key's lookup), `claim.rs` (the claim round's
 //! statements), `transition.rs` (heartbeat, complete, fail, cancel, retry), `read.rs` (lookups,
 //! listings, counts, the dashboard's reads), `retention.rs` (the sweeper's deletes),
-//! `generator.rs` (its desired state), `queues.rs` (pause and resume), `schedules.rs` (periodic
-//! tasks and the tickers' lock) and `bulk.rs` (retry, cancel and delete by filter). The modules
-//! are private; their items are re-exported here, where the rules find them. Times are the
+//! `generator.rs` (its desired state), `queues.rs` (pause, resume and limits), `schedules.rs`
+//! (periodic tasks and the tickers' lock) and `bulk.rs` (retry, cancel and delete by filter).
+//! The modules are private; their items are re-exported here, where the rules find them. Times are the
 //! database's `now()`; every statement runs in a client span from [`leasehold::db_span!`].
 
 use chrono::{DateTime, Utc};
@@ -34,7 +34,9 @@ pub use create::{
     insert_many,
 };
 pub use generator::{GeneratorRow, generator, set_generator};
-pub use queues::{QueueRow, queue_rows, set_paused};
+pub use queues::{
+    QueueLimit, QueueRow, Running, lock_limits, queue_rows, running_counts, set_limits, set_paused,
+};
 pub use read::{
     OldestDue, Processor, QueueCount, TaskEvent, ThroughputBucket, counts, events, find, list,
     oldest_due, ping, processors, throughput,

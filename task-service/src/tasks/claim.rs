@@ -13,6 +13,7 @@ use leasehold::server::ApiError;
 use leasehold::tasks::{MAX_CLAIM, TaskStatus};
 
 use super::Engine;
+use super::limits::Limits;
 use super::refusal::credentials_refused;
 use crate::repo::{self, Db, TaskRow};
 
@@ -41,7 +42,8 @@ pub fn claims_per_group(wants: &[Want]) -> usize {
 /// lease-service call (each under its own claimant's name).
 ///
 /// Candidates are locked with `SKIP LOCKED`: running tasks whose lease ran out by the recorded
-/// expiry first, then, for the room left, due pending tasks by priority and schedule. Each
+/// expiry first, then, for the room left, due pending tasks by priority and schedule, within the
+/// room of limited queues ([`Limits`], whose rows are locked first). Each
 /// candidate's lease is acquired from lease-service while its row is locked, and lease-service
 /// has the final word:
 /// * a refusal (another holder) skips the task, and a lapsed task's recorded expiry moves to the
@@ -79,6 +81,7 @@ pub async fn claim_group(
         .transaction::<_, ApiError, _>(async |conn| {
             let mut round = Round::new(wants);
             repo::claim_by_index_order(conn).await?;
+            let mut limits = Limits::lock(conn, queue).await?;
             // Lapsed tasks that are only to be ended are taken apart from those to claim, so
             // that they never fill the places of claimable ones (nor spend a request's room).
             // One lease-service batch holds the claimable and the exhausted: the exhausted
@@ -87,10 +90,13 @@ pub async fn claim_group(
                 split_lapsed(repo::take_lapsed(conn, queue, total, MAX_CLAIM).await?);
             round.cancelled = cancelled;
             round.grant(conn, engine, lapsed, &granted).await?;
-            let room = total - round.taken();
+            // Lapsed tasks taken again keep the slots they held; due ones need room.
+            let room = limits.cap(queue, total - round.taken());
             if room > 0 {
-                let due = repo::lock_due(conn, queue, room).await?;
-                round.grant(conn, engine, due, &granted).await?;
+                let due = repo::lock_due(conn, queue, room, &limits.full()).await?;
+                round
+                    .grant(conn, engine, limits.admit(due), &granted)
+                    .await?;
             }
             if round.taken() == 0
                 && let Some(err) = round.misconfigured
@@ -104,10 +110,15 @@ pub async fn claim_group(
                     "lease-service unavailable: {reason}"
                 )));
             }
-            Ok((round.claimed, round.exhausted, round.cancelled))
+            Ok((
+                round.claimed,
+                round.exhausted,
+                round.cancelled,
+                limits.bound,
+            ))
         })
         .await;
-    let (claimed, exhausted, cancelled) = match outcome {
+    let (claimed, exhausted, cancelled, bound) = match outcome {
         Ok(done) => done,
         Err(err) => {
             let granted =
@@ -120,6 +131,13 @@ pub async fn claim_group(
             return Err(err);
         }
     };
+    for queue in &bound {
+        engine
+            .metrics
+            .limit_waits
+            .with_label_values(&[queue.as_str(), "concurrency"])
+            .inc();
+    }
     for (want, rows) in wants.iter().zip(&claimed) {
         for row in rows {
             engine

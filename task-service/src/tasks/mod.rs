@@ -17,6 +17,7 @@
 //! * `validate`: the limits and the checks of what a request may store;
 //! * `next`: one claim request, answered at once or after waiting for work (`wait_ms`);
 //! * `claim`: claim requests, gathered by queue into one transaction and one lease batch;
+//! * `limits`: the queues' concurrency limits, judged in the claim's transaction;
 //! * `complete`: completions, single or batched, judged in groups;
 //! * `groups`: how claims and completions are gathered into groups (built once, the same way);
 //! * `transition`: heartbeat, fail, retry and cancel, and the ownership check they share;
@@ -34,6 +35,7 @@ mod complete;
 mod create;
 mod create_many;
 mod groups;
+mod limits;
 mod next;
 pub mod read;
 mod ready;

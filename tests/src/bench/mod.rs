@@ -200,7 +200,10 @@ once. A claim is task-service's transaction with one lease-service call inside i
 acquire: one statement, one commit); a completion likewise with a batch release. Claims and
 single completions that arrive together are served as one group, and so are single lease
 acquires, renewals and releases in lease-service (GROUPS_IN_FLIGHT of each service); the
-direct-SQL clients run one statement and one commit per operation.
+direct-SQL clients run one statement and one commit per operation. A claim of a queue with a
+concurrency limit adds two round trips inside its transaction (lock the queue's row, count its
+running tasks) and waits for the claim before it to commit: claims of one limited queue run one
+at a time.
 Memory under open reads is bounded by task-service itself, not by the machine: a listing page
 ends at 4 MiB of task JSON, counted in PostgreSQL before any row is loaded, and a replica serves
 4 listings at once (the rest wait), so the peak is about 4 pages of rows plus their JSON,

@@ -46,6 +46,14 @@ async fn fill_backlogs(bench: &Bench, queue: &str, pending: u64) {
         ),
     )
     .await;
+    insert_backlog(bench, queue, pending).await;
+    execute(&bench.task_db, "VACUUM ANALYZE sample_tasks").await;
+    execute(&bench.task_db, "VACUUM ANALYZE tasks").await;
+    execute(&bench.task_db, "CHECKPOINT").await;
+}
+
+/// `pending` no-op tasks in `queue`, due at random over the last day.
+async fn insert_backlog(bench: &Bench, queue: &str, pending: u64) {
     execute(
         &bench.task_db,
         &format!(
@@ -56,7 +64,16 @@ async fn fill_backlogs(bench: &Bench, queue: &str, pending: u64) {
         ),
     )
     .await;
-    execute(&bench.task_db, "VACUUM ANALYZE sample_tasks").await;
+}
+
+/// A backlog of `pending` tasks in `limited`, a queue limited to 10,000 running tasks.
+async fn fill_limited(bench: &Bench, limited: &str, pending: u64) {
+    insert_backlog(bench, limited, pending).await;
+    execute(
+        &bench.task_db,
+        &format!("INSERT INTO queues (queue, concurrency_limit) VALUES ('{limited}', 10000)"),
+    )
+    .await;
     execute(&bench.task_db, "VACUUM ANALYZE tasks").await;
     execute(&bench.task_db, "CHECKPOINT").await;
 }
@@ -227,6 +244,24 @@ pub(super) async fn sample_comparison(bench: &Bench, options: &BenchOptions, rep
         );
         if half_load_rate == 0.0 {
             half_load_rate = ours.per_second / 2.0;
+            // The cost of a concurrency limit that does not bind: the same claims on a queue
+            // limited far above the clients' number.
+            let limited = format!("{queue}-limited");
+            fill_limited(bench, &limited, pending).await;
+            let (samples, elapsed) = leasehold_cycles(bench, options, &limited).await;
+            let capped = samples.figure(
+                section,
+                "Leasehold's claim, queue limited to 10,000 running (far above the load)",
+                options.claim_clients,
+                Some(pending),
+                elapsed,
+            );
+            report.ratio(
+                format!("limited (not binding) / unlimited claim-and-complete, {pending} pending"),
+                capped.per_second,
+                ours.per_second,
+            );
+            report.figures.push(capped);
         }
         // The end-to-end rates (worker processes, the sample's own way of working) against the
         // sample's claim on this backlog, when the end-to-end section ran.

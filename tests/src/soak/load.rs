@@ -13,8 +13,13 @@ use serde_json::{Value, json};
 
 use super::{client_with, tokens};
 
-/// Adds tasks at `rate` per second until `stop`; some fail on purpose, some for good. Returns
-/// the ids of the tasks whose creation was acknowledged.
+/// The queue the soak limits to [`LIMIT`] tasks running at once; a third of the producer's
+/// tasks go to it.
+pub const LIMITED_QUEUE: &str = "limited";
+pub const LIMIT: i32 = 3;
+
+/// Adds tasks at `rate` per second until `stop`; some fail on purpose, some for good, a third go
+/// to the limited queue. Returns the ids of the tasks whose creation was acknowledged.
 pub(super) async fn produce(
     task_url: String,
     rate: u32,
@@ -40,6 +45,7 @@ pub(super) async fn produce(
         let task = CreateTask {
             task_data: json!({"sleep_duration_seconds": rng.random_range(0.0..0.5), "fail": fail}),
             max_attempts: Some(5),
+            queue: (created.len() % 3 == 0).then(|| LIMITED_QUEUE.to_owned()),
             ..CreateTask::default()
         };
         if let Ok(answer) = tasks.create(&task).await {
@@ -73,25 +79,34 @@ pub(super) async fn missing_tasks(task_db: &str, acknowledged: &[i64]) -> Vec<i6
         .collect()
 }
 
-/// What the soak's operator asks of the generator.
-pub(super) enum GeneratorCall {
+/// What the soak's operator asks: the generator started or stopped, the limited queue limited.
+pub(super) enum OperatorCall {
+    /// Start the generator.
     Start(StartGenerator),
+    /// Stop the generator.
     Stop,
+    /// Limit [`LIMITED_QUEUE`] to [`LIMIT`] tasks running at once.
+    Limit,
 }
 
 /// Makes `call` through `base`, as an operator, until it is answered with success, or
 /// `timeout` passes.
-pub(super) async fn generator_until_ok(
-    base: &str,
-    call: &GeneratorCall,
-    timeout: Duration,
-) -> bool {
+pub(super) async fn operator_until_ok(base: &str, call: &OperatorCall, timeout: Duration) -> bool {
     let tasks = client_with(base, tokens::OPERATOR);
     let deadline = Instant::now() + timeout;
     while Instant::now() < deadline {
         let answer = match call {
-            GeneratorCall::Start(settings) => tasks.start_generator(settings).await,
-            GeneratorCall::Stop => tasks.stop_generator().await,
+            OperatorCall::Start(settings) => tasks.start_generator(settings).await.map(drop),
+            OperatorCall::Stop => tasks.stop_generator().await.map(drop),
+            OperatorCall::Limit => tasks
+                .set_queue_limits(
+                    LIMITED_QUEUE,
+                    &leasehold::queues::QueueSettings {
+                        concurrency_limit: Some(LIMIT),
+                    },
+                )
+                .await
+                .map(drop),
         };
         if answer.is_ok() {
             return true;

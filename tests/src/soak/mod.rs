@@ -35,7 +35,7 @@ use tokio::task::JoinSet;
 
 use crate::checker;
 use faults::{Injection, draw_fault, draw_hold, inject};
-use load::{GeneratorCall, drain, generator_until_ok, missing_tasks, produce};
+use load::{OperatorCall, drain, missing_tasks, operator_until_ok, produce};
 use stack::Stack;
 
 pub use faults::Fault;
@@ -81,13 +81,17 @@ pub async fn run(options: SoakOptions) -> Summary {
         max_sleep_seconds: Some(1.0),
     };
     assert!(
-        generator_until_ok(
+        operator_until_ok(
             &task_url,
-            &GeneratorCall::Start(settings),
+            &OperatorCall::Start(settings),
             Duration::from_secs(30)
         )
         .await,
         "the generator would not start"
+    );
+    assert!(
+        operator_until_ok(&task_url, &OperatorCall::Limit, Duration::from_secs(30)).await,
+        "the limited queue's limit would not be set"
     );
     let stop_producing = tokio_util::sync::CancellationToken::new();
     let producer = tokio::spawn(produce(
@@ -132,7 +136,7 @@ pub async fn run(options: SoakOptions) -> Summary {
 
     stop_producing.cancel();
     let produced = producer.await.unwrap_or_default();
-    if !generator_until_ok(&task_url, &GeneratorCall::Stop, Duration::from_secs(30)).await {
+    if !operator_until_ok(&task_url, &OperatorCall::Stop, Duration::from_secs(30)).await {
         fault_errors.push("the generator could not be stopped after the faults".to_owned());
     }
     let drained_in = drain(&task_url, options.drain_timeout).await;

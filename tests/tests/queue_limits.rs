@@ -1,0 +1,190 @@
+//! Concurrency limits per queue against real processes: two task-service replicas, workers
+//! claiming the limited queue by name and others claiming any queue, one worker killed and one
+//! frozen mid-run so that leases lapse, and the invariant checker proving from the history that
+//! at no instant were more of the queue's tasks running than its limit, while the limit was
+//! reached (it bound) and unlimited work went on.
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use serde_json::json;
+use tests::checker::{self, Invariant};
+use tests::{Service, all_tasks_final, eventually, fresh_database, metric_sum, snapshot};
+
+const LIMIT: i64 = 3;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_limited_queue_never_runs_more_than_its_limit_across_replicas_and_faults() {
+    let lease_db = fresh_database().await;
+    let task_db = fresh_database().await;
+    let leases = Service::lease_service(&lease_db, &[]).await;
+    // A short task lease, so the killed and frozen workers' tasks lapse and are taken again.
+    let env = [("TASK_LEASE_TTL_SECONDS", "2")];
+    let a = Service::task_service(&task_db, &leases.base_url(), &env).await;
+    let b = Service::task_service(&task_db, &leases.base_url(), &env).await;
+
+    let set = a
+        .put("/api/queues/limited", &json!({"concurrency_limit": LIMIT}))
+        .await;
+    assert_eq!(set.status, 200, "{:?}", set.body);
+    assert_eq!(set.body["concurrencyLimit"], LIMIT);
+    assert_eq!(
+        b.get("/api/queues/limited").await.body["concurrencyLimit"],
+        LIMIT,
+        "every replica reads the one setting"
+    );
+
+    let tasks: Vec<_> = (0..36)
+        .map(|_| json!({"task_data": {"sleep_duration_seconds": 0.3}, "queue": "limited"}))
+        .chain(
+            (0..30).map(|_| json!({"task_data": {"sleep_duration_seconds": 0}, "queue": "free"})),
+        )
+        .collect();
+    let created = a.post("/api/tasks/batch", &json!({"tasks": tasks})).await;
+    assert_eq!(created.status, 200, "{:?}", created.body);
+
+    // Sixteen claim slots for a limit of three: by name through one replica, any queue through
+    // the other.
+    let named = [
+        ("WORKER_QUEUE", "limited"),
+        ("WORKER_CONCURRENCY", "4"),
+        ("HEARTBEAT_INTERVAL_SECONDS", "0.5"),
+    ];
+    let any = [
+        ("WORKER_CONCURRENCY", "4"),
+        ("HEARTBEAT_INTERVAL_SECONDS", "0.5"),
+    ];
+    let mut workers = [
+        Service::worker(&a.base_url(), &named).await,
+        Service::worker(&a.base_url(), &named).await,
+        Service::worker(&b.base_url(), &any).await,
+        Service::worker(&b.base_url(), &any).await,
+    ];
+    let client = a.task_client();
+    eventually(
+        Duration::from_secs(30),
+        "limited tasks under way",
+        || async {
+            let counts = client.counts().await.unwrap();
+            counts.queues["limited"]["succeeded"] >= 6
+        },
+    )
+    .await;
+    workers[0].kill();
+    workers[2].pause();
+    eventually(
+        Duration::from_secs(60),
+        "more limited tasks done",
+        || async {
+            let counts = client.counts().await.unwrap();
+            counts.queues["limited"]["succeeded"] >= 18
+        },
+    )
+    .await;
+    workers[2].resume();
+    eventually(Duration::from_secs(120), "every task final", || async {
+        all_tasks_final(&client).await
+    })
+    .await;
+
+    let report = checker::check(&lease_db, Some(&task_db), true).await;
+    eprintln!("{report}");
+    assert!(
+        report.violations.is_empty(),
+        "violations:\n{:#?}",
+        report.violations
+    );
+    assert!(report.checked[&Invariant::QueueConcurrency] >= 36);
+    assert_eq!(
+        report.busiest["limited"], LIMIT,
+        "the limit was reached, never passed"
+    );
+    let waits: f64 = metric_sum(
+        &a.metrics().await,
+        "queue_limit_waits_total{limit=\"concurrency\",queue=\"limited\"}",
+    ) + metric_sum(
+        &b.metrics().await,
+        "queue_limit_waits_total{limit=\"concurrency\",queue=\"limited\"}",
+    );
+    assert!(waits > 0.0, "claims were held back by the limit");
+}
+
+#[tokio::test]
+async fn limits_are_set_shown_lifted_and_bad_ones_refused_without_a_write() {
+    let lease_db = fresh_database().await;
+    let task_db = fresh_database().await;
+    let leases = Service::lease_service(&lease_db, &[]).await;
+    let tasks = Service::task_service(&task_db, &leases.base_url(), &[]).await;
+    let set = tasks
+        .put("/api/queues/mail", &json!({"concurrency_limit": 1}))
+        .await;
+    assert_eq!(set.status, 200, "{:?}", set.body);
+    // One task runs; the next waits for its slot, and gets it once the first is done.
+    for _ in 0..2 {
+        let created = tasks
+            .post("/api/tasks", &json!({"task_data": {}, "queue": "mail"}))
+            .await;
+        assert_eq!(created.status, 201);
+    }
+    let first = tasks
+        .post(
+            "/api/tasks/next",
+            &json!({"processor": "w", "queue": "mail"}),
+        )
+        .await;
+    assert_eq!(first.status, 202, "{:?}", first.body);
+    let held = tasks
+        .post("/api/tasks/next", &json!({"processor": "w2", "limit": 5}))
+        .await;
+    assert_eq!(
+        held.status, 200,
+        "the any-queue claim steps over the full queue"
+    );
+    let waiting = tokio::spawn({
+        let url = tasks.url("/api/tasks/next");
+        async move {
+            reqwest::Client::new()
+                .post(url)
+                .json(&json!({"processor": "w3", "queue": "mail", "wait_ms": 20000}))
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    });
+    let done = tasks
+        .put(
+            &format!("/api/tasks/{}/complete", first.body["id"]),
+            &json!({"processor": "w", "fence": first.body["fence"], "task_output": {}}),
+        )
+        .await;
+    assert_eq!(done.status, 202, "{:?}", done.body);
+    assert_eq!(
+        waiting.await.unwrap(),
+        202,
+        "the freed slot woke the waiting claim"
+    );
+
+    let before = snapshot(&task_db, "queues").await;
+    for (body, code) in [
+        (json!({"concurrency_limit": -1}), "invalid_field"),
+        (json!({"concurrency_limit": 2_000_000}), "invalid_field"),
+        (json!({"concurrency_limit": "three"}), "invalid_field"),
+        (json!({"concurrency": 3}), "invalid_field"),
+    ] {
+        let answer = tasks.put("/api/queues/mail", &body).await;
+        assert_eq!((answer.status, answer.code()), (400, code), "{body}");
+    }
+    assert_eq!(
+        before,
+        snapshot(&task_db, "queues").await,
+        "nothing written"
+    );
+
+    let lifted = tasks.put("/api/queues/mail", &json!({})).await;
+    assert_eq!(lifted.status, 200);
+    assert_eq!(lifted.body["concurrencyLimit"], serde_json::Value::Null);
+    let listed = tasks.get("/api/queues").await;
+    assert_eq!(listed.body["queues"][0]["queue"], "mail");
+}
