@@ -1,7 +1,7 @@
 //! `leasehold queues`: list, show, pause, resume and limit.
 
 use clap::Subcommand;
-use leasehold::queues::QueueSettings;
+use leasehold::queues::{QueueSettings, RateLimit};
 
 use crate::api::Api;
 use crate::out::{Out, queue_table};
@@ -33,6 +33,12 @@ pub enum QueueCommand {
         /// At most this many of its tasks running at once, across all workers and replicas.
         #[arg(long)]
         concurrency: Option<i32>,
+        /// At most this many of its tasks started per second (with --burst).
+        #[arg(long, requires = "burst")]
+        rate: Option<f64>,
+        /// The most tasks started at once before the rate applies (with --rate).
+        #[arg(long, requires = "rate")]
+        burst: Option<i32>,
     },
 }
 
@@ -58,11 +64,19 @@ pub(crate) async fn queues(api: &Api, out: &Out, command: QueueCommand) -> anyho
             .set_queue_paused(&queue, false)
             .await
             .map_err(api.tasks_failed("POST", &format!("/api/queues/{queue}/resume")))?,
-        QueueCommand::Limit { queue, concurrency } => client
+        QueueCommand::Limit {
+            queue,
+            concurrency,
+            rate,
+            burst,
+        } => client
             .set_queue_limits(
                 &queue,
                 &QueueSettings {
                     concurrency_limit: concurrency,
+                    rate_limit: rate
+                        .zip(burst)
+                        .map(|(per_second, burst)| RateLimit { per_second, burst }),
                 },
             )
             .await

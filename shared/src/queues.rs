@@ -17,6 +17,9 @@ pub struct QueueState {
     /// At most this many of its tasks run at once; none: no limit.
     #[serde(default)]
     pub concurrency_limit: Option<i32>,
+    /// At most this many of its tasks started per second; none: no limit.
+    #[serde(default)]
+    pub rate_limit: Option<RateLimit>,
     /// Its tasks in each status (every status named, zeros included).
     pub counts: BTreeMap<String, i64>,
     /// How long its oldest due pending task has waited (database clock); none when none is due.
@@ -26,14 +29,30 @@ pub struct QueueState {
 }
 
 /// `PUT /api/queues/{queue}`: the queue's limits, all of them (a limit left out is lifted).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct QueueSettings {
     /// At most this many of the queue's tasks running at any instant, across every worker and
     /// replica (0 to 1,000,000).
     #[serde(default, alias = "concurrencyLimit")]
     pub concurrency_limit: Option<i32>,
+    /// At most `per_second` of the queue's tasks started per second (claims of tasks whose
+    /// lease lapsed included), in bursts of at most `burst`, by the database's clock.
+    #[serde(default, alias = "rateLimit")]
+    pub rate_limit: Option<RateLimit>,
 }
+
+/// A rate limit: a token bucket of `burst` tokens, refilled at `per_second`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimit {
+    #[serde(alias = "perSecond")]
+    pub per_second: f64,
+    pub burst: i32,
+}
+
+/// Largest rate (tasks per second) and burst accepted.
+pub const MAX_RATE: f64 = 1_000_000.0;
 
 /// Largest concurrency limit accepted.
 pub const MAX_CONCURRENCY_LIMIT: i32 = 1_000_000;

@@ -9,7 +9,9 @@
 
 use std::collections::BTreeMap;
 
-use leasehold::queues::{MAX_CONCURRENCY_LIMIT, QueueSettings, QueueState, Queues};
+use leasehold::queues::{
+    MAX_CONCURRENCY_LIMIT, MAX_RATE, QueueSettings, QueueState, Queues, RateLimit,
+};
 use leasehold::server::{ApiError, validate_name_within};
 use leasehold::tasks::{MAX_QUEUE_BYTES, TaskCounts};
 
@@ -46,8 +48,34 @@ pub async fn set_limits(
             format!("concurrency_limit must be between 0 and {MAX_CONCURRENCY_LIMIT}, got {limit}"),
         ));
     }
-    let row = repo::set_limits(conn, queue, settings.concurrency_limit).await?;
-    tracing::info!(queue, concurrency_limit = ?row.concurrency_limit, "queue limits set");
+    if let Some(rate) = settings.rate_limit {
+        if !(rate.per_second > 0.0 && rate.per_second <= MAX_RATE) {
+            return Err(ApiError::invalid(
+                "invalid_field",
+                "rate_limit",
+                format!(
+                    "rate_limit.per_second must be above 0 and at most {MAX_RATE}, got {}",
+                    rate.per_second
+                ),
+            ));
+        }
+        if !(1.0..=MAX_RATE).contains(&f64::from(rate.burst)) {
+            return Err(ApiError::invalid(
+                "invalid_field",
+                "rate_limit",
+                format!(
+                    "rate_limit.burst must be between 1 and {MAX_RATE}, got {}",
+                    rate.burst
+                ),
+            ));
+        }
+    }
+    let limits = repo::NewLimits {
+        concurrency_limit: settings.concurrency_limit,
+        rate: settings.rate_limit.map(|r| (r.per_second, r.burst)),
+    };
+    let row = repo::set_limits(conn, queue, limits).await?;
+    tracing::info!(queue, concurrency_limit = ?row.concurrency_limit, rate_per_second = ?row.rate_per_second, "queue limits set");
     let mut states = states(conn, vec![row]).await?;
     Ok(states.remove(queue).unwrap_or_else(|| untouched(queue)))
 }
@@ -86,6 +114,10 @@ async fn states(
             .or_insert_with(|| empty(&row.queue, zeros()));
         state.paused = row.paused;
         state.concurrency_limit = row.concurrency_limit;
+        state.rate_limit = row
+            .rate_per_second
+            .zip(row.rate_burst)
+            .map(|(per_second, burst)| RateLimit { per_second, burst });
         state.updated_at = Some(row.updated_at);
     }
     for due in oldest {
@@ -101,6 +133,7 @@ fn empty(queue: &str, counts: BTreeMap<String, i64>) -> QueueState {
         queue: queue.to_owned(),
         paused: false,
         concurrency_limit: None,
+        rate_limit: None,
         counts,
         oldest_due_age_seconds: None,
         updated_at: None,

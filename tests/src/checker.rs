@@ -42,10 +42,12 @@ pub enum Invariant {
     OneGenerator,
     /// At no instant were more tasks of a limited queue running than its concurrency limit.
     QueueConcurrency,
+    /// No window of time held more starts of a rate-limited queue than its rate allows.
+    QueueRate,
 }
 
 impl Invariant {
-    pub const ALL: [Invariant; 9] = [
+    pub const ALL: [Invariant; 10] = [
         Invariant::FencesRise,
         Invariant::OneHolderPerFence,
         Invariant::Exclusive,
@@ -55,6 +57,7 @@ impl Invariant {
         Invariant::AllFinal,
         Invariant::OneGenerator,
         Invariant::QueueConcurrency,
+        Invariant::QueueRate,
     ];
 
     /// What the invariant says, and what its count in [`Report::checked`] counts.
@@ -69,6 +72,7 @@ impl Invariant {
             Self::AllFinal => "every task terminal after the faults (tasks)",
             Self::OneGenerator => "no generator output outside its term (generated tasks)",
             Self::QueueConcurrency => "no more running than a queue's limit (claims)",
+            Self::QueueRate => "no more starts than a queue's rate allows (claims)",
         }
     }
 }
@@ -348,6 +352,7 @@ pub async fn check(lease_db: &str, task_db: Option<&str>, all_final: bool) -> Re
     }
 
     check_queue_limits(&mut tasks_conn, &by_task, &terms, &mut report).await;
+    check_queue_rates(&mut tasks_conn, &by_task, &mut report).await;
 
     let tasks: Vec<TaskRow> =
         diesel::sql_query("SELECT id, status, idempotency_key, created_at FROM tasks ORDER BY id")
@@ -471,5 +476,75 @@ async fn check_queue_limits(
             }
         }
         report.busiest.insert(queue.to_owned(), most);
+    }
+}
+
+#[derive(QueryableByName)]
+struct PacedTask {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+    #[diesel(sql_type = Text)]
+    queue: String,
+    #[diesel(sql_type = diesel::sql_types::Double)]
+    per_second: f64,
+    #[diesel(sql_type = BigInt)]
+    burst: i64,
+}
+
+/// "No window with more starts than the rate allows", over the rates set at the end of the run:
+/// for any two claims of a rate-limited queue, the claims from the one to the other (both
+/// counted) are at most `burst + per_second × the time between them`, by the claims' `now()`
+/// (the clock the bucket is kept by).
+async fn check_queue_rates(
+    conn: &mut AsyncPgConnection,
+    by_task: &BTreeMap<i64, Vec<&TaskEvent>>,
+    report: &mut Report,
+) {
+    let paced: Vec<PacedTask> = diesel::sql_query(
+        "SELECT t.id, t.queue, q.rate_per_second AS per_second, q.rate_burst::bigint AS burst
+         FROM tasks t JOIN queues q USING (queue) WHERE q.rate_per_second IS NOT NULL",
+    )
+    .load(conn)
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    let mut starts: BTreeMap<&str, (f64, i64, Vec<DateTime<Utc>>)> = BTreeMap::new();
+    for task in &paced {
+        let entry = starts
+            .entry(task.queue.as_str())
+            .or_insert_with(|| (task.per_second, task.burst, Vec::new()));
+        for event in by_task.get(&task.id).into_iter().flatten() {
+            if event.to_status == "running" {
+                report.checked(Invariant::QueueRate);
+                entry.2.push(event.at);
+            }
+        }
+    }
+    for (queue, (per_second, burst, mut times)) in starts {
+        times.sort();
+        let mut reported = false;
+        for first in 0..times.len() {
+            for last in first..times.len() {
+                let seconds = (times[last] - times[first]).as_seconds_f64();
+                #[allow(clippy::cast_precision_loss)]
+                let (count, allowed) = (
+                    (last - first + 1) as f64,
+                    burst as f64 + per_second * seconds,
+                );
+                if allowed >= times.len() as f64 {
+                    break;
+                }
+                if count > allowed + 1e-6 && !reported {
+                    reported = true;
+                    report.violated(
+                        Invariant::QueueRate,
+                        format!(
+                            "queue {queue:?} ({per_second}/s, burst {burst}) started {count} tasks \
+                             from {} to {}, where {allowed:.2} were allowed",
+                            times[first], times[last]
+                        ),
+                    );
+                }
+            }
+        }
     }
 }

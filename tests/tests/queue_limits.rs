@@ -172,6 +172,19 @@ async fn limits_are_set_shown_lifted_and_bad_ones_refused_without_a_write() {
         (json!({"concurrency_limit": 2_000_000}), "invalid_field"),
         (json!({"concurrency_limit": "three"}), "invalid_field"),
         (json!({"concurrency": 3}), "invalid_field"),
+        (
+            json!({"rate_limit": {"per_second": 0, "burst": 1}}),
+            "invalid_field",
+        ),
+        (
+            json!({"rate_limit": {"per_second": -2, "burst": 1}}),
+            "invalid_field",
+        ),
+        (
+            json!({"rate_limit": {"per_second": 5, "burst": 0}}),
+            "invalid_field",
+        ),
+        (json!({"rate_limit": {"per_second": 5}}), "missing_field"),
     ] {
         let answer = tasks.put("/api/queues/mail", &body).await;
         assert_eq!((answer.status, answer.code()), (400, code), "{body}");
@@ -187,4 +200,62 @@ async fn limits_are_set_shown_lifted_and_bad_ones_refused_without_a_write() {
     assert_eq!(lifted.body["concurrencyLimit"], serde_json::Value::Null);
     let listed = tasks.get("/api/queues").await;
     assert_eq!(listed.body["queues"][0]["queue"], "mail");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rate_limited_queue_starts_no_more_than_its_rate_across_replicas() {
+    let lease_db = fresh_database().await;
+    let task_db = fresh_database().await;
+    let leases = Service::lease_service(&lease_db, &[]).await;
+    let a = Service::task_service(&task_db, &leases.base_url(), &[]).await;
+    let b = Service::task_service(&task_db, &leases.base_url(), &[]).await;
+    let set = a
+        .put(
+            "/api/queues/paced",
+            &json!({"rate_limit": {"per_second": 10, "burst": 3}}),
+        )
+        .await;
+    assert_eq!(set.status, 200, "{:?}", set.body);
+    assert_eq!(
+        set.body["rateLimit"],
+        json!({"per_second": 10.0, "burst": 3})
+    );
+
+    let tasks: Vec<_> = (0..30)
+        .map(|_| json!({"task_data": {"sleep_duration_seconds": 0}, "queue": "paced"}))
+        .chain(
+            (0..20).map(|_| json!({"task_data": {"sleep_duration_seconds": 0}, "queue": "free"})),
+        )
+        .collect();
+    let created = a.post("/api/tasks/batch", &json!({"tasks": tasks})).await;
+    assert_eq!(created.status, 200, "{:?}", created.body);
+    let named = [("WORKER_QUEUE", "paced"), ("WORKER_CONCURRENCY", "4")];
+    let any = [("WORKER_CONCURRENCY", "4")];
+    let _workers = [
+        Service::worker(&a.base_url(), &named).await,
+        Service::worker(&a.base_url(), &named).await,
+        Service::worker(&b.base_url(), &any).await,
+    ];
+    let client = a.task_client();
+    eventually(Duration::from_secs(120), "every task final", || async {
+        all_tasks_final(&client).await
+    })
+    .await;
+
+    let report = checker::check(&lease_db, Some(&task_db), true).await;
+    eprintln!("{report}");
+    assert!(
+        report.violations.is_empty(),
+        "violations:\n{:#?}",
+        report.violations
+    );
+    assert!(report.checked[&Invariant::QueueRate] >= 30);
+    let waits: f64 = metric_sum(
+        &a.metrics().await,
+        "queue_limit_waits_total{limit=\"rate\",queue=\"paced\"}",
+    ) + metric_sum(
+        &b.metrics().await,
+        "queue_limit_waits_total{limit=\"rate\",queue=\"paced\"}",
+    );
+    assert!(waits > 0.0, "claims were held back by the rate");
 }

@@ -43,7 +43,8 @@ async fn two_minutes_of_faults_keep_every_invariant() {
         "too little load:\n{summary}"
     );
     assert!(
-        summary.report.checked[&Invariant::QueueConcurrency] > 30,
+        summary.report.checked[&Invariant::QueueConcurrency] > 30
+            && summary.report.checked[&Invariant::QueueRate] > 30,
         "too few claims of the limited queue:\n{summary}"
     );
 }

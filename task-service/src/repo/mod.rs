@@ -35,7 +35,8 @@ pub use create::{
 };
 pub use generator::{GeneratorRow, generator, set_generator};
 pub use queues::{
-    QueueLimit, QueueRow, Running, lock_limits, queue_rows, running_counts, set_limits, set_paused,
+    NewLimits, QueueLimit, QueueRow, Running, Tokens, lock_limits, queue_rows, running_counts,
+    set_limits, set_paused, spend_tokens, tokens, wake_later,
 };
 pub use read::{
     OldestDue, Processor, QueueCount, TaskEvent, ThroughputBucket, counts, events, find, list,

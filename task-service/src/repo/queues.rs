@@ -1,14 +1,17 @@
 //! What operators set on queues (the `queues` table): pause and resume, and the concurrency
-//! limit with the statements a claim judges it by.
+//! and rate limits with the statements a claim judges them by.
 
 use chrono::{DateTime, Utc};
 use diesel::QueryableByName;
-use diesel::sql_types::{Array, BigInt, Bool, Integer, Nullable, Text, Timestamptz};
+use diesel::sql_types::{Array, BigInt, Bool, Double, Integer, Nullable, Text, Timestamptz};
 use diesel_async::RunQueryDsl;
 use leasehold::server::db::Cache;
 use tracing::Instrument;
 
 use super::{Db, Result};
+
+const QUEUE_COLUMNS: &str =
+    "queue, paused, concurrency_limit, rate_per_second, rate_burst, updated_at";
 
 /// A queue an operator has set something on.
 #[derive(Debug, Clone, QueryableByName)]
@@ -20,6 +23,11 @@ pub struct QueueRow {
     /// At most this many of its tasks run at once; none: no limit.
     #[diesel(sql_type = Nullable<Integer>)]
     pub concurrency_limit: Option<i32>,
+    /// At most this many of its tasks started per second, in bursts of `rate_burst`.
+    #[diesel(sql_type = Nullable<Double>)]
+    pub rate_per_second: Option<f64>,
+    #[diesel(sql_type = Nullable<Integer>)]
+    pub rate_burst: Option<i32>,
     /// When its settings last changed.
     #[diesel(sql_type = Timestamptz)]
     pub updated_at: DateTime<Utc>,
@@ -35,7 +43,7 @@ pub async fn set_paused(conn: &mut Db, queue: &str, paused: bool) -> Result<Queu
              ON CONFLICT (queue) DO UPDATE SET paused = EXCLUDED.paused,
                  updated_at = CASE WHEN queues.paused = EXCLUDED.paused THEN queues.updated_at
                                    ELSE now() END
-             RETURNING queue, paused, concurrency_limit, updated_at",
+             RETURNING queue, paused, concurrency_limit, rate_per_second, rate_burst, updated_at",
         )
         .bind::<Text, _>(queue)
         .bind::<Bool, _>(paused)
@@ -51,37 +59,48 @@ pub async fn set_paused(conn: &mut Db, queue: &str, paused: bool) -> Result<Queu
 pub async fn queue_rows(conn: &mut Db) -> Result<Vec<QueueRow>> {
     let span = leasehold::db_span!("SELECT", "queues");
     async move {
-        diesel::sql_query(
-            "SELECT queue, paused, concurrency_limit, updated_at FROM queues ORDER BY queue",
-        )
-        .cached()
-        .load(conn)
-        .await
+        diesel::sql_query(format!("SELECT {QUEUE_COLUMNS} FROM queues ORDER BY queue"))
+            .cached()
+            .load(conn)
+            .await
     }
     .instrument(span)
     .await
 }
 
-/// Sets `queue`'s concurrency limit (none: no limit). Setting what is already set changes
-/// nothing, not even the time.
-pub async fn set_limits(
-    conn: &mut Db,
-    queue: &str,
-    concurrency_limit: Option<i32>,
-) -> Result<QueueRow> {
+/// The limits an operator sets on a queue (none: no limit).
+#[derive(Debug, Clone, Copy)]
+pub struct NewLimits {
+    pub concurrency_limit: Option<i32>,
+    /// Tasks per second, and the burst.
+    pub rate: Option<(f64, i32)>,
+}
+
+/// Sets `queue`'s limits. Setting what is already set changes nothing, not even the time; a
+/// changed rate starts with a full bucket.
+pub async fn set_limits(conn: &mut Db, queue: &str, limits: NewLimits) -> Result<QueueRow> {
     let span = leasehold::db_span!("INSERT", "queues");
     async move {
-        diesel::sql_query(
-            "INSERT INTO queues (queue, concurrency_limit) VALUES ($1, $2)
+        diesel::sql_query(format!(
+            "INSERT INTO queues (queue, concurrency_limit, rate_per_second, rate_burst)
+             VALUES ($1, $2, $3, $4)
              ON CONFLICT (queue) DO UPDATE SET concurrency_limit = EXCLUDED.concurrency_limit,
+                 rate_per_second = EXCLUDED.rate_per_second, rate_burst = EXCLUDED.rate_burst,
+                 rate_at = CASE
+                     WHEN (queues.rate_per_second, queues.rate_burst)
+                          IS NOT DISTINCT FROM (EXCLUDED.rate_per_second, EXCLUDED.rate_burst)
+                     THEN queues.rate_at END,
                  updated_at = CASE
-                     WHEN queues.concurrency_limit IS NOT DISTINCT FROM EXCLUDED.concurrency_limit
+                     WHEN (queues.concurrency_limit, queues.rate_per_second, queues.rate_burst)
+                          IS NOT DISTINCT FROM (EXCLUDED.concurrency_limit,
+                                                EXCLUDED.rate_per_second, EXCLUDED.rate_burst)
                      THEN queues.updated_at ELSE now() END
-             RETURNING queue, paused, concurrency_limit, updated_at",
-        )
+             RETURNING {QUEUE_COLUMNS}"
+        ))
         .bind::<Text, _>(queue)
-        .bind::<Nullable<Integer>, _>(concurrency_limit)
-        .cached()
+        .bind::<Nullable<Integer>, _>(limits.concurrency_limit)
+        .bind::<Nullable<Double>, _>(limits.rate.map(|(rate, _)| rate))
+        .bind::<Nullable<Integer>, _>(limits.rate.map(|(_, burst)| burst))
         .get_result(conn)
         .await
     }
@@ -89,17 +108,19 @@ pub async fn set_limits(
     .await
 }
 
-/// A limited queue's limit, its row locked by the calling claim.
+/// A limited queue's limits, its row locked by the calling claim.
 #[derive(Debug, Clone, QueryableByName)]
 pub struct QueueLimit {
     #[diesel(sql_type = Text)]
     pub queue: String,
-    #[diesel(sql_type = Integer)]
-    pub concurrency_limit: i32,
+    #[diesel(sql_type = Nullable<Integer>)]
+    pub concurrency_limit: Option<i32>,
+    #[diesel(sql_type = Bool)]
+    pub rate_limited: bool,
 }
 
 /// Locks the rows of those of `queues` (all limited queues when none are named) that have a
-/// concurrency limit, in name order (so claims locking several never deadlock), and returns
+/// concurrency or rate limit, in name order (so claims locking several never deadlock), and returns
 /// their limits. A claim holds the locks to its commit: any other claim of these queues waits,
 /// then counts this one's tasks. Unlimited queues are neither returned nor locked.
 ///
@@ -110,8 +131,10 @@ pub async fn lock_limits(conn: &mut Db, queues: Option<&[&str]>) -> Result<Vec<Q
     let span = leasehold::db_span!("SELECT", "queues");
     async move {
         diesel::sql_query(
-            "SELECT queue, concurrency_limit FROM queues
-             WHERE concurrency_limit IS NOT NULL AND ($1::text[] IS NULL OR queue = ANY($1))
+            "SELECT queue, concurrency_limit, rate_per_second IS NOT NULL AS rate_limited
+             FROM queues
+             WHERE (concurrency_limit IS NOT NULL OR rate_per_second IS NOT NULL)
+               AND ($1::text[] IS NULL OR queue = ANY($1))
              ORDER BY queue
              FOR NO KEY UPDATE",
         )
@@ -149,5 +172,73 @@ pub async fn running_counts(conn: &mut Db, queues: &[&str]) -> Result<Vec<Runnin
         .await
     }
     .instrument(span)
+    .await
+}
+
+/// How many tasks a rate-limited queue may start now: its bucket refilled up to this
+/// transaction's `now()`.
+#[derive(Debug, Clone, QueryableByName)]
+pub struct Tokens {
+    #[diesel(sql_type = Text)]
+    pub queue: String,
+    /// Whole or not; negative when this transaction began before the claim that last spent
+    /// from the bucket committed (its `now()` is earlier than that claim's): it may start none,
+    /// so that starts spend the bucket in the order of their times.
+    #[diesel(sql_type = Double)]
+    pub available: f64,
+    #[diesel(sql_type = Double)]
+    pub per_second: f64,
+}
+
+/// The buckets of the rate-limited `queues`, read after [`lock_limits`] locked them (in a
+/// statement of its own, for the reason given there).
+pub async fn tokens(conn: &mut Db, queues: &[&str]) -> Result<Vec<Tokens>> {
+    let span = leasehold::db_span!("SELECT", "queues");
+    async move {
+        diesel::sql_query(
+            "SELECT queue, rate_per_second AS per_second,
+                    CASE WHEN rate_at IS NULL THEN rate_burst::float8
+                         WHEN now() < rate_at THEN -1
+                         ELSE least(rate_burst::float8,
+                                    rate_tokens
+                                    + rate_per_second * extract(epoch FROM now() - rate_at))
+                    END AS available
+             FROM queues WHERE queue = ANY($1) AND rate_per_second IS NOT NULL",
+        )
+        .bind::<Array<Text>, _>(queues)
+        .cached()
+        .load(conn)
+        .await
+    }
+    .instrument(span)
+    .await
+}
+
+/// Records that a claim started tasks from `queue`'s bucket: `left` tokens remain, as of this
+/// transaction's `now()`.
+pub async fn spend_tokens(conn: &mut Db, queue: &str, left: f64) -> Result<usize> {
+    let span = leasehold::db_span!("UPDATE", "queues");
+    async move {
+        diesel::sql_query("UPDATE queues SET rate_tokens = $2, rate_at = now() WHERE queue = $1")
+            .bind::<Text, _>(queue)
+            .bind::<Double, _>(left)
+            .cached()
+            .execute(conn)
+            .await
+    }
+    .instrument(span)
+    .await
+}
+
+/// Asks the waiting claims of `queue` to look again in `due_in_ms` (the listener's timer), when
+/// its bucket will hold a token again. Sent when this transaction commits.
+pub async fn wake_later(conn: &mut Db, queue: &str, due_in_ms: i64) -> Result<usize> {
+    diesel::sql_query(
+        "SELECT pg_notify('leasehold_tasks', json_build_array(json_build_object(
+             'key', $1::text, 'count', 1, 'dueInMs', $2::bigint))::text)",
+    )
+    .bind::<Text, _>(queue)
+    .bind::<BigInt, _>(due_in_ms)
+    .execute(conn)
     .await
 }

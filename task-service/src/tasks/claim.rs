@@ -89,8 +89,10 @@ pub async fn claim_group(
             let (cancelled, lapsed) =
                 split_lapsed(repo::take_lapsed(conn, queue, total, MAX_CLAIM).await?);
             round.cancelled = cancelled;
+            // Lapsed tasks taken again keep the slots they held, but spend tokens; due ones
+            // need both.
+            let lapsed = limits.admit_lapsed(lapsed, exhausted);
             round.grant(conn, engine, lapsed, &granted).await?;
-            // Lapsed tasks taken again keep the slots they held; due ones need room.
             let room = limits.cap(queue, total - round.taken());
             if room > 0 {
                 let due = repo::lock_due(conn, queue, room, &limits.full()).await?;
@@ -98,6 +100,8 @@ pub async fn claim_group(
                     .grant(conn, engine, limits.admit(due), &granted)
                     .await?;
             }
+            let started: Vec<&TaskRow> = round.claimed.iter().flatten().collect();
+            limits.settle(conn, &started).await?;
             if round.taken() == 0
                 && let Some(err) = round.misconfigured
             {
@@ -131,11 +135,11 @@ pub async fn claim_group(
             return Err(err);
         }
     };
-    for queue in &bound {
+    for (queue, limit) in &bound {
         engine
             .metrics
             .limit_waits
-            .with_label_values(&[queue.as_str(), "concurrency"])
+            .with_label_values(&[queue.as_str(), limit])
             .inc();
     }
     for (want, rows) in wants.iter().zip(&claimed) {

@@ -1,13 +1,21 @@
-//! Concurrency limits, judged in the claim's transaction.
+//! Concurrency and rate limits, judged in the claim's transaction.
 //!
 //! A claim first locks the rows of the limited queues it may take from (one queue's row when it
-//! names a queue, every limited queue's when it takes from any), then counts their running
-//! tasks: two claims of one limited queue, on any replicas, thus judge its room one after the
-//! other, and the second counts what the first committed. A running task holds its slot until
-//! it stops running, even after its lease lapsed: a claim that takes the lapsed task again
-//! reuses the slot, and one that ends it (dead, cancelled) frees it. So at no instant are more
-//! than the limit's tasks of a queue running, which the invariant checker proves from the
-//! history (`tests/src/checker.rs`). Unlimited queues are neither locked nor counted.
+//! names a queue, every limited queue's when it takes from any), then, in statements of their
+//! own, counts their running tasks and refills their rate buckets: two claims of one limited
+//! queue, on any replicas, thus judge its room one after the other, and the second sees what the
+//! first committed.
+//!
+//! * Concurrency: a running task holds its slot until it stops running, even after its lease
+//!   lapsed; a claim that takes the lapsed task again reuses the slot, and one that ends it
+//!   (dead, cancelled) frees it. So at no instant are more than the limit's tasks running.
+//! * Rate: every start spends a token, a lapsed task's new claim included. A claim whose
+//!   `now()` is earlier than the last spender's (it began before that one committed) starts
+//!   none, so starts spend the bucket in the order of their times, and no window of the claims'
+//!   times holds more starts than `burst + per_second × its length`.
+//!
+//! The invariant checker proves both from the history (`tests/src/checker.rs`). Unlimited
+//! queues are neither locked nor counted.
 
 use std::collections::BTreeMap;
 
@@ -15,12 +23,23 @@ use leasehold::server::ApiError;
 
 use crate::repo::{self, Db, TaskRow};
 
-/// The room left in each limited queue a claim may take from.
+/// What a claim may still take from each limited queue it may take from.
 #[derive(Debug, Default)]
 pub struct Limits {
+    /// Free slots of queues with a concurrency limit.
     rooms: BTreeMap<String, i64>,
-    /// Queues whose limit kept this claim from taking what it asked for.
-    pub bound: Vec<String>,
+    /// Starts left in the buckets of rate-limited queues, and what they held when read.
+    tokens: BTreeMap<String, Bucket>,
+    /// Queues whose limit kept this claim from taking what it asked for, and which limit.
+    pub bound: Vec<(String, &'static str)>,
+}
+
+#[derive(Debug)]
+struct Bucket {
+    available: f64,
+    per_second: f64,
+    /// Whole tokens not yet given to a task this claim admitted.
+    left: i64,
 }
 
 impl Limits {
@@ -29,72 +48,171 @@ impl Limits {
     pub async fn lock(conn: &mut Db, queue: Option<&str>) -> Result<Limits, ApiError> {
         let named = queue.map(|q| [q]);
         let limits = repo::lock_limits(conn, named.as_ref().map(|q| &q[..])).await?;
-        if limits.is_empty() {
-            return Ok(Limits::default());
-        }
-        let names: Vec<&str> = limits.iter().map(|l| l.queue.as_str()).collect();
-        let running: BTreeMap<String, i64> = repo::running_counts(conn, &names)
-            .await?
-            .into_iter()
-            .map(|r| (r.queue, r.running))
-            .collect();
-        let rooms = limits
+        let mut this = Limits::default();
+        let counted: Vec<&str> = limits
             .iter()
-            .map(|l| {
-                let taken = running.get(&l.queue).copied().unwrap_or(0);
-                (
-                    l.queue.clone(),
-                    (i64::from(l.concurrency_limit) - taken).max(0),
-                )
-            })
+            .filter(|l| l.concurrency_limit.is_some())
+            .map(|l| l.queue.as_str())
             .collect();
-        Ok(Limits {
-            rooms,
-            bound: Vec::new(),
-        })
+        if !counted.is_empty() {
+            let running: BTreeMap<String, i64> = repo::running_counts(conn, &counted)
+                .await?
+                .into_iter()
+                .map(|r| (r.queue, r.running))
+                .collect();
+            for limit in &limits {
+                if let Some(most) = limit.concurrency_limit {
+                    let taken = running.get(&limit.queue).copied().unwrap_or(0);
+                    let room = (i64::from(most) - taken).max(0);
+                    this.rooms.insert(limit.queue.clone(), room);
+                }
+            }
+        }
+        let paced: Vec<&str> = limits
+            .iter()
+            .filter(|l| l.rate_limited)
+            .map(|l| l.queue.as_str())
+            .collect();
+        if !paced.is_empty() {
+            for bucket in repo::tokens(conn, &paced).await? {
+                // Whole tokens only; the float's floor of a non-negative value fits an i64.
+                #[allow(clippy::cast_possible_truncation)]
+                let left = bucket.available.floor().max(0.0) as i64;
+                this.tokens.insert(
+                    bucket.queue,
+                    Bucket {
+                        available: bucket.available,
+                        per_second: bucket.per_second,
+                        left,
+                    },
+                );
+            }
+        }
+        Ok(this)
     }
 
-    /// The limited queues with no room: a claim of every queue steps over their tasks.
+    /// The limited queues with no room or no token: a claim of every queue steps over their
+    /// tasks.
     pub fn full(&self) -> Vec<&str> {
-        self.rooms
+        let mut full: Vec<&str> = self
+            .rooms
             .iter()
             .filter(|(_, room)| **room == 0)
             .map(|(queue, _)| queue.as_str())
-            .collect()
+            .collect();
+        full.extend(
+            self.tokens
+                .iter()
+                .filter(|(_, bucket)| bucket.left == 0)
+                .map(|(queue, _)| queue.as_str()),
+        );
+        full
     }
 
     /// How many due tasks a claim that wants `wanted` may lock: for a claim of one limited
-    /// queue, no more than its room.
+    /// queue, no more than its room and its tokens.
     pub fn cap(&mut self, queue: Option<&str>, wanted: i64) -> i64 {
-        match queue.and_then(|q| self.rooms.get(q)) {
-            Some(room) if *room < wanted => {
-                if let Some(queue) = queue {
-                    self.bound.push(queue.to_owned());
-                }
-                *room
-            }
-            _ => wanted,
+        let Some(queue) = queue else {
+            return wanted;
+        };
+        let mut cap = wanted;
+        if let Some(room) = self.rooms.get(queue).copied()
+            && room < cap
+        {
+            cap = room;
+            self.bind(queue, "concurrency");
         }
+        if let Some(left) = self.tokens.get(queue).map(|b| b.left)
+            && left < cap
+        {
+            cap = left;
+            self.bind(queue, "rate");
+        }
+        cap
     }
 
-    /// Keeps, in order, the due tasks within their queues' room, and takes that room. Tasks
-    /// left out stay locked until the claim commits and are never handed out by it.
-    pub fn admit(&mut self, due: Vec<TaskRow>) -> Vec<TaskRow> {
-        let mut admitted = Vec::with_capacity(due.len());
-        for task in due {
-            match self.rooms.get_mut(&task.queue) {
-                Some(0) => {
-                    if !self.bound.contains(&task.queue) {
-                        self.bound.push(task.queue.clone());
-                    }
-                }
-                Some(room) => {
-                    *room -= 1;
-                    admitted.push(task);
-                }
-                None => admitted.push(task),
+    /// Keeps, in order, the lapsed tasks a claim may start again: those of rate-limited queues
+    /// spend a token each (their slots they hold already). Tasks whose attempts are used up are
+    /// kept: they are not started, only ended.
+    pub fn admit_lapsed(
+        &mut self,
+        lapsed: Vec<TaskRow>,
+        exhausted: impl Fn(&TaskRow) -> bool,
+    ) -> Vec<TaskRow> {
+        let mut admitted = Vec::with_capacity(lapsed.len());
+        for task in lapsed {
+            if exhausted(&task) || self.take_token(&task.queue) {
+                admitted.push(task);
             }
         }
         admitted
+    }
+
+    /// Keeps, in order, the due tasks within their queues' room and tokens, and takes them.
+    /// Tasks left out stay locked until the claim commits and are never handed out by it.
+    pub fn admit(&mut self, due: Vec<TaskRow>) -> Vec<TaskRow> {
+        let mut admitted = Vec::with_capacity(due.len());
+        for task in due {
+            if self.rooms.get(&task.queue) == Some(&0) {
+                self.bind(&task.queue, "concurrency");
+                continue;
+            }
+            if !self.take_token(&task.queue) {
+                continue;
+            }
+            if let Some(room) = self.rooms.get_mut(&task.queue) {
+                *room -= 1;
+            }
+            admitted.push(task);
+        }
+        admitted
+    }
+
+    /// After the claim took its tasks: spends the rate-limited queues' tokens for the tasks it
+    /// started, and, for those whose bucket kept a claim waiting, asks the waiting claims to
+    /// look again when the next token is due.
+    pub async fn settle(&self, conn: &mut Db, started: &[&TaskRow]) -> Result<(), ApiError> {
+        for (queue, bucket) in &self.tokens {
+            let starts = started.iter().filter(|t| &t.queue == queue).count();
+            if starts > 0 {
+                #[allow(clippy::cast_precision_loss)]
+                let left = bucket.available - starts as f64;
+                repo::spend_tokens(conn, queue, left).await?;
+            }
+            if self
+                .bound
+                .iter()
+                .any(|(q, limit)| q == queue && *limit == "rate")
+            {
+                // The next whole token, from what is left (at least a millisecond away).
+                #[allow(clippy::cast_precision_loss)]
+                let left = bucket.available.max(0.0) - starts as f64;
+                let missing = (1.0 - left.fract()).clamp(0.0, 1.0);
+                #[allow(clippy::cast_possible_truncation)]
+                let due_in_ms = ((missing / bucket.per_second) * 1000.0).ceil().max(1.0) as i64;
+                repo::wake_later(conn, queue, due_in_ms).await?;
+            }
+        }
+        Ok(())
+    }
+
+    fn take_token(&mut self, queue: &str) -> bool {
+        match self.tokens.get_mut(queue) {
+            Some(bucket) if bucket.left == 0 => {
+                self.bind(queue, "rate");
+                false
+            }
+            Some(bucket) => {
+                bucket.left -= 1;
+                true
+            }
+            None => true,
+        }
+    }
+
+    fn bind(&mut self, queue: &str, limit: &'static str) {
+        if !self.bound.iter().any(|(q, l)| q == queue && *l == limit) {
+            self.bound.push((queue.to_owned(), limit));
+        }
     }
 }

@@ -17,6 +17,10 @@ use super::{client_with, tokens};
 /// tasks go to it.
 pub const LIMITED_QUEUE: &str = "limited";
 pub const LIMIT: i32 = 3;
+/// And to [`RATE`] starts per second, in bursts of [`BURST`]: above the producer's pace for it,
+/// so that it binds only on bursts of retries and re-claims.
+pub const RATE: f64 = 5.0;
+pub const BURST: i32 = 3;
 
 /// Adds tasks at `rate` per second until `stop`; some fail on purpose, some for good, a third go
 /// to the limited queue. Returns the ids of the tasks whose creation was acknowledged.
@@ -85,7 +89,7 @@ pub(super) enum OperatorCall {
     Start(StartGenerator),
     /// Stop the generator.
     Stop,
-    /// Limit [`LIMITED_QUEUE`] to [`LIMIT`] tasks running at once.
+    /// Limit [`LIMITED_QUEUE`] to [`LIMIT`] tasks running at once, and [`RATE`] starts a second.
     Limit,
 }
 
@@ -103,6 +107,10 @@ pub(super) async fn operator_until_ok(base: &str, call: &OperatorCall, timeout: 
                     LIMITED_QUEUE,
                     &leasehold::queues::QueueSettings {
                         concurrency_limit: Some(LIMIT),
+                        rate_limit: Some(leasehold::queues::RateLimit {
+                            per_second: RATE,
+                            burst: BURST,
+                        }),
                     },
                 )
                 .await
