@@ -234,6 +234,7 @@ pub(crate) fn task_detail(task: &Task) -> String {
         ("last error", or_dash(task.last_error.clone())),
         ("cancel requested", task.cancel_requested.to_string()),
         ("idempotency key", or_dash(task.idempotency_key.clone())),
+        ("concurrency key", or_dash(task.concurrency_key.clone())),
         ("data", task.task_data.to_string()),
         (
             "output",
@@ -256,6 +257,7 @@ pub(crate) fn queue_table(queues: &[QueueState]) -> String {
                 q.queue.clone(),
                 if q.paused { "paused" } else { "running" }.to_owned(),
                 or_dash(q.concurrency_limit.map(|l| l.to_string())),
+                or_dash(q.key_concurrency_limit.map(|l| l.to_string())),
                 count(q, "pending"),
                 count(q, "running"),
                 count(q, "succeeded"),
@@ -269,6 +271,7 @@ pub(crate) fn queue_table(queues: &[QueueState]) -> String {
             "QUEUE",
             "STATE",
             "LIMIT",
+            "KEY LIMIT",
             "PENDING",
             "RUNNING",
             "SUCCEEDED",

@@ -33,6 +33,10 @@ pub enum QueueCommand {
         /// At most this many of its tasks running at once, across all workers and replicas.
         #[arg(long)]
         concurrency: Option<i32>,
+        /// At most this many of its running tasks of one concurrency key (`tasks create --key`);
+        /// claims take turns across keys.
+        #[arg(long)]
+        key_concurrency: Option<i32>,
         /// At most this many of its tasks started per second (with --burst).
         #[arg(long, requires = "burst")]
         rate: Option<f64>,
@@ -67,6 +71,7 @@ pub(crate) async fn queues(api: &Api, out: &Out, command: QueueCommand) -> anyho
         QueueCommand::Limit {
             queue,
             concurrency,
+            key_concurrency,
             rate,
             burst,
         } => client
@@ -74,6 +79,7 @@ pub(crate) async fn queues(api: &Api, out: &Out, command: QueueCommand) -> anyho
                 &queue,
                 &QueueSettings {
                     concurrency_limit: concurrency,
+                    key_concurrency_limit: key_concurrency,
                     rate_limit: rate
                         .zip(burst)
                         .map(|(per_second, burst)| RateLimit { per_second, burst }),

@@ -92,6 +92,9 @@ pub enum TaskCommand {
         /// Claims a failing task gets before it is dead (the service's default when absent).
         #[arg(long)]
         max_attempts: Option<i32>,
+        /// The tenant (customer, account) the tasks work for: held by the queue's limit per key.
+        #[arg(long)]
+        key: Option<String>,
         /// Wait until the queue has no pending or running task, showing a live count.
         #[arg(long)]
         wait: bool,
@@ -160,6 +163,7 @@ pub(crate) async fn tasks(api: &Api, out: &Out, command: TaskCommand) -> anyhow:
             queue,
             priority,
             max_attempts,
+            key,
             wait,
             timeout_seconds,
         } => {
@@ -170,6 +174,7 @@ pub(crate) async fn tasks(api: &Api, out: &Out, command: TaskCommand) -> anyhow:
                 queue,
                 priority,
                 max_attempts,
+                concurrency_key: key,
                 ..CreateTask::default()
             };
             let created = create_many(api, out, &request, count).await?;

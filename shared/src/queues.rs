@@ -17,6 +17,9 @@ pub struct QueueState {
     /// At most this many of its tasks run at once; none: no limit.
     #[serde(default)]
     pub concurrency_limit: Option<i32>,
+    /// At most this many of its tasks with one `concurrencyKey` run at once; none: no limit.
+    #[serde(default)]
+    pub key_concurrency_limit: Option<i32>,
     /// At most this many of its tasks started per second; none: no limit.
     #[serde(default)]
     pub rate_limit: Option<RateLimit>,
@@ -36,6 +39,11 @@ pub struct QueueSettings {
     /// replica (0 to 1,000,000).
     #[serde(default, alias = "concurrencyLimit")]
     pub concurrency_limit: Option<i32>,
+    /// At most this many running tasks of one `concurrency_key` (0 to 1,000,000); claims take
+    /// turns across keys, so one key's backlog never keeps another's tasks waiting. Tasks without
+    /// a key are held by the queue's other limits only.
+    #[serde(default, alias = "keyConcurrencyLimit")]
+    pub key_concurrency_limit: Option<i32>,
     /// At most `per_second` of the queue's tasks started per second (claims of tasks whose
     /// lease lapsed included), in bursts of at most `burst`, by the database's clock.
     #[serde(default, alias = "rateLimit")]

@@ -107,6 +107,9 @@ pub struct Task {
     /// The fencing token of the current (or last) claim's lease.
     pub fence: Option<i64>,
     pub idempotency_key: Option<String>,
+    /// What the task was created with ([`CreateTask::concurrency_key`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency_key: Option<String>,
     pub last_error: Option<String>,
     /// Cancellation was asked for while the task ran; its next heartbeat ends it.
     pub cancel_requested: bool,
@@ -212,6 +215,14 @@ pub struct CreateTask {
     pub max_attempts: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<String>,
+    /// The tenant, customer or account the task works for: a queue's `key_concurrency_limit`
+    /// lets at most that many tasks of one key run at once, and claims take turns across keys.
+    #[serde(
+        default,
+        alias = "concurrencyKey",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub concurrency_key: Option<String>,
     /// Sent by task-generator only: the fence of the generator lease it creates under. The task
     /// is stored only while that fence holds the lease and the generator is started.
     #[serde(default, skip_serializing_if = "Option::is_none")]

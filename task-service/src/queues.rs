@@ -39,14 +39,19 @@ pub async fn set_limits(
     settings: &QueueSettings,
 ) -> Result<QueueState, ApiError> {
     validate_name_within("queue", queue, MAX_QUEUE_BYTES)?;
-    if let Some(limit) = settings.concurrency_limit
-        && !(0..=MAX_CONCURRENCY_LIMIT).contains(&limit)
-    {
-        return Err(ApiError::invalid(
-            "invalid_field",
-            "concurrency_limit",
-            format!("concurrency_limit must be between 0 and {MAX_CONCURRENCY_LIMIT}, got {limit}"),
-        ));
+    for (field, limit) in [
+        ("concurrency_limit", settings.concurrency_limit),
+        ("key_concurrency_limit", settings.key_concurrency_limit),
+    ] {
+        if let Some(limit) = limit
+            && !(0..=MAX_CONCURRENCY_LIMIT).contains(&limit)
+        {
+            return Err(ApiError::invalid(
+                "invalid_field",
+                field,
+                format!("{field} must be between 0 and {MAX_CONCURRENCY_LIMIT}, got {limit}"),
+            ));
+        }
     }
     if let Some(rate) = settings.rate_limit {
         if !(rate.per_second > 0.0 && rate.per_second <= MAX_RATE) {
@@ -72,10 +77,17 @@ pub async fn set_limits(
     }
     let limits = repo::NewLimits {
         concurrency_limit: settings.concurrency_limit,
+        key_concurrency_limit: settings.key_concurrency_limit,
         rate: settings.rate_limit.map(|r| (r.per_second, r.burst)),
     };
     let row = repo::set_limits(conn, queue, limits).await?;
-    tracing::info!(queue, concurrency_limit = ?row.concurrency_limit, rate_per_second = ?row.rate_per_second, "queue limits set");
+    tracing::info!(
+        queue,
+        concurrency_limit = ?row.concurrency_limit,
+        key_concurrency_limit = ?row.key_concurrency_limit,
+        rate_per_second = ?row.rate_per_second,
+        "queue limits set"
+    );
     let mut states = states(conn, vec![row]).await?;
     Ok(states.remove(queue).unwrap_or_else(|| untouched(queue)))
 }
@@ -114,6 +126,7 @@ async fn states(
             .or_insert_with(|| empty(&row.queue, zeros()));
         state.paused = row.paused;
         state.concurrency_limit = row.concurrency_limit;
+        state.key_concurrency_limit = row.key_concurrency_limit;
         state.rate_limit = row
             .rate_per_second
             .zip(row.rate_burst)
@@ -133,6 +146,7 @@ fn empty(queue: &str, counts: BTreeMap<String, i64>) -> QueueState {
         queue: queue.to_owned(),
         paused: false,
         concurrency_limit: None,
+        key_concurrency_limit: None,
         rate_limit: None,
         counts,
         oldest_due_age_seconds: None,

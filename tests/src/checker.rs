@@ -44,10 +44,13 @@ pub enum Invariant {
     QueueConcurrency,
     /// No window of time held more starts of a rate-limited queue than its rate allows.
     QueueRate,
+    /// At no instant were more tasks of one concurrency key running than its queue's limit per
+    /// key.
+    KeyConcurrency,
 }
 
 impl Invariant {
-    pub const ALL: [Invariant; 10] = [
+    pub const ALL: [Invariant; 11] = [
         Invariant::FencesRise,
         Invariant::OneHolderPerFence,
         Invariant::Exclusive,
@@ -58,6 +61,7 @@ impl Invariant {
         Invariant::OneGenerator,
         Invariant::QueueConcurrency,
         Invariant::QueueRate,
+        Invariant::KeyConcurrency,
     ];
 
     /// What the invariant says, and what its count in [`Report::checked`] counts.
@@ -73,6 +77,7 @@ impl Invariant {
             Self::OneGenerator => "no generator output outside its term (generated tasks)",
             Self::QueueConcurrency => "no more running than a queue's limit (claims)",
             Self::QueueRate => "no more starts than a queue's rate allows (claims)",
+            Self::KeyConcurrency => "no more running of one key than its limit (claims)",
         }
     }
 }
@@ -102,7 +107,8 @@ pub struct Report {
     pub tasks_by_status: BTreeMap<String, usize>,
     /// Per invariant, how many cases it was checked over.
     pub checked: BTreeMap<Invariant, usize>,
-    /// Per limited queue, the most of its tasks running at one instant.
+    /// Per limited queue, and per key of a key-limited queue (as `queue[key]`), the most of its
+    /// tasks running at one instant.
     pub busiest: BTreeMap<String, i64>,
     pub violations: Vec<Violation>,
 }
@@ -351,7 +357,22 @@ pub async fn check(lease_db: &str, task_db: Option<&str>, all_final: bool) -> Re
         }
     }
 
-    check_queue_limits(&mut tasks_conn, &by_task, &terms, &mut report).await;
+    let queue_limits = "SELECT t.id, t.queue AS slot, q.concurrency_limit::bigint AS most
+         FROM tasks t JOIN queues q USING (queue) WHERE q.concurrency_limit IS NOT NULL";
+    let key_limits = "SELECT t.id, t.queue || '[' || t.concurrency_key || ']' AS slot,
+                q.key_concurrency_limit::bigint AS most
+         FROM tasks t JOIN queues q USING (queue)
+         WHERE q.key_concurrency_limit IS NOT NULL AND t.concurrency_key IS NOT NULL";
+    for (invariant, limited) in [
+        (Invariant::QueueConcurrency, queue_limits),
+        (Invariant::KeyConcurrency, key_limits),
+    ] {
+        let limited: Vec<LimitedTask> = diesel::sql_query(limited)
+            .load(&mut tasks_conn)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        check_running_limits(invariant, &limited, &by_task, &terms, &mut report);
+    }
     check_queue_rates(&mut tasks_conn, &by_task, &mut report).await;
 
     let tasks: Vec<TaskRow> =
@@ -402,51 +423,47 @@ pub async fn check(lease_db: &str, task_db: Option<&str>, all_final: bool) -> Re
     report
 }
 
+/// A task held by a concurrency limit: the slots it takes one of (a queue's, or a key's), and
+/// how many there are.
 #[derive(QueryableByName)]
 struct LimitedTask {
     #[diesel(sql_type = BigInt)]
     id: i64,
     #[diesel(sql_type = Text)]
-    queue: String,
+    slot: String,
     #[diesel(sql_type = BigInt)]
-    concurrency_limit: i64,
+    most: i64,
 }
 
-/// "No instant with more than N running tasks of a queue limited to N", over the limits set at
-/// the end of the run. Each claim runs from its lease's acquisition (lease-service records it
-/// during the claim's transaction, after the claim counted the queue's running tasks) until the
-/// task's next transition (its completion, failure, snooze, cancellation or next claim, at that
-/// transaction's `now()`, which is before its commit): so a correct claim, which counts only
-/// committed transitions, never starts an interval before the one whose slot it took ended.
-async fn check_queue_limits(
-    conn: &mut AsyncPgConnection,
+/// "No instant with more than N running tasks of a queue (or a key) limited to N", over the
+/// limits set at the end of the run. Each claim runs from its lease's acquisition (lease-service
+/// records it during the claim's transaction, after the claim counted the running tasks) until
+/// the task's next transition (its completion, failure, snooze, cancellation or next claim, at
+/// that transaction's `now()`, which is before its commit): so a correct claim, which counts
+/// only committed transitions, never starts an interval before the one whose slot it took ended.
+fn check_running_limits(
+    invariant: Invariant,
+    limited: &[LimitedTask],
     by_task: &BTreeMap<i64, Vec<&TaskEvent>>,
     terms: &BTreeMap<String, Vec<Term>>,
     report: &mut Report,
 ) {
-    let limited: Vec<LimitedTask> = diesel::sql_query(
-        "SELECT t.id, t.queue, q.concurrency_limit::bigint AS concurrency_limit
-         FROM tasks t JOIN queues q USING (queue) WHERE q.concurrency_limit IS NOT NULL",
-    )
-    .load(conn)
-    .await
-    .unwrap_or_else(|e| panic!("{e}"));
-    // Per queue: its limit, and every claim's (time, +1, task) start and (time, -1, task) end.
+    // Per slot: its limit, and every claim's (time, +1, task) start and (time, -1, task) end.
     type Points = Vec<(DateTime<Utc>, i64, i64)>;
-    let mut queues: BTreeMap<&str, (i64, Points)> = BTreeMap::new();
-    for task in &limited {
+    let mut slots: BTreeMap<&str, (i64, Points)> = BTreeMap::new();
+    for task in limited {
         let Some(events) = by_task.get(&task.id) else {
             continue;
         };
         let leases = terms.get(&format!("task:{}", task.id));
-        let entry = queues
-            .entry(task.queue.as_str())
-            .or_insert_with(|| (task.concurrency_limit, Vec::new()));
+        let entry = slots
+            .entry(task.slot.as_str())
+            .or_insert_with(|| (task.most, Vec::new()));
         for (index, claim) in events.iter().enumerate() {
             if claim.to_status != "running" {
                 continue;
             }
-            report.checked(Invariant::QueueConcurrency);
+            report.checked(invariant);
             let start = leases
                 .and_then(|list| list.iter().find(|t| Some(t.fence) == claim.fence))
                 .map_or(claim.at, |t| t.start);
@@ -456,7 +473,7 @@ async fn check_queue_limits(
             }
         }
     }
-    for (queue, (limit, mut points)) in queues {
+    for (slot, (limit, mut points)) in slots {
         // Ends before starts at one instant: a slot freed and taken at once is not two.
         points.sort_by_key(|(at, delta, _)| (*at, *delta));
         let (mut running, mut most) = (0i64, 0i64);
@@ -467,15 +484,15 @@ async fn check_queue_limits(
             }
             if delta > 0 && running > limit {
                 report.violated(
-                    Invariant::QueueConcurrency,
+                    invariant,
                     format!(
-                        "queue {queue:?} (limit {limit}) had {running} tasks running at {at}, \
+                        "{slot:?} (limit {limit}) had {running} tasks running at {at}, \
                          when task {task} started"
                     ),
                 );
             }
         }
-        report.busiest.insert(queue.to_owned(), most);
+        report.busiest.insert(slot.to_owned(), most);
     }
 }
 

@@ -248,3 +248,65 @@ async fn task_key_lookups_stay_prepared_and_set_statements_are_planned_on_each_c
         "a set statement was kept prepared: {kept:#?}"
     );
 }
+
+#[tokio::test]
+async fn a_claim_of_a_key_limited_queue_probes_keys_never_a_keys_backlog() {
+    let db = fresh_database().await;
+    task_service::migrate(&db).await.unwrap();
+    let mut conn = AsyncPgConnection::establish(&db).await.unwrap();
+    // One tenant's backlog of 20,000, then three other tenants' one task each, statistics fresh;
+    // no task without a key (whose probe must not walk past the keyed ones either).
+    for sql in [
+        "INSERT INTO queues (queue, key_concurrency_limit) VALUES ('tenants', 5)",
+        "INSERT INTO tasks (task_data, queue, max_attempts, concurrency_key)
+         SELECT '{}', 'tenants', 3, 'big' FROM generate_series(1, 20000)",
+        "INSERT INTO tasks (task_data, queue, max_attempts, concurrency_key)
+         SELECT '{}', 'tenants', 3, 'small-' || i FROM generate_series(1, 3) i",
+        "ANALYZE tasks",
+    ] {
+        diesel::sql_query(sql).execute(&mut conn).await.unwrap();
+    }
+    let plan = conn
+        .transaction::<_, diesel::result::Error, _>(async |conn| {
+            repo::claim_by_index_order(conn).await?;
+            let lines: Vec<PlanLine> = diesel::sql_query(format!(
+                "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) {}",
+                repo::DUE_BY_KEY
+            ))
+            .bind::<Text, _>("tenants")
+            .bind::<Nullable<Text>, _>(None::<&str>)
+            .bind::<BigInt, _>(10)
+            .bind::<diesel::sql_types::Integer, _>(5)
+            .load(conn)
+            .await?;
+            Ok(lines
+                .into_iter()
+                .map(|l| l.line)
+                .collect::<Vec<_>>()
+                .join("\n"))
+        })
+        .await
+        .unwrap();
+    eprintln!("{plan}");
+    assert!(
+        plan.contains("tasks_due_by_key_idx") && !plan.contains("Seq Scan on tasks"),
+        "the claim does not walk the keys' index:\n{plan}"
+    );
+    // No node reads more rows than a key's room and the keys walked: never the backlog.
+    let most_rows = plan
+        .lines()
+        .filter_map(|line| {
+            line.split("rows=")
+                .nth(1)
+                .or_else(|| line.split("Removed by Filter: ").nth(1))
+        })
+        .filter_map(|rest| {
+            rest.split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .max()
+        .unwrap();
+    assert!(most_rows <= 20, "a node read {most_rows} rows:\n{plan}");
+}

@@ -1,8 +1,10 @@
-//! Concurrency limits per queue against real processes: two task-service replicas, workers
-//! claiming the limited queue by name and others claiming any queue, one worker killed and one
-//! frozen mid-run so that leases lapse, and the invariant checker proving from the history that
-//! at no instant were more of the queue's tasks running than its limit, while the limit was
-//! reached (it bound) and unlimited work went on.
+//! Concurrency limits per queue and per key, and rate limits, against real processes: two
+//! task-service replicas, workers claiming the limited queue by name and others claiming any
+//! queue, one worker killed and one frozen mid-run so that leases lapse, and the invariant
+//! checker proving from the history that at no instant were more of the queue's (or a key's)
+//! tasks running than its limit, while the limit was reached (it bound) and unlimited work went
+//! on. Claims of a key-limited queue take turns across keys: a key's backlog never keeps
+//! another key's task waiting.
 #![allow(clippy::unwrap_used)]
 
 use std::time::Duration;
@@ -229,6 +231,216 @@ async fn a_rate_limited_queue_starts_no_more_than_its_rate_across_replicas() {
     let report =
         drained_within_limits(&client, &lease_db, &task_db, &[&a, &b], "paced", "rate").await;
     assert!(report.checked[&Invariant::QueueRate] >= 30);
+}
+
+/// The ids and keys (`-` for none) of a claim's answer, in its order.
+fn claimed(answer: &tests::Answer) -> Vec<String> {
+    if answer.status == 200 {
+        return Vec::new();
+    }
+    assert_eq!(answer.status, 202, "{:?}", answer.body);
+    answer
+        .body
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["concurrencyKey"].as_str().unwrap_or("-").to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn claims_take_turns_across_keys_and_hold_each_key_to_its_limit() {
+    let lease_db = fresh_database().await;
+    let task_db = fresh_database().await;
+    let leases = Service::lease_service(&lease_db, &[]).await;
+    let tasks = Service::task_service(&task_db, &leases.base_url(), &[]).await;
+    let set = tasks
+        .put("/api/queues/tenants", &json!({"key_concurrency_limit": 2}))
+        .await;
+    assert_eq!(set.status, 200, "{:?}", set.body);
+    assert_eq!(set.body["keyConcurrencyLimit"], 2);
+
+    // One tenant's backlog of 3,000, then another tenant's one task and one task without a key,
+    // all of one priority: by age alone they would wait for the 3,000.
+    for _ in 0..3 {
+        let batch: Vec<_> = (0..1000)
+            .map(|_| json!({"task_data": {}, "queue": "tenants", "concurrency_key": "big"}))
+            .collect();
+        let created = tasks
+            .post("/api/tasks/batch", &json!({"tasks": batch}))
+            .await;
+        assert_eq!(created.status, 200);
+    }
+    for extra in [
+        json!({"task_data": {}, "queue": "tenants", "concurrency_key": "small"}),
+        json!({"task_data": {}, "queue": "tenants"}),
+    ] {
+        let created = tasks.post("/api/tasks", &extra).await;
+        assert_eq!(created.status, 201, "{:?}", created.body);
+        assert_eq!(created.body["concurrencyKey"], extra["concurrency_key"]);
+    }
+    let claim = |processor: &str, limit: i64| json!({"processor": processor, "queue": "tenants", "limit": limit});
+
+    // One claim at a time: turns go round the keys, the tasks without a key counting as one.
+    let first = claimed(&tasks.post("/api/tasks/next", &claim("w1", 1)).await);
+    let second = claimed(&tasks.post("/api/tasks/next", &claim("w2", 1)).await);
+    let third = claimed(&tasks.post("/api/tasks/next", &claim("w3", 1)).await);
+    assert_eq!(
+        [first, second, third].concat(),
+        ["big", "small", "-"],
+        "each key gets its turn, whatever its backlog"
+    );
+    // The big tenant has one running of its two: one more, then none while two run.
+    let fourth = claimed(&tasks.post("/api/tasks/next", &claim("w4", 5)).await);
+    assert_eq!(fourth, ["big"], "up to the key's limit");
+    let any = tasks
+        .post("/api/tasks/next", &json!({"processor": "w5", "limit": 5}))
+        .await;
+    assert_eq!(
+        claimed(&any),
+        Vec::<String>::new(),
+        "a claim of any queue too"
+    );
+    assert!(
+        metric_sum(
+            &tasks.metrics().await,
+            "queue_limit_waits_total{limit=\"key_concurrency\",queue=\"tenants\"}"
+        ) > 0.0,
+        "the key limit's waits are counted"
+    );
+
+    // A task of another key is still taken, by a claim of any queue too; and a finished task
+    // frees its key's slot.
+    let other = tasks
+        .post(
+            "/api/tasks",
+            &json!({"task_data": {}, "queue": "tenants", "concurrency_key": "third"}),
+        )
+        .await;
+    assert_eq!(other.status, 201);
+    let any = tasks
+        .post("/api/tasks/next", &json!({"processor": "w6", "limit": 5}))
+        .await;
+    assert_eq!(claimed(&any), ["third"]);
+    let running = tasks.get("/api/tasks?status=running&queue=tenants").await;
+    let big = running.body["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["concurrencyKey"] == "big")
+        .unwrap()
+        .clone();
+    let done = tasks
+        .put(
+            &format!("/api/tasks/{}/complete", big["id"]),
+            &json!({"processor": big["processor"], "fence": big["fence"], "task_output": {}}),
+        )
+        .await;
+    assert_eq!(done.status, 202, "{:?}", done.body);
+    let freed = claimed(&tasks.post("/api/tasks/next", &claim("w7", 5)).await);
+    assert_eq!(freed, ["big"], "one slot freed, one task of the key");
+
+    // Bad input is refused and writes nothing.
+    let before = snapshot(&task_db, "queues").await;
+    let refused = tasks
+        .put("/api/queues/tenants", &json!({"key_concurrency_limit": -1}))
+        .await;
+    assert_eq!((refused.status, refused.code()), (400, "invalid_field"));
+    assert_eq!(
+        before,
+        snapshot(&task_db, "queues").await,
+        "nothing written"
+    );
+    let before = snapshot(&task_db, "tasks").await;
+    for key in [
+        json!(""),
+        json!("x".repeat(300)),
+        json!("a\u{7}b"),
+        json!(3),
+    ] {
+        let refused = tasks
+            .post(
+                "/api/tasks",
+                &json!({"task_data": {}, "queue": "tenants", "concurrency_key": key}),
+            )
+            .await;
+        assert_eq!(
+            (refused.status, refused.code()),
+            (400, "invalid_field"),
+            "{key}"
+        );
+    }
+    assert_eq!(before, snapshot(&task_db, "tasks").await, "nothing written");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn no_key_runs_more_than_its_limit_across_replicas_and_faults() {
+    let lease_db = fresh_database().await;
+    let task_db = fresh_database().await;
+    let leases = Service::lease_service(&lease_db, &[]).await;
+    let env = [("TASK_LEASE_TTL_SECONDS", "2")];
+    let a = Service::task_service(&task_db, &leases.base_url(), &env).await;
+    let b = Service::task_service(&task_db, &leases.base_url(), &env).await;
+    let set = a
+        .put(
+            "/api/queues/tenants",
+            &json!({"key_concurrency_limit": 2, "concurrency_limit": 5}),
+        )
+        .await;
+    assert_eq!(set.status, 200, "{:?}", set.body);
+    // Two keys of two slots each, under a queue limit of five and twelve claim slots: the keys'
+    // limits bind.
+    let tasks: Vec<_> = ["a", "b"]
+        .iter()
+        .flat_map(|key| {
+            (0..14).map(move |_| {
+                json!({"task_data": {"sleep_duration_seconds": 0.2}, "queue": "tenants",
+                       "concurrency_key": key})
+            })
+        })
+        .chain(
+            (0..4)
+                .map(|_| json!({"task_data": {"sleep_duration_seconds": 0.1}, "queue": "tenants"})),
+        )
+        .collect();
+    let created = a.post("/api/tasks/batch", &json!({"tasks": tasks})).await;
+    assert_eq!(created.status, 200, "{:?}", created.body);
+    let named = [
+        ("WORKER_QUEUE", "tenants"),
+        ("WORKER_CONCURRENCY", "4"),
+        ("HEARTBEAT_INTERVAL_SECONDS", "0.5"),
+    ];
+    let any = [
+        ("WORKER_CONCURRENCY", "4"),
+        ("HEARTBEAT_INTERVAL_SECONDS", "0.5"),
+    ];
+    let mut workers = [
+        Service::worker(&a.base_url(), &named).await,
+        Service::worker(&b.base_url(), &named).await,
+        Service::worker(&b.base_url(), &any).await,
+    ];
+    let client = a.task_client();
+    eventually(Duration::from_secs(30), "keyed tasks under way", || async {
+        let counts = client.counts().await.unwrap();
+        counts.queues["tenants"]["succeeded"] >= 6
+    })
+    .await;
+    workers[0].kill();
+    let report = drained_within_limits(
+        &client,
+        &lease_db,
+        &task_db,
+        &[&a, &b],
+        "tenants",
+        "key_concurrency",
+    )
+    .await;
+    assert!(report.checked[&Invariant::KeyConcurrency] >= 30);
+    let busiest = ["a", "b"]
+        .iter()
+        .map(|key| report.busiest[&format!("tenants[{key}]")])
+        .max();
+    assert_eq!(busiest, Some(2), "the key limit was reached, never passed");
 }
 
 /// Waits until every task is final, has the checker prove the run kept every invariant, and

@@ -44,7 +44,8 @@ async fn two_minutes_of_faults_keep_every_invariant() {
     );
     assert!(
         summary.report.checked[&Invariant::QueueConcurrency] > 30
-            && summary.report.checked[&Invariant::QueueRate] > 30,
+            && summary.report.checked[&Invariant::QueueRate] > 30
+            && summary.report.checked[&Invariant::KeyConcurrency] > 20,
         "too few claims of the limited queue:\n{summary}"
     );
 }

@@ -276,6 +276,7 @@ mod tests {
             max_attempts: 3,
             fence: Some(7),
             idempotency_key: None,
+            concurrency_key: None,
             last_error: None,
             cancel_requested: false,
             created_at: now,

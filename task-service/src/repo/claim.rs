@@ -2,7 +2,8 @@
 //! lease still lives.
 
 use chrono::{DateTime, Utc};
-use diesel::sql_types::{Array, BigInt, Nullable, Text, Timestamptz};
+use diesel::QueryableByName;
+use diesel::sql_types::{Array, BigInt, Integer, Nullable, Text, Timestamptz};
 use diesel_async::RunQueryDsl;
 use leasehold::api::Secret;
 use leasehold::server::db::Cache;
@@ -166,6 +167,139 @@ pub fn due_sql(by_queue: bool) -> String {
          LIMIT $2
          FOR UPDATE SKIP LOCKED"
     )
+}
+
+/// A due task a claim of a key-limited queue may take, in the order claims take them
+/// ([`due_by_key`]).
+#[derive(Debug, Clone, QueryableByName)]
+pub struct KeyedCandidate {
+    /// None: not a task, but a key with due tasks that its limit held back.
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub id: Option<i64>,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub concurrency_key: Option<String>,
+    /// Where the walk found its key: the furthest served becomes the queue's cursor.
+    #[diesel(sql_type = BigInt)]
+    pub visit: i64,
+}
+
+/// Up to `room` due tasks of the key-limited `queue` (not paused), fairly across keys and
+/// within each key's room (`key_limit` less its running tasks), without locking them (the
+/// caller holds the queue's row, so no other claim chooses from the queue meanwhile; lock them
+/// with [`lock_candidates`]).
+///
+/// The keys with due tasks are walked from the one after `cursor` (the key the queue's last
+/// claim served; `""` for the tasks without a key) round to it, one index probe per key (a
+/// loose index scan, so the cost is that of the keys visited, never of a key's backlog),
+/// visiting at most `room` keys. Each key offers its first tasks by priority and schedule; the
+/// tasks without a key offer theirs as one more key, which comes after the last key and before
+/// the first. Candidates come back by turn (every key's first task, then every key's
+/// second...), then priority, then the walk's order: a key with a million tasks gets one turn
+/// like a key with one. One more row, with no id, names a key that had due tasks but no room,
+/// if there was one.
+pub async fn due_by_key(
+    conn: &mut Db,
+    queue: &str,
+    key_limit: i32,
+    cursor: Option<&str>,
+    room: i64,
+) -> Result<Vec<KeyedCandidate>> {
+    let span = leasehold::db_span!("SELECT", "tasks");
+    async move {
+        diesel::sql_query(DUE_BY_KEY)
+            .bind::<Text, _>(queue)
+            .bind::<Nullable<Text>, _>(cursor)
+            .bind::<BigInt, _>(room)
+            .bind::<Integer, _>(key_limit)
+            .cached()
+            .load(conn)
+            .await
+    }
+    .instrument(span)
+    .await
+}
+
+/// [`due_by_key`]'s statement: `$1` the queue, `$2` the cursor, `$3` the room, `$4` the limit
+/// per key.
+pub const DUE_BY_KEY: &str = "
+    WITH RECURSIVE after_cursor(k, n) AS (
+        (SELECT concurrency_key, 1::bigint FROM tasks
+          WHERE status = 'pending' AND queue = $1 AND concurrency_key > coalesce($2::text, '')
+            AND scheduled_at <= now()
+          ORDER BY concurrency_key LIMIT 1)
+      UNION ALL
+        SELECT (SELECT t.concurrency_key FROM tasks t
+                 WHERE t.status = 'pending' AND t.queue = $1 AND t.concurrency_key > a.k
+                   AND t.scheduled_at <= now()
+                 ORDER BY t.concurrency_key LIMIT 1), a.n + 1
+        FROM after_cursor a WHERE a.k IS NOT NULL AND a.n < $3
+    ), from_start(k, n) AS (
+        (SELECT concurrency_key, 1::bigint FROM tasks
+          WHERE status = 'pending' AND queue = $1 AND concurrency_key > ''
+            AND concurrency_key <= $2::text AND scheduled_at <= now()
+          ORDER BY concurrency_key LIMIT 1)
+      UNION ALL
+        SELECT (SELECT t.concurrency_key FROM tasks t
+                 WHERE t.status = 'pending' AND t.queue = $1 AND t.concurrency_key > s.k
+                   AND t.concurrency_key <= $2::text AND t.scheduled_at <= now()
+                 ORDER BY t.concurrency_key LIMIT 1), s.n + 1
+        FROM from_start s WHERE s.k IS NOT NULL AND s.n < $3
+    ), keys(k, visit) AS (
+        (SELECT k, n FROM after_cursor WHERE k IS NOT NULL
+         UNION ALL
+         SELECT k, $3 + 1 + n FROM from_start WHERE k IS NOT NULL)
+        LIMIT $3
+    ), walked AS (
+        SELECT k, visit, $4 - (SELECT count(*) FROM tasks r
+                               WHERE r.status = 'running' AND r.queue = $1
+                                 AND r.concurrency_key = keys.k) AS room
+        FROM keys
+    ), candidates AS (
+        SELECT c.id, c.concurrency_key, c.priority, c.turn, walked.visit
+        FROM walked CROSS JOIN LATERAL (
+            SELECT t.id, t.concurrency_key, t.priority,
+                   row_number() OVER (ORDER BY t.priority DESC, t.scheduled_at, t.id) AS turn
+            FROM tasks t
+            WHERE t.status = 'pending' AND t.queue = $1 AND t.concurrency_key = walked.k
+              AND t.scheduled_at <= now()
+            ORDER BY t.priority DESC, t.scheduled_at, t.id
+            LIMIT greatest(0, least($3, walked.room))
+        ) c
+      UNION ALL
+        SELECT u.id, NULL, u.priority,
+               row_number() OVER (ORDER BY u.priority DESC, u.scheduled_at, u.id),
+               $3 + 1
+        FROM (SELECT id, priority, scheduled_at FROM tasks
+               WHERE status = 'pending' AND queue = $1 AND concurrency_key IS NULL
+                 AND scheduled_at <= now()
+               -- Leading with the key (NULL throughout) lets the planner read the keys' index
+               -- in order, as for a key, never walk the queue past every keyed task.
+               ORDER BY concurrency_key, priority DESC, scheduled_at, id
+               LIMIT $3) u
+    )
+    (SELECT id, concurrency_key, visit FROM candidates
+     WHERE NOT EXISTS (SELECT 1 FROM queues WHERE queue = $1 AND paused)
+     ORDER BY turn, priority DESC, visit
+     LIMIT $3)
+    UNION ALL
+    (SELECT NULL, k, 0 FROM walked WHERE room <= 0 LIMIT 1)";
+
+/// Locks the pending due tasks among `ids` (with `SKIP LOCKED`: one another transaction holds,
+/// to cancel or delete it, is left), in no particular order.
+pub async fn lock_candidates(conn: &mut Db, ids: &[i64]) -> Result<Vec<TaskRow>> {
+    let span = leasehold::db_span!("SELECT", "tasks");
+    async move {
+        diesel::sql_query(format!(
+            "SELECT {COLUMNS} FROM tasks
+             WHERE id = ANY($1) AND status = 'pending' AND scheduled_at <= now()
+             FOR UPDATE SKIP LOCKED"
+        ))
+        .bind::<Array<BigInt>, _>(ids)
+        .load(conn)
+        .await
+    }
+    .instrument(span)
+    .await
 }
 
 /// One claim to record: the task, its processor, the fence and secret of its new lease, the

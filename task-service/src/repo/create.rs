@@ -19,6 +19,7 @@ pub struct NewTask {
     pub priority: i32,
     pub max_attempts: i32,
     pub idempotency_key: Option<String>,
+    pub concurrency_key: Option<String>,
 }
 
 /// Inserts the task, or nothing if its idempotency key is taken (then `None`).
@@ -27,8 +28,8 @@ pub async fn insert(conn: &mut Db, task: &NewTask) -> Result<Option<TaskRow>> {
     async move {
         diesel::sql_query(format!(
             "INSERT INTO tasks (task_data, scheduled_at, requested_scheduled_at, queue, priority,
-                            max_attempts, idempotency_key)
-         VALUES ($1, COALESCE($2, now()), COALESCE($2, now()), $3, $4, $5, $6)
+                            max_attempts, idempotency_key, concurrency_key)
+         VALUES ($1, COALESCE($2, now()), COALESCE($2, now()), $3, $4, $5, $6, $7)
          ON CONFLICT (idempotency_key) DO NOTHING
          RETURNING {COLUMNS}"
         ))
@@ -38,6 +39,7 @@ pub async fn insert(conn: &mut Db, task: &NewTask) -> Result<Option<TaskRow>> {
         .bind::<Integer, _>(task.priority)
         .bind::<Integer, _>(task.max_attempts)
         .bind::<Nullable<Text>, _>(task.idempotency_key.as_deref())
+        .bind::<Nullable<Text>, _>(task.concurrency_key.as_deref())
         .cached()
         .get_result(conn)
         .await
@@ -68,21 +70,23 @@ pub async fn insert_many(conn: &mut Db, tasks: &[&NewTask]) -> Result<Vec<Insert
     let priorities: Vec<i32> = tasks.iter().map(|t| t.priority).collect();
     let attempts: Vec<i32> = tasks.iter().map(|t| t.max_attempts).collect();
     let keys: Vec<Option<&str>> = tasks.iter().map(|t| t.idempotency_key.as_deref()).collect();
+    let concurrency_keys: Vec<Option<&str>> =
+        tasks.iter().map(|t| t.concurrency_key.as_deref()).collect();
     async move {
         diesel::sql_query(format!(
             "WITH input AS (
                  SELECT nextval('tasks_id_seq') AS id, i.*
                  FROM unnest($1::jsonb[], $2::timestamptz[], $3::text[], $4::int[], $5::int[],
-                             $6::text[])
+                             $6::text[], $7::text[])
                       WITH ORDINALITY AS i(task_data, scheduled_at, queue, priority,
-                                           max_attempts, idempotency_key, ord)
+                                           max_attempts, idempotency_key, concurrency_key, ord)
                  ORDER BY i.ord
              ),
              stored AS (
                  INSERT INTO tasks (id, task_data, scheduled_at, requested_scheduled_at, queue,
-                                    priority, max_attempts, idempotency_key)
+                                    priority, max_attempts, idempotency_key, concurrency_key)
                  SELECT id, task_data, COALESCE(scheduled_at, now()), COALESCE(scheduled_at, now()),
-                        queue, priority, max_attempts, idempotency_key
+                        queue, priority, max_attempts, idempotency_key, concurrency_key
                  FROM input ORDER BY ord
                  ON CONFLICT (idempotency_key) DO NOTHING
                  RETURNING {COLUMNS}
@@ -95,6 +99,7 @@ pub async fn insert_many(conn: &mut Db, tasks: &[&NewTask]) -> Result<Vec<Insert
         .bind::<Array<Integer>, _>(priorities)
         .bind::<Array<Integer>, _>(attempts)
         .bind::<Array<Nullable<Text>>, _>(keys)
+        .bind::<Array<Nullable<Text>>, _>(concurrency_keys)
         .load(conn)
         .await
     }
@@ -125,8 +130,9 @@ pub async fn insert_generated(
              SELECT clock_timestamp() AS now FROM gate WHERE gate.running
          ), inserted AS (
              INSERT INTO tasks (task_data, scheduled_at, requested_scheduled_at, queue, priority,
-                                max_attempts, idempotency_key, created_at, updated_at)
-             SELECT $1, COALESCE($2, at.now), COALESCE($2, at.now), $3, $4, $5, $6, at.now,
+                                max_attempts, idempotency_key, concurrency_key, created_at,
+                                updated_at)
+             SELECT $1, COALESCE($2, at.now), COALESCE($2, at.now), $3, $4, $5, $6, $8, at.now,
                     at.now
              FROM at WHERE at.now < $7
              ON CONFLICT (idempotency_key) DO NOTHING
@@ -144,6 +150,7 @@ pub async fn insert_generated(
         .bind::<Integer, _>(task.max_attempts)
         .bind::<Nullable<Text>, _>(task.idempotency_key.as_deref())
         .bind::<Timestamptz, _>(deadline)
+        .bind::<Nullable<Text>, _>(task.concurrency_key.as_deref())
         .cached()
         .get_result(conn)
         .await

@@ -26,8 +26,8 @@ mod transition;
 
 pub use bulk::{BulkFilter, cancel_matching, delete_matching, retry_matching};
 pub use claim::{
-    Claim, cancel_lapsed, claim_by_index_order, due_sql, lock_due, mark_claimed, postpone_lapse,
-    take_lapsed,
+    Claim, DUE_BY_KEY, KeyedCandidate, cancel_lapsed, claim_by_index_order, due_by_key, due_sql,
+    lock_candidates, lock_due, mark_claimed, postpone_lapse, take_lapsed,
 };
 pub use create::{
     Inserted, KeyedTask, NewTask, clock, find_by_idempotency_key, insert, insert_generated,
@@ -35,8 +35,8 @@ pub use create::{
 };
 pub use generator::{GeneratorRow, generator, set_generator};
 pub use queues::{
-    NewLimits, QueueLimit, QueueRow, Running, Tokens, lock_limits, queue_rows, running_counts,
-    set_limits, set_paused, spend_tokens, tokens, wake_later,
+    NewLimits, QueueLimit, QueueRow, Running, Tokens, lock_limits, move_key_cursor, queue_rows,
+    running_counts, set_limits, set_paused, spend_tokens, tokens, wake_later,
 };
 pub use read::{
     OldestDue, Processor, QueueCount, TaskEvent, ThroughputBucket, counts, events, find, list,
@@ -102,6 +102,8 @@ pub struct TaskRow {
     /// The secret of the lease of the claim in `fence` (see the migration that added it).
     #[diesel(sql_type = Nullable<Text>)]
     pub lease_secret: Option<Secret>,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub concurrency_key: Option<String>,
 }
 
 impl TaskRow {
@@ -117,4 +119,4 @@ impl TaskRow {
 const COLUMNS: &str = "id, task_data, queue, priority, status, scheduled_at, processor, fence, \
     attempts, max_attempts, last_heartbeat_at, must_heartbeat_before, started_at, processed_at, \
     task_output, last_error, cancel_requested, idempotency_key, created_at, updated_at, \
-    lease_secret";
+    lease_secret, concurrency_key";

@@ -10,8 +10,8 @@ use tracing::Instrument;
 
 use super::{Db, Result};
 
-const QUEUE_COLUMNS: &str =
-    "queue, paused, concurrency_limit, rate_per_second, rate_burst, updated_at";
+const QUEUE_COLUMNS: &str = "queue, paused, concurrency_limit, key_concurrency_limit, \
+    rate_per_second, rate_burst, updated_at";
 
 /// A queue an operator has set something on.
 #[derive(Debug, Clone, QueryableByName)]
@@ -23,6 +23,9 @@ pub struct QueueRow {
     /// At most this many of its tasks run at once; none: no limit.
     #[diesel(sql_type = Nullable<Integer>)]
     pub concurrency_limit: Option<i32>,
+    /// At most this many of its tasks of one concurrency key run at once; none: no limit.
+    #[diesel(sql_type = Nullable<Integer>)]
+    pub key_concurrency_limit: Option<i32>,
     /// At most this many of its tasks started per second, in bursts of `rate_burst`.
     #[diesel(sql_type = Nullable<Double>)]
     pub rate_per_second: Option<f64>,
@@ -38,13 +41,13 @@ pub struct QueueRow {
 pub async fn set_paused(conn: &mut Db, queue: &str, paused: bool) -> Result<QueueRow> {
     let span = leasehold::db_span!("INSERT", "queues");
     async move {
-        diesel::sql_query(
+        diesel::sql_query(format!(
             "INSERT INTO queues (queue, paused) VALUES ($1, $2)
              ON CONFLICT (queue) DO UPDATE SET paused = EXCLUDED.paused,
                  updated_at = CASE WHEN queues.paused = EXCLUDED.paused THEN queues.updated_at
                                    ELSE now() END
-             RETURNING queue, paused, concurrency_limit, rate_per_second, rate_burst, updated_at",
-        )
+             RETURNING {QUEUE_COLUMNS}",
+        ))
         .bind::<Text, _>(queue)
         .bind::<Bool, _>(paused)
         .cached()
@@ -72,6 +75,7 @@ pub async fn queue_rows(conn: &mut Db) -> Result<Vec<QueueRow>> {
 #[derive(Debug, Clone, Copy)]
 pub struct NewLimits {
     pub concurrency_limit: Option<i32>,
+    pub key_concurrency_limit: Option<i32>,
     /// Tasks per second, and the burst.
     pub rate: Option<(f64, i32)>,
 }
@@ -82,18 +86,22 @@ pub async fn set_limits(conn: &mut Db, queue: &str, limits: NewLimits) -> Result
     let span = leasehold::db_span!("INSERT", "queues");
     async move {
         diesel::sql_query(format!(
-            "INSERT INTO queues (queue, concurrency_limit, rate_per_second, rate_burst)
-             VALUES ($1, $2, $3, $4)
+            "INSERT INTO queues (queue, concurrency_limit, rate_per_second, rate_burst,
+                                 key_concurrency_limit)
+             VALUES ($1, $2, $3, $4, $5)
              ON CONFLICT (queue) DO UPDATE SET concurrency_limit = EXCLUDED.concurrency_limit,
+                 key_concurrency_limit = EXCLUDED.key_concurrency_limit,
                  rate_per_second = EXCLUDED.rate_per_second, rate_burst = EXCLUDED.rate_burst,
                  rate_at = CASE
                      WHEN (queues.rate_per_second, queues.rate_burst)
                           IS NOT DISTINCT FROM (EXCLUDED.rate_per_second, EXCLUDED.rate_burst)
                      THEN queues.rate_at END,
                  updated_at = CASE
-                     WHEN (queues.concurrency_limit, queues.rate_per_second, queues.rate_burst)
+                     WHEN (queues.concurrency_limit, queues.rate_per_second, queues.rate_burst,
+                           queues.key_concurrency_limit)
                           IS NOT DISTINCT FROM (EXCLUDED.concurrency_limit,
-                                                EXCLUDED.rate_per_second, EXCLUDED.rate_burst)
+                                                EXCLUDED.rate_per_second, EXCLUDED.rate_burst,
+                                                EXCLUDED.key_concurrency_limit)
                      THEN queues.updated_at ELSE now() END
              RETURNING {QUEUE_COLUMNS}"
         ))
@@ -101,6 +109,7 @@ pub async fn set_limits(conn: &mut Db, queue: &str, limits: NewLimits) -> Result
         .bind::<Nullable<Integer>, _>(limits.concurrency_limit)
         .bind::<Nullable<Double>, _>(limits.rate.map(|(rate, _)| rate))
         .bind::<Nullable<Integer>, _>(limits.rate.map(|(_, burst)| burst))
+        .bind::<Nullable<Integer>, _>(limits.key_concurrency_limit)
         .get_result(conn)
         .await
     }
@@ -115,6 +124,11 @@ pub struct QueueLimit {
     pub queue: String,
     #[diesel(sql_type = Nullable<Integer>)]
     pub concurrency_limit: Option<i32>,
+    #[diesel(sql_type = Nullable<Integer>)]
+    pub key_concurrency_limit: Option<i32>,
+    /// The key its last claim served (see [`lock_due_by_key`]).
+    #[diesel(sql_type = Nullable<Text>)]
+    pub key_cursor: Option<String>,
     #[diesel(sql_type = Bool)]
     pub rate_limited: bool,
 }
@@ -131,9 +145,11 @@ pub async fn lock_limits(conn: &mut Db, queues: Option<&[&str]>) -> Result<Vec<Q
     let span = leasehold::db_span!("SELECT", "queues");
     async move {
         diesel::sql_query(
-            "SELECT queue, concurrency_limit, rate_per_second IS NOT NULL AS rate_limited
+            "SELECT queue, concurrency_limit, key_concurrency_limit, key_cursor,
+                    rate_per_second IS NOT NULL AS rate_limited
              FROM queues
-             WHERE (concurrency_limit IS NOT NULL OR rate_per_second IS NOT NULL)
+             WHERE (concurrency_limit IS NOT NULL OR rate_per_second IS NOT NULL
+                    OR key_concurrency_limit IS NOT NULL)
                AND ($1::text[] IS NULL OR queue = ANY($1))
              ORDER BY queue
              FOR NO KEY UPDATE",
@@ -222,6 +238,22 @@ pub async fn spend_tokens(conn: &mut Db, queue: &str, left: f64) -> Result<usize
         diesel::sql_query("UPDATE queues SET rate_tokens = $2, rate_at = now() WHERE queue = $1")
             .bind::<Text, _>(queue)
             .bind::<Double, _>(left)
+            .cached()
+            .execute(conn)
+            .await
+    }
+    .instrument(span)
+    .await
+}
+
+/// Records the key a claim of the key-limited `queue` served furthest along its walk: the next
+/// claim starts after it.
+pub async fn move_key_cursor(conn: &mut Db, queue: &str, key: &str) -> Result<usize> {
+    let span = leasehold::db_span!("UPDATE", "queues");
+    async move {
+        diesel::sql_query("UPDATE queues SET key_cursor = $2 WHERE queue = $1")
+            .bind::<Text, _>(queue)
+            .bind::<Text, _>(key)
             .cached()
             .execute(conn)
             .await

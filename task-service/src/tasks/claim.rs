@@ -95,7 +95,7 @@ pub async fn claim_group(
             round.grant(conn, engine, lapsed, &granted).await?;
             let room = limits.cap(queue, total - round.taken());
             if room > 0 {
-                let due = repo::lock_due(conn, queue, room, &limits.full()).await?;
+                let due = limits.lock_due(conn, queue, room).await?;
                 round
                     .grant(conn, engine, limits.admit(due), &granted)
                     .await?;

@@ -87,6 +87,10 @@ fn differences(existing: &repo::KeyedTask, task: &NewTask) -> Vec<&'static str> 
         ("queue", row.queue == task.queue),
         ("priority", row.priority == task.priority),
         ("max_attempts", row.max_attempts == task.max_attempts),
+        (
+            "concurrency_key",
+            row.concurrency_key == task.concurrency_key,
+        ),
         ("scheduled_at", existing.same_schedule),
     ]
     .into_iter()
@@ -176,6 +180,7 @@ mod tests {
             priority: row.priority,
             max_attempts: row.max_attempts,
             idempotency_key: Some("k".to_owned()),
+            concurrency_key: row.concurrency_key.clone(),
         }
     }
 
@@ -198,9 +203,16 @@ mod tests {
         task.task_data = serde_json::json!({"n": 2});
         task.priority += 1;
         task.max_attempts += 1;
+        task.concurrency_key = Some("tenant".to_owned());
         assert_eq!(
             differences(&existing, &task),
-            ["task_data", "priority", "max_attempts", "scheduled_at"]
+            [
+                "task_data",
+                "priority",
+                "max_attempts",
+                "concurrency_key",
+                "scheduled_at"
+            ]
         );
         let mut task = same_as(&existing.task);
         task.queue = "other".to_owned();

@@ -9,15 +9,19 @@
 //! * Concurrency: a running task holds its slot until it stops running, even after its lease
 //!   lapsed; a claim that takes the lapsed task again reuses the slot, and one that ends it
 //!   (dead, cancelled) frees it. So at no instant are more than the limit's tasks running.
+//! * Concurrency per key: the same, counted per `concurrency_key` of the queue's running tasks,
+//!   in the statement that chooses the queue's tasks ([`repo::due_by_key`]), which also takes
+//!   turns across the keys from where the queue's last claim stopped (its cursor, in the locked
+//!   row): a key's backlog never keeps another key's tasks waiting.
 //! * Rate: every start spends a token, a lapsed task's new claim included. A claim whose
 //!   `now()` is earlier than the last spender's (it began before that one committed) starts
 //!   none, so starts spend the bucket in the order of their times, and no window of the claims'
 //!   times holds more starts than `burst + per_second × its length`.
 //!
-//! The invariant checker proves both from the history (`tests/src/checker.rs`). Unlimited
+//! The invariant checker proves each from the history (`tests/src/checker.rs`). Unlimited
 //! queues are neither locked nor counted.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use leasehold::server::ApiError;
 
@@ -30,8 +34,19 @@ pub struct Limits {
     rooms: BTreeMap<String, i64>,
     /// Starts left in the buckets of rate-limited queues, and what they held when read.
     tokens: BTreeMap<String, Bucket>,
+    /// Queues with a concurrency limit per key: the limit, and the key their last claim served.
+    keyed: BTreeMap<String, Keyed>,
+    /// The tasks of key-limited queues this claim locked: their queue, key and place in the
+    /// walk over the keys.
+    walked: HashMap<i64, (String, Option<String>, i64)>,
     /// Queues whose limit kept this claim from taking what it asked for, and which limit.
     pub bound: Vec<(String, &'static str)>,
+}
+
+#[derive(Debug)]
+struct Keyed {
+    limit: i32,
+    cursor: Option<String>,
 }
 
 #[derive(Debug)]
@@ -49,6 +64,17 @@ impl Limits {
         let named = queue.map(|q| [q]);
         let limits = repo::lock_limits(conn, named.as_ref().map(|q| &q[..])).await?;
         let mut this = Limits::default();
+        for limit in &limits {
+            if let Some(most) = limit.key_concurrency_limit {
+                this.keyed.insert(
+                    limit.queue.clone(),
+                    Keyed {
+                        limit: most,
+                        cursor: limit.key_cursor.clone(),
+                    },
+                );
+            }
+        }
         let counted: Vec<&str> = limits
             .iter()
             .filter(|l| l.concurrency_limit.is_some())
@@ -131,6 +157,91 @@ impl Limits {
         cap
     }
 
+    /// Locks up to `room` due tasks for a claim of `queue` (or of any queue), in the order the
+    /// claim takes them. Key-limited queues choose theirs fairly across keys
+    /// ([`repo::due_by_key`]); a claim of any queue takes theirs first, each within what its
+    /// queue has room for, then the other queues' by priority and schedule (skipping the full
+    /// ones), and hands them out by priority.
+    pub async fn lock_due(
+        &mut self,
+        conn: &mut Db,
+        queue: Option<&str>,
+        room: i64,
+    ) -> Result<Vec<TaskRow>, ApiError> {
+        if let Some(queue) = queue {
+            if self.keyed.contains_key(queue) {
+                return self.lock_due_by_key(conn, queue, room).await;
+            }
+            return Ok(repo::lock_due(conn, Some(queue), room, &[]).await?);
+        }
+        let full = self.full();
+        let keyed: Vec<(String, i64)> = self
+            .keyed
+            .keys()
+            .filter(|q| !full.contains(&q.as_str()))
+            .map(|q| (q.clone(), room.min(self.room_of(q))))
+            .collect();
+        let mut skipped: Vec<&str> = full;
+        skipped.extend(self.keyed.keys().map(String::as_str));
+        let mut due = repo::lock_due(conn, None, room, &skipped).await?;
+        let mut taken = Vec::new();
+        for (queue, room) in keyed {
+            if room > 0 {
+                taken.extend(self.lock_due_by_key(conn, &queue, room).await?);
+            }
+        }
+        if !taken.is_empty() {
+            taken.append(&mut due);
+            // Stable: each part keeps its order among equals.
+            taken.sort_by_key(|task| std::cmp::Reverse(task.priority));
+            due = taken;
+        }
+        Ok(due)
+    }
+
+    /// What this claim may still take of `queue`: its room and its tokens, the least.
+    fn room_of(&self, queue: &str) -> i64 {
+        let room = self.rooms.get(queue).copied().unwrap_or(i64::MAX);
+        let left = self.tokens.get(queue).map_or(i64::MAX, |b| b.left);
+        room.min(left)
+    }
+
+    async fn lock_due_by_key(
+        &mut self,
+        conn: &mut Db,
+        queue: &str,
+        room: i64,
+    ) -> Result<Vec<TaskRow>, ApiError> {
+        let Some(keyed) = self.keyed.get(queue) else {
+            return Ok(Vec::new());
+        };
+        let candidates =
+            repo::due_by_key(conn, queue, keyed.limit, keyed.cursor.as_deref(), room).await?;
+        if candidates.iter().any(|c| c.id.is_none()) {
+            self.bind(queue, "key_concurrency");
+        }
+        let ids: Vec<i64> = candidates.iter().filter_map(|c| c.id).collect();
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut locked: HashMap<i64, TaskRow> = repo::lock_candidates(conn, &ids)
+            .await?
+            .into_iter()
+            .map(|row| (row.id, row))
+            .collect();
+        let mut due = Vec::with_capacity(locked.len());
+        for candidate in candidates {
+            if let Some(row) = candidate.id.and_then(|id| locked.remove(&id)) {
+                self.walked.insert(
+                    row.id,
+                    (queue.to_owned(), candidate.concurrency_key, candidate.visit),
+                );
+                due.push(row);
+            }
+        }
+        Ok(due)
+    }
+
     /// Keeps, in order, the lapsed tasks a claim may start again: those of rate-limited queues
     /// spend a token each (their slots they hold already). Tasks whose attempts are used up are
     /// kept: they are not started, only ended.
@@ -171,7 +282,22 @@ impl Limits {
     /// After the claim took its tasks: spends the rate-limited queues' tokens for the tasks it
     /// started, and, for those whose bucket kept a claim waiting, asks the waiting claims to
     /// look again when the next token is due.
+    /// Key-limited queues move their cursor to the key furthest along the walk that was served.
     pub async fn settle(&self, conn: &mut Db, started: &[&TaskRow]) -> Result<(), ApiError> {
+        // The key furthest along each queue's walk that was served ("" for no key).
+        let mut served: BTreeMap<&str, (i64, &str)> = BTreeMap::new();
+        for task in started {
+            if let Some((queue, key, visit)) = self.walked.get(&task.id) {
+                let key = key.as_deref().unwrap_or("");
+                let furthest = served.entry(queue).or_insert((*visit, key));
+                if *visit > furthest.0 {
+                    *furthest = (*visit, key);
+                }
+            }
+        }
+        for (queue, (_, key)) in served {
+            repo::move_key_cursor(conn, queue, key).await?;
+        }
         for (queue, bucket) in &self.tokens {
             let starts = started.iter().filter(|t| &t.queue == queue).count();
             if starts > 0 {

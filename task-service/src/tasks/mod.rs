@@ -157,6 +157,7 @@ pub fn to_api(row: TaskRow) -> Task {
         max_attempts: row.max_attempts,
         fence: row.fence,
         idempotency_key: row.idempotency_key,
+        concurrency_key: row.concurrency_key,
         last_error: row.last_error,
         cancel_requested: row.cancel_requested,
         created_at: row.created_at,
@@ -219,6 +220,7 @@ mod fixtures {
             created_at: epoch,
             updated_at: epoch,
             lease_secret: None,
+            concurrency_key: None,
         }
     }
 }

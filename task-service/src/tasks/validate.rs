@@ -47,6 +47,9 @@ pub fn validate_new(engine: &Engine, request: CreateTask) -> Result<NewTask, Api
     if let Some(key) = &request.idempotency_key {
         validate_name_within("idempotency_key", key, MAX_KEY_BYTES)?;
     }
+    if let Some(key) = &request.concurrency_key {
+        validate_name_within("concurrency_key", key, MAX_KEY_BYTES)?;
+    }
     if let Some(at) = &request.scheduled_at {
         leasehold::server::validate_timestamp("scheduled_at", at)?;
     }
@@ -57,6 +60,7 @@ pub fn validate_new(engine: &Engine, request: CreateTask) -> Result<NewTask, Api
         priority,
         max_attempts,
         idempotency_key: request.idempotency_key,
+        concurrency_key: request.concurrency_key,
     })
 }
 

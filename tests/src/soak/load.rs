@@ -21,6 +21,10 @@ pub const LIMIT: i32 = 3;
 /// so that it binds only on bursts of retries and re-claims.
 pub const RATE: f64 = 5.0;
 pub const BURST: i32 = 3;
+/// And to [`KEY_LIMIT`] running tasks of one tenant: most of its tasks carry one of
+/// [`TENANTS`] concurrency keys, the rest none.
+pub const KEY_LIMIT: i32 = 2;
+pub const TENANTS: usize = 3;
 
 /// Adds tasks at `rate` per second until `stop`; some fail on purpose, some for good, a third go
 /// to the limited queue. Returns the ids of the tasks whose creation was acknowledged.
@@ -46,10 +50,13 @@ pub(super) async fn produce(
             1 => json!("permanent"),
             _ => Value::Null,
         };
+        let limited = created.len() % 3 == 0;
+        let tenant = rng.random_range(0..=TENANTS);
         let task = CreateTask {
             task_data: json!({"sleep_duration_seconds": rng.random_range(0.0..0.5), "fail": fail}),
             max_attempts: Some(5),
-            queue: (created.len() % 3 == 0).then(|| LIMITED_QUEUE.to_owned()),
+            queue: limited.then(|| LIMITED_QUEUE.to_owned()),
+            concurrency_key: (limited && tenant < TENANTS).then(|| format!("tenant-{tenant}")),
             ..CreateTask::default()
         };
         if let Ok(answer) = tasks.create(&task).await {
@@ -89,7 +96,8 @@ pub(super) enum OperatorCall {
     Start(StartGenerator),
     /// Stop the generator.
     Stop,
-    /// Limit [`LIMITED_QUEUE`] to [`LIMIT`] tasks running at once, and [`RATE`] starts a second.
+    /// Limit [`LIMITED_QUEUE`] to [`LIMIT`] tasks running at once, [`KEY_LIMIT`] of one key, and
+    /// [`RATE`] starts a second.
     Limit,
 }
 
@@ -107,6 +115,7 @@ pub(super) async fn operator_until_ok(base: &str, call: &OperatorCall, timeout: 
                     LIMITED_QUEUE,
                     &leasehold::queues::QueueSettings {
                         concurrency_limit: Some(LIMIT),
+                        key_concurrency_limit: Some(KEY_LIMIT),
                         rate_limit: Some(leasehold::queues::RateLimit {
                             per_second: RATE,
                             burst: BURST,

@@ -1,0 +1,15 @@
+DROP TRIGGER queues_key_room ON queues;
+DROP FUNCTION queues_notify_key_room();
+CREATE OR REPLACE FUNCTION tasks_notify_slot_freed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM queues
+                WHERE queue = NEW.queue AND concurrency_limit IS NOT NULL) THEN
+        PERFORM pg_notify('leasehold_tasks', json_build_array(json_build_object(
+            'key', NEW.queue, 'count', 1, 'dueInMs', 0))::text);
+    END IF;
+    RETURN NULL;
+END $$;
+DROP INDEX tasks_running_by_key_idx;
+DROP INDEX tasks_due_by_key_idx;
+ALTER TABLE queues DROP COLUMN key_cursor, DROP COLUMN key_concurrency_limit;
+ALTER TABLE tasks DROP COLUMN concurrency_key;
