@@ -505,8 +505,17 @@ async fn queues_are_paused_resumed_listed_and_shown() {
     let leases = Service::lease_service(&lease_db, &[]).await;
     let tasks = Service::task_service(&task_db, &leases.base_url(), &[]).await;
     let (l, t) = (leases.base_url(), tasks.base_url());
-    let created = leasehold(&l, &t, None, &["tasks", "create", "--queue", "mail b"]).await;
+    let created = leasehold(
+        &l,
+        &t,
+        None,
+        &[
+            "tasks", "create", "--queue", "mail b", "--key", "acme", "--json",
+        ],
+    )
+    .await;
     ok(&created, "create");
+    assert_eq!(documents(&created)[0][0]["concurrencyKey"], "acme");
 
     let paused = leasehold(&l, &t, None, &["queues", "pause", "mail b", "--json"]).await;
     ok(&paused, "pause");
@@ -540,13 +549,27 @@ async fn queues_are_paused_resumed_listed_and_shown() {
         &l,
         &t,
         None,
-        &["queues", "limit", "mail b", "--concurrency", "2", "--json"],
+        &[
+            "queues",
+            "limit",
+            "mail b",
+            "--concurrency",
+            "2",
+            "--key-concurrency",
+            "1",
+            "--json",
+        ],
     )
     .await;
     ok(&limited, "limit");
     assert_eq!(documents(&limited)[0]["concurrencyLimit"], 2);
+    assert_eq!(documents(&limited)[0]["keyConcurrencyLimit"], 1);
     let listed = leasehold(&l, &t, None, &["queues", "list"]).await;
-    assert!(stdout(&listed).contains("LIMIT"), "{}", stdout(&listed));
+    assert!(
+        stdout(&listed).contains("LIMIT") && stdout(&listed).contains("KEY LIMIT"),
+        "{}",
+        stdout(&listed)
+    );
     let resumed = leasehold(&l, &t, None, &["queues", "resume", "mail b", "--json"]).await;
     ok(&resumed, "resume");
     assert_eq!(documents(&resumed)[0]["paused"], false);

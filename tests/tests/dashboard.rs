@@ -262,6 +262,33 @@ async fn the_dashboard_shows_and_operates_a_live_stack() {
         );
     }
 
+    // Its limits are shown in its row, a limit per key too.
+    let set = tasks
+        .send_as(
+            Some(OPERATOR),
+            "PUT",
+            "/api/queues/default",
+            Some(&json!({"concurrency_limit": 7, "key_concurrency_limit": 2})),
+        )
+        .await;
+    assert_eq!(set.status, 200, "{:?}", set.body);
+    browser
+        .wait_for_text(
+            "tr[data-queue=\"default\"] .queue-limit",
+            Duration::from_secs(10),
+            |s| s == "7 · 2 per key",
+        )
+        .await;
+    let lifted = tasks
+        .send_as(
+            Some(OPERATOR),
+            "PUT",
+            "/api/queues/default",
+            Some(&json!({})),
+        )
+        .await;
+    assert_eq!(lifted.status, 200);
+
     // Schedules: listed with their next tick; paused and resumed from the row, as queues are.
     let created = tasks
         .send_as(

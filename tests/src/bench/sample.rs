@@ -66,12 +66,22 @@ async fn insert_backlog(bench: &Bench, queue: &str, pending: u64) {
     .await;
 }
 
-/// A backlog of `pending` tasks in `limited`, a queue limited to 10,000 running tasks.
-async fn fill_limited(bench: &Bench, limited: &str, pending: u64) {
+/// A backlog of `pending` tasks in `limited`, a queue whose `limit` (a column of `queues`) is
+/// 10,000 running tasks; with `keys`, the tasks spread over that many concurrency keys.
+async fn fill_limited(bench: &Bench, limited: &str, pending: u64, limit: &str, keys: Option<u32>) {
     insert_backlog(bench, limited, pending).await;
+    if let Some(keys) = keys {
+        execute(
+            &bench.task_db,
+            &format!(
+                "UPDATE tasks SET concurrency_key = 'tenant-' || (id % {keys}) WHERE queue = '{limited}'"
+            ),
+        )
+        .await;
+    }
     execute(
         &bench.task_db,
-        &format!("INSERT INTO queues (queue, concurrency_limit) VALUES ('{limited}', 10000)"),
+        &format!("INSERT INTO queues (queue, {limit}) VALUES ('{limited}', 10000)"),
     )
     .await;
     execute(&bench.task_db, "VACUUM ANALYZE tasks").await;
@@ -246,22 +256,34 @@ pub(super) async fn sample_comparison(bench: &Bench, options: &BenchOptions, rep
             half_load_rate = ours.per_second / 2.0;
             // The cost of a concurrency limit that does not bind: the same claims on a queue
             // limited far above the clients' number.
-            let limited = format!("{queue}-limited");
-            fill_limited(bench, &limited, pending).await;
-            let (samples, elapsed) = leasehold_cycles(bench, options, &limited).await;
-            let capped = samples.figure(
-                section,
-                "Leasehold's claim, queue limited to 10,000 running (far above the load)",
-                options.claim_clients,
-                Some(pending),
-                elapsed,
-            );
-            report.ratio(
-                format!("limited (not binding) / unlimited claim-and-complete, {pending} pending"),
-                capped.per_second,
-                ours.per_second,
-            );
-            report.figures.push(capped);
+            for (suffix, limit, keys, what) in [
+                (
+                    "limited",
+                    "concurrency_limit",
+                    None,
+                    "Leasehold's claim, queue limited to 10,000 running (far above the load)",
+                ),
+                (
+                    "keyed",
+                    "key_concurrency_limit",
+                    Some(100),
+                    "Leasehold's claim, 100 keys each limited to 10,000 running (far above the load)",
+                ),
+            ] {
+                let limited = format!("{queue}-{suffix}");
+                fill_limited(bench, &limited, pending, limit, keys).await;
+                let (samples, elapsed) = leasehold_cycles(bench, options, &limited).await;
+                let capped =
+                    samples.figure(section, what, options.claim_clients, Some(pending), elapsed);
+                report.ratio(
+                    format!(
+                        "{suffix} (not binding) / unlimited claim-and-complete, {pending} pending"
+                    ),
+                    capped.per_second,
+                    ours.per_second,
+                );
+                report.figures.push(capped);
+            }
         }
         // The end-to-end rates (worker processes, the sample's own way of working) against the
         // sample's claim on this backlog, when the end-to-end section ran.
