@@ -15,6 +15,8 @@ use leasehold::queues::{
 use leasehold::server::{ApiError, validate_name_within};
 use leasehold::tasks::{MAX_QUEUE_BYTES, TaskCounts};
 
+use diesel_async::AsyncConnection;
+
 use crate::repo::{self, Db, QueueRow};
 
 /// `POST /api/queues/{queue}/pause` (`paused`) and `/resume`: the queue's state after.
@@ -32,7 +34,8 @@ pub async fn set_paused(conn: &mut Db, queue: &str, paused: bool) -> Result<Queu
 }
 
 /// `PUT /api/queues/{queue}`: sets the queue's limits; the queue's state after. A limit lowered
-/// below the tasks running now lets them finish and hands out no more until they fit.
+/// below the tasks running now lets them finish and hands out no more until they fit. Every
+/// claim answered after this answer judges by the new limits.
 pub async fn set_limits(
     conn: &mut Db,
     queue: &str,
@@ -80,7 +83,17 @@ pub async fn set_limits(
         key_concurrency_limit: settings.key_concurrency_limit,
         rate: settings.rate_limit.map(|r| (r.per_second, r.burst)),
     };
-    let row = repo::set_limits(conn, queue, limits).await?;
+    // A claim that read the queue's settings before the new limit committed judges by the old
+    // ones; one that reads them after counts only committed claims. Were both in flight at
+    // once, together they could pass the new limit. So the new limit waits for every claim in
+    // flight to commit (each holds a row-share lock on `queues` from `repo::lock_limits` on),
+    // and claims after it wait for it.
+    let row = conn
+        .transaction::<_, ApiError, _>(async |conn| {
+            repo::exclude_claims(conn).await?;
+            Ok(repo::set_limits(conn, queue, limits).await?)
+        })
+        .await?;
     tracing::info!(
         queue,
         concurrency_limit = ?row.concurrency_limit,

@@ -373,6 +373,125 @@ async fn claims_take_turns_across_keys_and_hold_each_key_to_its_limit() {
     assert_eq!(before, snapshot(&task_db, "tasks").await, "nothing written");
 }
 
+#[tokio::test]
+async fn neither_full_keys_nor_keyless_tasks_of_higher_priority_hold_other_keys_back() {
+    let lease_db = fresh_database().await;
+    let task_db = fresh_database().await;
+    let leases = Service::lease_service(&lease_db, &[]).await;
+    let tasks = Service::task_service(&task_db, &leases.base_url(), &[]).await;
+    let set = tasks
+        .put("/api/queues/fair", &json!({"key_concurrency_limit": 1}))
+        .await;
+    assert_eq!(set.status, 200, "{:?}", set.body);
+    let mut batch: Vec<_> = ["a", "b", "c"]
+        .iter()
+        .flat_map(|key| {
+            (0..3).map(move |_| json!({"task_data": {}, "queue": "fair", "concurrency_key": key}))
+        })
+        .collect();
+    batch.extend((0..3).map(|_| json!({"task_data": {}, "queue": "fair", "priority": 10})));
+    let created = tasks
+        .post("/api/tasks/batch", &json!({"tasks": batch}))
+        .await;
+    assert_eq!(created.status, 200);
+    let claim = |processor: String, limit: i64| json!({"processor": processor, "queue": "fair", "limit": limit});
+    // The keyless tasks come first by priority in every claim, and the keys still take their
+    // turns behind them, each held to one running task.
+    let mut rounds = Vec::new();
+    for round in 0..4 {
+        let answer = tasks
+            .post("/api/tasks/next", &claim(format!("w{round}"), 2))
+            .await;
+        rounds.push(claimed(&answer));
+    }
+    assert_eq!(
+        rounds,
+        [
+            vec!["-", "a"],
+            vec!["-", "b"],
+            vec!["-", "c"],
+            Vec::<&str>::new()
+        ],
+        "the keys' turns, behind the keyless tasks of higher priority"
+    );
+    // Every key is at its limit, and the first ones in the walk stay so: a freed slot of a
+    // later key is still found behind them.
+    let running = tasks.get("/api/tasks?status=running&queue=fair").await;
+    let b = running.body["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["concurrencyKey"] == "b")
+        .unwrap()
+        .clone();
+    let done = tasks
+        .put(
+            &format!("/api/tasks/{}/complete", b["id"]),
+            &json!({"processor": b["processor"], "fence": b["fence"], "task_output": {}}),
+        )
+        .await;
+    assert_eq!(done.status, 202, "{:?}", done.body);
+    let freed = tasks
+        .post("/api/tasks/next", &claim("w9".to_owned(), 1))
+        .await;
+    assert_eq!(
+        claimed(&freed),
+        ["b"],
+        "the full key ahead did not block it"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_new_limit_waits_for_the_claims_in_flight_so_none_judges_by_the_old_one() {
+    use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+    let lease_db = fresh_database().await;
+    let task_db = fresh_database().await;
+    let leases = Service::lease_service(&lease_db, &[]).await;
+    let tasks = Service::task_service(&task_db, &leases.base_url(), &[]).await;
+    // A claim in flight, as task-service's claims hold it: a transaction that has read the
+    // limits with `lock_limits`'s row-share lock on `queues`, and has not committed.
+    let mut claim = AsyncPgConnection::establish(&task_db).await.unwrap();
+    for sql in [
+        "BEGIN",
+        "SELECT queue FROM queues WHERE concurrency_limit IS NOT NULL FOR NO KEY UPDATE",
+    ] {
+        diesel::sql_query(sql).execute(&mut claim).await.unwrap();
+    }
+    let set = tokio::spawn({
+        let url = tasks.url("/api/queues/late");
+        async move {
+            reqwest::Client::new()
+                .put(url)
+                .json(&json!({"concurrency_limit": 1}))
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    });
+    eventually(
+        Duration::from_secs(10),
+        "the new limit waiting for the claim in flight",
+        || async {
+            !tests::query(
+                &task_db,
+                "SELECT pid FROM pg_stat_activity
+                 WHERE wait_event_type = 'Lock' AND query LIKE 'LOCK TABLE queues%'",
+            )
+            .await
+            .is_empty()
+        },
+    )
+    .await;
+    assert!(!set.is_finished(), "answered while a claim was in flight");
+    diesel::sql_query("COMMIT")
+        .execute(&mut claim)
+        .await
+        .unwrap();
+    assert_eq!(set.await.unwrap(), 200, "answered once the claim committed");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn no_key_runs_more_than_its_limit_across_replicas_and_faults() {
     let lease_db = fresh_database().await;

@@ -190,13 +190,13 @@ pub struct KeyedCandidate {
 ///
 /// The keys with due tasks are walked from the one after `cursor` (the key the queue's last
 /// claim served; `""` for the tasks without a key) round to it, one index probe per key (a
-/// loose index scan, so the cost is that of the keys visited, never of a key's backlog),
-/// visiting at most `room` keys. Each key offers its first tasks by priority and schedule; the
+/// loose index scan, so the cost is that of the keys visited, never of a key's backlog of due
+/// tasks), until `room` keys with room were found (stepping over up to 64 at their limit). Each key offers its first tasks by priority and schedule; the
 /// tasks without a key offer theirs as one more key, which comes after the last key and before
 /// the first. Candidates come back by turn (every key's first task, then every key's
 /// second...), then priority, then the walk's order: a key with a million tasks gets one turn
-/// like a key with one. One more row, with no id, names a key that had due tasks but no room,
-/// if there was one.
+/// like a key with one. One more row, with no id, names the furthest key the walk found with
+/// due tasks but no room, if there was one.
 pub async fn due_by_key(
     conn: &mut Db,
     queue: &str,
@@ -232,7 +232,7 @@ pub const DUE_BY_KEY: &str = "
                  WHERE t.status = 'pending' AND t.queue = $1 AND t.concurrency_key > a.k
                    AND t.scheduled_at <= now()
                  ORDER BY t.concurrency_key LIMIT 1), a.n + 1
-        FROM after_cursor a WHERE a.k IS NOT NULL AND a.n < $3
+        FROM after_cursor a WHERE a.k IS NOT NULL AND a.n < $3 + 64
     ), from_start(k, n) AS (
         (SELECT concurrency_key, 1::bigint FROM tasks
           WHERE status = 'pending' AND queue = $1 AND concurrency_key > ''
@@ -243,32 +243,40 @@ pub const DUE_BY_KEY: &str = "
                  WHERE t.status = 'pending' AND t.queue = $1 AND t.concurrency_key > s.k
                    AND t.concurrency_key <= $2::text AND t.scheduled_at <= now()
                  ORDER BY t.concurrency_key LIMIT 1), s.n + 1
-        FROM from_start s WHERE s.k IS NOT NULL AND s.n < $3
+        FROM from_start s WHERE s.k IS NOT NULL AND s.n < $3 + 64
     ), keys(k, visit) AS (
+        -- The walk: the keys after the cursor, then round from the first. Append reads its
+        -- branches in turn and the LIMIT stops it, so the keys from the first are probed only
+        -- when those after the cursor ran out. Up to 64 keys at their limit are stepped over
+        -- besides the room's worth, so keys at their limit ahead of the cursor never keep the
+        -- claim from the keys behind them.
         (SELECT k, n FROM after_cursor WHERE k IS NOT NULL
          UNION ALL
-         SELECT k, $3 + 1 + n FROM from_start WHERE k IS NOT NULL)
-        LIMIT $3
+         SELECT k, $3 + 65 + n FROM from_start WHERE k IS NOT NULL)
+        LIMIT $3 + 64
     ), walked AS (
         SELECT k, visit, $4 - (SELECT count(*) FROM tasks r
                                WHERE r.status = 'running' AND r.queue = $1
                                  AND r.concurrency_key = keys.k) AS room
         FROM keys
+    ), open AS (
+        SELECT k, visit, room FROM walked WHERE room > 0 ORDER BY visit LIMIT $3
     ), candidates AS (
-        SELECT c.id, c.concurrency_key, c.priority, c.turn, walked.visit
-        FROM walked CROSS JOIN LATERAL (
+        SELECT c.id, c.concurrency_key, c.priority, c.turn, open.visit
+        FROM open CROSS JOIN LATERAL (
             SELECT t.id, t.concurrency_key, t.priority,
                    row_number() OVER (ORDER BY t.priority DESC, t.scheduled_at, t.id) AS turn
             FROM tasks t
-            WHERE t.status = 'pending' AND t.queue = $1 AND t.concurrency_key = walked.k
+            WHERE t.status = 'pending' AND t.queue = $1 AND t.concurrency_key = open.k
               AND t.scheduled_at <= now()
             ORDER BY t.priority DESC, t.scheduled_at, t.id
-            LIMIT greatest(0, least($3, walked.room))
+            LIMIT least($3, open.room)
         ) c
       UNION ALL
+        -- The tasks without a key: one more key, between the last key and the first.
         SELECT u.id, NULL, u.priority,
                row_number() OVER (ORDER BY u.priority DESC, u.scheduled_at, u.id),
-               $3 + 1
+               $3 + 65
         FROM (SELECT id, priority, scheduled_at FROM tasks
                WHERE status = 'pending' AND queue = $1 AND concurrency_key IS NULL
                  AND scheduled_at <= now()
@@ -282,7 +290,7 @@ pub const DUE_BY_KEY: &str = "
      ORDER BY turn, priority DESC, visit
      LIMIT $3)
     UNION ALL
-    (SELECT NULL, k, 0 FROM walked WHERE room <= 0 LIMIT 1)";
+    (SELECT NULL, k, visit FROM walked WHERE room <= 0 ORDER BY visit DESC LIMIT 1)";
 
 /// Locks the pending due tasks among `ids` (with `SKIP LOCKED`: one another transaction holds,
 /// to cancel or delete it, is left), in no particular order.

@@ -35,8 +35,8 @@ pub use create::{
 };
 pub use generator::{GeneratorRow, generator, set_generator};
 pub use queues::{
-    NewLimits, QueueLimit, QueueRow, Running, Tokens, lock_limits, move_key_cursor, queue_rows,
-    running_counts, set_limits, set_paused, spend_tokens, tokens, wake_later,
+    NewLimits, QueueLimit, QueueRow, Running, Tokens, exclude_claims, lock_limits, move_key_cursor,
+    queue_rows, running_counts, set_limits, set_paused, spend_tokens, tokens, wake_later,
 };
 pub use read::{
     OldestDue, Processor, QueueCount, TaskEvent, ThroughputBucket, counts, events, find, list,

@@ -117,6 +117,20 @@ pub async fn set_limits(conn: &mut Db, queue: &str, limits: NewLimits) -> Result
     .await
 }
 
+/// Waits for every claim in flight to commit, and makes new ones wait for this transaction:
+/// claims hold a row-share lock on `queues` from [`lock_limits`] to their commit, which this
+/// table lock conflicts with. Plain reads of `queues` (the pause filter) go on.
+pub async fn exclude_claims(conn: &mut Db) -> Result<usize> {
+    let span = leasehold::db_span!("LOCK", "queues");
+    async move {
+        diesel::sql_query("LOCK TABLE queues IN EXCLUSIVE MODE")
+            .execute(conn)
+            .await
+    }
+    .instrument(span)
+    .await
+}
+
 /// A limited queue's limits, its row locked by the calling claim.
 #[derive(Debug, Clone, QueryableByName)]
 pub struct QueueLimit {

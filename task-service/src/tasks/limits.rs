@@ -39,6 +39,11 @@ pub struct Limits {
     /// The tasks of key-limited queues this claim locked: their queue, key and place in the
     /// walk over the keys.
     walked: HashMap<i64, (String, Option<String>, i64)>,
+    /// Per key-limited queue walked, the furthest key found at its limit.
+    held_back: BTreeMap<String, String>,
+    /// Rate-limited queues a claim of every queue stepped over for want of a token: their
+    /// waiting claims are asked to look again when the next token is due.
+    out_of_tokens: Vec<String>,
     /// Queues whose limit kept this claim from taking what it asked for, and which limit.
     pub bound: Vec<(String, &'static str)>,
 }
@@ -174,6 +179,12 @@ impl Limits {
             }
             return Ok(repo::lock_due(conn, Some(queue), room, &[]).await?);
         }
+        self.out_of_tokens = self
+            .tokens
+            .iter()
+            .filter(|(_, bucket)| bucket.left == 0)
+            .map(|(queue, _)| queue.clone())
+            .collect();
         let full = self.full();
         let keyed: Vec<(String, i64)> = self
             .keyed
@@ -217,8 +228,11 @@ impl Limits {
         };
         let candidates =
             repo::due_by_key(conn, queue, keyed.limit, keyed.cursor.as_deref(), room).await?;
-        if candidates.iter().any(|c| c.id.is_none()) {
+        if let Some(full) = candidates.iter().find(|c| c.id.is_none()) {
             self.bind(queue, "key_concurrency");
+            if let Some(key) = &full.concurrency_key {
+                self.held_back.insert(queue.to_owned(), key.clone());
+            }
         }
         let ids: Vec<i64> = candidates.iter().filter_map(|c| c.id).collect();
         if ids.is_empty() {
@@ -282,20 +296,9 @@ impl Limits {
     /// After the claim took its tasks: spends the rate-limited queues' tokens for the tasks it
     /// started, and, for those whose bucket kept a claim waiting, asks the waiting claims to
     /// look again when the next token is due.
-    /// Key-limited queues move their cursor to the key furthest along the walk that was served.
+    /// Key-limited queues move their cursor ([`Limits::next_cursors`]).
     pub async fn settle(&self, conn: &mut Db, started: &[&TaskRow]) -> Result<(), ApiError> {
-        // The key furthest along each queue's walk that was served ("" for no key).
-        let mut served: BTreeMap<&str, (i64, &str)> = BTreeMap::new();
-        for task in started {
-            if let Some((queue, key, visit)) = self.walked.get(&task.id) {
-                let key = key.as_deref().unwrap_or("");
-                let furthest = served.entry(queue).or_insert((*visit, key));
-                if *visit > furthest.0 {
-                    *furthest = (*visit, key);
-                }
-            }
-        }
-        for (queue, (_, key)) in served {
+        for (queue, key) in self.next_cursors(started) {
             repo::move_key_cursor(conn, queue, key).await?;
         }
         for (queue, bucket) in &self.tokens {
@@ -305,10 +308,11 @@ impl Limits {
                 let left = bucket.available - starts as f64;
                 repo::spend_tokens(conn, queue, left).await?;
             }
-            if self
-                .bound
-                .iter()
-                .any(|(q, limit)| q == queue && *limit == "rate")
+            if self.out_of_tokens.contains(queue)
+                || self
+                    .bound
+                    .iter()
+                    .any(|(q, limit)| q == queue && *limit == "rate")
             {
                 // The next whole token, from what is left (at least a millisecond away).
                 #[allow(clippy::cast_precision_loss)]
@@ -320,6 +324,40 @@ impl Limits {
             }
         }
         Ok(())
+    }
+
+    /// Where each key-limited queue's next claim starts its walk: after the key furthest along
+    /// this claim's walk that it served; if it served only tasks without a key, after those
+    /// (`""`: from the first key); if it served none of the queue's, after the furthest key it
+    /// found at its limit, so that the next claim walks on past the keys that are full.
+    ///
+    /// Tasks without a key move the cursor only when no keyed task was served: they may be
+    /// served on every claim (they come first when their priority is higher), and moving the
+    /// cursor back to the first key each time would leave the later keys waiting.
+    fn next_cursors<'a>(&'a self, started: &[&TaskRow]) -> BTreeMap<&'a str, &'a str> {
+        let mut keyed: BTreeMap<&str, (i64, &str)> = BTreeMap::new();
+        let mut keyless: Vec<&str> = Vec::new();
+        for task in started {
+            match self.walked.get(&task.id) {
+                Some((queue, Some(key), visit)) => {
+                    let furthest = keyed.entry(queue).or_insert((*visit, key));
+                    if *visit > furthest.0 {
+                        *furthest = (*visit, key);
+                    }
+                }
+                Some((queue, None, _)) => keyless.push(queue),
+                None => {}
+            }
+        }
+        let mut cursors: BTreeMap<&str, &str> =
+            keyed.into_iter().map(|(q, (_, key))| (q, key)).collect();
+        for queue in keyless {
+            cursors.entry(queue).or_insert("");
+        }
+        for (queue, key) in &self.held_back {
+            cursors.entry(queue.as_str()).or_insert(key.as_str());
+        }
+        cursors
     }
 
     fn take_token(&mut self, queue: &str) -> bool {
