@@ -105,7 +105,13 @@ async fn limits_are_set_shown_lifted_and_bad_ones_refused_without_a_write() {
     let lease_db = fresh_database().await;
     let task_db = fresh_database().await;
     let leases = Service::lease_service(&lease_db, &[]).await;
-    let tasks = Service::task_service(&task_db, &leases.base_url(), &[]).await;
+    // Waiting claims are re-checked only every ten minutes: one that is answered was woken.
+    let tasks = Service::task_service(
+        &task_db,
+        &leases.base_url(),
+        &[("WAIT_RECHECK_MS", "600000")],
+    )
+    .await;
     let set = tasks
         .put("/api/queues/mail", &json!({"concurrency_limit": 1}))
         .await;
@@ -144,6 +150,7 @@ async fn limits_are_set_shown_lifted_and_bad_ones_refused_without_a_write() {
                 .as_u16()
         }
     });
+    until_waiting(&tasks).await;
     let done = tasks
         .put(
             &format!("/api/tasks/{}/complete", first.body["id"]),
@@ -155,6 +162,49 @@ async fn limits_are_set_shown_lifted_and_bad_ones_refused_without_a_write() {
         waiting.await.unwrap(),
         202,
         "the freed slot woke the waiting claim"
+    );
+
+    // A rate limit that holds a task back, then lifted: the waiting claim is woken at once.
+    let paced = tasks
+        .put(
+            "/api/queues/mail",
+            &json!({"rate_limit": {"per_second": 0.001, "burst": 1}}),
+        )
+        .await;
+    assert_eq!(paced.status, 200, "{:?}", paced.body);
+    for _ in 0..2 {
+        let created = tasks
+            .post("/api/tasks", &json!({"task_data": {}, "queue": "mail"}))
+            .await;
+        assert_eq!(created.status, 201);
+    }
+    let spent = tasks
+        .post(
+            "/api/tasks/next",
+            &json!({"processor": "w", "queue": "mail"}),
+        )
+        .await;
+    assert_eq!(spent.status, 202, "the burst: {:?}", spent.body);
+    let waiting = tokio::spawn({
+        let url = tasks.url("/api/tasks/next");
+        async move {
+            reqwest::Client::new()
+                .post(url)
+                .json(&json!({"processor": "w4", "queue": "mail", "wait_ms": 20000}))
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    });
+    until_waiting(&tasks).await;
+    let lifted = tasks.put("/api/queues/mail", &json!({})).await;
+    assert_eq!(lifted.status, 200);
+    assert_eq!(
+        waiting.await.unwrap(),
+        202,
+        "lifting the rate woke the waiting claim"
     );
 
     let before = snapshot(&task_db, "queues").await;
@@ -231,6 +281,14 @@ async fn a_rate_limited_queue_starts_no_more_than_its_rate_across_replicas() {
     let report =
         drained_within_limits(&client, &lease_db, &task_db, &[&a, &b], "paced", "rate").await;
     assert!(report.checked[&Invariant::QueueRate] >= 30);
+}
+
+/// Waits until `tasks` holds a claim waiting for work (its first claim round found nothing).
+async fn until_waiting(tasks: &Service) {
+    eventually(Duration::from_secs(10), "a claim waiting", || async {
+        metric_sum(&tasks.metrics().await, "task_claims_waiting") >= 1.0
+    })
+    .await;
 }
 
 /// The ids and keys (`-` for none) of a claim's answer, in its order.

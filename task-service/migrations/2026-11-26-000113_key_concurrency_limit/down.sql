@@ -1,5 +1,6 @@
+DROP TRIGGER queues_rate_raised ON queues;
 DROP TRIGGER queues_key_room ON queues;
-DROP FUNCTION queues_notify_key_room();
+DROP FUNCTION queues_notify_raised();
 CREATE OR REPLACE FUNCTION tasks_notify_slot_freed() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF EXISTS (SELECT 1 FROM queues

@@ -31,8 +31,10 @@ BEGIN
     RETURN NULL;
 END $$;
 
--- Raising a key limit (or lifting it) makes room at once: wake the queue's waiting claims.
-CREATE FUNCTION queues_notify_key_room() RETURNS trigger LANGUAGE plpgsql AS $$
+-- Raising a key limit or a rate (or lifting either) makes room at once: wake the queue's
+-- waiting claims, instead of leaving them to their re-check or to a token's timer set for the
+-- old rate.
+CREATE FUNCTION queues_notify_raised() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM pg_notify('leasehold_tasks', json_build_array(json_build_object(
         'key', NEW.queue, 'count', 10000, 'dueInMs', 0))::text);
@@ -43,4 +45,11 @@ CREATE TRIGGER queues_key_room AFTER UPDATE OF key_concurrency_limit ON queues
     FOR EACH ROW WHEN (OLD.key_concurrency_limit IS NOT NULL
                        AND (NEW.key_concurrency_limit IS NULL
                             OR NEW.key_concurrency_limit > OLD.key_concurrency_limit))
-    EXECUTE FUNCTION queues_notify_key_room();
+    EXECUTE FUNCTION queues_notify_raised();
+
+CREATE TRIGGER queues_rate_raised AFTER UPDATE OF rate_per_second, rate_burst ON queues
+    FOR EACH ROW WHEN (OLD.rate_per_second IS NOT NULL
+                       AND (NEW.rate_per_second IS NULL
+                            OR NEW.rate_per_second > OLD.rate_per_second
+                            OR NEW.rate_burst > OLD.rate_burst))
+    EXECUTE FUNCTION queues_notify_raised();
