@@ -229,61 +229,87 @@ pub async fn due_by_key(
 /// [`due_by_key`]'s statement: `$1` the queue, `$2` the cursor, `$3` the room, `$4` the limit
 /// per key.
 pub const DUE_BY_KEY: &str = "
-    WITH RECURSIVE after_cursor(k, n) AS (
-        (SELECT concurrency_key, 1::bigint FROM tasks
-          WHERE status = 'pending' AND queue = $1 AND concurrency_key > coalesce($2::text, '')
-            AND scheduled_at <= now()
-          ORDER BY concurrency_key LIMIT 1)
+    -- The walk: from the key after the cursor to the last key, then (wrapped) from the first
+    -- key to the cursor, one loose-index-scan probe per key and one count of its running tasks.
+    -- It stops once it found as many keys with room as the claim wants tasks, or stepped over 64
+    -- keys at their limit besides: full keys ahead never hide the keys behind them, and a walk
+    -- costs the keys it needs, however many keys there are.
+    WITH RECURSIVE walk(k, wrapped, n, room, opened) AS (
+        SELECT first.k, first.wrapped, 1::bigint, first.room, (first.room > 0)::int
+        FROM (SELECT c.k, c.wrapped,
+                   $4 - (SELECT count(*) FROM tasks r
+                         WHERE r.status = 'running' AND r.queue = $1
+                           AND r.concurrency_key = c.k) AS room
+            FROM (SELECT coalesce(a.k, b.k) AS k, (false OR a.k IS NULL) AS wrapped
+                  FROM (SELECT CASE WHEN false
+                       THEN (SELECT t.concurrency_key FROM tasks t
+                              WHERE t.status = 'pending' AND t.queue = $1
+                                AND t.concurrency_key > coalesce($2::text, '')
+                                AND t.concurrency_key <= $2::text AND t.scheduled_at <= now()
+                              ORDER BY t.concurrency_key LIMIT 1)
+                       ELSE (SELECT t.concurrency_key FROM tasks t
+                              WHERE t.status = 'pending' AND t.queue = $1
+                                AND t.concurrency_key > coalesce($2::text, '') AND t.scheduled_at <= now()
+                              ORDER BY t.concurrency_key LIMIT 1)
+                       END AS k
+                        -- OFFSET 0: probed once, not once per mention below.
+                        OFFSET 0) a,
+                  LATERAL (SELECT CASE WHEN a.k IS NULL AND NOT false
+                       THEN (SELECT t.concurrency_key FROM tasks t
+                              WHERE t.status = 'pending' AND t.queue = $1
+                                AND t.concurrency_key > ''
+                                AND t.concurrency_key <= $2::text AND t.scheduled_at <= now()
+                              ORDER BY t.concurrency_key LIMIT 1)
+                       END AS k) b) c
+            WHERE c.k IS NOT NULL) first
       UNION ALL
-        SELECT (SELECT t.concurrency_key FROM tasks t
-                 WHERE t.status = 'pending' AND t.queue = $1 AND t.concurrency_key > a.k
-                   AND t.scheduled_at <= now()
-                 ORDER BY t.concurrency_key LIMIT 1), a.n + 1
-        FROM after_cursor a WHERE a.k IS NOT NULL AND a.n < $3 + 64
-    ), from_start(k, n) AS (
-        (SELECT concurrency_key, 1::bigint FROM tasks
-          WHERE status = 'pending' AND queue = $1 AND concurrency_key > ''
-            AND concurrency_key <= $2::text AND scheduled_at <= now()
-          ORDER BY concurrency_key LIMIT 1)
-      UNION ALL
-        SELECT (SELECT t.concurrency_key FROM tasks t
-                 WHERE t.status = 'pending' AND t.queue = $1 AND t.concurrency_key > s.k
-                   AND t.concurrency_key <= $2::text AND t.scheduled_at <= now()
-                 ORDER BY t.concurrency_key LIMIT 1), s.n + 1
-        FROM from_start s WHERE s.k IS NOT NULL AND s.n < $3 + 64
-    ), keys(k, visit) AS (
-        -- The walk: the keys after the cursor, then round from the first. Append reads its
-        -- branches in turn and the LIMIT stops it, so the keys from the first are probed only
-        -- when those after the cursor ran out. Up to 64 keys at their limit are stepped over
-        -- besides the room's worth, so keys at their limit ahead of the cursor never keep the
-        -- claim from the keys behind them.
-        (SELECT k, n FROM after_cursor WHERE k IS NOT NULL
-         UNION ALL
-         SELECT k, $3 + 65 + n FROM from_start WHERE k IS NOT NULL)
-        LIMIT $3 + 64
+        SELECT nxt.k, nxt.wrapped, w.n + 1, nxt.room, w.opened + (nxt.room > 0)::int
+        FROM walk w CROSS JOIN LATERAL (SELECT c.k, c.wrapped,
+                   $4 - (SELECT count(*) FROM tasks r
+                         WHERE r.status = 'running' AND r.queue = $1
+                           AND r.concurrency_key = c.k) AS room
+            FROM (SELECT coalesce(a.k, b.k) AS k, (w.wrapped OR a.k IS NULL) AS wrapped
+                  FROM (SELECT CASE WHEN w.wrapped
+                       THEN (SELECT t.concurrency_key FROM tasks t
+                              WHERE t.status = 'pending' AND t.queue = $1
+                                AND t.concurrency_key > w.k
+                                AND t.concurrency_key <= $2::text AND t.scheduled_at <= now()
+                              ORDER BY t.concurrency_key LIMIT 1)
+                       ELSE (SELECT t.concurrency_key FROM tasks t
+                              WHERE t.status = 'pending' AND t.queue = $1
+                                AND t.concurrency_key > w.k AND t.scheduled_at <= now()
+                              ORDER BY t.concurrency_key LIMIT 1)
+                       END AS k
+                        -- OFFSET 0: probed once, not once per mention below.
+                        OFFSET 0) a,
+                  LATERAL (SELECT CASE WHEN a.k IS NULL AND NOT w.wrapped
+                       THEN (SELECT t.concurrency_key FROM tasks t
+                              WHERE t.status = 'pending' AND t.queue = $1
+                                AND t.concurrency_key > ''
+                                AND t.concurrency_key <= $2::text AND t.scheduled_at <= now()
+                              ORDER BY t.concurrency_key LIMIT 1)
+                       END AS k) b) c
+            WHERE c.k IS NOT NULL) nxt
+        WHERE w.opened < $3 AND w.n < $3 + 64
     ), walked AS (
-        SELECT k, visit, $4 - (SELECT count(*) FROM tasks r
-                               WHERE r.status = 'running' AND r.queue = $1
-                                 AND r.concurrency_key = keys.k) AS room
-        FROM keys
-    ), open AS (
-        SELECT k, visit, room FROM walked WHERE room > 0 ORDER BY visit LIMIT $3
+        -- Where each key comes in the walk; the tasks without a key come between the last key
+        -- and the first (1,000,000).
+        SELECT k, room, CASE WHEN wrapped THEN 1000000 + n ELSE n END AS visit FROM walk
     ), candidates AS (
-        SELECT c.id, c.concurrency_key, c.priority, c.turn, open.visit
-        FROM open CROSS JOIN LATERAL (
+        SELECT c.id, c.concurrency_key, c.priority, c.turn, walked.visit
+        FROM walked CROSS JOIN LATERAL (
             SELECT t.id, t.concurrency_key, t.priority,
                    row_number() OVER (ORDER BY t.priority DESC, t.scheduled_at, t.id) AS turn
             FROM tasks t
-            WHERE t.status = 'pending' AND t.queue = $1 AND t.concurrency_key = open.k
+            WHERE t.status = 'pending' AND t.queue = $1 AND t.concurrency_key = walked.k
               AND t.scheduled_at <= now()
             ORDER BY t.priority DESC, t.scheduled_at, t.id
-            LIMIT least($3, open.room)
+            LIMIT least($3, greatest(walked.room, 0))
         ) c
       UNION ALL
-        -- The tasks without a key: one more key, between the last key and the first.
         SELECT u.id, NULL, u.priority,
                row_number() OVER (ORDER BY u.priority DESC, u.scheduled_at, u.id),
-               $3 + 65
+               1000000
         FROM (SELECT id, priority, scheduled_at FROM tasks
                WHERE status = 'pending' AND queue = $1 AND concurrency_key IS NULL
                  AND scheduled_at <= now()
