@@ -198,9 +198,9 @@ pub struct KeyedCandidate {
 /// The keys with due tasks are walked from the one after `cursor` (the key the queue's last
 /// claim served; `""` for the tasks without a key) round to it, one index probe per key (a
 /// loose index scan, so the cost is that of the keys visited, never of a key's backlog of due
-/// tasks), until `room` keys with room were found (stepping over up to 64 at their limit). Each key offers its first tasks by priority and schedule; the
-/// tasks without a key offer theirs as one more key, which comes after the last key and before
-/// the first. Candidates come back by turn (every key's first task, then every key's
+/// tasks), until `room` keys with room were found (stepping over up to 64 at their limit).
+/// Each key offers its first tasks by priority and schedule; the tasks without a key offer
+/// theirs as one more key, which comes after the last key and before the first. Candidates come back by turn (every key's first task, then every key's
 /// second...), then priority, then the walk's order: a key with a million tasks gets one turn
 /// like a key with one. One more row, with no id, names the furthest key the walk found with
 /// due tasks but no room, if there was one.
