@@ -510,8 +510,9 @@ struct PacedTask {
 
 /// "No window with more starts than the rate allows", over the rates set at the end of the run:
 /// for any two claims of a rate-limited queue, the claims from the one to the other (both
-/// counted) are at most `burst + per_second × the time between them`, by the claims' `now()`
-/// (the clock the bucket is kept by).
+/// counted) are at most `burst + per_second × the time between them`, by the starts the history
+/// records (for a rate-limited queue, the moment each claim read the bucket, after it was
+/// granted the queue's lock: the clock the bucket is kept by).
 async fn check_queue_rates(
     conn: &mut AsyncPgConnection,
     by_task: &BTreeMap<i64, Vec<&TaskEvent>>,

@@ -1,3 +1,16 @@
+CREATE OR REPLACE FUNCTION record_task_event() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'INSERT'
+       OR NEW.status IS DISTINCT FROM OLD.status
+       OR NEW.fence IS DISTINCT FROM OLD.fence
+       OR NEW.processor IS DISTINCT FROM OLD.processor THEN
+        INSERT INTO task_events (at, task_id, from_status, to_status, processor, fence, attempts)
+        VALUES (now(), NEW.id, CASE WHEN TG_OP = 'UPDATE' THEN OLD.status END, NEW.status,
+                NEW.processor, NEW.fence, NEW.attempts);
+    END IF;
+    RETURN NEW;
+END;
+$$;
 DROP TRIGGER queues_rate_raised ON queues;
 DROP TRIGGER queues_key_room ON queues;
 DROP FUNCTION queues_notify_raised();

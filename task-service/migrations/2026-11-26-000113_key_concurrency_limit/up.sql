@@ -53,3 +53,23 @@ CREATE TRIGGER queues_rate_raised AFTER UPDATE OF rate_per_second, rate_burst ON
                             OR NEW.rate_per_second > OLD.rate_per_second
                             OR NEW.rate_burst > OLD.rate_burst))
     EXECUTE FUNCTION queues_notify_raised();
+
+-- A claim's event is recorded at the task's start. That is the claim's `now()`, except for
+-- rate-limited queues, whose claims record the moment they read the bucket (after the queue's
+-- lock was granted, so later than `now()`): the history then shows the times the bucket was
+-- spent at, and the invariant checker judges the rate by them.
+CREATE OR REPLACE FUNCTION record_task_event() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'INSERT'
+       OR NEW.status IS DISTINCT FROM OLD.status
+       OR NEW.fence IS DISTINCT FROM OLD.fence
+       OR NEW.processor IS DISTINCT FROM OLD.processor THEN
+        INSERT INTO task_events (at, task_id, from_status, to_status, processor, fence, attempts)
+        VALUES (CASE WHEN NEW.status = 'running' THEN greatest(now(), NEW.started_at)
+                     ELSE now() END,
+                NEW.id, CASE WHEN TG_OP = 'UPDATE' THEN OLD.status END, NEW.status,
+                NEW.processor, NEW.fence, NEW.attempts);
+    END IF;
+    RETURN NEW;
+END;
+$$;

@@ -205,33 +205,39 @@ pub async fn running_counts(conn: &mut Db, queues: &[&str]) -> Result<Vec<Runnin
     .await
 }
 
-/// How many tasks a rate-limited queue may start now: its bucket refilled up to this
-/// transaction's `now()`.
+/// How many tasks a rate-limited queue may start now: its bucket refilled up to `at`.
 #[derive(Debug, Clone, QueryableByName)]
 pub struct Tokens {
     #[diesel(sql_type = Text)]
     pub queue: String,
-    /// Whole or not; negative when this transaction began before the claim that last spent
-    /// from the bucket committed (its `now()` is earlier than that claim's): it may start none,
-    /// so that starts spend the bucket in the order of their times.
+    /// Whole or not; negative when the bucket was last spent later than `at` (the database's
+    /// clock went back, as after a failover): it may start none, so that starts spend the
+    /// bucket in the order of their times.
     #[diesel(sql_type = Double)]
     pub available: f64,
     #[diesel(sql_type = Double)]
     pub per_second: f64,
+    /// When the bucket was read: the start of this statement, which comes after the claim was
+    /// granted the queue's lock, so after the commit of the claim that spent from it before.
+    #[diesel(sql_type = Timestamptz)]
+    pub at: DateTime<Utc>,
 }
 
 /// The buckets of the rate-limited `queues`, read after [`lock_limits`] locked them (in a
-/// statement of its own, for the reason given there).
+/// statement of its own, for the reason given there). They are judged at the statement's
+/// start, not the transaction's (`now()`): a claim that waited for the lock behind another
+/// must not count the time it waited as time the bucket refilled.
 pub async fn tokens(conn: &mut Db, queues: &[&str]) -> Result<Vec<Tokens>> {
     let span = leasehold::db_span!("SELECT", "queues");
     async move {
         diesel::sql_query(
-            "SELECT queue, rate_per_second AS per_second,
+            "SELECT queue, rate_per_second AS per_second, statement_timestamp() AS at,
                     CASE WHEN rate_at IS NULL THEN rate_burst::float8
-                         WHEN now() < rate_at THEN -1
+                         WHEN statement_timestamp() < rate_at THEN -1
                          ELSE least(rate_burst::float8,
-                                    rate_tokens
-                                    + rate_per_second * extract(epoch FROM now() - rate_at))
+                                    rate_tokens + rate_per_second
+                                                  * extract(epoch FROM statement_timestamp()
+                                                                       - rate_at))
                     END AS available
              FROM queues WHERE queue = ANY($1) AND rate_per_second IS NOT NULL",
         )
@@ -244,14 +250,20 @@ pub async fn tokens(conn: &mut Db, queues: &[&str]) -> Result<Vec<Tokens>> {
     .await
 }
 
-/// Records that a claim started tasks from `queue`'s bucket: `left` tokens remain, as of this
-/// transaction's `now()`.
-pub async fn spend_tokens(conn: &mut Db, queue: &str, left: f64) -> Result<usize> {
+/// Records that a claim started tasks from `queue`'s bucket: `left` tokens remain, as of `at`
+/// (when the claim read the bucket).
+pub async fn spend_tokens(
+    conn: &mut Db,
+    queue: &str,
+    left: f64,
+    at: DateTime<Utc>,
+) -> Result<usize> {
     let span = leasehold::db_span!("UPDATE", "queues");
     async move {
-        diesel::sql_query("UPDATE queues SET rate_tokens = $2, rate_at = now() WHERE queue = $1")
+        diesel::sql_query("UPDATE queues SET rate_tokens = $2, rate_at = $3 WHERE queue = $1")
             .bind::<Text, _>(queue)
             .bind::<Double, _>(left)
+            .bind::<Timestamptz, _>(at)
             .cached()
             .execute(conn)
             .await

@@ -92,12 +92,13 @@ pub async fn claim_group(
             // Lapsed tasks taken again keep the slots they held, but spend tokens; due ones
             // need both.
             let lapsed = limits.admit_lapsed(lapsed, exhausted);
-            round.grant(conn, engine, lapsed, &granted).await?;
+            round.grant(conn, engine, lapsed, &limits, &granted).await?;
             let room = limits.cap(queue, total - round.taken());
             if room > 0 {
                 let due = limits.lock_due(conn, queue, room).await?;
+                let admitted = limits.admit(due);
                 round
-                    .grant(conn, engine, limits.admit(due), &granted)
+                    .grant(conn, engine, admitted, &limits, &granted)
                     .await?;
             }
             let started: Vec<&TaskRow> = round.claimed.iter().flatten().collect();
@@ -232,6 +233,7 @@ impl<'w> Round<'w> {
         conn: &mut Db,
         engine: &Engine,
         candidates: Vec<TaskRow>,
+        limits: &Limits,
         granted: &std::sync::Mutex<Vec<(i64, String, Lease)>>,
     ) -> Result<(), ApiError> {
         if candidates.is_empty() {
@@ -301,7 +303,8 @@ impl<'w> Round<'w> {
                 return Ok(());
             }
         };
-        let mut to_claim: Vec<(usize, i64, Lease)> = Vec::new();
+        let mut to_claim: Vec<(usize, i64, Lease, Option<chrono::DateTime<chrono::Utc>>)> =
+            Vec::new();
         for ((task, resource), owner) in candidates.into_iter().zip(resources).zip(owners) {
             let take = |leases: &mut Vec<Lease>| {
                 let at = leases.iter().position(|l| l.resource == resource)?;
@@ -339,18 +342,19 @@ impl<'w> Round<'w> {
                 self.exhausted.push((row, holder.clone(), lease));
             } else {
                 self.taken[owner] += 1;
-                to_claim.push((owner, task.id, lease));
+                to_claim.push((owner, task.id, lease, limits.started_at(&task)));
             }
         }
         if !to_claim.is_empty() {
             let claims: Vec<repo::Claim<'_>> = to_claim
                 .iter()
-                .map(|(owner, id, lease)| repo::Claim {
+                .map(|(owner, id, lease, started_at)| repo::Claim {
                     id: *id,
                     processor: &self.wants[*owner].processor,
                     fence: lease.fence,
                     lease_secret: lease.secret.as_ref(),
                     lease_expiry: lease.expires_at,
+                    started_at: *started_at,
                 })
                 .collect();
             let mut rows: std::collections::HashMap<i64, TaskRow> =
@@ -360,7 +364,7 @@ impl<'w> Round<'w> {
                     .map(|row| (row.id, row))
                     .collect();
             // Each request's tasks in the order the candidates came: priority, then schedule.
-            for (owner, id, _) in &to_claim {
+            for (owner, id, _, _) in &to_claim {
                 if let Some(row) = rows.remove(id) {
                     self.claimed[*owner].push(row);
                 }

@@ -13,16 +13,18 @@
 //!   in the statement that chooses the queue's tasks ([`repo::due_by_key`]), which also takes
 //!   turns across the keys from where the queue's last claim stopped (its cursor, in the locked
 //!   row): a key's backlog never keeps another key's tasks waiting.
-//! * Rate: every start spends a token, a lapsed task's new claim included. A claim whose
-//!   `now()` is earlier than the last spender's (it began before that one committed) starts
-//!   none, so starts spend the bucket in the order of their times, and no window of the claims'
-//!   times holds more starts than `burst + per_second × its length`.
+//! * Rate: every start spends a token, a lapsed task's new claim included. The bucket is read
+//!   when the claim holds the queue's lock (the statement's start, not the transaction's), so
+//!   claims read it in the order they spend it, each after the one before committed; a task's
+//!   start is recorded at that moment, and no window of those moments holds more starts than
+//!   `burst + per_second × its length`.
 //!
 //! The invariant checker proves each from the history (`tests/src/checker.rs`). Unlimited
 //! queues are neither locked nor counted.
 
 use std::collections::{BTreeMap, HashMap};
 
+use chrono::{DateTime, Utc};
 use leasehold::server::ApiError;
 
 use crate::repo::{self, Db, TaskRow};
@@ -34,6 +36,9 @@ pub struct Limits {
     rooms: BTreeMap<String, i64>,
     /// Starts left in the buckets of rate-limited queues, and what they held when read.
     tokens: BTreeMap<String, Bucket>,
+    /// When the buckets were read: the start of the rate-limited queues' tasks this claim
+    /// starts, as the bucket counts them.
+    tokens_at: Option<DateTime<Utc>>,
     /// Queues with a concurrency limit per key: the limit, and the key their last claim served.
     keyed: BTreeMap<String, Keyed>,
     /// The tasks of key-limited queues this claim locked: their queue, key and place in the
@@ -106,6 +111,7 @@ impl Limits {
             .collect();
         if !paced.is_empty() {
             for bucket in repo::tokens(conn, &paced).await? {
+                this.tokens_at = Some(bucket.at);
                 // Whole tokens only; the float's floor of a non-negative value fits an i64.
                 #[allow(clippy::cast_possible_truncation)]
                 let left = bucket.available.floor().max(0.0) as i64;
@@ -226,8 +232,10 @@ impl Limits {
         let Some(keyed) = self.keyed.get(queue) else {
             return Ok(Vec::new());
         };
+        repo::plan_generically(conn, true).await?;
         let candidates =
             repo::due_by_key(conn, queue, keyed.limit, keyed.cursor.as_deref(), room).await?;
+        repo::plan_generically(conn, false).await?;
         if let Some(full) = candidates.iter().find(|c| c.id.is_none()) {
             self.bind(queue, "key_concurrency");
             if let Some(key) = &full.concurrency_key {
@@ -306,7 +314,9 @@ impl Limits {
             if starts > 0 {
                 #[allow(clippy::cast_precision_loss)]
                 let left = bucket.available - starts as f64;
-                repo::spend_tokens(conn, queue, left).await?;
+                if let Some(at) = self.tokens_at {
+                    repo::spend_tokens(conn, queue, left, at).await?;
+                }
             }
             if self.out_of_tokens.contains(queue)
                 || self
@@ -324,6 +334,16 @@ impl Limits {
             }
         }
         Ok(())
+    }
+
+    /// When `task`, if this claim starts it, is recorded to have started: the moment its
+    /// queue's bucket was read, for tasks of rate-limited queues (so the history shows the
+    /// times the bucket was spent at); none (the claim's `now()`) for the others.
+    pub fn started_at(&self, task: &TaskRow) -> Option<DateTime<Utc>> {
+        self.tokens
+            .contains_key(&task.queue)
+            .then_some(self.tokens_at)
+            .flatten()
     }
 
     /// Where each key-limited queue's next claim starts its walk: after the key furthest along
