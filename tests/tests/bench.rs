@@ -76,22 +76,27 @@ async fn the_quick_benchmark_produces_every_figure() {
             assert_eq!(figure.ops, options.e2e_tasks, "{figure:?}");
         }
     }
-    // A concurrency limit far above the load: measured beside the unlimited claim, with its
-    // ratio.
-    let capped = report
-        .figures
-        .iter()
-        .find(|f| f.name.contains("queue limited to 10,000"))
-        .expect("the limited claim's figure");
-    assert_eq!(capped.errors, 0, "{capped:?}");
-    assert!(
-        report
-            .ratios
+    // A queue limit and a key limit far above the load: each measured beside the unlimited
+    // claim, with its ratio.
+    for (figure, ratio) in [
+        (
+            "queue limited to 10,000",
+            "limited (not binding) / unlimited",
+        ),
+        ("100 keys each limited", "keyed (not binding) / unlimited"),
+    ] {
+        let capped = report
+            .figures
             .iter()
-            .any(|r| r.name.starts_with("limited (not binding) / unlimited")),
-        "{:?}",
-        report.ratios
-    );
+            .find(|f| f.name.contains(figure))
+            .unwrap_or_else(|| panic!("the figure {figure:?}"));
+        assert_eq!(capped.errors, 0, "{capped:?}");
+        assert!(
+            report.ratios.iter().any(|r| r.name.starts_with(ratio)),
+            "{:?}",
+            report.ratios
+        );
+    }
     for figure in &report.figures {
         assert!(figure.ops > 0, "a figure without operations: {figure:?}");
     }
@@ -119,11 +124,12 @@ async fn the_quick_benchmark_produces_every_figure() {
         );
     }
     // Per backlog: Leasehold's claim cycle, single and batched end to end, against the sample's;
-    // and once, the claim with a limit that does not bind against the claim without.
+    // and once each, the claims with a queue limit and with a key limit that do not bind
+    // against the claim without.
     let expected_ratios = options.lease_concurrency.len() * 3
         + options.contended_resources.len() * contended
         + options.backlog_sizes.len() * 3
-        + 1
+        + 2
         + (options.growth_sizes.len() - 1) * 2
         + 2 * usize::from(peers);
     assert_eq!(report.ratios.len(), expected_ratios, "{:?}", report.ratios);
