@@ -36,6 +36,9 @@ pub enum ScheduleCommand {
         /// Attempts each of its tasks gets (default: task-service's DEFAULT_MAX_ATTEMPTS).
         #[arg(long)]
         max_attempts: Option<i32>,
+        /// The concurrency key of its tasks (held by the queue's limit per key).
+        #[arg(long)]
+        key: Option<String>,
         /// The IANA time zone the cron expression is read in (default: UTC).
         #[arg(long)]
         timezone: Option<String>,
@@ -92,6 +95,7 @@ pub(crate) async fn schedules(
             queue,
             priority,
             max_attempts,
+            key,
             timezone,
             catch_up,
             misfire_grace_seconds,
@@ -109,6 +113,7 @@ pub(crate) async fn schedules(
                 queue,
                 priority,
                 max_attempts,
+                concurrency_key: key,
                 timezone,
                 catch_up,
                 misfire_grace_seconds,

@@ -59,6 +59,10 @@ pub struct ScheduleSpec {
     pub priority: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_attempts: Option<i32>,
+    /// The `concurrency_key` of every task the schedule makes (see the queue's
+    /// `key_concurrency_limit`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency_key: Option<String>,
     /// An IANA time zone (`Europe/Paris`) the cron expression is read in; UTC when omitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timezone: Option<String>,
@@ -88,6 +92,8 @@ pub struct Schedule {
     pub queue: String,
     pub priority: i32,
     pub max_attempts: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency_key: Option<String>,
     pub catch_up: CatchUp,
     pub misfire_grace_seconds: i32,
     /// A paused schedule makes no tasks; on resume it goes on from the next tick after the

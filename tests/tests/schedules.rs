@@ -253,11 +253,23 @@ async fn a_paused_schedule_makes_nothing_and_resumes_from_its_next_tick() {
     let put = tasks
         .put(
             "/api/schedules/beat",
-            &json!({"cron": "* * * * * *", "queue": "beat", "task_data": {"n": 1}}),
+            &json!({"cron": "* * * * * *", "queue": "beat", "task_data": {"n": 1},
+                    "concurrency_key": "acme"}),
         )
         .await;
     assert_eq!(put.status, 201, "{:?}", put.body);
+    assert_eq!(put.body["concurrency_key"], "acme");
     await_ticks(&task_db, "beat", 2).await;
+    let keys = tests::query(
+        &task_db,
+        "SELECT DISTINCT concurrency_key FROM tasks WHERE queue = 'beat'",
+    )
+    .await;
+    assert_eq!(
+        keys,
+        [json!({"concurrency_key": "acme"})],
+        "its tasks carry its key"
+    );
 
     let paused = tasks
         .send_as(None, "POST", "/api/schedules/beat/pause", None)
@@ -373,6 +385,7 @@ async fn schedules_are_listed_and_bad_definitions_are_refused_without_a_write() 
         (json!({"max_attempts": 0}), "invalid_field"),
         (json!({"queue": ""}), "invalid_field"),
         (json!({"name": ""}), "invalid_field"),
+        (json!({"concurrency_key": ""}), "invalid_field"),
     ];
     for (change, code) in refusals {
         let mut body = base.clone();

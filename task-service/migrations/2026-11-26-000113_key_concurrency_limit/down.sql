@@ -26,4 +26,5 @@ END $$;
 DROP INDEX tasks_running_by_key_idx;
 DROP INDEX tasks_due_by_key_idx;
 ALTER TABLE queues DROP COLUMN key_cursor, DROP COLUMN key_concurrency_limit;
+ALTER TABLE schedules DROP COLUMN concurrency_key;
 ALTER TABLE tasks DROP COLUMN concurrency_key;

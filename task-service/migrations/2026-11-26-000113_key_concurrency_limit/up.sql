@@ -2,6 +2,8 @@
 -- account), and a queue's `key_concurrency_limit` lets at most that many of one key's tasks run
 -- at once. Tasks without a key are held only by the queue's own limits.
 ALTER TABLE tasks ADD COLUMN concurrency_key TEXT;
+-- A schedule gives its tasks a key too.
+ALTER TABLE schedules ADD COLUMN concurrency_key TEXT;
 ALTER TABLE queues
     ADD COLUMN key_concurrency_limit INTEGER CHECK (key_concurrency_limit >= 0),
     -- The key a claim of the queue last served: the next claim starts after it, so claims go

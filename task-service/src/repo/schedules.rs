@@ -47,11 +47,13 @@ pub struct ScheduleRow {
     pub created_at: DateTime<Utc>,
     #[diesel(sql_type = Timestamptz)]
     pub updated_at: DateTime<Utc>,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub concurrency_key: Option<String>,
 }
 
 const SCHEDULE_COLUMNS: &str = "id, name, cron, timezone, task_data, queue, priority, \
     max_attempts, catch_up, misfire_grace_seconds, paused, next_tick_at, last_tick_at, \
-    last_task_id, created_at, updated_at";
+    last_task_id, created_at, updated_at, concurrency_key";
 
 /// A definition, validated: what a create or a replace stores.
 #[derive(Debug, Clone)]
@@ -65,6 +67,7 @@ pub struct NewSchedule {
     pub max_attempts: i32,
     pub catch_up: &'static str,
     pub misfire_grace_seconds: i32,
+    pub concurrency_key: Option<String>,
 }
 
 /// A replace's row, and whether it created the schedule.
@@ -78,8 +81,9 @@ pub struct Replaced {
 
 /// The insert both a create and a replace start with; `s` is the stored row.
 const INSERT: &str = "INSERT INTO schedules AS s (name, cron, timezone, task_data, queue, priority,
-                                  max_attempts, catch_up, misfire_grace_seconds, next_tick_at)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+                                  max_attempts, catch_up, misfire_grace_seconds, next_tick_at,
+                                  concurrency_key)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
 
 /// `sql` (which starts with [`INSERT`]) with the definition and its next tick bound.
 fn bound<'a>(
@@ -99,6 +103,7 @@ fn bound<'a>(
         .bind::<Text, _>(schedule.catch_up)
         .bind::<Integer, _>(schedule.misfire_grace_seconds)
         .bind::<Timestamptz, _>(next_tick_at)
+        .bind::<Nullable<Text>, _>(schedule.concurrency_key.as_deref())
 }
 
 /// Stores a new schedule, first due at `next_tick_at`; `None` if the name is taken.
@@ -138,7 +143,7 @@ pub async fn replace_schedule(
                  cron = EXCLUDED.cron, timezone = EXCLUDED.timezone,
                  task_data = EXCLUDED.task_data, queue = EXCLUDED.queue,
                  priority = EXCLUDED.priority, max_attempts = EXCLUDED.max_attempts,
-                 catch_up = EXCLUDED.catch_up,
+                 concurrency_key = EXCLUDED.concurrency_key, catch_up = EXCLUDED.catch_up,
                  misfire_grace_seconds = EXCLUDED.misfire_grace_seconds,
                  next_tick_at = CASE
                      WHEN s.paused THEN NULL

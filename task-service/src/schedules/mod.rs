@@ -151,6 +151,7 @@ fn validate(
             queue: spec.queue,
             priority: spec.priority,
             max_attempts: spec.max_attempts,
+            concurrency_key: spec.concurrency_key,
             ..CreateTask::default()
         },
     )?;
@@ -164,6 +165,7 @@ fn validate(
         max_attempts: task.max_attempts,
         catch_up: spec.catch_up.unwrap_or_default().as_str(),
         misfire_grace_seconds: grace,
+        concurrency_key: task.concurrency_key,
     };
     Ok((schedule, cadence))
 }
@@ -204,6 +206,7 @@ fn to_api(row: ScheduleRow) -> Result<Schedule, ApiError> {
         queue: row.queue,
         priority: row.priority,
         max_attempts: row.max_attempts,
+        concurrency_key: row.concurrency_key,
         catch_up,
         misfire_grace_seconds: row.misfire_grace_seconds,
         paused: row.paused,

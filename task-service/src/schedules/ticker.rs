@@ -157,7 +157,7 @@ async fn tick(conn: &mut Db, due: &DueSchedule) -> Result<(Plan, u64), ApiError>
             priority: schedule.priority,
             max_attempts: schedule.max_attempts,
             idempotency_key: Some(tick_key(&schedule.name, tick)),
-            concurrency_key: None,
+            concurrency_key: schedule.concurrency_key.clone(),
         })
         .collect();
     let inserted = if tasks.is_empty() {
