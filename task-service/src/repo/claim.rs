@@ -256,33 +256,8 @@ pub const DUE_BY_KEY: &str = "
     -- keys at their limit besides: full keys ahead never hide the keys behind them, and a walk
     -- costs the keys it needs, however many keys there are.
     WITH RECURSIVE walk(k, wrapped, n, room, opened) AS (
-        SELECT first.k, first.wrapped, 1::bigint, first.room, (first.room > 0)::int
-        FROM (SELECT c.k, c.wrapped,
-                   $4 - (SELECT count(*) FROM tasks r
-                         WHERE r.status = 'running' AND r.queue = $1
-                           AND r.concurrency_key = c.k) AS room
-            FROM (SELECT coalesce(a.k, b.k) AS k, (false OR a.k IS NULL) AS wrapped
-                  FROM (SELECT CASE WHEN false
-                       THEN (SELECT t.concurrency_key FROM tasks t
-                              WHERE t.status = 'pending' AND t.queue = $1
-                                AND t.concurrency_key > coalesce($2::text, '')
-                                AND t.concurrency_key <= $2::text AND t.scheduled_at <= now()
-                              ORDER BY t.concurrency_key LIMIT 1)
-                       ELSE (SELECT t.concurrency_key FROM tasks t
-                              WHERE t.status = 'pending' AND t.queue = $1
-                                AND t.concurrency_key > coalesce($2::text, '') AND t.scheduled_at <= now()
-                              ORDER BY t.concurrency_key LIMIT 1)
-                       END AS k
-                        -- OFFSET 0: probed once, not once per mention below.
-                        OFFSET 0) a,
-                  LATERAL (SELECT CASE WHEN a.k IS NULL AND NOT false
-                       THEN (SELECT t.concurrency_key FROM tasks t
-                              WHERE t.status = 'pending' AND t.queue = $1
-                                AND t.concurrency_key > ''
-                                AND t.concurrency_key <= $2::text AND t.scheduled_at <= now()
-                              ORDER BY t.concurrency_key LIMIT 1)
-                       END AS k) b) c
-            WHERE c.k IS NOT NULL) first
+        -- The walk starts at the cursor itself (step 0, not a key it visits).
+        SELECT coalesce($2::text, ''), false, 0::bigint, 0::bigint, 0
       UNION ALL
         SELECT nxt.k, nxt.wrapped, w.n + 1, nxt.room, w.opened + (nxt.room > 0)::int
         FROM walk w CROSS JOIN LATERAL (SELECT c.k, c.wrapped,
@@ -316,6 +291,7 @@ pub const DUE_BY_KEY: &str = "
         -- Where each key comes in the walk; the tasks without a key come between the last key
         -- and the first (1,000,000).
         SELECT k, room, CASE WHEN wrapped THEN 1000000 + n ELSE n END AS visit FROM walk
+        WHERE n > 0
     ), candidates AS (
         SELECT c.id, c.concurrency_key, c.priority, c.turn, walked.visit
         FROM walked CROSS JOIN LATERAL (
