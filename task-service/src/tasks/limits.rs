@@ -36,9 +36,6 @@ pub struct Limits {
     rooms: BTreeMap<String, i64>,
     /// Starts left in the buckets of rate-limited queues, and what they held when read.
     tokens: BTreeMap<String, Bucket>,
-    /// When the buckets were read: the start of the rate-limited queues' tasks this claim
-    /// starts, as the bucket counts them.
-    tokens_at: Option<DateTime<Utc>>,
     /// Queues with a concurrency limit per key: the limit, and the key their last claim served.
     keyed: BTreeMap<String, Keyed>,
     /// The tasks of key-limited queues this claim locked: their queue, key and place in the
@@ -46,9 +43,6 @@ pub struct Limits {
     walked: HashMap<i64, (String, Option<String>, i64)>,
     /// Per key-limited queue walked, the furthest key found at its limit.
     held_back: BTreeMap<String, String>,
-    /// Rate-limited queues a claim of every queue stepped over for want of a token: their
-    /// waiting claims are asked to look again when the next token is due.
-    out_of_tokens: Vec<String>,
     /// Queues whose limit kept this claim from taking what it asked for, and which limit.
     pub bound: Vec<(String, &'static str)>,
 }
@@ -65,6 +59,8 @@ struct Bucket {
     per_second: f64,
     /// Whole tokens not yet given to a task this claim admitted.
     left: i64,
+    /// When it was read: the start of the tasks this claim starts from it, as it counts them.
+    at: DateTime<Utc>,
 }
 
 impl Limits {
@@ -111,7 +107,6 @@ impl Limits {
             .collect();
         if !paced.is_empty() {
             for bucket in repo::tokens(conn, &paced).await? {
-                this.tokens_at = Some(bucket.at);
                 // Whole tokens only; the float's floor of a non-negative value fits an i64.
                 #[allow(clippy::cast_possible_truncation)]
                 let left = bucket.available.floor().max(0.0) as i64;
@@ -121,6 +116,7 @@ impl Limits {
                         available: bucket.available,
                         per_second: bucket.per_second,
                         left,
+                        at: bucket.at,
                     },
                 );
             }
@@ -185,20 +181,13 @@ impl Limits {
             }
             return Ok(repo::lock_due(conn, Some(queue), room, &[]).await?);
         }
-        self.out_of_tokens = self
-            .tokens
-            .iter()
-            .filter(|(_, bucket)| bucket.left == 0)
-            .map(|(queue, _)| queue.clone())
-            .collect();
-        let full = self.full();
+        // A full queue has no room (`room_of` is 0), so the loop below steps over it.
         let keyed: Vec<(String, i64)> = self
             .keyed
             .keys()
-            .filter(|q| !full.contains(&q.as_str()))
             .map(|q| (q.clone(), room.min(self.room_of(q))))
             .collect();
-        let mut skipped: Vec<&str> = full;
+        let mut skipped: Vec<&str> = self.full();
         skipped.extend(self.keyed.keys().map(String::as_str));
         let mut due = repo::lock_due(conn, None, room, &skipped).await?;
         let mut taken = Vec::new();
@@ -314,11 +303,11 @@ impl Limits {
             if starts > 0 {
                 #[allow(clippy::cast_precision_loss)]
                 let left = bucket.available - starts as f64;
-                if let Some(at) = self.tokens_at {
-                    repo::spend_tokens(conn, queue, left, at).await?;
-                }
+                repo::spend_tokens(conn, queue, left, bucket.at).await?;
             }
-            if self.out_of_tokens.contains(queue)
+            // An empty bucket wakes its waiting claims at its next token even when this claim
+            // took from other queues only (a claim of every queue steps over it).
+            if bucket.available < 1.0
                 || self
                     .bound
                     .iter()
@@ -340,10 +329,7 @@ impl Limits {
     /// queue's bucket was read, for tasks of rate-limited queues (so the history shows the
     /// times the bucket was spent at); none (the claim's `now()`) for the others.
     pub fn started_at(&self, task: &TaskRow) -> Option<DateTime<Utc>> {
-        self.tokens
-            .contains_key(&task.queue)
-            .then_some(self.tokens_at)
-            .flatten()
+        self.tokens.get(&task.queue).map(|bucket| bucket.at)
     }
 
     /// Where each key-limited queue's next claim starts its walk: after the key furthest along
