@@ -137,19 +137,7 @@ async fn limits_are_set_shown_lifted_and_bad_ones_refused_without_a_write() {
         held.status, 200,
         "the any-queue claim steps over the full queue"
     );
-    let waiting = tokio::spawn({
-        let url = tasks.url("/api/tasks/next");
-        async move {
-            reqwest::Client::new()
-                .post(url)
-                .json(&json!({"processor": "w3", "queue": "mail", "wait_ms": 20000}))
-                .send()
-                .await
-                .unwrap()
-                .status()
-                .as_u16()
-        }
-    });
+    let waiting = waiting_claim(&tasks, "w3", "mail");
     until_waiting(&tasks).await;
     let done = tasks
         .put(
@@ -185,19 +173,7 @@ async fn limits_are_set_shown_lifted_and_bad_ones_refused_without_a_write() {
         )
         .await;
     assert_eq!(spent.status, 202, "the burst: {:?}", spent.body);
-    let waiting = tokio::spawn({
-        let url = tasks.url("/api/tasks/next");
-        async move {
-            reqwest::Client::new()
-                .post(url)
-                .json(&json!({"processor": "w4", "queue": "mail", "wait_ms": 20000}))
-                .send()
-                .await
-                .unwrap()
-                .status()
-                .as_u16()
-        }
-    });
+    let waiting = waiting_claim(&tasks, "w4", "mail");
     until_waiting(&tasks).await;
     let lifted = tasks.put("/api/queues/mail", &json!({})).await;
     assert_eq!(lifted.status, 200);
@@ -291,7 +267,44 @@ async fn until_waiting(tasks: &Service) {
     .await;
 }
 
-/// The ids and keys (`-` for none) of a claim's answer, in its order.
+/// A claim of `queue` by `processor` that waits up to 20 s for a task: its answer's status.
+fn waiting_claim(tasks: &Service, processor: &str, queue: &str) -> tokio::task::JoinHandle<u16> {
+    let url = tasks.url("/api/tasks/next");
+    let body = json!({"processor": processor, "queue": queue, "wait_ms": 20000});
+    tokio::spawn(async move {
+        reqwest::Client::new()
+            .post(url)
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    })
+}
+
+/// Completes, as its claimant, a running task of `queue` with concurrency key `key`.
+async fn complete_one_of(tasks: &Service, queue: &str, key: &str) {
+    let running = tasks
+        .get(&format!("/api/tasks?status=running&queue={queue}"))
+        .await;
+    let task = running.body["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["concurrencyKey"] == key)
+        .unwrap()
+        .clone();
+    let done = tasks
+        .put(
+            &format!("/api/tasks/{}/complete", task["id"]),
+            &json!({"processor": task["processor"], "fence": task["fence"], "task_output": {}}),
+        )
+        .await;
+    assert_eq!(done.status, 202, "{:?}", done.body);
+}
+
+/// The concurrency keys (`-` for none) of the tasks a claim answered with, in its order.
 fn claimed(answer: &tests::Answer) -> Vec<String> {
     if answer.status == 200 {
         return Vec::new();
@@ -380,21 +393,7 @@ async fn claims_take_turns_across_keys_and_hold_each_key_to_its_limit() {
         .post("/api/tasks/next", &json!({"processor": "w6", "limit": 5}))
         .await;
     assert_eq!(claimed(&any), ["third"]);
-    let running = tasks.get("/api/tasks?status=running&queue=tenants").await;
-    let big = running.body["tasks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["concurrencyKey"] == "big")
-        .unwrap()
-        .clone();
-    let done = tasks
-        .put(
-            &format!("/api/tasks/{}/complete", big["id"]),
-            &json!({"processor": big["processor"], "fence": big["fence"], "task_output": {}}),
-        )
-        .await;
-    assert_eq!(done.status, 202, "{:?}", done.body);
+    complete_one_of(&tasks, "tenants", "big").await;
     let freed = claimed(&tasks.post("/api/tasks/next", &claim("w7", 5)).await);
     assert_eq!(freed, ["big"], "one slot freed, one task of the key");
 
@@ -474,21 +473,7 @@ async fn neither_full_keys_nor_keyless_tasks_of_higher_priority_hold_other_keys_
     );
     // Every key is at its limit, and the first ones in the walk stay so: a freed slot of a
     // later key is still found behind them.
-    let running = tasks.get("/api/tasks?status=running&queue=fair").await;
-    let b = running.body["tasks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["concurrencyKey"] == "b")
-        .unwrap()
-        .clone();
-    let done = tasks
-        .put(
-            &format!("/api/tasks/{}/complete", b["id"]),
-            &json!({"processor": b["processor"], "fence": b["fence"], "task_output": {}}),
-        )
-        .await;
-    assert_eq!(done.status, 202, "{:?}", done.body);
+    complete_one_of(&tasks, "fair", "b").await;
     let freed = tasks
         .post("/api/tasks/next", &claim("w9".to_owned(), 1))
         .await;
