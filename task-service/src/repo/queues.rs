@@ -140,7 +140,7 @@ pub struct QueueLimit {
     pub concurrency_limit: Option<i32>,
     #[diesel(sql_type = Nullable<Integer>)]
     pub key_concurrency_limit: Option<i32>,
-    /// The key its last claim served (see [`lock_due_by_key`]).
+    /// The key its last claim served (see [`super::due_by_key`]).
     #[diesel(sql_type = Nullable<Text>)]
     pub key_cursor: Option<String>,
     #[diesel(sql_type = Bool)]
