@@ -65,6 +65,28 @@ async fn the_quick_benchmark_produces_every_figure() {
         assert!(cost.write_transactions_per_task > 0.0, "{cost:?}");
         assert!(cost.cpu_ms_per_1000[0].1 > 0.0, "{cost:?}");
     }
+    // Where PostgreSQL's time went, statement by statement: Leasehold's runs spent some of it
+    // on claims (`UPDATE tasks`) and on the history its trigger writes (nested).
+    if !report
+        .skipped
+        .iter()
+        .any(|s| s.contains("pg_stat_statements"))
+    {
+        for cost in report.costs.iter().filter(|c| !c.run.contains("graphile")) {
+            assert!(
+                cost.statements
+                    .iter()
+                    .any(|s| !s.nested && s.query.starts_with("UPDATE tasks")),
+                "{cost:?}"
+            );
+            assert!(
+                cost.statements
+                    .iter()
+                    .all(|s| s.exec_us_per_task > 0.0 && s.calls_per_task > 0.0),
+                "{cost:?}"
+            );
+        }
+    }
     if peers {
         let runs = report
             .figures

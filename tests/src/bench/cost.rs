@@ -7,7 +7,10 @@
 //! - WAL bytes (`pg_current_wal_lsn()` before and after);
 //! - write transactions (transaction ids handed out, `pg_snapshot_xmax`), commits of all kinds
 //!   (`pg_stat_database.xact_commit`) and WAL fsyncs (`pg_stat_wal.wal_sync`): the fsyncs are
-//!   what group commit shares, the write transactions what each waits for.
+//!   what group commit shares, the write transactions what each waits for;
+//! - where PostgreSQL's time goes: the statements that took the most execution time, per task,
+//!   from `pg_stat_statements` (the bench's cluster loads it when installed). A trigger's
+//!   statements are listed apart (nested) and are also counted in the statement that fired them.
 
 use std::time::Duration;
 
@@ -90,6 +93,92 @@ async fn counters(url: &str) -> Counters {
     .unwrap_or_else(|err| panic!("reading PostgreSQL's counters: {err}"))
 }
 
+/// How many statements of a run [`Cost::statements`] lists.
+const TOP_STATEMENTS: i64 = 8;
+
+#[derive(QueryableByName)]
+struct StatementRow {
+    #[diesel(sql_type = Text)]
+    query: String,
+    #[diesel(sql_type = diesel::sql_types::Bool)]
+    toplevel: bool,
+    #[diesel(sql_type = Double)]
+    calls: f64,
+    #[diesel(sql_type = Double)]
+    exec_ms: f64,
+}
+
+/// One statement's share of a run: execution time and calls per task.
+#[derive(Debug, Clone, Serialize)]
+pub struct StatementCost {
+    /// The normalised statement, whitespace collapsed, cut to 120 characters.
+    pub query: String,
+    /// Run by a trigger or a function, not sent by a client: its time is counted in its
+    /// caller's too.
+    pub nested: bool,
+    pub calls_per_task: f64,
+    pub exec_us_per_task: f64,
+}
+
+/// What the report says when the cluster cannot tell where its time goes.
+pub const STATEMENTS_SKIPPED: &str = "where PostgreSQL's time goes: skipped, the server has no \
+     pg_stat_statements module (Debian's postgresql-15 package ships it)";
+
+#[derive(QueryableByName)]
+struct Setting {
+    #[diesel(sql_type = Text)]
+    value: String,
+}
+
+/// Whether the cluster loaded `pg_stat_statements`.
+pub(super) async fn statements_tracked(url: &str) -> bool {
+    let mut conn = connect(url).await;
+    diesel::sql_query("SELECT current_setting('shared_preload_libraries') AS value")
+        .get_result::<Setting>(&mut conn)
+        .await
+        .is_ok_and(|setting| setting.value.contains("pg_stat_statements"))
+}
+
+/// Empties the statement statistics, so that the next reading is one run's. `false` when the
+/// cluster does not have `pg_stat_statements` loaded.
+async fn reset_statements(url: &str) -> bool {
+    let mut conn = connect(url).await;
+    diesel::sql_query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        .execute(&mut conn)
+        .await
+        .is_ok()
+        && diesel::sql_query("SELECT pg_stat_statements_reset()")
+            .execute(&mut conn)
+            .await
+            .is_ok()
+}
+
+/// The statements that took the most execution time since [`reset_statements`], in all the
+/// cluster's databases, less the meter's own readings.
+async fn top_statements(url: &str, tasks: u64) -> Vec<StatementCost> {
+    let mut conn = connect(url).await;
+    let rows: Vec<StatementRow> = diesel::sql_query(
+        "SELECT left(regexp_replace(query, '\\s+', ' ', 'g'), 120) AS query, toplevel,
+                calls::float8 AS calls, total_exec_time AS exec_ms
+         FROM pg_stat_statements
+         WHERE query NOT LIKE '%pg_stat_statements%' AND query NOT LIKE '%pg_current_wal_lsn%'
+         ORDER BY total_exec_time DESC LIMIT $1",
+    )
+    .bind::<BigInt, _>(TOP_STATEMENTS)
+    .load(&mut conn)
+    .await
+    .unwrap_or_default();
+    let tasks = tasks.max(1) as f64;
+    rows.into_iter()
+        .map(|row| StatementCost {
+            query: row.query,
+            nested: !row.toplevel,
+            calls_per_task: row.calls / tasks,
+            exec_us_per_task: row.exec_ms * 1000.0 / tasks,
+        })
+        .collect()
+}
+
 /// What a run cost, per task.
 #[derive(Debug, Clone, Serialize)]
 pub struct Cost {
@@ -101,6 +190,9 @@ pub struct Cost {
     pub write_transactions_per_task: f64,
     pub commits_per_task: f64,
     pub wal_fsyncs_per_task: f64,
+    /// The statements PostgreSQL spent the most time executing; empty without
+    /// `pg_stat_statements`.
+    pub statements: Vec<StatementCost>,
 }
 
 /// The kinds of process a cost is told by, as columns.
@@ -121,6 +213,8 @@ pub(super) struct Meter {
     services_ms: Vec<f64>,
     bench_ms: f64,
     start: Counters,
+    /// Whether `pg_stat_statements` was reset for this run.
+    statements: bool,
 }
 
 impl Meter {
@@ -131,6 +225,7 @@ impl Meter {
         postmaster: u32,
         services: Vec<(&'static str, u32)>,
     ) -> Meter {
+        let statements = reset_statements(url).await;
         let start = counters(url).await;
         Meter {
             url: url.to_owned(),
@@ -140,6 +235,7 @@ impl Meter {
             postgres_ms: postgres_cpu_ms(postmaster),
             bench_ms: own_cpu_ms(),
             start,
+            statements,
         }
     }
 
@@ -199,6 +295,11 @@ impl Meter {
             write_transactions_per_task: per_task((end.next_xid - self.start.next_xid) as f64),
             commits_per_task: per_task(end.commits - self.start.commits),
             wal_fsyncs_per_task: per_task((end.wal_syncs - self.start.wal_syncs) as f64),
+            statements: if self.statements {
+                top_statements(&self.url, tasks).await
+            } else {
+                Vec::new()
+            },
         }
     }
 }

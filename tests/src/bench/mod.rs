@@ -159,6 +159,9 @@ pub async fn run(options: &BenchOptions) -> Report {
     if wanted("contention") {
         contention(&bench, options, &mut report).await;
     }
+    if (wanted("e2e") || wanted("peers")) && !cost::statements_tracked(&bench.task_db).await {
+        report.skipped.push(cost::STATEMENTS_SKIPPED.to_owned());
+    }
     if wanted("e2e") {
         end_to_end(&bench, options, &mut report).await;
         pickup(&bench, options, &mut report).await;

@@ -157,6 +157,32 @@ impl Report {
                 );
             }
         }
+        let profiled: Vec<&Cost> = self
+            .costs
+            .iter()
+            .filter(|c| !c.statements.is_empty())
+            .collect();
+        if !profiled.is_empty() {
+            let _ = writeln!(
+                out,
+                "\n### where PostgreSQL's time goes: the statements that took the most, per task (pg_stat_statements; nested: run by a trigger, and counted in its statement too)\n"
+            );
+            let _ = writeln!(out, "| run | statement | µs per task | calls per task |");
+            let _ = writeln!(out, "|---|---|---:|---:|");
+            for c in profiled {
+                for s in &c.statements {
+                    let _ = writeln!(
+                        out,
+                        "| {} | {}`{}` | {:.1} | {:.2} |",
+                        c.run,
+                        if s.nested { "(nested) " } else { "" },
+                        s.query.replace('|', "\\|").replace('`', "'"),
+                        s.exec_us_per_task,
+                        s.calls_per_task
+                    );
+                }
+            }
+        }
         for skipped in &self.skipped {
             let _ = writeln!(out, "\n{skipped}");
         }

@@ -278,7 +278,9 @@ impl PrivatePostgres {
     }
 
     /// Like [`start_ephemeral`](Self::start_ephemeral), but with PostgreSQL's default, durable
-    /// settings: every commit waits for its WAL to reach the disk (`fsync`). For benchmarks.
+    /// settings: every commit waits for its WAL to reach the disk (`fsync`). For benchmarks:
+    /// it also loads `pg_stat_statements` (tracking nested statements) when the server's
+    /// package has it, so a benchmark can tell where PostgreSQL's time goes.
     pub fn start_ephemeral_durable() -> Result<Self, PgError> {
         Self::ephemeral(true, true)
     }

@@ -102,6 +102,13 @@ impl PrivatePostgres {
 
     // ---- both -----------------------------------------------------------
 
+    /// Whether the server's package has loadable module `name` (in `../lib` of its binaries).
+    fn has_library(&self, name: &str) -> bool {
+        self.bindir
+            .parent()
+            .is_some_and(|root| root.join("lib").join(format!("{name}.so")).is_file())
+    }
+
     pub(super) fn spawn_postmaster(&mut self) -> Result<(), PgError> {
         let log = open_log(&self.log_path)?;
         let log_err = log.try_clone().map_err(|source| {
@@ -133,6 +140,14 @@ impl PrivatePostgres {
                 _ => value,
             };
             command.arg("-c").arg(format!("{name}={value}"));
+        }
+        // A benchmark's cluster tells where its time goes, statement by statement, when the
+        // extension is installed (Debian's postgresql-15 ships it); nested statements (those
+        // of triggers) too, so a trigger's share is seen apart from its statement's.
+        if self.durable && !persistent && self.has_library("pg_stat_statements") {
+            command
+                .args(["-c", "shared_preload_libraries=pg_stat_statements"])
+                .args(["-c", "pg_stat_statements.track=all"]);
         }
         command.stdout(log).stderr(log_err);
         // Kept data deserves a checkpoint; a test cluster's is thrown away.
