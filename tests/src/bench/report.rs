@@ -173,7 +173,7 @@ impl Report {
                 for s in &c.statements {
                     let _ = writeln!(
                         out,
-                        "| {} | {}`{}` | {:.1} | {:.2} |",
+                        "| {} | {}`{}` | {:.1} | {:.3} |",
                         c.run,
                         if s.nested { "(nested) " } else { "" },
                         s.query.replace('|', "\\|").replace('`', "'"),
