@@ -61,6 +61,8 @@ impl Api {
 /// A failure that may be a service's answer with a status, a message and a code.
 pub(crate) trait Refusal: std::error::Error + Send + Sync + 'static {
     fn refusal(&self) -> Option<(u16, &str, &str)>;
+    /// The exit for a failure that is not a [`refusal`](Refusal::refusal).
+    fn exit(&self) -> Exit;
 }
 
 impl Refusal for CallError {
@@ -72,6 +74,13 @@ impl Refusal for CallError {
                 error,
             } => Some((*status, code, error)),
             CallError::Transient(_) => None,
+        }
+    }
+
+    fn exit(&self) -> Exit {
+        match self {
+            CallError::Refused { status, .. } => Exit::of_status(*status),
+            CallError::Transient(_) => Exit::Unavailable,
         }
     }
 }
@@ -87,6 +96,78 @@ impl Refusal for LeaseError {
             _ => None,
         }
     }
+
+    fn exit(&self) -> Exit {
+        match self {
+            LeaseError::Rejected { status, .. } => Exit::of_status(*status),
+            LeaseError::Held { .. }
+            | LeaseError::Lost { .. }
+            | LeaseError::AcquireTimeout { .. } => Exit::Conflict,
+            LeaseError::Unavailable(_) => Exit::Unavailable,
+            LeaseError::InvalidConfig(_) => Exit::Failure,
+        }
+    }
+}
+
+/// How a command ended, as its exit status: what a script may branch on without reading the
+/// message. Listed in `leasehold --help` ([`EXIT_CODES`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// Anything not below: a local failure, or an answer the CLI could not read.
+    Failure = 1,
+    /// The command line itself is wrong (clap's own status for usage errors).
+    Usage = 2,
+    /// 404: what was named does not exist.
+    NotFound = 3,
+    /// 409, 412, 422: refused because of how things stand (held by another, not dead, a
+    /// stale fence, an idempotency key reused). Retrying the same request will not help.
+    Conflict = 4,
+    /// 400, 413, 415: the service refused the request's input.
+    Invalid = 5,
+    /// 401, 403: no token, or one without the role the request needs.
+    Unauthorized = 6,
+    /// The service could not be reached, timed out, or answered 429 or 5xx: try again later.
+    Unavailable = 7,
+}
+
+/// The exit statuses, as `leasehold --help` lists them.
+pub const EXIT_CODES: &str = "\
+Exit status:
+  0  done
+  1  failed for another reason (a local error, an answer that could not be read)
+  2  usage: the command line is wrong
+  3  not found (404)
+  4  conflict: refused because of how things stand (409, 412, 422)
+  5  invalid: the service refused the input (400, 413, 415)
+  6  unauthorized: no token, or a token without the role (401, 403)
+  7  unavailable: the service could not be reached, timed out, or answered 429 or 5xx";
+
+impl Exit {
+    /// The exit for a service's answer with this HTTP status.
+    pub fn of_status(status: u16) -> Exit {
+        match status {
+            404 => Exit::NotFound,
+            409 | 412 | 422 => Exit::Conflict,
+            400 | 413 | 415 => Exit::Invalid,
+            401 | 403 => Exit::Unauthorized,
+            429 | 500..=599 => Exit::Unavailable,
+            _ => Exit::Failure,
+        }
+    }
+
+    /// The exit a command's error asks for: the first failed request's, else [`Exit::Failure`].
+    pub fn of(err: &anyhow::Error) -> Exit {
+        err.downcast_ref::<Failed>()
+            .map_or(Exit::Failure, |failed| failed.exit)
+    }
+}
+
+/// A failed request, as the CLI reports it, with the exit it calls for.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub(crate) struct Failed {
+    message: String,
+    exit: Exit,
 }
 
 /// What the CLI prints for a failed request: a refusal quotes the service's status, message
@@ -95,17 +176,81 @@ impl Refusal for LeaseError {
 pub(crate) fn failed<E: Refusal>(method: &str, url: &str, err: E) -> anyhow::Error {
     match err.refusal() {
         Some((status, code, error)) => {
+            let exit = Exit::of_status(status);
             let status = reqwest::StatusCode::from_u16(status)
                 .map_or_else(|_| status.to_string(), |status| status.to_string());
-            anyhow::anyhow!("{method} {url} answered {status}: {error} ({code})")
+            anyhow::Error::new(Failed {
+                message: format!("{method} {url} answered {status}: {error} ({code})"),
+                exit,
+            })
         }
-        None => anyhow::Error::new(err).context(format!("{method} {url}")),
+        None => {
+            let exit = err.exit();
+            anyhow::Error::new(err).context(Failed {
+                message: format!("{method} {url}"),
+                exit,
+            })
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_failure_exits_with_its_kind() {
+        let refused = |status| CallError::Refused {
+            status,
+            code: "c".to_owned(),
+            error: "e".to_owned(),
+        };
+        for (status, exit) in [
+            (404, Exit::NotFound),
+            (409, Exit::Conflict),
+            (422, Exit::Conflict),
+            (400, Exit::Invalid),
+            (413, Exit::Invalid),
+            (401, Exit::Unauthorized),
+            (403, Exit::Unauthorized),
+            (429, Exit::Unavailable),
+            (503, Exit::Unavailable),
+        ] {
+            let err = failed("GET", "http://t/x", refused(status));
+            assert_eq!(Exit::of(&err), exit, "{status}");
+            // A command may say more about what it was doing; the exit stays the request's.
+            assert_eq!(Exit::of(&err.context("showing task 1")), exit, "{status}");
+        }
+        let unreachable = CallError::Transient("connection refused".to_owned());
+        assert_eq!(
+            Exit::of(&failed("GET", "http://t/x", unreachable)),
+            Exit::Unavailable
+        );
+        let held = LeaseError::Held {
+            resource: "r".to_owned(),
+            holder: "h".to_owned(),
+            expires_at: None,
+            expires_in: None,
+        };
+        assert_eq!(
+            Exit::of(&failed("POST", "http://l/x", held)),
+            Exit::Conflict
+        );
+        assert_eq!(Exit::of(&anyhow::anyhow!("local")), Exit::Failure);
+        // What `--help` lists is what the process returns.
+        for exit in [
+            Exit::Failure,
+            Exit::Usage,
+            Exit::NotFound,
+            Exit::Conflict,
+            Exit::Invalid,
+            Exit::Unauthorized,
+            Exit::Unavailable,
+        ] {
+            let line = format!("  {}  ", exit as u8);
+            assert!(EXIT_CODES.contains(&line), "{exit:?} is not listed");
+        }
+    }
 
     #[test]
     fn a_refusal_quotes_status_message_and_code() {

@@ -26,6 +26,7 @@ use clap::{Parser, Subcommand};
 use crate::api::Api;
 use crate::out::Out;
 
+pub use api::{EXIT_CODES, Exit};
 pub use generator::GeneratorCommand;
 pub use leases::{LeaseCommand, ProofArgs};
 pub use out::{lease_table, table};
@@ -35,7 +36,7 @@ pub use tasks::{DEFAULT_TASK_DATA, TaskCommand};
 
 /// Operate Leasehold: leases, tasks, queues, schedules and the task generator.
 #[derive(Debug, Parser)]
-#[command(name = "leasehold", version)]
+#[command(name = "leasehold", version, after_help = EXIT_CODES)]
 pub struct Cli {
     /// lease-service's base URL.
     #[arg(

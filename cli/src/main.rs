@@ -14,7 +14,7 @@ async fn main() -> ExitCode {
             {
                 eprintln!("leasehold: {err:#}");
             }
-            ExitCode::FAILURE
+            ExitCode::from(leasehold_cli::Exit::of(&err) as u8)
         }
     }
 }

@@ -73,7 +73,8 @@ async fn leases_acquire_list_show_renew_release_and_revoke_with_tables_and_json(
         &["leases", "acquire", "printer", "--holder", "alice"],
     )
     .await;
-    assert_eq!(refused.status.code(), Some(1));
+    // Exit 6: unauthorized (the statuses are listed in `leasehold --help`).
+    assert_eq!(refused.status.code(), Some(6));
     assert!(stderr(&refused).contains("401"), "{}", stderr(&refused));
     assert!(stderr(&refused).contains("unauthorized"));
 
@@ -134,7 +135,8 @@ async fn leases_acquire_list_show_renew_release_and_revoke_with_tables_and_json(
         &["leases", "release", "printer", "--holder", "bob"],
     )
     .await;
-    assert_eq!(not_holder.status.code(), Some(1));
+    // Exit 4: a conflict, refused because of how things stand.
+    assert_eq!(not_holder.status.code(), Some(4));
     assert!(
         stderr(&not_holder).contains("not_holder"),
         "{}",
@@ -338,6 +340,25 @@ async fn tasks_are_created_watched_to_the_end_listed_shown_tailed_retried_and_ca
     let id = ids[0].to_string();
     let shown = leasehold(&l, &t, None, &["tasks", "show", &id]).await;
     assert!(stdout(&shown).contains("succeeded"), "{}", stdout(&shown));
+    // Scripts tell failures apart by the exit status `leasehold --help` lists: 3 for what does
+    // not exist, 7 for a service that cannot be reached, 2 for a wrong command line.
+    let help = leasehold(&l, &t, None, &["--help"]).await;
+    assert!(
+        stdout(&help).contains("3  not found (404)"),
+        "{}",
+        stdout(&help)
+    );
+    let missing = leasehold(&l, &t, None, &["tasks", "show", "999999999"]).await;
+    assert_eq!(missing.status.code(), Some(3), "{}", stderr(&missing));
+    let unreachable = leasehold(&l, "http://127.0.0.1:1", None, &["tasks", "show", &id]).await;
+    assert_eq!(
+        unreachable.status.code(),
+        Some(7),
+        "{}",
+        stderr(&unreachable)
+    );
+    let usage = leasehold(&l, &t, None, &["tasks", "show", &id, "--no-such-flag"]).await;
+    assert_eq!(usage.status.code(), Some(2), "{}", stderr(&usage));
 
     // A task that fails for good is dead; retry puts it back with fresh attempts.
     // The test's own setup goes through the typed client; what is under test is the CLI.
