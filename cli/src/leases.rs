@@ -9,7 +9,7 @@ use leasehold::lease_client::{LeaseListing, LeaseSet};
 use serde_json::json;
 
 use crate::api::Api;
-use crate::out::{Out, PageArgs, lease_table, more_hint};
+use crate::out::{Out, PageArgs, lease_table, more_hint, pages};
 
 #[derive(Debug, Subcommand)]
 pub enum LeaseCommand {
@@ -93,19 +93,35 @@ pub(crate) async fn leases(api: &Api, out: &Out, command: LeaseCommand) -> anyho
                 resource_prefix: prefix,
                 limit: Some(page.limit),
                 cursor: page.cursor,
-                newest_first: true,
+                newest_first: page.sort.newest_first(),
             };
-            let page = client
+            let first = client
                 .list(&listing)
                 .await
                 .map_err(api.leases_failed("GET", &set.path()))?;
-            out.value(&page, |page| Ok(lease_table(&page.leases)))?;
-            if !out.json
+            let listed = pages(first, page.all, |cursor| {
+                let listing = LeaseListing {
+                    cursor: Some(cursor),
+                    ..listing.clone()
+                };
+                async move {
+                    client
+                        .list(&listing)
+                        .await
+                        .map_err(api.leases_failed("GET", &set.path()))
+                }
+            })
+            .await?;
+            out.value(&listed, |listed| {
+                Ok(lease_table(&listed.leases, out.wide()))
+            })?;
+            if !out.machine()
                 && let Some(hint) = more_hint(
-                    page.leases.len(),
+                    listed.leases.len(),
                     None,
                     "leases",
-                    page.next_cursor.as_deref(),
+                    page.sort,
+                    listed.next_cursor.as_deref(),
                 )
             {
                 out.note(&hint);
@@ -119,7 +135,7 @@ pub(crate) async fn leases(api: &Api, out: &Out, command: LeaseCommand) -> anyho
                 .map_err(api.leases_failed("GET", &format!("/api/leases/{id}")))?;
             // The service's answer, which names the lease.
             out.value(&json!({ "lease": lease }), |_| {
-                Ok(lease_table(std::slice::from_ref(&lease)))
+                Ok(lease_table(std::slice::from_ref(&lease), out.wide()))
             })
         }
         LeaseCommand::Acquire {
@@ -132,7 +148,7 @@ pub(crate) async fn leases(api: &Api, out: &Out, command: LeaseCommand) -> anyho
                 .await
                 .map_err(api.leases_failed("POST", "/api/leases"))?;
             out.value(&lease, |lease| {
-                let mut text = lease_table(std::slice::from_ref(lease));
+                let mut text = lease_table(std::slice::from_ref(lease), out.wide());
                 if let Some(secret) = &lease.secret {
                     text.push_str(&format!("\nsecret: {}", secret.expose()));
                 }
@@ -148,21 +164,27 @@ pub(crate) async fn leases(api: &Api, out: &Out, command: LeaseCommand) -> anyho
                 .renew(&resource, &proof.holder, proof.proof(), seconds(ttl)?)
                 .await
                 .map_err(api.leases_failed("PUT", "/api/leases/renew"))?;
-            out.value(&lease, |lease| Ok(lease_table(std::slice::from_ref(lease))))
+            out.value(&lease, |lease| {
+                Ok(lease_table(std::slice::from_ref(lease), out.wide()))
+            })
         }
         LeaseCommand::Release { resource, proof } => {
             let lease = client
                 .release(&resource, &proof.holder, proof.proof())
                 .await
                 .map_err(api.leases_failed("DELETE", "/api/leases/release"))?;
-            out.value(&lease, |lease| Ok(lease_table(std::slice::from_ref(lease))))
+            out.value(&lease, |lease| {
+                Ok(lease_table(std::slice::from_ref(lease), out.wide()))
+            })
         }
         LeaseCommand::Revoke { id } => {
             let lease = client
                 .revoke(id)
                 .await
                 .map_err(api.leases_failed("POST", &format!("/api/leases/{id}/revoke")))?;
-            out.value(&lease, |lease| Ok(lease_table(std::slice::from_ref(lease))))
+            out.value(&lease, |lease| {
+                Ok(lease_table(std::slice::from_ref(lease), out.wide()))
+            })
         }
     }
 }

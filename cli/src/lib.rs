@@ -24,6 +24,7 @@ mod tasks;
 use clap::{Parser, Subcommand};
 
 use crate::api::Api;
+pub use crate::out::Format;
 use crate::out::Out;
 
 pub use api::{EXIT_CODES, Exit};
@@ -59,7 +60,11 @@ pub struct Cli {
     /// task-service).
     #[arg(long, env = "LEASEHOLD_TOKEN", hide_env_values = true, global = true)]
     pub token: Option<String>,
-    /// Print the services' JSON instead of tables.
+    /// How to print what is read: table, wide (more columns), json (the services' own JSON)
+    /// or yaml.
+    #[arg(short = 'o', long, value_enum, default_value_t, global = true)]
+    pub output: Format,
+    /// Print the services' JSON: the same as `-o json`.
     #[arg(long, global = true)]
     pub json: bool,
     #[command(subcommand)]
@@ -88,7 +93,7 @@ pub enum Command {
 /// Runs one command.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let api = Api::new(&cli)?;
-    let out = Out::new(cli.json);
+    let out = Out::new(if cli.json { Format::Json } else { cli.output });
     match cli.command {
         Command::Leases(command) => leases::leases(&api, &out, command).await,
         Command::Tasks(command) => tasks::tasks(&api, &out, command).await,

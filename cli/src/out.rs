@@ -12,11 +12,26 @@ use leasehold::tasks::Task;
 use serde::Serialize;
 use serde_json::Value;
 
-/// Where the output goes: JSON or tables on standard output, progress and hints on standard
-/// error. Progress redraws one line in place only when standard error is a terminal; anywhere
-/// else (a pipe, a file, CI's log) each new state is a plain line of its own, without escapes.
+/// How reads are printed (`-o`), as kubectl's `-o` does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Format {
+    /// Columns for people.
+    #[default]
+    Table,
+    /// The table with more columns (times, fences, keys, errors).
+    Wide,
+    /// The services' own JSON.
+    Json,
+    /// The services' own answer, as YAML.
+    Yaml,
+}
+
+/// Where the output goes: JSON, YAML or tables on standard output, progress and hints on
+/// standard error. Progress redraws one line in place only when standard error is a terminal;
+/// anywhere else (a pipe, a file, CI's log) each new state is a plain line of its own, without
+/// escapes.
 pub(crate) struct Out {
-    pub(crate) json: bool,
+    pub(crate) format: Format,
     pub(crate) terminal: bool,
     /// The last progress line written where lines are not redrawn: an unchanged state is not
     /// written again.
@@ -24,27 +39,43 @@ pub(crate) struct Out {
 }
 
 impl Out {
-    pub(crate) fn new(json: bool) -> Out {
+    pub(crate) fn new(format: Format) -> Out {
         Out {
-            json,
+            format,
             terminal: std::io::stderr().is_terminal(),
             last: Mutex::new(String::new()),
         }
     }
 
-    /// Prints `value` as JSON with `--json`, else as `table` renders it.
+    /// Whether the output is for programs (JSON or YAML): no tables, no hints mixed in.
+    pub(crate) fn machine(&self) -> bool {
+        matches!(self.format, Format::Json | Format::Yaml)
+    }
+
+    /// Whether tables show their wide columns (`-o wide`).
+    pub(crate) fn wide(&self) -> bool {
+        self.format == Format::Wide
+    }
+
+    /// Prints `value` as JSON or YAML (`-o json|yaml`), else as `table` renders it.
     pub(crate) fn value<T: Serialize>(
         &self,
         value: &T,
         table: impl FnOnce(&T) -> anyhow::Result<String>,
     ) -> anyhow::Result<()> {
-        let text = if self.json {
-            // Through a `Value`, whose keys are in order: the JSON the CLI has always printed.
-            serde_json::to_string_pretty(&serde_json::to_value(value)?)?
-        } else {
-            table(value)?
-        };
+        let text = self.encode(value)?.map_or_else(|| table(value), Ok)?;
         self.line(&text)
+    }
+
+    /// `value` as JSON or YAML, or `None` for the tables.
+    pub(crate) fn encode<T: Serialize>(&self, value: &T) -> anyhow::Result<Option<String>> {
+        // Through a `Value`, whose keys are in order: the JSON the CLI has always printed.
+        let value = || serde_json::to_value(value);
+        Ok(match self.format {
+            Format::Json => Some(serde_json::to_string_pretty(&value()?)?),
+            Format::Yaml => Some(yaml_serde::to_string(&value()?)?.trim_end().to_owned()),
+            Format::Table | Format::Wide => None,
+        })
     }
 
     pub(crate) fn line(&self, text: &str) -> anyhow::Result<()> {
@@ -77,30 +108,102 @@ impl Out {
     }
 }
 
-/// Says how to get the rest when a listing stopped short of it (a page holds at most `limit`
-/// rows, and the service may cut one short to bound its size).
 /// Which page of a listing to print: the flags every `list` command takes.
 #[derive(Debug, clap::Args)]
 pub struct PageArgs {
     /// At most this many (a page is at most 1000).
     #[arg(long, default_value_t = 100)]
     pub limit: u32,
+    /// Every one: page after page of --limit, until the last.
+    #[arg(long, conflicts_with = "cursor")]
+    pub all: bool,
+    /// Which come first.
+    #[arg(long, value_enum, default_value_t)]
+    pub sort: Sort,
     /// Continue from an earlier page: the cursor its last line (or its `nextCursor`) gave.
     #[arg(long)]
     pub cursor: Option<String>,
 }
 
+/// The order of a listing, by id (the order things were made in).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Sort {
+    /// The newest first.
+    #[default]
+    Newest,
+    /// The oldest first.
+    Oldest,
+}
+
+impl Sort {
+    pub(crate) fn newest_first(self) -> bool {
+        self == Sort::Newest
+    }
+
+    fn words(self) -> &'static str {
+        match self {
+            Sort::Newest => "newest first",
+            Sort::Oldest => "oldest first",
+        }
+    }
+}
+
+/// A page of a listing, which `--all` joins to the pages after it.
+pub(crate) trait Paged: Sized {
+    /// The cursor of the next page, taken out of this one.
+    fn take_cursor(&mut self) -> Option<String>;
+    /// Appends the next page's rows, and takes its cursor.
+    fn append(&mut self, next: Self);
+}
+
+impl Paged for leasehold::tasks::TaskPage {
+    fn take_cursor(&mut self) -> Option<String> {
+        self.next_cursor.take()
+    }
+    fn append(&mut self, next: Self) {
+        self.tasks.extend(next.tasks);
+        self.next_cursor = next.next_cursor;
+    }
+}
+
+impl Paged for leasehold::api::LeasePage {
+    fn take_cursor(&mut self) -> Option<String> {
+        self.next_cursor.take()
+    }
+    fn append(&mut self, next: Self) {
+        self.leases.extend(next.leases);
+        self.next_cursor = next.next_cursor;
+    }
+}
+
+/// `first`, and with `all` every page after it, each read by `fetch` from the cursor before it.
+pub(crate) async fn pages<P: Paged, Fut: Future<Output = anyhow::Result<P>>>(
+    mut first: P,
+    all: bool,
+    mut fetch: impl FnMut(String) -> Fut,
+) -> anyhow::Result<P> {
+    while all && let Some(cursor) = first.take_cursor() {
+        let next = fetch(cursor).await?;
+        first.append(next);
+    }
+    Ok(first)
+}
+
+/// Says how to get the rest when a listing stopped short of it (a page holds at most `limit`
+/// rows, and the service may cut one short to bound its size).
 pub(crate) fn more_hint(
     shown: usize,
     of: Option<i64>,
     what: &str,
+    sort: Sort,
     next: Option<&str>,
 ) -> Option<String> {
     let next = next?;
     let of = of.map_or_else(String::new, |total| format!(" of {total}"));
     Some(format!(
-        "showing {shown}{of} {what}, newest first; more with --cursor {next} (or a larger \
-         --limit, up to 1000)"
+        "showing {shown}{of} {what}, {}; use --limit (up to 1000) or --all, or go on with \
+         --cursor {next}",
+        sort.words()
     ))
 }
 
@@ -157,11 +260,11 @@ pub(crate) fn time_left(lease: &Lease) -> String {
     }
 }
 
-pub fn lease_table(leases: &[Lease]) -> String {
+pub fn lease_table(leases: &[Lease], wide: bool) -> String {
     let rows: Vec<Vec<String>> = leases
         .iter()
         .map(|l| {
-            vec![
+            let mut row = vec![
                 l.id.to_string(),
                 l.resource.clone(),
                 l.holder.clone(),
@@ -169,28 +272,39 @@ pub fn lease_table(leases: &[Lease]) -> String {
                 wire_name(&l.status),
                 time_left(l),
                 time(&l.expires_at),
-            ]
+            ];
+            if wide {
+                row.extend([
+                    l.ttl_seconds.to_string(),
+                    time(&l.created_at),
+                    or_dash(l.renewed_at.as_ref().map(time)),
+                    or_dash(l.released_at.as_ref().map(time)),
+                ]);
+            }
+            row
         })
         .collect();
-    table(
-        &[
-            "ID",
-            "RESOURCE",
-            "HOLDER",
-            "FENCE",
-            "STATUS",
-            "LEFT",
-            "EXPIRES AT",
-        ],
-        &rows,
-    )
+    let mut headers = vec![
+        "ID",
+        "RESOURCE",
+        "HOLDER",
+        "FENCE",
+        "STATUS",
+        "LEFT",
+        "EXPIRES AT",
+    ];
+    if wide {
+        headers.extend(["TTL", "CREATED AT", "RENEWED AT", "RELEASED AT"]);
+    }
+    table(&headers, &rows)
 }
 
-pub(crate) fn task_table(tasks: &[Task]) -> String {
+pub(crate) fn task_table(tasks: &[Task], wide: bool) -> String {
+    let at = |at: &Option<DateTime<Utc>>| or_dash(at.as_ref().map(time));
     let rows: Vec<Vec<String>> = tasks
         .iter()
         .map(|t| {
-            vec![
+            let mut row = vec![
                 t.id.to_string(),
                 t.status.as_str().to_owned(),
                 t.queue.clone(),
@@ -198,21 +312,40 @@ pub(crate) fn task_table(tasks: &[Task]) -> String {
                 format!("{}/{}", t.attempts, t.max_attempts),
                 or_dash(t.processor.clone()),
                 time(&t.scheduled_at),
-            ]
+            ];
+            if wide {
+                row.extend([
+                    or_dash(t.concurrency_key.clone()),
+                    or_dash(t.fence.map(|f| f.to_string())),
+                    time(&t.created_at),
+                    at(&t.started_at),
+                    at(&t.processed_at),
+                    or_dash(t.last_error.clone()),
+                ]);
+            }
+            row
         })
         .collect();
-    table(
-        &[
-            "ID",
-            "STATUS",
-            "QUEUE",
-            "PRIORITY",
-            "ATTEMPTS",
-            "PROCESSOR",
-            "SCHEDULED AT",
-        ],
-        &rows,
-    )
+    let mut headers = vec![
+        "ID",
+        "STATUS",
+        "QUEUE",
+        "PRIORITY",
+        "ATTEMPTS",
+        "PROCESSOR",
+        "SCHEDULED AT",
+    ];
+    if wide {
+        headers.extend([
+            "KEY",
+            "FENCE",
+            "CREATED AT",
+            "STARTED AT",
+            "PROCESSED AT",
+            "LAST ERROR",
+        ]);
+    }
+    table(&headers, &rows)
 }
 
 pub(crate) fn task_detail(task: &Task) -> String {
@@ -247,13 +380,13 @@ pub(crate) fn task_detail(task: &Task) -> String {
     table(&["FIELD", "VALUE"], &rows)
 }
 
-pub(crate) fn queue_table(queues: &[QueueState]) -> String {
+pub(crate) fn queue_table(queues: &[QueueState], wide: bool) -> String {
     let count =
         |q: &QueueState, status: &str| q.counts.get(status).copied().unwrap_or(0).to_string();
     let rows: Vec<Vec<String>> = queues
         .iter()
         .map(|q| {
-            vec![
+            let mut row = vec![
                 q.queue.clone(),
                 if q.paused { "paused" } else { "running" }.to_owned(),
                 or_dash(q.concurrency_limit.map(|l| l.to_string())),
@@ -263,23 +396,32 @@ pub(crate) fn queue_table(queues: &[QueueState]) -> String {
                 count(q, "succeeded"),
                 count(q, "dead"),
                 or_dash(q.oldest_due_age_seconds.map(|s| format!("{s:.1} s"))),
-            ]
+            ];
+            if wide {
+                row.extend([
+                    or_dash(q.rate_limit.as_ref().map(|r| r.per_second.to_string())),
+                    or_dash(q.rate_limit.as_ref().map(|r| r.burst.to_string())),
+                    count(q, "cancelled"),
+                ]);
+            }
+            row
         })
         .collect();
-    table(
-        &[
-            "QUEUE",
-            "STATE",
-            "LIMIT",
-            "KEY LIMIT",
-            "PENDING",
-            "RUNNING",
-            "SUCCEEDED",
-            "DEAD",
-            "OLDEST DUE",
-        ],
-        &rows,
-    )
+    let mut headers = vec![
+        "QUEUE",
+        "STATE",
+        "LIMIT",
+        "KEY LIMIT",
+        "PENDING",
+        "RUNNING",
+        "SUCCEEDED",
+        "DEAD",
+        "OLDEST DUE",
+    ];
+    if wide {
+        headers.extend(["RATE/S", "BURST", "CANCELLED"]);
+    }
+    table(&headers, &rows)
 }
 
 pub(crate) fn generator_table(status: &GeneratorStatus) -> String {
@@ -353,15 +495,17 @@ mod tests {
 
     #[test]
     fn the_hint_says_how_to_get_more_only_when_there_is_more() {
-        assert_eq!(more_hint(100, Some(250), "tasks", None), None);
-        let hint = more_hint(100, Some(250), "tasks", Some("151")).expect("a hint");
+        assert_eq!(more_hint(100, Some(250), "tasks", Sort::Newest, None), None);
+        let hint = more_hint(100, Some(250), "tasks", Sort::Newest, Some("151")).expect("a hint");
         assert!(
             hint.starts_with("showing 100 of 250 tasks, newest first"),
             "{hint}"
         );
         assert!(
-            hint.contains("--cursor 151") && hint.contains("--limit"),
+            hint.contains("--cursor 151") && hint.contains("--limit") && hint.contains("--all"),
             "{hint}"
         );
+        let hint = more_hint(5, None, "leases", Sort::Oldest, Some("6")).expect("a hint");
+        assert!(hint.starts_with("showing 5 leases, oldest first"), "{hint}");
     }
 }

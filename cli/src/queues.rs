@@ -54,7 +54,9 @@ pub(crate) async fn queues(api: &Api, out: &Out, command: QueueCommand) -> anyho
                 .queues()
                 .await
                 .map_err(api.tasks_failed("GET", "/api/queues"))?;
-            return out.value(&queues, |queues| Ok(queue_table(&queues.queues)));
+            return out.value(&queues, |queues| {
+                Ok(queue_table(&queues.queues, out.wide()))
+            });
         }
         QueueCommand::Show { queue } => client
             .queue(&queue)
@@ -88,5 +90,7 @@ pub(crate) async fn queues(api: &Api, out: &Out, command: QueueCommand) -> anyho
             .await
             .map_err(api.tasks_failed("PUT", &format!("/api/queues/{queue}")))?,
     };
-    out.value(&state, |state| Ok(queue_table(std::slice::from_ref(state))))
+    out.value(&state, |state| {
+        Ok(queue_table(std::slice::from_ref(state), out.wide()))
+    })
 }

@@ -10,7 +10,7 @@ use leasehold::tasks::{BulkTasks, CreateTask, MAX_CREATE_BATCH, Task, TaskStatus
 use serde_json::{Value, json};
 
 use crate::api::Api;
-use crate::out::{Out, PageArgs, more_hint, task_detail, task_table, time};
+use crate::out::{Out, PageArgs, more_hint, pages, task_detail, task_table, time};
 
 /// What `tasks create` asks for when given no `--data`: work the worker finishes, so that a
 /// first try (`--count 50 --wait`) shows tasks succeeding.
@@ -178,8 +178,8 @@ pub(crate) async fn tasks(api: &Api, out: &Out, command: TaskCommand) -> anyhow:
                 ..CreateTask::default()
             };
             let created = create_many(api, out, &request, count).await?;
-            if out.json || created.len() <= 20 {
-                out.value(&created, |tasks| Ok(task_table(tasks)))?;
+            if out.machine() || created.len() <= 20 {
+                out.value(&created, |tasks| Ok(task_table(tasks, out.wide())))?;
             } else {
                 out.line(&format!("created {} tasks", created.len()))?;
             }
@@ -202,23 +202,37 @@ pub(crate) async fn tasks(api: &Api, out: &Out, command: TaskCommand) -> anyhow:
                 queue,
                 limit: Some(page.limit),
                 cursor: page.cursor,
-                newest_first: true,
+                newest_first: page.sort.newest_first(),
             };
-            let page = client
+            let first = client
                 .list(&listing)
                 .await
                 .map_err(api.tasks_failed("GET", "/api/tasks"))?;
-            out.value(&page, |page| Ok(task_table(&page.tasks)))?;
-            if !out.json && page.next_cursor.is_some() {
+            let listed = pages(first, page.all, |cursor| {
+                let listing = TaskListing {
+                    cursor: Some(cursor),
+                    ..listing.clone()
+                };
+                async move {
+                    client
+                        .list(&listing)
+                        .await
+                        .map_err(api.tasks_failed("GET", "/api/tasks"))
+                }
+            })
+            .await?;
+            out.value(&listed, |listed| Ok(task_table(&listed.tasks, out.wide())))?;
+            if !out.machine() && listed.next_cursor.is_some() {
                 // Only to say how many there are: a failure here costs the count, not the list.
                 let total = count_tasks(api, listing.status.as_deref(), listing.queue.as_deref())
                     .await
                     .ok();
                 let hint = more_hint(
-                    page.tasks.len(),
+                    listed.tasks.len(),
                     total,
                     "tasks",
-                    page.next_cursor.as_deref(),
+                    page.sort,
+                    listed.next_cursor.as_deref(),
                 );
                 if let Some(hint) = hint {
                     out.note(&hint);
@@ -236,14 +250,18 @@ pub(crate) async fn tasks(api: &Api, out: &Out, command: TaskCommand) -> anyhow:
                 .cancel(id)
                 .await
                 .map_err(api.tasks_failed("POST", &format!("/api/tasks/{id}/cancel")))?;
-            out.value(&task, |task| Ok(task_table(std::slice::from_ref(task))))
+            out.value(&task, |task| {
+                Ok(task_table(std::slice::from_ref(task), out.wide()))
+            })
         }
         TaskCommand::Retry { id } => {
             let task = client
                 .retry(id)
                 .await
                 .map_err(api.tasks_failed("POST", &format!("/api/tasks/{id}/retry")))?;
-            out.value(&task, |task| Ok(task_table(std::slice::from_ref(task))))
+            out.value(&task, |task| {
+                Ok(task_table(std::slice::from_ref(task), out.wide()))
+            })
         }
         TaskCommand::RetryAll { filter } => {
             let touched = bulk_until_done(api, Bulk::Retry, filter).await?;
@@ -377,7 +395,7 @@ pub(crate) async fn wait_for_queue(
         );
         if of("pending") == 0 && of("running") == 0 {
             out.progress(&line, true);
-            if out.json {
+            if out.machine() {
                 // `null` for a queue with no tasks at all, as the counts' JSON has it.
                 out.value(&in_queue, |_| Ok(String::new()))?;
             }
@@ -461,7 +479,7 @@ pub(crate) async fn tail(
 
 /// One line of `tail`: a JSON object per line with --json.
 pub(crate) fn report(out: &Out, task: &Task) -> anyhow::Result<()> {
-    if out.json {
+    if out.machine() {
         return out.line(&serde_json::to_string(task)?);
     }
     out.line(&format!(

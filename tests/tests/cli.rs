@@ -337,6 +337,64 @@ async fn tasks_are_created_watched_to_the_end_listed_shown_tailed_retried_and_ca
     let hint = stderr(&table);
     assert!(hint.contains("showing 5 of 40 tasks"), "{hint}");
     assert!(hint.contains(&format!("--cursor {}", ids[4])), "{hint}");
+    assert!(hint.contains("--all"), "{hint}");
+    // `--all` follows the cursors to the end, whatever the page; `--sort oldest` turns the
+    // order round; `-o wide` adds columns; `-o yaml` is the same answer as `-o json`.
+    let all = leasehold(
+        &l,
+        &t,
+        None,
+        &[
+            "tasks", "list", "--queue", "cli", "--limit", "7", "--all", "--sort", "oldest", "-o",
+            "json",
+        ],
+    )
+    .await;
+    let all = documents(&all).remove(0);
+    let oldest_first: Vec<i64> = all["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_i64().unwrap())
+        .collect();
+    let mut expected = ids.clone();
+    expected.reverse();
+    assert_eq!(oldest_first, expected, "every task, oldest first");
+    assert!(all["nextCursor"].is_null(), "{all}");
+    let wide = leasehold(
+        &l,
+        &t,
+        None,
+        &[
+            "tasks", "list", "--queue", "cli", "--limit", "1", "-o", "wide",
+        ],
+    )
+    .await;
+    let header = stdout(&wide).lines().next().unwrap_or_default().to_owned();
+    for column in ["PROCESSOR", "FENCE", "STARTED AT", "PROCESSED AT"] {
+        assert!(header.contains(column), "{header}");
+    }
+    let yaml = leasehold(
+        &l,
+        &t,
+        None,
+        &[
+            "tasks", "list", "--queue", "cli", "--limit", "3", "-o", "yaml",
+        ],
+    )
+    .await;
+    ok(&yaml, "list as YAML");
+    let yaml: Value = yaml_serde::from_str(&stdout(&yaml)).expect("YAML");
+    let json = leasehold(
+        &l,
+        &t,
+        None,
+        &[
+            "tasks", "list", "--queue", "cli", "--limit", "3", "-o", "json",
+        ],
+    )
+    .await;
+    assert_eq!(yaml, documents(&json).remove(0));
     let id = ids[0].to_string();
     let shown = leasehold(&l, &t, None, &["tasks", "show", &id]).await;
     assert!(stdout(&shown).contains("succeeded"), "{}", stdout(&shown));
