@@ -88,10 +88,22 @@ pub enum Command {
     /// Periodic tasks: one task per tick of a cron expression.
     #[command(subcommand)]
     Schedules(ScheduleCommand),
+    /// Print a shell completion script: `source <(leasehold completion bash)`.
+    Completion {
+        /// The shell to complete for.
+        shell: clap_complete::Shell,
+    },
 }
 
 /// Runs one command.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    if let Command::Completion { shell } = cli.command {
+        use clap::CommandFactory;
+        let mut command = Cli::command();
+        let mut script = Vec::new();
+        clap_complete::generate(shell, &mut command, "leasehold", &mut script);
+        return Out::new(Format::Table).line(String::from_utf8_lossy(&script).trim_end());
+    }
     let api = Api::new(&cli)?;
     let out = Out::new(if cli.json { Format::Json } else { cli.output });
     match cli.command {
@@ -100,6 +112,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Generator(command) => generator::generator(&api, &out, command).await,
         Command::Queues(command) => queues::queues(&api, &out, command).await,
         Command::Schedules(command) => schedules::schedules(&api, &out, command).await,
+        Command::Completion { .. } => Ok(()),
     }
 }
 
@@ -165,6 +178,8 @@ mod tests {
                 "0 3 * * *",
             ],
             vec!["leasehold", "schedules", "pause", "nightly"],
+            vec!["leasehold", "completion", "zsh"],
+            vec!["leasehold", "tasks", "list", "-o", "yaml", "--all"],
         ] {
             assert!(Cli::try_parse_from(&args).is_ok(), "{args:?}");
         }

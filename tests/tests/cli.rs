@@ -754,3 +754,58 @@ async fn schedules_are_created_listed_paused_resumed_and_deleted() {
         stderr(&shown)
     );
 }
+
+#[tokio::test]
+async fn completions_load_into_bash_and_name_every_command() {
+    let script = leasehold(
+        "http://127.0.0.1:1",
+        "http://127.0.0.1:1",
+        None,
+        &["completion", "bash"],
+    )
+    .await;
+    ok(&script, "completion bash");
+    let script = stdout(&script);
+    for command in [
+        "leases",
+        "tasks",
+        "queues",
+        "schedules",
+        "generator",
+        "--output",
+    ] {
+        assert!(script.contains(command), "{command} is not completed");
+    }
+    // Bash itself loads it and registers the completion (no service is needed).
+    let mut loaded = tokio::process::Command::new("bash")
+        .args(["--norc", "-c", "source /dev/stdin && complete -p leasehold"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    {
+        use tokio::io::AsyncWriteExt as _;
+        let mut input = loaded.stdin.take().unwrap();
+        input.write_all(script.as_bytes()).await.unwrap();
+    }
+    let loaded = loaded.wait_with_output().await.unwrap();
+    let registered = String::from_utf8_lossy(&loaded.stdout);
+    assert!(
+        loaded.status.success() && registered.contains("leasehold"),
+        "{registered} {}",
+        String::from_utf8_lossy(&loaded.stderr)
+    );
+    for shell in ["zsh", "fish"] {
+        let script = leasehold(
+            "http://127.0.0.1:1",
+            "http://127.0.0.1:1",
+            None,
+            &["completion", shell],
+        )
+        .await;
+        ok(&script, shell);
+        assert!(stdout(&script).contains("schedules"), "{shell}");
+    }
+}
