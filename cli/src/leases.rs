@@ -113,7 +113,7 @@ pub(crate) async fn leases(api: &Api, out: &Out, command: LeaseCommand) -> anyho
             })
             .await?;
             out.value(&listed, |listed| {
-                Ok(lease_table(&listed.leases, out.wide()))
+                Ok(lease_table(&listed.leases, out.view()))
             })?;
             if !out.machine()
                 && let Some(hint) = more_hint(
@@ -135,7 +135,7 @@ pub(crate) async fn leases(api: &Api, out: &Out, command: LeaseCommand) -> anyho
                 .map_err(api.leases_failed("GET", &format!("/api/leases/{id}")))?;
             // The service's answer, which names the lease.
             out.value(&json!({ "lease": lease }), |_| {
-                Ok(lease_table(std::slice::from_ref(&lease), out.wide()))
+                Ok(lease_table(std::slice::from_ref(&lease), out.view()))
             })
         }
         LeaseCommand::Acquire {
@@ -148,7 +148,7 @@ pub(crate) async fn leases(api: &Api, out: &Out, command: LeaseCommand) -> anyho
                 .await
                 .map_err(api.leases_failed("POST", "/api/leases"))?;
             out.value(&lease, |lease| {
-                let mut text = lease_table(std::slice::from_ref(lease), out.wide());
+                let mut text = lease_table(std::slice::from_ref(lease), out.view());
                 if let Some(secret) = &lease.secret {
                     text.push_str(&format!("\nsecret: {}", secret.expose()));
                 }
@@ -165,7 +165,7 @@ pub(crate) async fn leases(api: &Api, out: &Out, command: LeaseCommand) -> anyho
                 .await
                 .map_err(api.leases_failed("PUT", "/api/leases/renew"))?;
             out.value(&lease, |lease| {
-                Ok(lease_table(std::slice::from_ref(lease), out.wide()))
+                Ok(lease_table(std::slice::from_ref(lease), out.view()))
             })
         }
         LeaseCommand::Release { resource, proof } => {
@@ -174,7 +174,7 @@ pub(crate) async fn leases(api: &Api, out: &Out, command: LeaseCommand) -> anyho
                 .await
                 .map_err(api.leases_failed("DELETE", "/api/leases/release"))?;
             out.value(&lease, |lease| {
-                Ok(lease_table(std::slice::from_ref(lease), out.wide()))
+                Ok(lease_table(std::slice::from_ref(lease), out.view()))
             })
         }
         LeaseCommand::Revoke { id } => {
@@ -183,7 +183,7 @@ pub(crate) async fn leases(api: &Api, out: &Out, command: LeaseCommand) -> anyho
                 .await
                 .map_err(api.leases_failed("POST", &format!("/api/leases/{id}/revoke")))?;
             out.value(&lease, |lease| {
-                Ok(lease_table(std::slice::from_ref(lease), out.wide()))
+                Ok(lease_table(std::slice::from_ref(lease), out.view()))
             })
         }
     }

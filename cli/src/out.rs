@@ -32,6 +32,8 @@ pub enum Format {
 /// escapes.
 pub(crate) struct Out {
     pub(crate) format: Format,
+    /// Tables colour statuses: only on a terminal, and never with `NO_COLOR` set.
+    pub(crate) colour: bool,
     pub(crate) terminal: bool,
     /// The last progress line written where lines are not redrawn: an unchanged state is not
     /// written again.
@@ -42,6 +44,10 @@ impl Out {
     pub(crate) fn new(format: Format) -> Out {
         Out {
             format,
+            colour: colour_wanted(
+                std::io::stdout().is_terminal(),
+                std::env::var_os("NO_COLOR").as_deref(),
+            ),
             terminal: std::io::stderr().is_terminal(),
             last: Mutex::new(String::new()),
         }
@@ -52,9 +58,12 @@ impl Out {
         matches!(self.format, Format::Json | Format::Yaml)
     }
 
-    /// Whether tables show their wide columns (`-o wide`).
-    pub(crate) fn wide(&self) -> bool {
-        self.format == Format::Wide
+    /// How tables are drawn: wide (`-o wide`) or not, coloured or not.
+    pub(crate) fn view(&self) -> View {
+        View {
+            wide: self.format == Format::Wide,
+            colour: self.colour,
+        }
     }
 
     /// Prints `value` as JSON or YAML (`-o json|yaml`), else as `table` renders it.
@@ -207,19 +216,97 @@ pub(crate) fn more_hint(
     ))
 }
 
+/// Whether to colour: on a terminal, unless `NO_COLOR` is set to anything but nothing
+/// (no-color.org).
+pub(crate) fn colour_wanted(terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    terminal && no_color.is_none_or(std::ffi::OsStr::is_empty)
+}
+
+/// How a table is drawn.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct View {
+    /// With the wide columns (`-o wide`).
+    pub wide: bool,
+    /// With statuses coloured (a terminal without `NO_COLOR`).
+    pub colour: bool,
+}
+
+/// What a colour says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tone {
+    /// Done, or holding: green.
+    Good,
+    /// Dead, or ended against its holder: red.
+    Bad,
+    /// Waiting: yellow.
+    Waiting,
+    /// At work: cyan.
+    Busy,
+    /// Over and of no further interest: dim.
+    Over,
+}
+
+impl View {
+    /// A task's or a lease's status, in its colour.
+    pub(crate) fn status(self, status: &str) -> String {
+        let tone = match status {
+            "succeeded" | "active" => Tone::Good,
+            "dead" | "revoked" | "expired" => Tone::Bad,
+            "pending" => Tone::Waiting,
+            "running" => Tone::Busy,
+            "cancelled" | "released" => Tone::Over,
+            _ => return status.to_owned(),
+        };
+        self.paint(status, tone)
+    }
+
+    /// `text` in the colour of `tone`, when colouring.
+    pub(crate) fn paint(self, text: &str, tone: Tone) -> String {
+        if !self.colour {
+            return text.to_owned();
+        }
+        let code = match tone {
+            Tone::Good => "32",
+            Tone::Bad => "31",
+            Tone::Waiting => "33",
+            Tone::Busy => "36",
+            Tone::Over => "2",
+        };
+        format!("\x1b[{code}m{text}\x1b[0m")
+    }
+}
+
+/// The width a cell takes on screen: its characters, less colour escapes.
+fn visible_width(cell: &str) -> usize {
+    let mut width = 0;
+    let mut escape = false;
+    for c in cell.chars() {
+        match (escape, c) {
+            (false, '\x1b') => escape = true,
+            (true, 'm') => escape = false,
+            (true, _) => {}
+            (false, _) => width += 1,
+        }
+    }
+    width
+}
+
 /// Columns padded to their widest cell.
 pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    let mut widths: Vec<usize> = headers.iter().map(|h| visible_width(h)).collect();
     for row in rows {
         for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.chars().count());
+            *width = (*width).max(visible_width(cell));
         }
     }
     let line = |cells: Vec<&str>| {
         cells
             .iter()
             .zip(&widths)
-            .map(|(cell, width)| format!("{cell:<width$}"))
+            .map(|(cell, width)| {
+                let pad = width.saturating_sub(visible_width(cell));
+                format!("{cell}{}", " ".repeat(pad))
+            })
             .collect::<Vec<_>>()
             .join("  ")
             .trim_end()
@@ -260,7 +347,8 @@ pub(crate) fn time_left(lease: &Lease) -> String {
     }
 }
 
-pub fn lease_table(leases: &[Lease], wide: bool) -> String {
+pub fn lease_table(leases: &[Lease], view: View) -> String {
+    let wide = view.wide;
     let rows: Vec<Vec<String>> = leases
         .iter()
         .map(|l| {
@@ -269,7 +357,7 @@ pub fn lease_table(leases: &[Lease], wide: bool) -> String {
                 l.resource.clone(),
                 l.holder.clone(),
                 l.fence.to_string(),
-                wire_name(&l.status),
+                view.status(&wire_name(&l.status)),
                 time_left(l),
                 time(&l.expires_at),
             ];
@@ -299,14 +387,15 @@ pub fn lease_table(leases: &[Lease], wide: bool) -> String {
     table(&headers, &rows)
 }
 
-pub(crate) fn task_table(tasks: &[Task], wide: bool) -> String {
+pub(crate) fn task_table(tasks: &[Task], view: View) -> String {
+    let wide = view.wide;
     let at = |at: &Option<DateTime<Utc>>| or_dash(at.as_ref().map(time));
     let rows: Vec<Vec<String>> = tasks
         .iter()
         .map(|t| {
             let mut row = vec![
                 t.id.to_string(),
-                t.status.as_str().to_owned(),
+                view.status(t.status.as_str()),
                 t.queue.clone(),
                 t.priority.to_string(),
                 format!("{}/{}", t.attempts, t.max_attempts),
@@ -380,7 +469,8 @@ pub(crate) fn task_detail(task: &Task) -> String {
     table(&["FIELD", "VALUE"], &rows)
 }
 
-pub(crate) fn queue_table(queues: &[QueueState], wide: bool) -> String {
+pub(crate) fn queue_table(queues: &[QueueState], view: View) -> String {
+    let wide = view.wide;
     let count =
         |q: &QueueState, status: &str| q.counts.get(status).copied().unwrap_or(0).to_string();
     let rows: Vec<Vec<String>> = queues
@@ -388,7 +478,11 @@ pub(crate) fn queue_table(queues: &[QueueState], wide: bool) -> String {
         .map(|q| {
             let mut row = vec![
                 q.queue.clone(),
-                if q.paused { "paused" } else { "running" }.to_owned(),
+                if q.paused {
+                    view.paint("paused", Tone::Waiting)
+                } else {
+                    view.paint("running", Tone::Good)
+                },
                 or_dash(q.concurrency_limit.map(|l| l.to_string())),
                 or_dash(q.key_concurrency_limit.map(|l| l.to_string())),
                 count(q, "pending"),
@@ -464,6 +558,46 @@ mod tests {
             ],
         );
         assert_eq!(text, "ID   NAME\n1    a\n100  bb");
+    }
+
+    #[test]
+    fn colour_only_on_a_terminal_and_never_with_no_color() {
+        use std::ffi::OsStr;
+        assert!(colour_wanted(true, None));
+        assert!(colour_wanted(true, Some(OsStr::new(""))));
+        assert!(!colour_wanted(true, Some(OsStr::new("1"))));
+        assert!(!colour_wanted(false, None));
+        let plain = View::default();
+        assert_eq!(plain.status("dead"), "dead");
+        let coloured = View {
+            wide: false,
+            colour: true,
+        };
+        assert_eq!(coloured.status("dead"), "\x1b[31mdead\x1b[0m");
+        // Columns line up by what shows, not by the escapes.
+        let text = table(
+            &["ID", "STATUS", "QUEUE"],
+            &[
+                vec!["1".to_owned(), coloured.status("dead"), "q".to_owned()],
+                vec!["2".to_owned(), "succeeded".to_owned(), "q".to_owned()],
+            ],
+        );
+        let queue_at: Vec<usize> = text
+            .lines()
+            .map(|line| {
+                let mut width = 0;
+                let mut shown = String::new();
+                for c in line.chars() {
+                    shown.push(c);
+                    width = visible_width(&shown);
+                    if c == 'q' || c == 'Q' {
+                        break;
+                    }
+                }
+                width
+            })
+            .collect();
+        assert_eq!(queue_at, vec![queue_at[0]; 3], "{text:?}");
     }
 
     #[test]

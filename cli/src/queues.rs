@@ -55,7 +55,7 @@ pub(crate) async fn queues(api: &Api, out: &Out, command: QueueCommand) -> anyho
                 .await
                 .map_err(api.tasks_failed("GET", "/api/queues"))?;
             return out.value(&queues, |queues| {
-                Ok(queue_table(&queues.queues, out.wide()))
+                Ok(queue_table(&queues.queues, out.view()))
             });
         }
         QueueCommand::Show { queue } => client
@@ -91,6 +91,6 @@ pub(crate) async fn queues(api: &Api, out: &Out, command: QueueCommand) -> anyho
             .map_err(api.tasks_failed("PUT", &format!("/api/queues/{queue}")))?,
     };
     out.value(&state, |state| {
-        Ok(queue_table(std::slice::from_ref(state), out.wide()))
+        Ok(queue_table(std::slice::from_ref(state), out.view()))
     })
 }

@@ -179,7 +179,7 @@ pub(crate) async fn tasks(api: &Api, out: &Out, command: TaskCommand) -> anyhow:
             };
             let created = create_many(api, out, &request, count).await?;
             if out.machine() || created.len() <= 20 {
-                out.value(&created, |tasks| Ok(task_table(tasks, out.wide())))?;
+                out.value(&created, |tasks| Ok(task_table(tasks, out.view())))?;
             } else {
                 out.line(&format!("created {} tasks", created.len()))?;
             }
@@ -221,7 +221,7 @@ pub(crate) async fn tasks(api: &Api, out: &Out, command: TaskCommand) -> anyhow:
                 }
             })
             .await?;
-            out.value(&listed, |listed| Ok(task_table(&listed.tasks, out.wide())))?;
+            out.value(&listed, |listed| Ok(task_table(&listed.tasks, out.view())))?;
             if !out.machine() && listed.next_cursor.is_some() {
                 // Only to say how many there are: a failure here costs the count, not the list.
                 let total = count_tasks(api, listing.status.as_deref(), listing.queue.as_deref())
@@ -251,7 +251,7 @@ pub(crate) async fn tasks(api: &Api, out: &Out, command: TaskCommand) -> anyhow:
                 .await
                 .map_err(api.tasks_failed("POST", &format!("/api/tasks/{id}/cancel")))?;
             out.value(&task, |task| {
-                Ok(task_table(std::slice::from_ref(task), out.wide()))
+                Ok(task_table(std::slice::from_ref(task), out.view()))
             })
         }
         TaskCommand::Retry { id } => {
@@ -260,7 +260,7 @@ pub(crate) async fn tasks(api: &Api, out: &Out, command: TaskCommand) -> anyhow:
                 .await
                 .map_err(api.tasks_failed("POST", &format!("/api/tasks/{id}/retry")))?;
             out.value(&task, |task| {
-                Ok(task_table(std::slice::from_ref(task), out.wide()))
+                Ok(task_table(std::slice::from_ref(task), out.view()))
             })
         }
         TaskCommand::RetryAll { filter } => {

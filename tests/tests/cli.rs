@@ -395,6 +395,40 @@ async fn tasks_are_created_watched_to_the_end_listed_shown_tailed_retried_and_ca
     )
     .await;
     assert_eq!(yaml, documents(&json).remove(0));
+    // Colour only on a terminal (a pseudo-terminal from `script`), and not with NO_COLOR; the
+    // runs above, through pipes, have none.
+    assert!(!stdout(&table).contains('\x1b'), "{}", stdout(&table));
+    let on_terminal = |no_color: Option<&'static str>| {
+        let mut command = tokio::process::Command::new("script");
+        let line = format!(
+            "{} tasks list --queue cli --limit 3",
+            binary("leasehold").display()
+        );
+        command
+            .args(["-qec", line.as_str(), "/dev/null"])
+            .env("TASK_SERVICE_URL", &t)
+            .env_remove("NO_COLOR")
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true);
+        if let Some(value) = no_color {
+            command.env("NO_COLOR", value);
+        }
+        async move { command.output().await.unwrap() }
+    };
+    let coloured = on_terminal(None).await;
+    ok(&coloured, "list on a terminal");
+    assert!(
+        stdout(&coloured).contains("\x1b[32msucceeded\x1b[0m"),
+        "{:?}",
+        stdout(&coloured)
+    );
+    let plain = on_terminal(Some("1")).await;
+    ok(&plain, "list on a terminal with NO_COLOR");
+    assert!(
+        stdout(&plain).contains("succeeded") && !stdout(&plain).contains('\x1b'),
+        "{:?}",
+        stdout(&plain)
+    );
     let id = ids[0].to_string();
     let shown = leasehold(&l, &t, None, &["tasks", "show", &id]).await;
     assert!(stdout(&shown).contains("succeeded"), "{}", stdout(&shown));
