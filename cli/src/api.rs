@@ -170,6 +170,14 @@ pub(crate) struct Failed {
     exit: Exit,
 }
 
+/// A command refused on the CLI's side, as a wrong command line is (exit 2).
+pub(crate) fn usage(message: String) -> anyhow::Error {
+    anyhow::Error::new(Failed {
+        message,
+        exit: Exit::Usage,
+    })
+}
+
 /// What the CLI prints for a failed request: a refusal quotes the service's status, message
 /// and code on one line (what operators and scripts grep for); anything else names the request
 /// and gives the reason beneath it.

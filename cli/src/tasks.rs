@@ -36,6 +36,7 @@ pub struct BulkArgs {
 enum TaskStatusArg {
     Pending,
     Running,
+    Succeeded,
     Dead,
     Cancelled,
 }
@@ -45,10 +46,102 @@ impl From<TaskStatusArg> for TaskStatus {
         match arg {
             TaskStatusArg::Pending => TaskStatus::Pending,
             TaskStatusArg::Running => TaskStatus::Running,
+            TaskStatusArg::Succeeded => TaskStatus::Succeeded,
             TaskStatusArg::Dead => TaskStatus::Dead,
             TaskStatusArg::Cancelled => TaskStatus::Cancelled,
         }
     }
+}
+
+/// What a bulk verb does, in words, and the statuses it takes when none is named (the
+/// service's own defaults).
+fn bulk_words(operation: Bulk) -> (&'static str, &'static str, &'static str) {
+    match operation {
+        Bulk::Retry => ("retry", "dead", "put back in their queues"),
+        Bulk::Cancel => (
+            "cancel",
+            "pending,running",
+            "cancelled (running ones at their next heartbeat)",
+        ),
+        Bulk::Delete => ("delete", "succeeded,dead,cancelled", "deleted"),
+    }
+}
+
+/// A bulk verb over every task matching `filter`: says how many match, asks before touching
+/// them (unless `yes`), then touches them a thousand per request until none is left.
+async fn bulk(
+    api: &Api,
+    out: &Out,
+    operation: Bulk,
+    filter: BulkArgs,
+    yes: bool,
+) -> anyhow::Result<()> {
+    let (verb, default_statuses, done_words) = bulk_words(operation);
+    let statuses = filter.status.map_or(default_statuses.to_owned(), |status| {
+        TaskStatus::from(status).as_str().to_owned()
+    });
+    let matching = count_tasks(api, Some(&statuses), filter.queue.as_deref()).await?;
+    let what = format!(
+        "{}{matching} {statuses} tasks{}",
+        if filter.created_before.is_some() {
+            "at most "
+        } else {
+            ""
+        },
+        filter
+            .queue
+            .as_deref()
+            .map_or_else(String::new, |queue| format!(" of queue {queue}")),
+    );
+    if matching == 0 {
+        out.note(&format!("no {statuses} tasks match; nothing to {verb}"));
+    } else if !yes {
+        confirm(&format!("{verb} {what}?"))?;
+    }
+    let touched = if matching == 0 {
+        0
+    } else {
+        bulk_until_done(api, operation, filter).await?
+    };
+    out.value(&json!({ bulk_key(operation): touched }), |_| {
+        Ok(format!("{touched} tasks {done_words}"))
+    })
+}
+
+/// The field of a bulk verb's JSON answer (`{"retried": 3}`).
+fn bulk_key(operation: Bulk) -> &'static str {
+    match operation {
+        Bulk::Retry => "retried",
+        Bulk::Cancel => "cancelled",
+        Bulk::Delete => "deleted",
+    }
+}
+
+/// Asks on the terminal; anything but yes is no. Without a terminal to ask on, refuses: a
+/// script says `--yes`.
+fn confirm(question: &str) -> anyhow::Result<()> {
+    use std::io::{BufRead, IsTerminal, Write};
+    if !std::io::stdin().is_terminal() {
+        return Err(crate::api::usage(format!(
+            "{question} Not asked: standard input is not a terminal; add --yes to go ahead"
+        )));
+    }
+    let mut stderr = std::io::stderr().lock();
+    write!(stderr, "{question} [y/N] ")?;
+    stderr.flush()?;
+    let mut answer = String::new();
+    std::io::stdin().lock().read_line(&mut answer)?;
+    if is_yes(&answer) {
+        Ok(())
+    } else {
+        Err(crate::api::usage(
+            "not confirmed; nothing was changed".to_owned(),
+        ))
+    }
+}
+
+fn is_yes(answer: &str) -> bool {
+    matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes")
 }
 
 /// Runs `operation` until a call touches nothing; the total touched.
@@ -118,24 +211,50 @@ pub enum TaskCommand {
         /// The task's id.
         id: i64,
     },
-    /// Cancel a task (operator role).
+    /// Cancel a task, or with no id every pending and running task matching the filter
+    /// (operator role).
     Cancel {
-        /// The task's id.
-        id: i64,
+        /// The task's id; without it, every task the filter matches (after a confirmation).
+        #[arg(conflicts_with_all = ["queue", "status", "created_before"])]
+        id: Option<i64>,
+        #[command(flatten)]
+        filter: BulkArgs,
+        /// Go ahead without asking (for scripts; needed when standard input is not a
+        /// terminal).
+        #[arg(long, short = 'y')]
+        yes: bool,
     },
-    /// Put a dead task back in its queue (operator role).
+    /// Put a dead task back in its queue, or with no id every dead task (or cancelled, with
+    /// --status) matching the filter (operator role).
     Retry {
-        /// The task's id.
-        id: i64,
+        /// The task's id; without it, every task the filter matches (after a confirmation).
+        #[arg(conflicts_with_all = ["queue", "status", "created_before"])]
+        id: Option<i64>,
+        #[command(flatten)]
+        filter: BulkArgs,
+        /// Go ahead without asking (for scripts; needed when standard input is not a
+        /// terminal).
+        #[arg(long, short = 'y')]
+        yes: bool,
     },
-    /// Put every dead task (or cancelled, with --status) matching the filter back in its
-    /// queue, a thousand per request until none is left (operator role).
+    /// Delete every finished task (succeeded, dead, cancelled; or one --status) matching the
+    /// filter, after a confirmation (operator role).
+    Delete {
+        #[command(flatten)]
+        filter: BulkArgs,
+        /// Go ahead without asking (for scripts; needed when standard input is not a
+        /// terminal).
+        #[arg(long, short = 'y')]
+        yes: bool,
+    },
+    /// `retry` with a filter and --yes, as earlier releases spelled it.
+    #[command(hide = true)]
     RetryAll {
         #[command(flatten)]
         filter: BulkArgs,
     },
-    /// Cancel every pending and running task matching the filter, a thousand per request
-    /// (operator role).
+    /// `cancel` with a filter and --yes, as earlier releases spelled it.
+    #[command(hide = true)]
     CancelAll {
         #[command(flatten)]
         filter: BulkArgs,
@@ -245,7 +364,7 @@ pub(crate) async fn tasks(api: &Api, out: &Out, command: TaskCommand) -> anyhow:
             // The service's answer, which names the task.
             out.value(&json!({ "task": task }), |_| Ok(task_detail(&task)))
         }
-        TaskCommand::Cancel { id } => {
+        TaskCommand::Cancel { id: Some(id), .. } => {
             let task = client
                 .cancel(id)
                 .await
@@ -254,7 +373,7 @@ pub(crate) async fn tasks(api: &Api, out: &Out, command: TaskCommand) -> anyhow:
                 Ok(task_table(std::slice::from_ref(task), out.view()))
             })
         }
-        TaskCommand::Retry { id } => {
+        TaskCommand::Retry { id: Some(id), .. } => {
             let task = client
                 .retry(id)
                 .await
@@ -263,20 +382,19 @@ pub(crate) async fn tasks(api: &Api, out: &Out, command: TaskCommand) -> anyhow:
                 Ok(task_table(std::slice::from_ref(task), out.view()))
             })
         }
-        TaskCommand::RetryAll { filter } => {
-            let touched = bulk_until_done(api, Bulk::Retry, filter).await?;
-            out.value(&json!({ "retried": touched }), |_| {
-                Ok(format!("{touched} tasks put back in their queues"))
-            })
-        }
-        TaskCommand::CancelAll { filter } => {
-            let touched = bulk_until_done(api, Bulk::Cancel, filter).await?;
-            out.value(&json!({ "cancelled": touched }), |_| {
-                Ok(format!(
-                    "{touched} tasks cancelled (running ones at their next heartbeat)"
-                ))
-            })
-        }
+        TaskCommand::Retry {
+            id: None,
+            filter,
+            yes,
+        } => bulk(api, out, Bulk::Retry, filter, yes).await,
+        TaskCommand::Cancel {
+            id: None,
+            filter,
+            yes,
+        } => bulk(api, out, Bulk::Cancel, filter, yes).await,
+        TaskCommand::Delete { filter, yes } => bulk(api, out, Bulk::Delete, filter, yes).await,
+        TaskCommand::RetryAll { filter } => bulk(api, out, Bulk::Retry, filter, true).await,
+        TaskCommand::CancelAll { filter } => bulk(api, out, Bulk::Cancel, filter, true).await,
         TaskCommand::Tail {
             queue,
             seconds,
@@ -496,6 +614,16 @@ pub(crate) fn report(out: &Out, task: &Task) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_yes_confirms() {
+        for answer in ["y\n", "Y", " yes \n", "YES"] {
+            assert!(is_yes(answer), "{answer:?}");
+        }
+        for answer in ["", "\n", "n", "no", "yess", "ok"] {
+            assert!(!is_yes(answer), "{answer:?}");
+        }
+    }
 
     #[test]
     fn default_task_data_is_work_the_worker_finishes() {

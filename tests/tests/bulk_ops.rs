@@ -248,12 +248,37 @@ async fn the_cli_retries_and_cancels_everything_that_matches() {
             .env("LEASEHOLD_TOKEN", OPERATOR);
         command.output().unwrap()
     };
-    let retried = cli(&["tasks", "retry-all", "--queue", "mail", "--json"]);
+    // A filter's verb says how many it would touch and asks first; with no terminal to ask
+    // on it refuses (exit 2) and touches nothing, until told --yes.
+    let before = snapshot(&s.task_db, "tasks").await;
+    let unasked = cli(&["tasks", "retry", "--status", "dead", "--queue", "mail"]);
+    assert_eq!(unasked.status.code(), Some(2), "{unasked:?}");
+    let said = String::from_utf8_lossy(&unasked.stderr);
+    assert!(
+        said.contains("retry 3 dead tasks of queue mail?") && said.contains("--yes"),
+        "{said}"
+    );
+    assert_eq!(snapshot(&s.task_db, "tasks").await, before);
+    let retried = cli(&["tasks", "retry", "--queue", "mail", "--yes", "--json"]);
     assert!(retried.status.success(), "{retried:?}");
     let answer: Value = serde_json::from_slice(&retried.stdout).unwrap();
     assert_eq!(answer["retried"], 3);
+    // Earlier releases' spelling still works, without asking.
     let cancelled = cli(&["tasks", "cancel-all", "--status", "pending", "--json"]);
     assert!(cancelled.status.success(), "{cancelled:?}");
     let answer: Value = serde_json::from_slice(&cancelled.stdout).unwrap();
     assert_eq!(answer["cancelled"], 5, "mail's 3 retried and reports' 2");
+    // Nothing matching: said, and nothing asked.
+    let none = cli(&["tasks", "retry", "--queue", "mail"]);
+    assert!(none.status.success(), "{none:?}");
+    assert!(String::from_utf8_lossy(&none.stderr).contains("nothing to retry"));
+    let deleted = cli(&["tasks", "delete", "--status", "cancelled", "-y"]);
+    assert!(deleted.status.success(), "{deleted:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&deleted.stdout).trim(),
+        "5 tasks deleted"
+    );
+    // An id and a filter together are a wrong command line.
+    let both = cli(&["tasks", "retry", "1", "--queue", "mail"]);
+    assert_eq!(both.status.code(), Some(2), "{both:?}");
 }
