@@ -92,41 +92,41 @@ pub(crate) async fn leases(api: &Api, out: &Out, command: LeaseCommand) -> anyho
                 set,
                 resource_prefix: prefix,
                 limit: Some(page.limit),
-                cursor: page.cursor,
+                cursor: page.cursor.clone(),
                 newest_first: page.sort.newest_first(),
             };
-            let first = client
-                .list(&listing)
-                .await
-                .map_err(api.leases_failed("GET", &set.path()))?;
-            let listed = pages(first, page.all, |cursor| {
-                let listing = LeaseListing {
-                    cursor: Some(cursor),
-                    ..listing.clone()
-                };
-                async move {
-                    client
-                        .list(&listing)
-                        .await
-                        .map_err(api.leases_failed("GET", &set.path()))
-                }
-            })
-            .await?;
-            out.value(&listed, |listed| {
-                Ok(lease_table(&listed.leases, out.view()))
-            })?;
-            if !out.machine()
-                && let Some(hint) = more_hint(
+            let read = || async {
+                let first = client
+                    .list(&listing)
+                    .await
+                    .map_err(api.leases_failed("GET", &set.path()))?;
+                let listed = pages(first, page.all, |cursor| {
+                    let listing = LeaseListing {
+                        cursor: Some(cursor),
+                        ..listing.clone()
+                    };
+                    async move {
+                        client
+                            .list(&listing)
+                            .await
+                            .map_err(api.leases_failed("GET", &set.path()))
+                    }
+                })
+                .await?;
+                let text = out.render(&listed, |listed| {
+                    Ok(lease_table(&listed.leases, out.view()))
+                })?;
+                let hint = more_hint(
                     listed.leases.len(),
                     None,
                     "leases",
                     page.sort,
                     listed.next_cursor.as_deref(),
                 )
-            {
-                out.note(&hint);
-            }
-            Ok(())
+                .filter(|_| !out.machine());
+                Ok((text, hint))
+            };
+            out.watch(&page.watch, read).await
         }
         LeaseCommand::Show { id } => {
             let lease = client

@@ -4,12 +4,15 @@ use clap::Subcommand;
 use leasehold::queues::{QueueSettings, RateLimit};
 
 use crate::api::Api;
-use crate::out::{Out, queue_table};
+use crate::out::{Out, WatchArgs, queue_table};
 
 #[derive(Debug, Subcommand)]
 pub enum QueueCommand {
     /// Every queue with tasks or settings: paused or not, counts, oldest due task.
-    List,
+    List {
+        #[command(flatten)]
+        watch: WatchArgs,
+    },
     /// One queue.
     Show {
         /// The queue's name.
@@ -49,14 +52,19 @@ pub enum QueueCommand {
 pub(crate) async fn queues(api: &Api, out: &Out, command: QueueCommand) -> anyhow::Result<()> {
     let client = &api.tasks;
     let state = match command {
-        QueueCommand::List => {
-            let queues = client
-                .queues()
-                .await
-                .map_err(api.tasks_failed("GET", "/api/queues"))?;
-            return out.value(&queues, |queues| {
-                Ok(queue_table(&queues.queues, out.view()))
-            });
+        QueueCommand::List { watch } => {
+            return out
+                .watch(&watch, || async {
+                    let queues = client
+                        .queues()
+                        .await
+                        .map_err(api.tasks_failed("GET", "/api/queues"))?;
+                    let text = out.render(&queues, |queues| {
+                        Ok(queue_table(&queues.queues, out.view()))
+                    })?;
+                    Ok((text, None))
+                })
+                .await;
         }
         QueueCommand::Show { queue } => client
             .queue(&queue)

@@ -6,12 +6,15 @@ use leasehold::schedules::{CatchUp, CreateSchedule, Schedule, ScheduleSpec};
 use serde_json::Value;
 
 use crate::api::Api;
-use crate::out::{Out, or_dash, table, time};
+use crate::out::{Out, WatchArgs, or_dash, table, time};
 
 #[derive(Debug, Subcommand)]
 pub enum ScheduleCommand {
     /// Every schedule: its cron expression, state, next tick and last task.
-    List,
+    List {
+        #[command(flatten)]
+        watch: WatchArgs,
+    },
     /// One schedule.
     Show {
         /// The schedule's name.
@@ -77,12 +80,18 @@ pub(crate) async fn schedules(
     let client = &api.tasks;
     let path = |name: &str, action: &str| format!("/api/schedules/{name}{action}");
     let schedule = match command {
-        ScheduleCommand::List => {
-            let listed = client
-                .schedules()
-                .await
-                .map_err(api.tasks_failed("GET", "/api/schedules"))?;
-            return out.value(&listed, |listed| Ok(schedule_table(&listed.schedules)));
+        ScheduleCommand::List { watch } => {
+            return out
+                .watch(&watch, || async {
+                    let listed = client
+                        .schedules()
+                        .await
+                        .map_err(api.tasks_failed("GET", "/api/schedules"))?;
+                    let text =
+                        out.render(&listed, |listed| Ok(schedule_table(&listed.schedules)))?;
+                    Ok((text, None))
+                })
+                .await;
         }
         ScheduleCommand::Show { name } => client
             .schedule(&name)

@@ -10,7 +10,7 @@ use leasehold::tasks::{BulkTasks, CreateTask, MAX_CREATE_BATCH, Task, TaskStatus
 use serde_json::{Value, json};
 
 use crate::api::Api;
-use crate::out::{Out, PageArgs, more_hint, pages, task_detail, task_table, time};
+use crate::out::{Out, PageArgs, WatchArgs, more_hint, pages, task_detail, task_table, time};
 
 /// What `tasks create` asks for when given no `--data`: work the worker finishes, so that a
 /// first try (`--count 50 --wait`) shows tasks succeeding.
@@ -144,6 +144,50 @@ fn is_yes(answer: &str) -> bool {
     matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes")
 }
 
+/// One read of `tasks list`: the page (or with --all every page), rendered, and the hint of
+/// what was left out.
+async fn list(
+    api: &Api,
+    out: &Out,
+    listing: &TaskListing,
+    page: &PageArgs,
+) -> anyhow::Result<(String, Option<String>)> {
+    let client = &api.tasks;
+    let first = client
+        .list(listing)
+        .await
+        .map_err(api.tasks_failed("GET", "/api/tasks"))?;
+    let listed = pages(first, page.all, |cursor| {
+        let listing = TaskListing {
+            cursor: Some(cursor),
+            ..listing.clone()
+        };
+        async move {
+            client
+                .list(&listing)
+                .await
+                .map_err(api.tasks_failed("GET", "/api/tasks"))
+        }
+    })
+    .await?;
+    let text = out.render(&listed, |listed| Ok(task_table(&listed.tasks, out.view())))?;
+    let mut hint = None;
+    if !out.machine() && !page.watch.watch && listed.next_cursor.is_some() {
+        // Only to say how many there are: a failure here costs the count, not the list.
+        let total = count_tasks(api, listing.status.as_deref(), listing.queue.as_deref())
+            .await
+            .ok();
+        hint = more_hint(
+            listed.tasks.len(),
+            total,
+            "tasks",
+            page.sort,
+            listed.next_cursor.as_deref(),
+        );
+    }
+    Ok((text, hint))
+}
+
 /// Runs `operation` until a call touches nothing; the total touched.
 async fn bulk_until_done(api: &Api, operation: Bulk, args: BulkArgs) -> anyhow::Result<u64> {
     let filter = BulkTasks {
@@ -210,6 +254,8 @@ pub enum TaskCommand {
     Show {
         /// The task's id.
         id: i64,
+        #[command(flatten)]
+        watch: WatchArgs,
     },
     /// Cancel a task, or with no id every pending and running task matching the filter
     /// (operator role).
@@ -320,49 +366,20 @@ pub(crate) async fn tasks(api: &Api, out: &Out, command: TaskCommand) -> anyhow:
                 status,
                 queue,
                 limit: Some(page.limit),
-                cursor: page.cursor,
+                cursor: page.cursor.clone(),
                 newest_first: page.sort.newest_first(),
             };
-            let first = client
-                .list(&listing)
+            out.watch(&page.watch, || list(api, out, &listing, &page))
                 .await
-                .map_err(api.tasks_failed("GET", "/api/tasks"))?;
-            let listed = pages(first, page.all, |cursor| {
-                let listing = TaskListing {
-                    cursor: Some(cursor),
-                    ..listing.clone()
-                };
-                async move {
-                    client
-                        .list(&listing)
-                        .await
-                        .map_err(api.tasks_failed("GET", "/api/tasks"))
-                }
-            })
-            .await?;
-            out.value(&listed, |listed| Ok(task_table(&listed.tasks, out.view())))?;
-            if !out.machine() && listed.next_cursor.is_some() {
-                // Only to say how many there are: a failure here costs the count, not the list.
-                let total = count_tasks(api, listing.status.as_deref(), listing.queue.as_deref())
-                    .await
-                    .ok();
-                let hint = more_hint(
-                    listed.tasks.len(),
-                    total,
-                    "tasks",
-                    page.sort,
-                    listed.next_cursor.as_deref(),
-                );
-                if let Some(hint) = hint {
-                    out.note(&hint);
-                }
-            }
-            Ok(())
         }
-        TaskCommand::Show { id } => {
-            let task = show(api, id).await?;
-            // The service's answer, which names the task.
-            out.value(&json!({ "task": task }), |_| Ok(task_detail(&task)))
+        TaskCommand::Show { id, watch } => {
+            out.watch(&watch, || async move {
+                let task = show(api, id).await?;
+                // The service's answer, which names the task.
+                let text = out.render(&json!({ "task": task }), |_| Ok(task_detail(&task)))?;
+                Ok((text, None))
+            })
+            .await
         }
         TaskCommand::Cancel { id: Some(id), .. } => {
             let task = client

@@ -558,6 +558,48 @@ async fn tasks_are_created_watched_to_the_end_listed_shown_tailed_retried_and_ca
         "{seen:?}"
     );
     tail.kill().await.unwrap();
+
+    // `tasks show --watch` prints the task again when it changes: a task due in a year,
+    // cancelled while watched.
+    let waiting = create_new(&client, &never).await.id;
+    let mut watch = tokio::process::Command::new(binary("leasehold"))
+        .args([
+            "tasks",
+            "show",
+            &waiting.to_string(),
+            "--watch",
+            "--watch-interval",
+            "0.2",
+            "-o",
+            "json",
+        ])
+        .env("TASK_SERVICE_URL", &t)
+        .env_remove("LEASEHOLD_TOKEN")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut watched = tokio::io::BufReader::new(watch.stdout.take().unwrap()).lines();
+    let mut read_until = async |needle: &str| {
+        let found = async {
+            while let Some(line) = watched.next_line().await.unwrap() {
+                if line.contains(needle) {
+                    return true;
+                }
+            }
+            false
+        };
+        tokio::time::timeout(Duration::from_secs(30), found)
+            .await
+            .unwrap_or(false)
+    };
+    assert!(read_until("\"pending\"").await, "the first print");
+    client.cancel(waiting).await.unwrap();
+    assert!(
+        read_until("\"cancelled\"").await,
+        "printed again once cancelled"
+    );
+    watch.kill().await.unwrap();
 }
 
 #[tokio::test]
