@@ -24,7 +24,14 @@ use crate::tasks;
 const PAGE: &str = include_str!("dashboard.html");
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
+    // Every view and every filter lives in the URL, so a link or a reload shows the same
+    // thing: each view's path serves the page, which reads its state from the URL.
     cfg.service(get_only("/dashboard", page))
+        .service(get_only(
+            "/dashboard/{view:(leases|tasks|workers|schedules|generator)}",
+            page,
+        ))
+        .service(get_only("/dashboard/tasks/{id:[0-9]{1,19}}", page))
         .service(get_only("/", to_dashboard))
         .service(
             web::scope("/api/dashboard")

@@ -76,6 +76,20 @@ async fn the_dashboard_shows_and_operates_a_live_stack() {
         })
         .await;
 
+    // Nothing is due yet: the card says '-', as the queue rows do, not "0.0 s".
+    assert_eq!(
+        browser.text("#oldest-due").await.as_deref(),
+        Some("oldest due -")
+    );
+    // No task runs yet: the workers view says why its table is empty.
+    browser.click("#tab-workers").await;
+    browser
+        .wait_for_text("#worker-rows", Duration::from_secs(10), |t| {
+            t.contains("No task is running")
+        })
+        .await;
+    browser.click("#tab-tasks").await;
+
     // Tasks: one created through the API shows up and reaches succeeded, with its history.
     let created = tasks
         .send_as(
@@ -107,6 +121,89 @@ async fn the_dashboard_shows_and_operates_a_live_stack() {
         detail.contains("running") && detail.contains("dash-worker"),
         "{detail}"
     );
+    // Its history's times read as people read them, the exact time on hover.
+    let at = browser
+        .execute(
+            "const t = document.querySelector('#task-detail time'); \
+             return [t.textContent, t.title, t.getAttribute('datetime')];",
+            json!([]),
+        )
+        .await;
+    assert!(
+        at[0]
+            .as_str()
+            .is_some_and(|t| t.ends_with(" ago") || t == "now")
+            && at[1].as_str().is_some_and(|t| !t.is_empty())
+            && at[2].as_str().is_some_and(|t| t.contains('T')),
+        "{at}"
+    );
+    // The open task is in the URL: a reload, or the link shared, shows it again.
+    let path = browser
+        .execute("return location.pathname;", json!([]))
+        .await;
+    assert_eq!(path, json!(format!("/dashboard/tasks/{id}")));
+    browser
+        .goto(&tasks.url(&format!("/dashboard/tasks/{id}")))
+        .await;
+    browser
+        .wait_for_text("#detail-status", Duration::from_secs(10), |s| {
+            s == "succeeded"
+        })
+        .await;
+    // So are the filters, and back and forward move between views.
+    browser
+        .goto(&tasks.url("/dashboard/tasks?status=succeeded&queue=default"))
+        .await;
+    browser
+        .wait_for_text(&row, Duration::from_secs(10), |s| s == "succeeded")
+        .await;
+    let filters = browser
+        .execute(
+            "return [document.getElementById('task-status').value, \
+                     document.getElementById('task-queue').value];",
+            json!([]),
+        )
+        .await;
+    assert_eq!(filters, json!(["succeeded", "default"]));
+    browser.click("#tab-leases").await;
+    let path = browser
+        .execute("return location.pathname;", json!([]))
+        .await;
+    assert_eq!(path, json!("/dashboard/leases"));
+    browser.execute("history.back();", json!([])).await;
+    browser
+        .wait_for_text(&row, Duration::from_secs(10), |s| s == "succeeded")
+        .await;
+    let back = browser
+        .execute(
+            "return [location.pathname + location.search, \
+                     document.querySelector('section.active').id];",
+            json!([]),
+        )
+        .await;
+    assert_eq!(
+        back,
+        json!(["/dashboard/tasks?status=succeeded&queue=default", "tasks"])
+    );
+    browser
+        .goto(&tasks.url("/dashboard/leases?prefix=task%3A"))
+        .await;
+    let leases_view = browser
+        .execute(
+            "return [document.querySelector('section.active').id, \
+                     document.getElementById('lease-prefix').value];",
+            json!([]),
+        )
+        .await;
+    assert_eq!(leases_view, json!(["leases", "task:"]));
+    browser
+        .goto(&tasks.url(&format!("/dashboard/tasks/{id}")))
+        .await;
+    browser
+        .wait_for_text("#detail-status", Duration::from_secs(10), |s| {
+            s == "succeeded"
+        })
+        .await;
     browser
         .wait_for_text("#count-succeeded", Duration::from_secs(5), |t| {
             t.contains('1')
@@ -191,6 +288,31 @@ async fn the_dashboard_shows_and_operates_a_live_stack() {
             s == "STOPPED"
         })
         .await;
+    // The start form shows the rate in force, so Start never silently resets it: set to 3
+    // elsewhere, the box says 3.
+    for path in ["/api/generator/start", "/api/generator/stop"] {
+        let answer = tasks
+            .send_as(
+                Some(OPERATOR),
+                "POST",
+                path,
+                Some(&json!({"rate_per_second": 3})),
+            )
+            .await;
+        assert!(answer.status < 300, "{path}: {:?}", answer.body);
+    }
+    browser
+        .wait_for_text("#generator-current-rate", Duration::from_secs(10), |s| {
+            s == "3"
+        })
+        .await;
+    let rate = browser
+        .execute(
+            "return document.getElementById('generator-rate').value;",
+            json!([]),
+        )
+        .await;
+    assert_eq!(rate, json!("3"));
 
     // Leases: a lease's time left counts down between refreshes, and it can be released here.
     let lease = leases
