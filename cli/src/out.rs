@@ -685,6 +685,7 @@ mod tests {
             expires_at: now,
             expires_in_ms,
             secret: None,
+            metadata: None,
         };
         assert_eq!(time_left(&lease(LeaseStatus::Active, 1500)), "1.5s");
         for ended in [

@@ -88,6 +88,7 @@ async fn round(
         &config.holder,
         ttl_seconds,
         proof,
+        None,
     )
     .await?
     {

@@ -47,7 +47,14 @@ pub struct Lease {
     /// enough to release its lease. lease-service keeps only its digest; keep it secret.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret: Option<Secret>,
+    /// What the holder says about itself (a JSON object of at most [`MAX_LEASE_METADATA_BYTES`]),
+    /// set by its acquire or renewals; lease-service stores it and never reads it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<serde_json::Value>,
 }
+
+/// The largest [`Lease::metadata`], as JSON text.
+pub const MAX_LEASE_METADATA_BYTES: usize = 4096;
 
 /// A lease's secret: shown to no `Debug` print and so to no log; [`Secret::expose`] to send it.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -171,6 +178,10 @@ pub struct AcquireLease {
     /// [`MAX_ACQUIRE_WAIT_MS`]) for it to be released or to expire; without it, answer at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait_ms: Option<u64>,
+    /// The holder's [`Lease::metadata`]: stored by a new acquisition, replacing the old by a
+    /// reentrant one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<serde_json::Value>,
 }
 
 /// The longest an acquire may wait for a held lease ([`AcquireLease::wait_ms`]).
@@ -287,6 +298,9 @@ pub struct RenewLease {
     /// The secret the acquire answered with; required when lease-service requires proof.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret: Option<Secret>,
+    /// When given, replaces the lease's [`Lease::metadata`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<serde_json::Value>,
 }
 
 /// `DELETE /api/leases/release` and `DELETE /api/leases/{id}`.

@@ -188,11 +188,40 @@ impl LeaseClient {
             ttl_seconds: ttl.map(ttl_seconds),
             secret: secret.cloned(),
             wait_ms: (!wait.is_zero()).then(|| u64::try_from(wait.as_millis()).unwrap_or(0)),
+            metadata: None,
         };
-        self.call_waiting(reqwest::Method::POST, "/api/leases", &[], Some(&body), wait)
+        self.post_acquire(&body, wait).await
+    }
+
+    /// [`LeaseClient::acquire`] that stores `metadata` (a JSON object) with the lease, as what
+    /// the holder says about itself ([`Lease::metadata`]); a reentrant acquire replaces it.
+    pub async fn acquire_announcing(
+        &self,
+        resource: &str,
+        holder: &str,
+        ttl: Option<Duration>,
+        metadata: &serde_json::Value,
+    ) -> Result<(Lease, bool), LeaseError> {
+        let body = AcquireLease {
+            resource: resource.to_owned(),
+            holder: holder.to_owned(),
+            ttl_seconds: ttl.map(ttl_seconds),
+            secret: None,
+            wait_ms: None,
+            metadata: Some(metadata.clone()),
+        };
+        self.post_acquire(&body, Duration::ZERO).await
+    }
+
+    async fn post_acquire(
+        &self,
+        body: &AcquireLease,
+        wait: Duration,
+    ) -> Result<(Lease, bool), LeaseError> {
+        self.call_waiting(reqwest::Method::POST, "/api/leases", &[], Some(body), wait)
             .await
             .map(|(status, lease)| (lease, status == StatusCode::CREATED))
-            .map_err(|(status, err)| refusal(resource, status, err))
+            .map_err(|(status, err)| refusal(&body.resource, status, err))
     }
 
     /// Acquires many resources with one call and one commit (at most
@@ -226,12 +255,26 @@ impl LeaseClient {
         proof: Proof<'_>,
         ttl: Option<Duration>,
     ) -> Result<Lease, LeaseError> {
+        self.renew_announcing(resource, holder, proof, ttl, None)
+            .await
+    }
+
+    /// [`LeaseClient::renew`] that also replaces the lease's [`Lease::metadata`], when given.
+    pub async fn renew_announcing(
+        &self,
+        resource: &str,
+        holder: &str,
+        proof: Proof<'_>,
+        ttl: Option<Duration>,
+        metadata: Option<&serde_json::Value>,
+    ) -> Result<Lease, LeaseError> {
         let body = RenewLease {
             resource: resource.to_owned(),
             holder: holder.to_owned(),
             fence: proof.fence,
             ttl_seconds: ttl.map(ttl_seconds),
             secret: proof.secret_field(),
+            metadata: metadata.cloned(),
         };
         self.call(reqwest::Method::PUT, "/api/leases/renew", &[], Some(&body))
             .await

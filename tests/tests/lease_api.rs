@@ -886,7 +886,7 @@ async fn a_takeover_that_began_before_a_release_is_recorded_after_it() {
         presented_hash: None,
         require_secret: false,
     };
-    let first = repo::acquire(&mut old, "r", "old", 30, proof)
+    let first = repo::acquire(&mut old, "r", "old", 30, proof, None)
         .await
         .unwrap();
     assert!(matches!(first, Acquired::New(_)));
@@ -898,7 +898,7 @@ async fn a_takeover_that_began_before_a_release_is_recorded_after_it() {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             let released = repo::release(&mut old, "r", "old", None, None, None).await?;
             assert!(released.is_some());
-            repo::acquire(conn, "r", "new", 30, proof).await
+            repo::acquire(conn, "r", "new", 30, proof, None).await
         })
         .await
         .unwrap();
@@ -1160,4 +1160,114 @@ async fn a_revoked_lease_is_refused_to_its_holder_on_renew_and_every_release() {
     assert_eq!(again.status, 201, "{:?}", again.body);
     assert_eq!(again.body["status"], "active");
     assert!(again.body["fence"].as_i64() > proofs[4]["fence"].as_i64());
+}
+
+/// A holder's metadata (what it says about itself) is stored by its acquisition, replaced by
+/// the renewals and reentrant acquires that carry some, kept by those that carry none, and gone
+/// with the holder: a new holder, alone or in a batch, never inherits it. Anything but a JSON
+/// object of at most 4 KiB is refused, and writes nothing.
+#[tokio::test]
+async fn metadata_belongs_to_the_holder_that_set_it() {
+    let db = fresh_database().await;
+    let svc = Service::lease_service(&db, &[]).await;
+    let about = |slots: i64| json!({"host": "box-1", "slots": slots});
+
+    let first = svc
+        .post(
+            "/api/leases",
+            &json!({"resource": "worker:a", "holder": "a", "metadata": about(4)}),
+        )
+        .await;
+    assert_eq!(first.status, 201, "{:?}", first.body);
+    assert_eq!(first.body["metadata"], about(4));
+    let id = first.body["id"].as_i64().unwrap();
+    let fence = first.body["fence"].as_i64().unwrap();
+    assert_eq!(
+        svc.get(&format!("/api/leases/{id}")).await.body["lease"]["metadata"],
+        about(4)
+    );
+    let listed = svc.get("/api/leases?resource_prefix=worker:").await;
+    assert_eq!(listed.body["leases"][0]["metadata"], about(4));
+
+    // Renewals: with metadata it is replaced, without it is kept.
+    let renewed = svc
+        .put(
+            "/api/leases/renew",
+            &json!({"resource": "worker:a", "holder": "a", "fence": fence, "metadata": about(3)}),
+        )
+        .await;
+    assert_eq!(renewed.body["metadata"], about(3), "{:?}", renewed.body);
+    let renewed = svc
+        .put(
+            "/api/leases/renew",
+            &json!({"resource": "worker:a", "holder": "a"}),
+        )
+        .await;
+    assert_eq!(renewed.body["metadata"], about(3), "{:?}", renewed.body);
+    // A reentrant acquire: with metadata it is replaced, without (the grouped statement) kept.
+    let again = svc
+        .post(
+            "/api/leases",
+            &json!({"resource": "worker:a", "holder": "a", "metadata": about(2)}),
+        )
+        .await;
+    assert_eq!((again.status, &again.body["metadata"]), (200, &about(2)));
+    let again = svc.post("/api/leases", &lease("worker:a", "a")).await;
+    assert_eq!((again.status, &again.body["metadata"]), (200, &about(2)));
+
+    // Refused: not an object, or too large; nothing written.
+    let before = snapshot(&db, "leases").await;
+    let huge = json!({"pad": "x".repeat(5000)});
+    for metadata in [json!([1, 2]), json!("text"), json!(7), huge] {
+        for (method, path) in [("POST", "/api/leases"), ("PUT", "/api/leases/renew")] {
+            let body = json!({"resource": "worker:a", "holder": "a", "metadata": metadata});
+            let answer = if method == "POST" {
+                svc.post(path, &body).await
+            } else {
+                svc.put(path, &body).await
+            };
+            assert_eq!(
+                (answer.status, answer.code()),
+                (400, "invalid_metadata"),
+                "{method} {path} {:?}",
+                answer.body
+            );
+        }
+    }
+    assert_eq!(snapshot(&db, "leases").await, before);
+
+    // Gone with the holder: a new holder after the release has none, alone or in a batch.
+    let released = svc
+        .delete(
+            "/api/leases/release",
+            &json!({"resource": "worker:a", "holder": "a"}),
+        )
+        .await;
+    assert_eq!(released.status, 200, "{:?}", released.body);
+    let next = svc.post("/api/leases", &lease("worker:a", "b")).await;
+    assert_eq!(next.status, 201);
+    assert!(next.body.get("metadata").is_none(), "{:?}", next.body);
+    svc.post(
+        "/api/leases",
+        &json!({"resource": "worker:c", "holder": "c", "metadata": about(1), "ttl_seconds": 1}),
+    )
+    .await;
+    svc.delete(
+        "/api/leases/release",
+        &json!({"resource": "worker:c", "holder": "c"}),
+    )
+    .await;
+    let batch = svc
+        .post(
+            "/api/leases/batch",
+            &json!({"resources": ["worker:c", "worker:d"], "holder": "e"}),
+        )
+        .await;
+    assert_eq!(batch.status, 200, "{:?}", batch.body);
+    let acquired = batch.body["acquired"].as_array().unwrap();
+    assert_eq!(acquired.len(), 2, "{:?}", batch.body);
+    assert!(
+        acquired.iter().all(|l| l.get("metadata").is_none()),
+        "{acquired:?}"
+    );
 }

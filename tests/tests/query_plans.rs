@@ -127,6 +127,7 @@ async fn run_lease_groups(conn: &mut AsyncPgConnection, round: usize) {
             fence: None,
             secret_hash: None,
             ttl_seconds: None,
+            metadata: None,
         })
         .collect();
     leases::renew_each(conn, &renewals).await.unwrap();

@@ -15,7 +15,10 @@ use leasehold::server::{check_batch_size, first_duplicate, sha256, validate_name
 
 use super::groups::{GroupContext, Groups, group_failed};
 use super::refusal::{held, secret_required, wrong_secret};
-use super::{AcquireOutcome, OnResource, SecretPolicy, TtlPolicy, leases_left, new_secret, to_api};
+use super::{
+    AcquireOutcome, OnResource, SecretPolicy, TtlPolicy, check_metadata, leases_left, new_secret,
+    to_api,
+};
 use crate::db;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
@@ -50,9 +53,11 @@ impl Groups {
         validate_name("resource", &request.resource)?;
         validate_name("holder", &request.holder)?;
         let ttl_seconds = ttl.resolve(request.ttl_seconds)?;
+        check_metadata(request.metadata.as_ref())?;
         let secret = new_secret();
         let secret_hash = sha256(&secret);
-        if request.secret.is_none() && !repo::acquire_is_broken() {
+        // The group statement carries no metadata: an acquire that sets some runs alone.
+        if request.secret.is_none() && request.metadata.is_none() && !repo::acquire_is_broken() {
             let acquisition = Acquisition {
                 resource: request.resource.clone(),
                 holder: request.holder.clone(),
@@ -81,6 +86,7 @@ impl Groups {
             &request.holder,
             ttl_seconds,
             proof,
+            request.metadata.as_ref(),
         )
         .await?;
         answer_acquire(
@@ -150,9 +156,16 @@ async fn acquire_each(
                         presented_hash: None,
                         require_secret,
                     };
-                    repo::acquire(conn, want.resource, want.holder, want.ttl_seconds, proof)
-                        .await
-                        .map_err(ApiError::from)
+                    repo::acquire(
+                        conn,
+                        want.resource,
+                        want.holder,
+                        want.ttl_seconds,
+                        proof,
+                        None,
+                    )
+                    .await
+                    .map_err(ApiError::from)
                 }
             },
         });

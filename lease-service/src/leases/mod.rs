@@ -21,7 +21,7 @@ mod wait;
 use std::collections::HashMap;
 
 use diesel_async::AsyncPgConnection;
-use leasehold::api::{Lease, LeaseStatus, Secret};
+use leasehold::api::{Lease, LeaseStatus, MAX_LEASE_METADATA_BYTES, Secret};
 use leasehold::server::sha256;
 use rand::Rng;
 
@@ -141,6 +141,29 @@ async fn leases_left<I: OnResource, D>(
         .collect())
 }
 
+/// Refuses metadata that is not a JSON object of at most [`MAX_LEASE_METADATA_BYTES`].
+pub(crate) fn check_metadata(metadata: Option<&serde_json::Value>) -> Result<(), ApiError> {
+    let Some(metadata) = metadata else {
+        return Ok(());
+    };
+    if !metadata.is_object() {
+        return Err(ApiError::invalid(
+            "invalid_metadata",
+            "metadata",
+            "metadata must be a JSON object",
+        ));
+    }
+    let bytes = metadata.to_string().len();
+    if bytes > MAX_LEASE_METADATA_BYTES {
+        return Err(ApiError::invalid(
+            "invalid_metadata",
+            "metadata",
+            format!("metadata is {bytes} bytes of JSON; at most {MAX_LEASE_METADATA_BYTES}"),
+        ));
+    }
+    Ok(())
+}
+
 /// The API's view of a row, with status and time left judged by the database's clock.
 pub fn to_api(row: LeaseRow) -> Lease {
     let status = if row.is_revoked() {
@@ -169,6 +192,7 @@ pub fn to_api(row: LeaseRow) -> Lease {
         expires_at: row.expires_at,
         expires_in_ms,
         secret: None,
+        metadata: row.metadata,
     }
 }
 
@@ -195,6 +219,7 @@ mod tests {
             expires_at: now + Duration::seconds(expires_in_seconds),
             db_now: now,
             secret_hash: Some(sha256("s").to_vec()),
+            metadata: None,
         }
     }
 

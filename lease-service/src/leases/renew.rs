@@ -20,6 +20,7 @@ impl Groups {
     pub async fn renew(&self, request: &RenewLease) -> Result<Lease, ApiError> {
         validate_name("resource", &request.resource)?;
         validate_name("holder", &request.holder)?;
+        super::check_metadata(request.metadata.as_ref())?;
         let renewal = Renewal {
             resource: request.resource.clone(),
             holder: request.holder.clone(),
@@ -29,6 +30,7 @@ impl Groups {
                 .ttl_seconds
                 .map(|seconds| self.context.ttl.resolve(Some(seconds)))
                 .transpose()?,
+            metadata: request.metadata.clone(),
         };
         self.renewals
             .submit((), renewal)

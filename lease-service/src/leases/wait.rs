@@ -74,6 +74,7 @@ mod tests {
             ttl_seconds: None,
             secret: None,
             wait_ms,
+            metadata: None,
         };
         assert_eq!(wait(&request(None)).unwrap(), Duration::ZERO);
         assert_eq!(

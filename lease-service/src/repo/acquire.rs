@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use diesel::result::Error as DieselError;
-use diesel::sql_types::{Array, Binary, Bool, Integer, Nullable, Text};
+use diesel::sql_types::{Array, Binary, Bool, Integer, Jsonb, Nullable, Text};
 use diesel::{OptionalExtension, QueryableByName};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use leasehold::server::db::Cache;
@@ -41,6 +41,8 @@ macro_rules! takeover {
     holder = EXCLUDED.holder,
     released_at = NULL,
     revoked_at = NULL,
+    metadata = CASE WHEN l.holder = EXCLUDED.holder AND l.released_at IS NULL AND l.expires_at > now()
+                    THEN COALESCE(EXCLUDED.metadata, l.metadata) ELSE EXCLUDED.metadata END,
     ttl_seconds = EXCLUDED.ttl_seconds,
     expires_at = EXCLUDED.expires_at
 "
@@ -62,10 +64,15 @@ macro_rules! returning_acquired {
 /// *inside* `DO UPDATE`, i.e. after the row lock is held, so it is greater than the fence of
 /// whoever held the row before, and stores the digest of a new secret (`$4`). A reentrant
 /// acquire keeps fence, secret and `created_at` and stamps `renewed_at`, which is how `fresh`
-/// tells the two apart: only a new acquisition has `renewed_at IS NULL`.
+/// tells the two apart: only a new acquisition has `renewed_at IS NULL`. The holder's
+/// metadata (`$7`) is stored by a new acquisition, and replaces the old by a reentrant one that
+/// carries some ([`takeover!`]); the group statement carries none, so it keeps a reentrant
+/// holder's and clears a new one's.
 const ACQUIRE: &str = concat!(
-    "INSERT INTO leases AS l (resource, holder, fence, ttl_seconds, created_at, expires_at, secret_hash)
-VALUES ($1, $2, nextval('leases_fence_seq'), $3, now(), now() + make_interval(secs => $3), $4)
+    "INSERT INTO leases AS l (resource, holder, fence, ttl_seconds, created_at, expires_at, secret_hash,
+                      metadata)
+VALUES ($1, $2, nextval('leases_fence_seq'), $3, now(), now() + make_interval(secs => $3), $4,
+        $7::jsonb)
 ",
     takeover!(),
     "WHERE l.expires_at <= now() OR l.released_at IS NOT NULL
@@ -127,7 +134,7 @@ ON CONFLICT (resource) DO UPDATE SET
     fence = nextval('leases_fence_seq'), created_at = now(), renewed_at = NULL,
     holder = EXCLUDED.holder, released_at = NULL, ttl_seconds = EXCLUDED.ttl_seconds,
     expires_at = EXCLUDED.expires_at, secret_hash = EXCLUDED.secret_hash, revoked_at = NULL
-WHERE $5::bytea IS NULL OR $6::boolean OR TRUE
+WHERE $5::bytea IS NULL OR $6::boolean OR $7::jsonb IS NULL OR TRUE
 ",
         returning_acquired!()
     );
@@ -179,6 +186,7 @@ pub async fn acquire(
     holder: &str,
     ttl_seconds: i32,
     proof: AcquireProof<'_>,
+    metadata: Option<&serde_json::Value>,
 ) -> Result<Acquired, DieselError> {
     async move {
         // If the holder's lease ends between the refused upsert and the read that reports it, the
@@ -191,6 +199,7 @@ pub async fn acquire(
                 .bind::<Binary, _>(proof.new_secret_hash)
                 .bind::<Nullable<Binary>, _>(proof.presented_hash)
                 .bind::<Bool, _>(proof.require_secret)
+                .bind::<Nullable<Jsonb>, _>(metadata)
                 .cached()
                 .get_result(conn)
                 .await
@@ -247,9 +256,16 @@ pub async fn take_each(
             presented_hash: None,
             require_secret,
         };
-        let acquired = acquire(conn, want.resource, want.holder, want.ttl_seconds, proof)
-            .instrument(span(Op::Insert, Some(1)))
-            .await?;
+        let acquired = acquire(
+            conn,
+            want.resource,
+            want.holder,
+            want.ttl_seconds,
+            proof,
+            None,
+        )
+        .instrument(span(Op::Insert, Some(1)))
+        .await?;
         return Ok(vec![Some(acquired)]);
     }
     let rows: Vec<AcquiredRow> = diesel::sql_query(ACQUIRE_MANY)

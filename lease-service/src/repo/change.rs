@@ -3,7 +3,7 @@
 
 use diesel::OptionalExtension;
 use diesel::result::Error as DieselError;
-use diesel::sql_types::{Array, BigInt, Binary, Integer, Nullable, Text};
+use diesel::sql_types::{Array, BigInt, Binary, Integer, Jsonb, Nullable, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use leasehold::server::db::Cache;
 use tracing::Instrument;
@@ -17,9 +17,10 @@ const RENEW_MANY: &str = concat!(
 UPDATE leases SET
     renewed_at = now(),
     ttl_seconds = COALESCE(r.rn_ttl, ttl_seconds),
-    expires_at = now() + make_interval(secs => COALESCE(r.rn_ttl, ttl_seconds))
-FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bytea[], $5::int[])
-     AS r(rn_resource, rn_holder, rn_fence, rn_hash, rn_ttl)
+    expires_at = now() + make_interval(secs => COALESCE(r.rn_ttl, ttl_seconds)),
+    metadata = COALESCE(r.rn_metadata, metadata)
+FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bytea[], $5::int[], $6::jsonb[])
+     AS r(rn_resource, rn_holder, rn_fence, rn_hash, rn_ttl, rn_metadata)
 WHERE resource = r.rn_resource AND holder = r.rn_holder
   AND (r.rn_fence IS NULL OR fence = r.rn_fence)
   AND (r.rn_hash IS NULL OR secret_hash = r.rn_hash)
@@ -49,7 +50,8 @@ const RENEW: &str = concat!(
 UPDATE leases SET
     renewed_at = now(),
     ttl_seconds = COALESCE($4, ttl_seconds),
-    expires_at = now() + make_interval(secs => COALESCE($4, ttl_seconds))
+    expires_at = now() + make_interval(secs => COALESCE($4, ttl_seconds)),
+    metadata = COALESCE($6::jsonb, metadata)
 WHERE resource = $1 AND holder = $2 AND ($3::bigint IS NULL OR fence = $3)
   AND ($5::bytea IS NULL OR secret_hash = $5)
   AND released_at IS NULL AND expires_at > now()
@@ -166,6 +168,8 @@ pub struct Renewal {
     pub fence: Option<i64>,
     pub secret_hash: Option<[u8; 32]>,
     pub ttl_seconds: Option<i32>,
+    /// Replaces the lease's metadata when given.
+    pub metadata: Option<serde_json::Value>,
 }
 
 /// [`renew`] for many leases in one statement: the renewed row of each renewal, in order, or
@@ -183,6 +187,7 @@ pub async fn renew_each(
             one.fence,
             hash,
             one.ttl_seconds,
+            one.metadata.as_ref(),
         );
         return Ok(vec![renewed.instrument(span(Op::Update, Some(1))).await?]);
     }
@@ -191,12 +196,15 @@ pub async fn renew_each(
         (&r.resource, &r.holder, r.fence, r.secret_hash.as_ref())
     });
     let ttls: Vec<Option<i32>> = sorted.iter().map(|r| r.ttl_seconds).collect();
+    let metadata: Vec<Option<&serde_json::Value>> =
+        sorted.iter().map(|r| r.metadata.as_ref()).collect();
     let rows: Vec<LeaseRow> = diesel::sql_query(RENEW_MANY)
         .bind::<Array<Text>, _>(proofs.resources)
         .bind::<Array<Text>, _>(proofs.holders)
         .bind::<Array<Nullable<BigInt>>, _>(proofs.fences)
         .bind::<Array<Nullable<Binary>>, _>(proofs.hashes)
         .bind::<Array<Nullable<Integer>>, _>(ttls)
+        .bind::<Array<Nullable<Jsonb>>, _>(metadata)
         .cached()
         .load(conn)
         .instrument(span(Op::Update, Some(renewals.len())))
@@ -215,6 +223,7 @@ pub async fn renew(
     fence: Option<i64>,
     secret_hash: Option<&[u8]>,
     ttl_seconds: Option<i32>,
+    metadata: Option<&serde_json::Value>,
 ) -> Result<Option<LeaseRow>, DieselError> {
     diesel::sql_query(RENEW)
         .bind::<Text, _>(resource)
@@ -222,6 +231,7 @@ pub async fn renew(
         .bind::<Nullable<BigInt>, _>(fence)
         .bind::<Nullable<Integer>, _>(ttl_seconds)
         .bind::<Nullable<Binary>, _>(secret_hash)
+        .bind::<Nullable<Jsonb>, _>(metadata)
         .cached()
         .get_result(conn)
         .instrument(span(Op::Update, None))
@@ -330,6 +340,7 @@ mod tests {
             expires_at: now,
             db_now: now,
             secret_hash: Some(vec![7; 32]),
+            metadata: None,
         }
     }
 

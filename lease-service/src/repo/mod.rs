@@ -10,7 +10,7 @@
 use chrono::{DateTime, Utc};
 use diesel::QueryableByName;
 use diesel::result::Error as DieselError;
-use diesel::sql_types::{BigInt, Binary, Integer, Nullable, Text, Timestamptz};
+use diesel::sql_types::{BigInt, Binary, Integer, Jsonb, Nullable, Text, Timestamptz};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use leasehold::server::db::Cache;
 
@@ -18,7 +18,7 @@ use leasehold::server::db::Cache;
 macro_rules! lease_columns {
     () => {
         "id, resource, holder, fence, ttl_seconds, created_at, renewed_at, released_at, revoked_at,
-          expires_at, now() AS db_now, secret_hash"
+          expires_at, now() AS db_now, secret_hash, metadata"
     };
 }
 
@@ -76,6 +76,9 @@ pub struct LeaseRow {
     /// before secrets existed.
     #[diesel(sql_type = Nullable<Binary>)]
     pub secret_hash: Option<Vec<u8>>,
+    /// What the holder says about itself (a JSON object), if it said anything.
+    #[diesel(sql_type = Nullable<Jsonb>)]
+    pub metadata: Option<serde_json::Value>,
 }
 
 impl LeaseRow {

@@ -102,7 +102,7 @@ async fn contended(
                             presented_hash: None,
                             require_secret: false,
                         };
-                        match repo::acquire(conn, &resource, &holder, 30, proof).await {
+                        match repo::acquire(conn, &resource, &holder, 30, proof, None).await {
                             Ok(Acquired::New(row)) => {
                                 match repo::release(
                                     conn,

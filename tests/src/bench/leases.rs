@@ -200,7 +200,7 @@ async fn lease_sql(
                     presented_hash: None,
                     require_secret: false,
                 };
-                match repo::acquire(&mut conn, &resource, &holder, 3600, proof).await {
+                match repo::acquire(&mut conn, &resource, &holder, 3600, proof, None).await {
                     Ok(Acquired::New(row)) => {
                         samples.latencies.push(started.elapsed());
                         mine.push((resource, holder, row.fence, hash));
@@ -233,7 +233,16 @@ async fn lease_sql(
                 let (resource, holder, fence, hash) = &mine[i % mine.len()];
                 i += 1;
                 let started = Instant::now();
-                match repo::renew(&mut conn, resource, holder, Some(*fence), Some(hash), None).await
+                match repo::renew(
+                    &mut conn,
+                    resource,
+                    holder,
+                    Some(*fence),
+                    Some(hash),
+                    None,
+                    None,
+                )
+                .await
                 {
                     Ok(Some(_)) => samples.latencies.push(started.elapsed()),
                     _ => samples.errors += 1,
