@@ -68,6 +68,7 @@ pub mod singleton;
 pub mod task_client;
 pub mod tasks;
 pub mod telemetry;
+pub mod workers;
 
 pub use api::{ErrorBody, Lease, LeaseStatus};
 pub use deadline::LeaseDeadline;

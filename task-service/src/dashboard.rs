@@ -117,7 +117,7 @@ async fn revoke(
 }
 
 /// lease-service's refusal, passed on as it came; its absence is ours to report.
-fn passed_on(err: LeaseError) -> ApiError {
+pub(crate) fn passed_on(err: LeaseError) -> ApiError {
     match err {
         LeaseError::Rejected {
             status,

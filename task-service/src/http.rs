@@ -18,6 +18,7 @@ use leasehold::tasks::{
     BulkTasks, ClaimTasks, CompleteTask, CompleteTasks, CompletedTasks, CreateTask, CreateTasks,
     CreatedTasks, FailTask, Heartbeat, NoTask, SnoozeTask, TaskStatus,
 };
+use leasehold::workers::{WorkerBeat, WorkerGone};
 use serde::Deserialize;
 
 use crate::generator;
@@ -176,10 +177,43 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                     .default_service(web::to(method_not_allowed)),
             ),
     )
+    .service(
+        web::scope("/api/workers")
+            .service(get_only("", workers_list))
+            .service(
+                web::resource("/{id}")
+                    .route(locked(web::put().to(worker_beat), Role::Worker))
+                    .route(locked(web::delete().to(worker_gone), Role::Worker))
+                    .default_service(web::to(method_not_allowed)),
+            ),
+    )
     .configure(crate::dashboard::configure)
     .service(get_only("/healthz", healthz))
     .service(get_only("/readyz", readyz))
     .service(get_only("/metrics", metrics));
+}
+
+/// A worker process's beat: 200 with the liveness lease to present at the next one.
+async fn worker_beat(
+    state: State,
+    id: web::Path<String>,
+    body: web::Json<WorkerBeat>,
+) -> Result<HttpResponse, ApiError> {
+    Ok(HttpResponse::Ok().json(crate::workers::beat(&state.engine, &id, &body).await?))
+}
+
+/// A worker process that stops: 204, its lease released.
+async fn worker_gone(
+    state: State,
+    id: web::Path<String>,
+    body: web::Json<WorkerGone>,
+) -> Result<HttpResponse, ApiError> {
+    crate::workers::gone(&state.engine, &id, &body).await?;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+async fn workers_list(state: State) -> Result<HttpResponse, ApiError> {
+    Ok(HttpResponse::Ok().json(crate::workers::list(&state.engine).await?))
 }
 
 async fn create(state: State, body: web::Json<CreateTask>) -> Result<HttpResponse, ApiError> {

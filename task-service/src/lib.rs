@@ -38,6 +38,7 @@ pub mod schedules;
 pub mod state;
 pub mod sweeper;
 pub mod tasks;
+pub mod workers;
 
 /// Where the tests and the tools found it before the migrations moved to [`db`].
 pub use db::migrate;

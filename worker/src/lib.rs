@@ -49,6 +49,7 @@ pub mod config;
 pub mod handler;
 mod heartbeat;
 pub mod metrics;
+mod presence;
 pub mod runner;
 mod task_run;
 

@@ -32,6 +32,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -44,6 +45,7 @@ use crate::completions::Completer;
 use crate::config::{Settings, WorkerConfig};
 use crate::handler::TaskHandler;
 use crate::metrics::{Metrics, MetricsServer};
+use crate::presence::{self, Load};
 use crate::task_run::process;
 use leasehold::retry::Backoff;
 use leasehold::task_client::{CallError, TaskClient};
@@ -97,13 +99,25 @@ pub async fn run_with_settings<H: TaskHandler>(
     chaos::announce(&settings);
     let client = Arc::new(client);
     let completer = Completer::start(client.clone(), settings.worker_id.clone());
+    let load = Arc::new(Load::default());
+    let stop_presence = CancellationToken::new();
+    let presence = tokio::spawn(presence::announce(
+        client.clone(),
+        settings.clone(),
+        load.clone(),
+        stop_presence.clone(),
+    ));
     let ctx = Arc::new(Ctx {
         settings,
         client,
         completer,
         metrics,
+        load,
     });
     claim_loop(ctx, Arc::new(handler), shutdown).await;
+    // Said once every task is finished or handed back: the process is gone.
+    stop_presence.cancel();
+    let _ = presence.await;
     if let Some(server) = metrics_server {
         server.stop().await;
     }
@@ -118,6 +132,8 @@ pub(crate) struct Ctx {
     /// Sends completions, in batches when several are ready at once.
     pub(crate) completer: Completer,
     pub(crate) metrics: Metrics,
+    /// Busy slots and tasks done, for the process's beats ([`presence`]).
+    pub(crate) load: Arc<Load>,
 }
 
 async fn claim_loop<H: TaskHandler>(
@@ -134,15 +150,19 @@ async fn claim_loop<H: TaskHandler>(
     let mut max_batch = MAX_CLAIM_BATCH;
     loop {
         while let Some(joined) = running.try_join_next() {
-            runner_ended(joined);
+            runner_ended(&ctx, joined);
         }
+        ctx.load.busy.store(
+            u32::try_from(running.len()).unwrap_or(u32::MAX),
+            Ordering::Relaxed,
+        );
         let free = settings.concurrency.saturating_sub(running.len());
         if free == 0 {
             tokio::select! {
                 biased;
                 () = &mut shutdown => break,
                 Some(joined) = running.join_next() => {
-                    runner_ended(joined);
+                    runner_ended(&ctx, joined);
                     continue;
                 }
             }
@@ -245,7 +265,7 @@ async fn claim_loop<H: TaskHandler>(
             biased;
             () = &mut shutdown => break,
             Some(joined) = running.join_next() => {
-                runner_ended(joined);
+                runner_ended(&ctx, joined);
                 idle.reset(); // a slot is free: poll again at once
             }
             () = sleep(delay) => {}
@@ -257,7 +277,7 @@ async fn claim_loop<H: TaskHandler>(
         grace_seconds = settings.shutdown_grace.as_secs_f64(),
         "shutting down: no longer claiming; letting in-flight tasks finish"
     );
-    drain(&mut running, Instant::now() + settings.shutdown_grace).await;
+    drain(&ctx, &mut running, Instant::now() + settings.shutdown_grace).await;
     if !running.is_empty() {
         tracing::warn!(
             tasks = running.len(),
@@ -265,6 +285,7 @@ async fn claim_loop<H: TaskHandler>(
         );
         hand_back.cancel();
         drain(
+            &ctx,
             &mut running,
             Instant::now() + HAND_BACK_TIMEOUT + settings.request_timeout * 2,
         )
@@ -281,12 +302,12 @@ async fn claim_loop<H: TaskHandler>(
 }
 
 /// Waits for runners to end, until `until`.
-async fn drain(running: &mut JoinSet<()>, until: Instant) {
+async fn drain(ctx: &Ctx, running: &mut JoinSet<()>, until: Instant) {
     loop {
         tokio::select! {
             biased;
             joined = running.join_next() => match joined {
-                Some(joined) => runner_ended(joined),
+                Some(joined) => runner_ended(ctx, joined),
                 None => return,
             },
             () = sleep_until(until) => return,
@@ -294,7 +315,8 @@ async fn drain(running: &mut JoinSet<()>, until: Instant) {
     }
 }
 
-fn runner_ended(joined: Result<(), JoinError>) {
+fn runner_ended(ctx: &Ctx, joined: Result<(), JoinError>) {
+    ctx.load.done.fetch_add(1, Ordering::Relaxed);
     if let Err(err) = joined
         && err.is_panic()
     {

@@ -13,6 +13,7 @@ use crate::tasks::{
     BulkResult, BulkTasks, CreateResult, CreateTask, CreateTasks, CreatedTasks, OneTask, Task,
     TaskPage,
 };
+use crate::workers::Workers;
 
 /// A bulk operation by filter ([`TaskClient::bulk`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -227,6 +228,13 @@ impl TaskClient {
         )
         .await?
         .read("a generator stop")
+    }
+
+    /// `GET /api/workers`: the worker processes, live and gone.
+    pub async fn workers(&self) -> Result<Workers, CallError> {
+        self.send(reqwest::Method::GET, "/api/workers", &[], None::<&()>)
+            .await?
+            .read("the workers")
     }
 
     /// `GET /api/queues`: every queue with tasks or settings.

@@ -14,6 +14,7 @@ use crate::tasks::{
     ClaimTasks, CompleteItem, CompleteTask, CompleteTasks, CompletedTasks, FailTask, Heartbeat,
     MAX_CLAIM_WAIT_MS, SnoozeTask, Task,
 };
+use crate::workers::{WorkerBeat, WorkerGone, WorkerLease};
 
 impl TaskClient {
     /// `POST /api/tasks/next`: the tasks claimed (none when nothing is due). Without `limit` the
@@ -209,6 +210,22 @@ impl TaskClient {
 
     /// A PUT whose success answer is the task. Any 2xx counts as accepted, even if the body
     /// cannot be read (the task is then `None`): the worker acts on acceptance alone.
+    /// `PUT /api/workers/{id}`: this worker process's beat; the lease to present at the next.
+    pub async fn worker_beat(&self, id: &str, beat: &WorkerBeat) -> Result<WorkerLease, CallError> {
+        let path = format!("/api/workers/{}", crate::percent::encode(id));
+        self.send(reqwest::Method::PUT, &path, &[], Some(beat))
+            .await?
+            .read("a worker's lease")
+    }
+
+    /// `DELETE /api/workers/{id}`: this worker process stops.
+    pub async fn worker_gone(&self, id: &str, gone: &WorkerGone) -> Result<(), CallError> {
+        let path = format!("/api/workers/{}", crate::percent::encode(id));
+        self.send(reqwest::Method::DELETE, &path, &[], Some(gone))
+            .await
+            .map(drop)
+    }
+
     async fn update<B: Serialize>(&self, path: &str, body: &B) -> Result<Option<Task>, CallError> {
         let answer = self
             .send(reqwest::Method::PUT, path, &[], Some(body))

@@ -1,0 +1,106 @@
+//! Wire types of worker processes as task-service shows them (`/api/workers`).
+//!
+//! A worker process makes itself known while it lives by a lease of its own, `worker:<id>` in
+//! lease-service, which task-service acquires and renews on its behalf at each beat
+//! (`PUT /api/workers/{id}`) with what the process says about itself ([`WorkerInfo`]) as the
+//! lease's metadata. A process that dies stops beating, its lease lapses, and it shows as gone;
+//! one that stops releases it. Liveness is the lease's, judged by lease-service's clock.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::api::Secret;
+
+/// The resource of a worker process's liveness lease.
+pub fn resource(id: &str) -> String {
+    format!("{RESOURCE_PREFIX}{id}")
+}
+
+/// What every worker liveness lease's resource starts with.
+pub const RESOURCE_PREFIX: &str = "worker:";
+
+/// What a worker process says about itself, kept as its lease's metadata.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkerInfo {
+    /// The machine (or container) it runs on.
+    pub host: String,
+    /// Its release.
+    pub version: String,
+    /// The one queue it claims from; none for every queue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    /// Tasks it runs at once.
+    pub concurrency: u32,
+    /// Tasks it is running now.
+    pub busy: u32,
+    /// Tasks it has finished since it started (completed, failed or handed back).
+    pub done: u64,
+}
+
+/// `PUT /api/workers/{id}`: a worker process's beat.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerBeat {
+    pub info: WorkerInfo,
+    /// How long the process counts as alive without another beat (seconds).
+    pub ttl_seconds: i64,
+    /// The lease's fence and secret from the previous beat's answer; none on the first beat.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<Secret>,
+}
+
+/// The answer to a beat: the liveness lease to present at the next one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkerLease {
+    pub fence: i64,
+    /// Given when the beat took the lease anew; the next beats present it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<Secret>,
+    /// Milliseconds until the process counts as gone without another beat.
+    pub expires_in_ms: i64,
+}
+
+/// `DELETE /api/workers/{id}`: a worker process that stops says so, with its lease's proof.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerGone {
+    pub fence: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<Secret>,
+}
+
+/// Whether a worker process is alive, by its lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkerLiveness {
+    /// Its lease is live: it beat within its TTL.
+    Alive,
+    /// It stopped and said so (its lease was released).
+    Stopped,
+    /// It stopped beating: its lease lapsed (the process died, hangs or is cut off).
+    Lost,
+}
+
+/// One worker process, as `GET /api/workers` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkerState {
+    pub id: String,
+    pub liveness: WorkerLiveness,
+    pub info: Option<WorkerInfo>,
+    /// When its lease was taken: alive since (by lease-service's clock).
+    pub since: DateTime<Utc>,
+    /// Its last beat (by lease-service's clock).
+    pub last_beat_at: DateTime<Utc>,
+    /// When it stops counting as alive without another beat; when it stopped, for one gone.
+    pub until: DateTime<Utc>,
+}
+
+/// `GET /api/workers`: the live processes first, then those gone that lease-service still
+/// remembers; each group newest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Workers {
+    pub workers: Vec<WorkerState>,
+}

@@ -1,0 +1,167 @@
+//! Worker processes: each makes itself known while it lives by a liveness lease of its own,
+//! `worker:<id>` in lease-service, that this service acquires and renews for it at each beat
+//! (`PUT /api/workers/{id}`), with what the process says about itself as the lease's metadata.
+//! Leasehold's own primitive is the registry: a process that dies stops beating and its lease
+//! lapses (judged by lease-service's clock), one that stops releases it, and the listing
+//! (`GET /api/workers`) reads the leases, so every replica tells the same.
+
+use std::time::Duration;
+
+use leasehold::LeaseError;
+use leasehold::api::{Lease, LeaseStatus, Proof};
+use leasehold::lease_client::{LeaseListing, LeaseSet};
+use leasehold::server::{ApiError, validate_name, validate_name_within};
+use leasehold::tasks::MAX_QUEUE_BYTES;
+use leasehold::workers::{
+    RESOURCE_PREFIX, WorkerBeat, WorkerGone, WorkerInfo, WorkerLease, WorkerLiveness, WorkerState,
+    Workers, resource,
+};
+
+use crate::dashboard::passed_on;
+use crate::tasks::Engine;
+
+/// The longest a process may go between beats and still count as alive.
+pub const MAX_BEAT_TTL_SECONDS: i64 = 300;
+
+/// Most worker processes listed (live first).
+pub const MAX_LISTED: u32 = 1000;
+
+/// The longest host or version string a process may give.
+const MAX_LABEL_BYTES: usize = 200;
+
+/// `PUT /api/workers/{id}`: renews the process's lease with what it says now; takes the lease
+/// anew when the process has none yet, or lost it (it lapsed: the process was paused or cut
+/// off for longer than its TTL). A second process under the same id while the first one's
+/// lease is live is refused by lease-service, as any other holder would be.
+pub async fn beat(engine: &Engine, id: &str, beat: &WorkerBeat) -> Result<WorkerLease, ApiError> {
+    validate_name("id", id)?;
+    check_info(&beat.info)?;
+    if !(1..=MAX_BEAT_TTL_SECONDS).contains(&beat.ttl_seconds) {
+        return Err(ApiError::invalid(
+            "invalid_field",
+            "ttl_seconds",
+            format!("ttl_seconds must be between 1 and {MAX_BEAT_TTL_SECONDS}"),
+        ));
+    }
+    let resource = resource(id);
+    let ttl = Duration::from_secs(beat.ttl_seconds.unsigned_abs());
+    let metadata = serde_json::to_value(&beat.info)
+        .map_err(|err| ApiError::Internal(format!("encoding a worker's info: {err}")))?;
+    if let Some(fence) = beat.fence {
+        let proof = Proof {
+            fence: Some(fence),
+            secret: beat.secret.as_ref().map(|s| s.expose()),
+        };
+        match engine
+            .leases
+            .renew_announcing(&resource, id, proof, Some(ttl), Some(&metadata))
+            .await
+        {
+            Ok(lease) => return Ok(answer(lease, None)),
+            // Lapsed or ended: this beat takes the lease anew, under a new fence.
+            Err(LeaseError::Lost { .. }) => {}
+            Err(err) => return Err(passed_on(err)),
+        }
+    }
+    let (lease, _) = engine
+        .leases
+        .acquire_announcing(&resource, id, Some(ttl), &metadata)
+        .await
+        .map_err(|err| match err {
+            LeaseError::Held { holder, .. } => ApiError::Conflict {
+                code: "worker_id_in_use",
+                message: format!("worker id {id} is in use by {holder}"),
+            },
+            err => passed_on(err),
+        })?;
+    let secret = lease.secret.clone();
+    Ok(answer(lease, secret))
+}
+
+/// `DELETE /api/workers/{id}`: the process stops; its lease is released, so it shows as stopped
+/// at once rather than lost when its TTL runs out.
+pub async fn gone(engine: &Engine, id: &str, gone: &WorkerGone) -> Result<(), ApiError> {
+    validate_name("id", id)?;
+    let proof = Proof {
+        fence: Some(gone.fence),
+        secret: gone.secret.as_ref().map(|s| s.expose()),
+    };
+    engine
+        .leases
+        .release(&resource(id), id, proof)
+        .await
+        .map(drop)
+        .map_err(passed_on)
+}
+
+/// `GET /api/workers`: every worker process lease-service remembers, live ones first.
+pub async fn list(engine: &Engine) -> Result<Workers, ApiError> {
+    let listing = LeaseListing {
+        set: LeaseSet::All,
+        resource_prefix: Some(RESOURCE_PREFIX.to_owned()),
+        limit: Some(MAX_LISTED),
+        cursor: None,
+        newest_first: true,
+    };
+    let page = engine.leases.list(&listing).await.map_err(passed_on)?;
+    let mut workers: Vec<WorkerState> = page.leases.into_iter().filter_map(state).collect();
+    workers.sort_by(|a, b| {
+        (a.liveness != WorkerLiveness::Alive)
+            .cmp(&(b.liveness != WorkerLiveness::Alive))
+            .then(b.last_beat_at.cmp(&a.last_beat_at))
+    });
+    Ok(Workers { workers })
+}
+
+/// A worker process as its lease shows it.
+fn state(lease: Lease) -> Option<WorkerState> {
+    let id = lease.resource.strip_prefix(RESOURCE_PREFIX)?.to_owned();
+    let liveness = match lease.status {
+        LeaseStatus::Active => WorkerLiveness::Alive,
+        LeaseStatus::Released | LeaseStatus::Revoked => WorkerLiveness::Stopped,
+        LeaseStatus::Expired => WorkerLiveness::Lost,
+    };
+    Some(WorkerState {
+        id,
+        liveness,
+        // What the process said; nothing when the lease was taken by anything else.
+        info: lease
+            .metadata
+            .and_then(|metadata| serde_json::from_value::<WorkerInfo>(metadata).ok()),
+        since: lease.created_at,
+        last_beat_at: lease.renewed_at.unwrap_or(lease.created_at),
+        until: lease.released_at.unwrap_or(lease.expires_at),
+    })
+}
+
+fn answer(lease: Lease, secret: Option<leasehold::api::Secret>) -> WorkerLease {
+    WorkerLease {
+        fence: lease.fence,
+        secret,
+        expires_in_ms: lease.expires_in_ms,
+    }
+}
+
+fn check_info(info: &WorkerInfo) -> Result<(), ApiError> {
+    for (field, value) in [("info.host", &info.host), ("info.version", &info.version)] {
+        if value.is_empty() || value.len() > MAX_LABEL_BYTES || value.chars().any(char::is_control)
+        {
+            return Err(ApiError::invalid(
+                "invalid_field",
+                field,
+                format!("{field} must be 1 to {MAX_LABEL_BYTES} bytes without control characters"),
+            ));
+        }
+    }
+    if let Some(queue) = &info.queue {
+        validate_name_within("info.queue", queue, MAX_QUEUE_BYTES)?;
+    }
+    if info.busy > info.concurrency {
+        return Err(ApiError::invalid(
+            "invalid_field",
+            "info.busy",
+            "info.busy cannot exceed info.concurrency",
+        ));
+    }
+    Ok(())
+}

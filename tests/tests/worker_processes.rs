@@ -1,0 +1,162 @@
+//! Worker processes as operators see them (`GET /api/workers`): each live process known by its
+//! liveness lease `worker:<id>`, with what it says about itself; one that dies shown as lost
+//! once its lease lapses; one that stops shown as stopped at once. Real processes throughout.
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tests::{Service, eventually, fresh_database, snapshot};
+
+const WORKER: &str = "worker-token-0123456789";
+const OPERATOR: &str = "operator-token-0123456789";
+
+async fn workers(tasks: &Service) -> Vec<Value> {
+    let answer = tasks.get("/api/workers").await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    answer.body["workers"].as_array().unwrap().clone()
+}
+
+async fn worker(tasks: &Service, id: &str) -> Option<Value> {
+    workers(tasks).await.into_iter().find(|w| w["id"] == id)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_processes_are_listed_and_dead_ones_shown_gone() {
+    let lease_db = fresh_database().await;
+    let task_db = fresh_database().await;
+    let leases = Service::lease_service(&lease_db, &[]).await;
+    let tokens = format!("worker:{WORKER},producer+operator:{OPERATOR}");
+    let tasks = Service::task_service(
+        &task_db,
+        &leases.base_url(),
+        &[("AUTH_TOKENS", tokens.as_str())],
+    )
+    .await;
+    // Beats every second, so a process that stops beating is lost after three.
+    let start = |id: &'static str, queue: &'static str, slots: &'static str| {
+        let url = tasks.base_url();
+        async move {
+            Service::worker(
+                &url,
+                &[
+                    ("AUTH_TOKEN", WORKER),
+                    ("WORKER_ID", id),
+                    ("WORKER_QUEUE", queue),
+                    ("WORKER_CONCURRENCY", slots),
+                    ("HEARTBEAT_INTERVAL_SECONDS", "1"),
+                ],
+            )
+            .await
+        }
+    };
+    let mut busy = start("w-busy", "slow", "3").await;
+    let mut doomed = start("w-doomed", "other", "2").await;
+
+    // Both idle processes are listed, alive, with what they said about themselves.
+    eventually(Duration::from_secs(20), "both workers listed", || async {
+        let listed = workers(&tasks).await;
+        listed.len() == 2 && listed.iter().all(|w| w["liveness"] == "alive")
+    })
+    .await;
+    let w = worker(&tasks, "w-busy").await.unwrap();
+    assert_eq!(w["info"]["queue"], "slow", "{w}");
+    assert_eq!(w["info"]["concurrency"], 3, "{w}");
+    assert_eq!(w["info"]["busy"], 0, "{w}");
+    assert!(
+        w["info"]["host"].as_str().is_some_and(|h| !h.is_empty()),
+        "{w}"
+    );
+    assert!(w["info"]["version"].is_string(), "{w}");
+    assert!(w["since"].is_string() && w["lastBeatAt"].is_string(), "{w}");
+
+    // A task in flight shows as a busy slot, and once done, as done.
+    let created = tasks
+        .send_as(
+            Some(OPERATOR),
+            "POST",
+            "/api/tasks",
+            Some(&json!({"task_data": {"sleep_duration_seconds": 3}, "queue": "slow"})),
+        )
+        .await;
+    assert_eq!(created.status, 201, "{:?}", created.body);
+    eventually(Duration::from_secs(20), "a busy slot reported", || async {
+        worker(&tasks, "w-busy").await.unwrap()["info"]["busy"] == 1
+    })
+    .await;
+    eventually(
+        Duration::from_secs(30),
+        "the task reported done",
+        || async {
+            let w = worker(&tasks, "w-busy").await.unwrap();
+            w["info"]["busy"] == 0 && w["info"]["done"] == 1
+        },
+    )
+    .await;
+
+    // kill -9: no goodbye; the process is lost once its lease lapses, still showing its host.
+    doomed.kill();
+    eventually(
+        Duration::from_secs(20),
+        "the killed worker lost",
+        || async { worker(&tasks, "w-doomed").await.unwrap()["liveness"] == "lost" },
+    )
+    .await;
+    let lost = worker(&tasks, "w-doomed").await.unwrap();
+    assert_eq!(lost["info"]["concurrency"], 2, "{lost}");
+    let listed = workers(&tasks).await;
+    assert_eq!(listed[0]["id"], "w-busy", "live ones first: {listed:?}");
+
+    // SIGTERM: the process says it stops, and shows as stopped at once, long before a lapse
+    // would show it (its lease is 3 s; the release is what the test waits for).
+    busy.terminate(Duration::from_secs(20)).await;
+    let stopped = worker(&tasks, "w-busy").await.unwrap();
+    assert_eq!(stopped["liveness"], "stopped", "{stopped}");
+
+    // A process started again under the same id is alive again.
+    let _again = start("w-busy", "slow", "3").await;
+    eventually(
+        Duration::from_secs(20),
+        "the restarted worker alive",
+        || async { worker(&tasks, "w-busy").await.unwrap()["liveness"] == "alive" },
+    )
+    .await;
+
+    // Beats need the worker role, and bad beats are refused without writing anything.
+    let before = snapshot(&lease_db, "leases").await;
+    let beat = |info: Value, ttl: i64| json!({"info": info, "ttl_seconds": ttl});
+    let good = json!({"host": "h", "version": "1", "concurrency": 2, "busy": 0, "done": 0});
+    let unauthenticated = tasks
+        .send_as(None, "PUT", "/api/workers/x", Some(&beat(good.clone(), 10)))
+        .await;
+    assert_eq!(unauthenticated.status, 401, "{:?}", unauthenticated.body);
+    for (body, field) in [
+        (beat(good.clone(), 0), "ttl_seconds"),
+        (beat(good.clone(), 301), "ttl_seconds"),
+        (
+            beat(
+                json!({"host": "", "version": "1", "concurrency": 2, "busy": 0, "done": 0}),
+                10,
+            ),
+            "info.host",
+        ),
+        (
+            beat(
+                json!({"host": "h", "version": "1", "concurrency": 2, "busy": 3, "done": 0}),
+                10,
+            ),
+            "info.busy",
+        ),
+    ] {
+        let refused = tasks
+            .send_as(Some(WORKER), "PUT", "/api/workers/x", Some(&body))
+            .await;
+        assert_eq!(
+            (refused.status, refused.body["field"].as_str()),
+            (400, Some(field)),
+            "{body}: {:?}",
+            refused.body
+        );
+    }
+    assert_eq!(snapshot(&lease_db, "leases").await, before);
+}

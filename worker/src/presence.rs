@@ -1,0 +1,105 @@
+//! The worker process's presence: while it lives it beats (`PUT /api/workers/{id}`), and
+//! task-service keeps a liveness lease `worker:<id>` in lease-service for it, carrying its host,
+//! version, queue, slots, busy slots and tasks done. Three missed beats and its lease lapses:
+//! operators see it as lost. On a clean stop it says so (`DELETE /api/workers/{id}`) and shows
+//! as stopped at once. A beat that fails only costs the picture: tasks never wait on it.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+use leasehold::api::Secret;
+use leasehold::task_client::{CallError, TaskClient};
+use leasehold::workers::{WorkerBeat, WorkerGone, WorkerInfo};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Settings;
+
+/// The longest between two beats, whatever the heartbeat interval: task-service refuses a
+/// liveness lease longer than [`MAX_TTL`].
+const MAX_BEAT_INTERVAL: Duration = Duration::from_secs(60);
+/// Beats a process may miss before it counts as lost.
+const MISSED_BEATS: u32 = 3;
+/// The longest liveness lease task-service grants.
+const MAX_TTL: Duration = Duration::from_secs(300);
+
+/// How busy the process is, kept by the claim loop and read by each beat.
+#[derive(Debug, Default)]
+pub(crate) struct Load {
+    pub(crate) busy: AtomicU32,
+    pub(crate) done: AtomicU64,
+}
+
+/// The liveness lease as the last beat's answer gave it.
+struct Held {
+    fence: i64,
+    secret: Option<Secret>,
+}
+
+/// Beats every heartbeat interval (at most a minute) until `stop`, then says the process is
+/// gone.
+pub(crate) async fn announce(
+    client: Arc<TaskClient>,
+    settings: Settings,
+    load: Arc<Load>,
+    stop: CancellationToken,
+) {
+    let every = settings.heartbeat_interval.min(MAX_BEAT_INTERVAL);
+    let ttl = (every * MISSED_BEATS).min(MAX_TTL);
+    let ttl_seconds = i64::try_from(ttl.as_secs().max(1)).unwrap_or(1);
+    let host = leasehold::identity::host_name("unknown");
+    let concurrency = u32::try_from(settings.concurrency).unwrap_or(u32::MAX);
+    let id = settings.worker_id.as_str();
+    let mut held: Option<Held> = None;
+    loop {
+        let beat = WorkerBeat {
+            info: WorkerInfo {
+                host: host.clone(),
+                version: env!("CARGO_PKG_VERSION").to_owned(),
+                queue: settings.queue.clone(),
+                concurrency,
+                busy: load.busy.load(Ordering::Relaxed).min(concurrency),
+                done: load.done.load(Ordering::Relaxed),
+            },
+            ttl_seconds,
+            fence: held.as_ref().map(|h| h.fence),
+            secret: held.as_ref().and_then(|h| h.secret.clone()),
+        };
+        match client.worker_beat(id, &beat).await {
+            Ok(lease) => {
+                // A renewal answers no secret: the one from the acquisition still holds.
+                let secret = match (&held, lease.secret) {
+                    (_, Some(secret)) => Some(secret),
+                    (Some(previous), None) if previous.fence == lease.fence => {
+                        previous.secret.clone()
+                    }
+                    (_, None) => None,
+                };
+                held = Some(Held {
+                    fence: lease.fence,
+                    secret,
+                });
+            }
+            Err(err @ CallError::Transient(_)) => {
+                tracing::debug!(error = %err, "worker beat failed; trying again at the next");
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "worker beat refused; trying again at the next");
+                held = None;
+            }
+        }
+        tokio::select! {
+            () = stop.cancelled() => break,
+            () = tokio::time::sleep(every) => {}
+        }
+    }
+    if let Some(held) = held {
+        let gone = WorkerGone {
+            fence: held.fence,
+            secret: held.secret,
+        };
+        if let Err(err) = client.worker_gone(id, &gone).await {
+            tracing::debug!(error = %err, "could not say the worker stopped; its lease will lapse");
+        }
+    }
+}
