@@ -1,7 +1,8 @@
 //! `leasehold`, the operators' command line: leases (list, show, acquire, renew, release,
-//! revoke), tasks (create, list, show, cancel, retry, tail), the generator (status, start,
-//! stop), queues (list, show, pause, resume, limit) and schedules (list, show, create, delete,
-//! pause, resume), against lease-service and task-service over their HTTP APIs.
+//! revoke), tasks (create, list, show, cancel, retry, delete, tail), the generator (status,
+//! start, stop), queues (list, show, pause, resume, limit), schedules (list, show, create,
+//! delete, pause, resume) and worker processes (list), against lease-service and task-service
+//! over their HTTP APIs.
 //!
 //! Every command prints a human table by default and the services' own JSON with `--json`, so
 //! scripts read exactly what the API says. Commands that wait on work (`tasks create --wait`,
@@ -20,6 +21,7 @@ mod out;
 mod queues;
 mod schedules;
 mod tasks;
+mod workers;
 
 use clap::{Parser, Subcommand};
 
@@ -34,6 +36,7 @@ pub use out::{lease_table, table};
 pub use queues::QueueCommand;
 pub use schedules::ScheduleCommand;
 pub use tasks::{DEFAULT_TASK_DATA, TaskCommand};
+pub use workers::WorkerCommand;
 
 /// Operate Leasehold: leases, tasks, queues, schedules and the task generator.
 #[derive(Debug, Parser)]
@@ -88,6 +91,9 @@ pub enum Command {
     /// Periodic tasks: one task per tick of a cron expression.
     #[command(subcommand)]
     Schedules(ScheduleCommand),
+    /// Worker processes, live and gone.
+    #[command(subcommand)]
+    Workers(WorkerCommand),
     /// Print a shell completion script: `source <(leasehold completion bash)`.
     Completion {
         /// The shell to complete for.
@@ -112,6 +118,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Generator(command) => generator::generator(&api, &out, command).await,
         Command::Queues(command) => queues::queues(&api, &out, command).await,
         Command::Schedules(command) => schedules::schedules(&api, &out, command).await,
+        Command::Workers(command) => workers::workers(&api, &out, command).await,
         Command::Completion { .. } => Ok(()),
     }
 }
@@ -179,6 +186,7 @@ mod tests {
             ],
             vec!["leasehold", "schedules", "pause", "nightly"],
             vec!["leasehold", "completion", "zsh"],
+            vec!["leasehold", "workers", "list", "-o", "wide", "--watch"],
             vec!["leasehold", "tasks", "list", "-o", "yaml", "--all"],
         ] {
             assert!(Cli::try_parse_from(&args).is_ok(), "{args:?}");

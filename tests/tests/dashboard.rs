@@ -81,11 +81,26 @@ async fn the_dashboard_shows_and_operates_a_live_stack() {
         browser.text("#oldest-due").await.as_deref(),
         Some("oldest due -")
     );
-    // No task runs yet: the workers view says why its table is empty.
+    // No task runs yet, but the idle worker process is listed, alive, with its slots; the
+    // table of tasks in flight says it is empty.
     browser.click("#tab-workers").await;
     browser
+        .wait_for_text(
+            "tr[data-worker=\"dash-worker\"] .worker-state",
+            Duration::from_secs(10),
+            |t| t == "alive",
+        )
+        .await;
+    assert_eq!(
+        browser
+            .text("tr[data-worker=\"dash-worker\"] .worker-busy")
+            .await
+            .as_deref(),
+        Some("0 / 1")
+    );
+    browser
         .wait_for_text("#worker-rows", Duration::from_secs(10), |t| {
-            t.contains("No task is running")
+            t.contains("No task is in flight")
         })
         .await;
     browser.click("#tab-tasks").await;
@@ -225,6 +240,14 @@ async fn the_dashboard_shows_and_operates_a_live_stack() {
         .wait_for_text("#worker-rows", Duration::from_secs(10), |t| {
             t.contains("dash-worker")
         })
+        .await;
+    // Its process shows the busy slot too: a change of load brings its beat forward.
+    browser
+        .wait_for_text(
+            "tr[data-worker=\"dash-worker\"] .worker-busy",
+            Duration::from_secs(10),
+            |t| t == "1 / 1",
+        )
         .await;
     browser.screenshot(&screenshots().join("workers.png")).await;
 

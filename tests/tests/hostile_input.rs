@@ -356,6 +356,14 @@ async fn task_service_survives_generated_hostile_requests() {
         )
         .prop_map(|body| Target::json("PUT", "/api/tasks/complete", body)),
         id_segment().prop_map(|id| Target::json("GET", format!("/api/tasks/{id}"), Vec::new())),
+        (
+            id_segment(),
+            body(
+                json!({"info": {"host": "h", "version": "1", "queue": "q", "concurrency": 2,
+                                 "busy": 1, "done": 3}, "ttl_seconds": 5, "fence": 1})
+            )
+        )
+            .prop_map(|(id, body)| Target::json("PUT", format!("/api/workers/{id}"), body)),
         "[a-z0-9=&%,_-]{0,40}".prop_map(|query| Target::json(
             "GET",
             format!("/api/dashboard/leases?{query}"),

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tests::{Service, eventually, fresh_database, snapshot};
+use tests::{Service, binary, eventually, fresh_database, snapshot};
 
 const WORKER: &str = "worker-token-0123456789";
 const OPERATOR: &str = "operator-token-0123456789";
@@ -69,6 +69,31 @@ async fn live_processes_are_listed_and_dead_ones_shown_gone() {
     );
     assert!(w["info"]["version"].is_string(), "{w}");
     assert!(w["since"].is_string() && w["lastBeatAt"].is_string(), "{w}");
+    // The CLI lists the same.
+    let cli = |args: &[&str]| {
+        std::process::Command::new(binary("leasehold"))
+            .args(args)
+            .env("TASK_SERVICE_URL", tasks.base_url())
+            .output()
+            .unwrap()
+    };
+    let table = cli(&["workers", "list", "-o", "wide"]);
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(table.status.success(), "{table:?}");
+    assert!(
+        text.lines()
+            .next()
+            .is_some_and(|h| h.contains("BUSY") && h.contains("VERSION")),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("w-busy") && l.contains("alive") && l.contains("0/3")),
+        "{text}"
+    );
+    let json: Value =
+        serde_json::from_slice(&cli(&["workers", "list", "-o", "json"]).stdout).unwrap();
+    assert_eq!(json["workers"].as_array().map(Vec::len), Some(2), "{json}");
 
     // A task in flight shows as a busy slot, and once done, as done.
     let created = tasks

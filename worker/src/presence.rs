@@ -2,7 +2,9 @@
 //! task-service keeps a liveness lease `worker:<id>` in lease-service for it, carrying its host,
 //! version, queue, slots, busy slots and tasks done. Three missed beats and its lease lapses:
 //! operators see it as lost. On a clean stop it says so (`DELETE /api/workers/{id}`) and shows
-//! as stopped at once. A beat that fails only costs the picture: tasks never wait on it.
+//! as stopped at once. A change of its busy slots brings the next beat forward (at most one a
+//! second), so the picture follows the work. A beat that fails only costs the picture: tasks
+//! never wait on it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -23,11 +25,30 @@ const MISSED_BEATS: u32 = 3;
 /// The longest liveness lease task-service grants.
 const MAX_TTL: Duration = Duration::from_secs(300);
 
+/// The soonest a change of load brings the next beat forward to, after the last one.
+const MIN_BEAT_SPACING: Duration = Duration::from_secs(1);
+
 /// How busy the process is, kept by the claim loop and read by each beat.
 #[derive(Debug, Default)]
 pub(crate) struct Load {
-    pub(crate) busy: AtomicU32,
+    busy: AtomicU32,
     pub(crate) done: AtomicU64,
+    /// Signalled when the busy slots change, so the picture follows within a second or so
+    /// rather than a heartbeat interval.
+    changed: tokio::sync::Notify,
+}
+
+impl Load {
+    fn busy(&self) -> u32 {
+        self.busy.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_busy(&self, busy: usize) {
+        let busy = u32::try_from(busy).unwrap_or(u32::MAX);
+        if self.busy.swap(busy, Ordering::Relaxed) != busy {
+            self.changed.notify_one();
+        }
+    }
 }
 
 /// The liveness lease as the last beat's answer gave it.
@@ -58,7 +79,7 @@ pub(crate) async fn announce(
                 version: env!("CARGO_PKG_VERSION").to_owned(),
                 queue: settings.queue.clone(),
                 concurrency,
-                busy: load.busy.load(Ordering::Relaxed).min(concurrency),
+                busy: load.busy().min(concurrency),
                 done: load.done.load(Ordering::Relaxed),
             },
             ttl_seconds,
@@ -88,9 +109,16 @@ pub(crate) async fn announce(
                 held = None;
             }
         }
+        let beaten = tokio::time::Instant::now();
         tokio::select! {
             () = stop.cancelled() => break,
             () = tokio::time::sleep(every) => {}
+            () = load.changed.notified() => {
+                tokio::select! {
+                    () = stop.cancelled() => break,
+                    () = tokio::time::sleep_until(beaten + MIN_BEAT_SPACING) => {}
+                }
+            }
         }
     }
     if let Some(held) = held {

@@ -152,10 +152,7 @@ async fn claim_loop<H: TaskHandler>(
         while let Some(joined) = running.try_join_next() {
             runner_ended(&ctx, joined);
         }
-        ctx.load.busy.store(
-            u32::try_from(running.len()).unwrap_or(u32::MAX),
-            Ordering::Relaxed,
-        );
+        ctx.load.set_busy(running.len());
         let free = settings.concurrency.saturating_sub(running.len());
         if free == 0 {
             tokio::select! {
