@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{Value, json};
 use tests::browser::Browser;
 use tests::{Service, eventually, fresh_database};
 
@@ -406,6 +406,77 @@ async fn the_dashboard_shows_and_operates_a_live_stack() {
             paused
         );
     }
+
+    // The task list pages newest first with a count, and acts on the filtered set in bulk:
+    // 60 tasks due in a year fill a page of 50 and one of 10.
+    let later: Vec<Value> = (0..60)
+        .map(|i| json!({"task_data": {"i": i}, "queue": "paged", "scheduled_at": "2099-01-01T00:00:00Z"}))
+        .collect();
+    let created = tasks
+        .send_as(
+            Some(OPERATOR),
+            "POST",
+            "/api/tasks/batch",
+            Some(&json!({ "tasks": later })),
+        )
+        .await;
+    assert_eq!(created.status, 200, "{:?}", created.body);
+    browser
+        .goto(&tasks.url("/dashboard/tasks?queue=paged"))
+        .await;
+    browser
+        .wait_for_text("#task-range", Duration::from_secs(10), |t| {
+            t == "1–50 of 60"
+        })
+        .await;
+    browser.click("#page-older").await;
+    browser
+        .wait_for_text("#task-range", Duration::from_secs(10), |t| {
+            t == "51–60 of 60"
+        })
+        .await;
+    browser.click("#page-newer").await;
+    browser
+        .wait_for_text("#task-range", Duration::from_secs(10), |t| {
+            t == "1–50 of 60"
+        })
+        .await;
+    // Bulk: cancel every pending task of the queue, after a confirmation that says how many.
+    browser
+        .wait_for_text("#bulk-cancel", Duration::from_secs(10), |t| {
+            t == "Cancel 60"
+        })
+        .await;
+    browser.click("#bulk-cancel").await;
+    assert_eq!(
+        browser.text("#confirm-text").await.as_deref(),
+        Some("Cancel 60 pending or running tasks of queue paged?")
+    );
+    browser.click("#confirm-yes").await;
+    browser
+        .wait_for_text("#message", Duration::from_secs(10), |m| {
+            m == "60 tasks cancelled"
+        })
+        .await;
+    assert_eq!(
+        tasks.get("/api/queues/paged").await.body["counts"]["cancelled"],
+        60
+    );
+    // With a status no bulk action takes, that action is off.
+    browser
+        .goto(&tasks.url("/dashboard/tasks?status=cancelled&queue=paged"))
+        .await;
+    browser
+        .wait_for_text("#bulk-retry", Duration::from_secs(10), |t| t == "Retry 60")
+        .await;
+    let cancel_off = browser
+        .execute(
+            "return document.getElementById('bulk-cancel').disabled;",
+            json!([]),
+        )
+        .await;
+    assert_eq!(cancel_off, json!(true));
+    browser.goto(&tasks.url("/dashboard/tasks")).await;
 
     // Its limits are shown in its row, a limit per key too.
     let set = tasks
