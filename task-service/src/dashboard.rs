@@ -36,6 +36,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(
             web::scope("/api/dashboard")
                 .service(get_only("/overview", overview))
+                .service(get_only("/throughput", throughput))
                 .service(get_only("/leases", leases))
                 .service(
                     web::resource("/leases/{id}/revoke")
@@ -63,6 +64,23 @@ async fn page() -> HttpResponse {
 async fn overview(state: State) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
     Ok(HttpResponse::Ok().json(tasks::overview(&mut conn, &state.engine).await?))
+}
+
+#[derive(Debug, Deserialize)]
+struct ThroughputQuery {
+    window_seconds: Option<i64>,
+}
+
+/// The charts' series over a window: 5 minutes (the default), an hour or a day.
+async fn throughput(
+    state: State,
+    query: web::Query<ThroughputQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let mut conn = db::connection(&state.pool).await?;
+    let window = query
+        .window_seconds
+        .unwrap_or(tasks::read::CHART_WINDOWS[0]);
+    Ok(HttpResponse::Ok().json(tasks::read::throughput(&mut conn, window).await?))
 }
 
 #[derive(Debug, Deserialize)]

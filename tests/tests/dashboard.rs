@@ -224,7 +224,71 @@ async fn the_dashboard_shows_and_operates_a_live_stack() {
             t.contains('1')
         })
         .await;
+    // The charts: per-second rates of each transition and the pickup latency, from the history,
+    // with axes, their unit and a legend; over a chosen window kept in the URL.
+    let series = tasks
+        .get("/api/dashboard/throughput?window_seconds=300")
+        .await;
+    assert_eq!(series.status, 200, "{:?}", series.body);
+    assert_eq!(series.body["bucketSeconds"], 5);
+    let buckets = series.body["buckets"].as_array().unwrap();
+    let sum = |field: &str| {
+        buckets
+            .iter()
+            .map(|b| b[field].as_i64().unwrap())
+            .sum::<i64>()
+    };
+    assert_eq!(
+        (sum("created"), sum("started"), sum("succeeded")),
+        (1, 1, 1)
+    );
+    assert!(
+        buckets
+            .iter()
+            .any(|b| b["pickupP50Ms"].as_f64().is_some_and(|ms| ms >= 0.0)),
+        "{buckets:?}"
+    );
+    let refused = tasks
+        .get("/api/dashboard/throughput?window_seconds=7")
+        .await;
+    assert_eq!((refused.status, refused.code()), (400, "invalid_query"));
+    browser
+        .wait_for_text("#legend-throughput", Duration::from_secs(10), |t| {
+            t == "createdstartedsucceededfailed"
+        })
+        .await;
+    let chart = browser
+        .execute(
+            "const c = document.getElementById('chart-throughput'); \
+             return [c.querySelectorAll('path').length, c.textContent.includes('tasks/s'), \
+                     document.getElementById('legend-throughput').textContent];",
+            json!([]),
+        )
+        .await;
+    assert_eq!(chart, json!([4, true, "createdstartedsucceededfailed"]));
+    let pickup = browser
+        .execute(
+            "return document.getElementById('chart-pickup').textContent.includes('ms');",
+            json!([]),
+        )
+        .await;
+    assert_eq!(pickup, json!(true));
     browser.screenshot(&screenshots().join("tasks.png")).await;
+    browser
+        .goto(&tasks.url(&format!("/dashboard/tasks/{id}?window=3600")))
+        .await;
+    browser
+        .wait_for_text("#detail-status", Duration::from_secs(10), |s| {
+            s == "succeeded"
+        })
+        .await;
+    let window = browser
+        .execute(
+            "return document.getElementById('chart-window').value;",
+            json!([]),
+        )
+        .await;
+    assert_eq!(window, json!("3600"));
 
     // Workers: a task in flight shows its processor.
     tasks

@@ -135,8 +135,9 @@ pub async fn ping(conn: &mut Db) -> Result<()> {
         .map(|_| ())
 }
 
-/// Claims and completions per `bucket_seconds` over the last `window_seconds`, by the history
-/// table; bucket 0 is the newest.
+/// Transitions per `bucket_seconds` over the last `window_seconds`, by the history table;
+/// bucket 0 is the newest. `claimed` and `completed` are `started` and `succeeded` under the
+/// names the first dashboard read.
 #[derive(Debug, Clone, QueryableByName, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ThroughputBucket {
@@ -146,6 +147,24 @@ pub struct ThroughputBucket {
     pub claimed: i64,
     #[diesel(sql_type = BigInt)]
     pub completed: i64,
+    /// New tasks.
+    #[diesel(sql_type = BigInt)]
+    pub created: i64,
+    /// Claims (a task going to running).
+    #[diesel(sql_type = BigInt)]
+    pub started: i64,
+    #[diesel(sql_type = BigInt)]
+    pub succeeded: i64,
+    /// Failures: a running task sent back to pending to retry, or dead.
+    #[diesel(sql_type = BigInt)]
+    pub failed: i64,
+    /// Pickup latency of the first claims in the bucket, from the moment each task was due
+    /// (created, or its requested schedule if later) to its claim: median and 99th percentile,
+    /// in milliseconds; none without a first claim.
+    #[diesel(sql_type = Nullable<Double>)]
+    pub pickup_p50_ms: Option<f64>,
+    #[diesel(sql_type = Nullable<Double>)]
+    pub pickup_p99_ms: Option<f64>,
 }
 
 pub async fn throughput(
@@ -156,10 +175,27 @@ pub async fn throughput(
     let span = leasehold::db_span!("SELECT", "task_events");
     async move {
         diesel::sql_query(
-            "SELECT (floor(EXTRACT(EPOCH FROM now() - at) / $2) * $2)::bigint AS seconds_ago,
-                count(*) FILTER (WHERE to_status = 'running') AS claimed,
-                count(*) FILTER (WHERE to_status = 'succeeded') AS completed
-         FROM task_events WHERE at > now() - make_interval(secs => $1)
+            "SELECT (floor(EXTRACT(EPOCH FROM now() - e.at) / $2) * $2)::bigint AS seconds_ago,
+                count(*) FILTER (WHERE e.to_status = 'running') AS claimed,
+                count(*) FILTER (WHERE e.to_status = 'succeeded') AS completed,
+                count(*) FILTER (WHERE e.from_status IS NULL) AS created,
+                count(*) FILTER (WHERE e.to_status = 'running') AS started,
+                count(*) FILTER (WHERE e.to_status = 'succeeded') AS succeeded,
+                count(*) FILTER (WHERE e.to_status = 'dead'
+                                    OR (e.from_status = 'running' AND e.to_status = 'pending'))
+                    AS failed,
+                percentile_cont(0.5) WITHIN GROUP (ORDER BY p.ms) AS pickup_p50_ms,
+                percentile_cont(0.99) WITHIN GROUP (ORDER BY p.ms) AS pickup_p99_ms
+         FROM task_events e
+         -- A first claim's wait: from when its task was due to the claim.
+         LEFT JOIN LATERAL (
+             SELECT greatest(0, EXTRACT(EPOCH FROM e.at - greatest(t.created_at,
+                        COALESCE(t.requested_scheduled_at, t.created_at))) * 1000)::float8 AS ms
+             FROM tasks t
+             WHERE e.to_status = 'running' AND e.from_status = 'pending' AND e.attempts = 1
+               AND t.id = e.task_id
+         ) p ON true
+         WHERE e.at > now() - make_interval(secs => $1)
          GROUP BY 1 ORDER BY 1",
         )
         .bind::<BigInt, _>(window_seconds)

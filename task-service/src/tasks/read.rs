@@ -138,6 +138,28 @@ pub struct Throughput {
     pub buckets: Vec<ThroughputBucket>,
 }
 
+/// The windows the dashboard's charts offer, in seconds (5 minutes, an hour, a day), each cut
+/// into 60 buckets.
+pub const CHART_WINDOWS: [i64; 3] = [300, 3600, 86_400];
+
+/// `GET /api/dashboard/throughput?window_seconds=N`: the history's transitions and pickup
+/// latency over one of [`CHART_WINDOWS`], in 60 buckets.
+pub async fn throughput(conn: &mut Db, window_seconds: i64) -> Result<Throughput, ApiError> {
+    if !CHART_WINDOWS.contains(&window_seconds) {
+        return Err(ApiError::invalid(
+            "invalid_query",
+            "window_seconds",
+            "window_seconds must be 300, 3600 or 86400",
+        ));
+    }
+    let bucket_seconds = window_seconds / 60;
+    Ok(Throughput {
+        window_seconds,
+        bucket_seconds,
+        buckets: repo::throughput(conn, window_seconds, bucket_seconds).await?,
+    })
+}
+
 pub async fn overview(conn: &mut Db, engine: &Engine) -> Result<Overview, ApiError> {
     Ok(Overview {
         counts: repo::counts(conn).await?,
