@@ -143,6 +143,9 @@ impl From<diesel::result::Error> for ApiError {
                 // tokio-postgres reports a dead connection as an unknown error with this text.
                 if message.contains("connection closed") || message.contains("shutting down") {
                     Self::Unavailable(format!("database unavailable: {message}"))
+                } else if message.contains("statement timeout") {
+                    // A statement bounded by `statement_timeout` ran past it: busy, not broken.
+                    Self::Unavailable(format!("the database took too long: {message}"))
                 } else {
                     Self::Internal(message)
                 }
@@ -202,5 +205,25 @@ impl actix_web::Responder for ApiError {
 
     fn respond_to(self, _: &actix_web::HttpRequest) -> HttpResponse {
         self.error_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use diesel::result::{DatabaseErrorKind, Error};
+
+    #[test]
+    fn a_statement_past_its_timeout_is_unavailable_not_internal() {
+        let timeout = Error::DatabaseError(
+            DatabaseErrorKind::Unknown,
+            Box::new("canceling statement due to statement timeout".to_owned()),
+        );
+        assert!(matches!(ApiError::from(timeout), ApiError::Unavailable(_)));
+        let other = Error::DatabaseError(
+            DatabaseErrorKind::Unknown,
+            Box::new("division by zero".to_owned()),
+        );
+        assert!(matches!(ApiError::from(other), ApiError::Internal(_)));
     }
 }

@@ -167,7 +167,27 @@ pub struct ThroughputBucket {
     pub pickup_p99_ms: Option<f64>,
 }
 
+/// How long the charts' read may take: a day of history on a busy system is many rows, and a
+/// chart is not worth holding the database for. Past it the read is refused (503).
+const THROUGHPUT_TIMEOUT: &str = "5s";
+
 pub async fn throughput(
+    conn: &mut Db,
+    window_seconds: i64,
+    bucket_seconds: i64,
+) -> Result<Vec<ThroughputBucket>> {
+    use diesel_async::AsyncConnection;
+    conn.transaction(async |conn| {
+        diesel::sql_query("SELECT set_config('statement_timeout', $1, true)")
+            .bind::<Text, _>(THROUGHPUT_TIMEOUT)
+            .execute(conn)
+            .await?;
+        throughput_read(conn, window_seconds, bucket_seconds).await
+    })
+    .await
+}
+
+async fn throughput_read(
     conn: &mut Db,
     window_seconds: i64,
     bucket_seconds: i64,
