@@ -173,10 +173,19 @@ async fn list(
     let text = out.render(&listed, |listed| Ok(task_table(&listed.tasks, out.view())))?;
     let mut hint = None;
     if !out.machine() && !page.watch.watch && listed.next_cursor.is_some() {
-        // Only to say how many there are: a failure here costs the count, not the list.
-        let total = count_tasks(api, listing.status.as_deref(), listing.queue.as_deref())
-            .await
-            .ok();
+        // Only to say how many there are: a failure here costs the count, not the list. The
+        // counts are by queue and status, so with any other filter the total is not known.
+        let counted = listing.processor.is_none()
+            && listing.key.is_none()
+            && listing.created_after.is_none()
+            && listing.created_before.is_none();
+        let total = if counted {
+            count_tasks(api, listing.status.as_deref(), listing.queue.as_deref())
+                .await
+                .ok()
+        } else {
+            None
+        };
         hint = more_hint(
             listed.tasks.len(),
             total,
@@ -247,6 +256,18 @@ pub enum TaskCommand {
         /// Only tasks of this queue.
         #[arg(long)]
         queue: Option<String>,
+        /// Only tasks last claimed by this processor (a worker's id).
+        #[arg(long)]
+        processor: Option<String>,
+        /// Only tasks with this concurrency key.
+        #[arg(long)]
+        key: Option<String>,
+        /// Only tasks created at or after this instant (RFC 3339).
+        #[arg(long)]
+        created_after: Option<chrono::DateTime<chrono::Utc>>,
+        /// Only tasks created before this instant (RFC 3339).
+        #[arg(long)]
+        created_before: Option<chrono::DateTime<chrono::Utc>>,
         #[command(flatten)]
         page: PageArgs,
     },
@@ -360,6 +381,10 @@ pub(crate) async fn tasks(api: &Api, out: &Out, command: TaskCommand) -> anyhow:
         TaskCommand::List {
             status,
             queue,
+            processor,
+            key,
+            created_after,
+            created_before,
             page,
         } => {
             let listing = TaskListing {
@@ -368,6 +393,10 @@ pub(crate) async fn tasks(api: &Api, out: &Out, command: TaskCommand) -> anyhow:
                 limit: Some(page.limit),
                 cursor: page.cursor.clone(),
                 newest_first: page.sort.newest_first(),
+                processor,
+                key,
+                created_after,
+                created_before,
             };
             out.watch(&page.watch, || list(api, out, &listing, &page))
                 .await

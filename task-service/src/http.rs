@@ -341,6 +341,10 @@ async fn events(state: State, id: web::Path<i64>) -> Result<HttpResponse, ApiErr
 struct ListQuery {
     status: Option<String>,
     queue: Option<String>,
+    processor: Option<String>,
+    key: Option<String>,
+    created_after: Option<chrono::DateTime<chrono::Utc>>,
+    created_before: Option<chrono::DateTime<chrono::Utc>>,
     limit: Option<i64>,
     cursor: Option<String>,
     order: Option<Order>,
@@ -392,6 +396,10 @@ async fn list(
         within,
         status: query.status.as_deref(),
         queue: query.queue.as_deref(),
+        processor: query.processor.as_deref(),
+        key: query.key.as_deref(),
+        created_after: query.created_after,
+        created_before: query.created_before,
         page: Page::parse(query.limit, query.cursor.as_deref(), query.order)?,
     };
     let statuses = read::check_listing(&listing)?;

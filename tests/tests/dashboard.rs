@@ -200,6 +200,30 @@ async fn the_dashboard_shows_and_operates_a_live_stack() {
         back,
         json!(["/dashboard/tasks?status=succeeded&queue=default", "tasks"])
     );
+    // Finer filters: who claimed it, and when it was created.
+    browser
+        .goto(&tasks.url("/dashboard/tasks?processor=dash-worker&since=3600"))
+        .await;
+    browser
+        .wait_for_text(&row, Duration::from_secs(10), |s| s == "succeeded")
+        .await;
+    let finer = browser
+        .execute(
+            "return [document.getElementById('task-processor').value, \
+                     document.getElementById('task-since').value, \
+                     document.getElementById('bulk-delete').disabled];",
+            json!([]),
+        )
+        .await;
+    assert_eq!(finer, json!(["dash-worker", "3600", true]));
+    browser
+        .goto(&tasks.url("/dashboard/tasks?processor=nobody"))
+        .await;
+    browser
+        .wait_for_text("#task-range", Duration::from_secs(10), |t| {
+            t == "no tasks match"
+        })
+        .await;
     browser
         .goto(&tasks.url("/dashboard/leases?prefix=task%3A"))
         .await;

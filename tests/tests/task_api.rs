@@ -1420,3 +1420,84 @@ async fn a_revoked_lease_stops_its_worker_on_every_route() {
         "{after:?}"
     );
 }
+
+/// Listings filter by who last claimed a task, its concurrency key and when it was created,
+/// together with status and queue; a bad filter is 400 and names its field.
+#[tokio::test]
+async fn listings_filter_by_processor_key_and_creation_time() {
+    let s = stack(&[]).await;
+    let a = s
+        .create_id(json!({"task_data": {}, "queue": "f", "concurrency_key": "acme"}))
+        .await;
+    let b = s
+        .create_id(json!({"task_data": {}, "queue": "f", "concurrency_key": "globex"}))
+        .await;
+    let c = s.create_id(json!({"task_data": {}, "queue": "f"})).await;
+    // Claimed oldest first: alice takes a, bob takes b.
+    for processor in ["alice", "bob"] {
+        let claimed = s
+            .tasks
+            .post(
+                "/api/tasks/next",
+                &json!({"processor": processor, "queue": "f"}),
+            )
+            .await;
+        assert_eq!(claimed.status, 202, "{:?}", claimed.body);
+    }
+    let tasks = &s.tasks;
+    let ids = |query: &str| {
+        let path = format!("/api/tasks?queue=f&order=asc&{query}");
+        async move {
+            let listed = tasks.get(&path).await;
+            assert_eq!(listed.status, 200, "{path}: {:?}", listed.body);
+            listed.body["tasks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["id"].as_i64().unwrap())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(ids("processor=alice").await, vec![a]);
+    assert_eq!(ids("processor=bob&status=running").await, vec![b]);
+    assert_eq!(ids("processor=bob&status=pending").await, Vec::<i64>::new());
+    assert_eq!(ids("key=globex").await, vec![b]);
+    // By the database's own creation times, read back from the tasks.
+    let created = |id: i64| {
+        let path = format!("/api/tasks/{id}");
+        async move {
+            tasks.get(&path).await.body["task"]["createdAt"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        }
+    };
+    let (at_b, at_c) = (created(b).await, created(c).await);
+    let encode = |at: &str| at.replace('+', "%2B");
+    assert_eq!(
+        ids(&format!("created_after={}", encode(&at_b))).await,
+        vec![b, c]
+    );
+    assert_eq!(
+        ids(&format!(
+            "created_after={}&created_before={}",
+            encode(&at_b),
+            encode(&at_c)
+        ))
+        .await,
+        vec![b]
+    );
+    for (query, field) in [
+        ("processor=", "processor"),
+        (&format!("key={}", "k".repeat(256)) as &str, "key"),
+        ("created_after=0000-01-01T00:00:00Z", "created_after"),
+    ] {
+        let refused = s.tasks.get(&format!("/api/tasks?{query}")).await;
+        assert_eq!(
+            (refused.status, refused.body["field"].as_str()),
+            (400, Some(field)),
+            "{query}: {:?}",
+            refused.body
+        );
+    }
+}

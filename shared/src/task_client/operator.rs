@@ -75,16 +75,34 @@ pub struct TaskListing {
     pub cursor: Option<String>,
     /// Newest first; oldest first when `false`.
     pub newest_first: bool,
+    /// Only tasks last claimed by this processor.
+    pub processor: Option<String>,
+    /// Only tasks with this concurrency key.
+    pub key: Option<String>,
+    /// Only tasks created at or after this instant.
+    pub created_after: Option<chrono::DateTime<chrono::Utc>>,
+    /// Only tasks created before this instant.
+    pub created_before: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 impl TaskListing {
     /// The query string, as task-service's listings read it.
     fn query(&self) -> Vec<(&'static str, String)> {
+        let instant = |at: &Option<chrono::DateTime<chrono::Utc>>| {
+            at.map(|at| at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true))
+        };
         crate::api::page_query(
             self.limit,
             self.cursor.as_deref(),
             self.newest_first,
-            [("status", &self.status), ("queue", &self.queue)],
+            [
+                ("status", &self.status),
+                ("queue", &self.queue),
+                ("processor", &self.processor),
+                ("key", &self.key),
+                ("created_after", &instant(&self.created_after)),
+                ("created_before", &instant(&self.created_before)),
+            ],
         )
     }
 }
@@ -366,6 +384,7 @@ mod tests {
             limit: Some(5),
             cursor: Some("42".to_owned()),
             newest_first: true,
+            ..TaskListing::default()
         };
         let query = listing.query();
         let query: Vec<(&str, &str)> = query

@@ -40,16 +40,26 @@ struct SizedRow {
 /// where its JSON would pass `max_bytes` (its first row always comes). Counting in the database
 /// is what bounds memory: a page of large tasks is never loaded into this process only to be cut
 /// here. Answers the rows and whether the size bound cut the page short.
+/// What a listing keeps: every field given must match.
+#[derive(Debug, Clone, Copy)]
+pub struct ListFilter<'a> {
+    pub statuses: &'a [TaskStatus],
+    pub queue: Option<&'a str>,
+    pub processor: Option<&'a str>,
+    pub key: Option<&'a str>,
+    pub created_after: Option<DateTime<Utc>>,
+    pub created_before: Option<DateTime<Utc>>,
+}
+
 pub async fn list(
     conn: &mut Db,
-    statuses: &[TaskStatus],
-    queue: Option<&str>,
+    filter: &ListFilter<'_>,
     page: Page,
     max_bytes: i64,
 ) -> Result<(Vec<TaskRow>, bool)> {
     let span = leasehold::db_span!("SELECT", "tasks");
     async move {
-        let statuses: Vec<&str> = statuses.iter().map(|s| s.as_str()).collect();
+        let statuses: Vec<&str> = filter.statuses.iter().map(|s| s.as_str()).collect();
         let (order, past) = page.order.sql();
         let sized: Vec<SizedRow> = diesel::sql_query(format!(
             "SELECT {COLUMNS}, page_rows FROM (
@@ -60,16 +70,24 @@ pub async fn list(
                     row_number() OVER (w) AS n
              FROM (SELECT {COLUMNS} FROM tasks
                    WHERE status = ANY($1) AND ($2::text IS NULL OR queue = $2) AND id {past} $3
+                     AND ($6::text IS NULL OR processor = $6)
+                     AND ($7::text IS NULL OR concurrency_key = $7)
+                     AND ($8::timestamptz IS NULL OR created_at >= $8)
+                     AND ($9::timestamptz IS NULL OR created_at < $9)
                    {order} LIMIT $4) AS page
              WINDOW w AS ({order})
          ) AS sized
          WHERE n = 1 OR upto <= $5 {order}"
         ))
         .bind::<Array<Text>, _>(statuses)
-        .bind::<Nullable<Text>, _>(queue)
+        .bind::<Nullable<Text>, _>(filter.queue)
         .bind::<BigInt, _>(page.past_id())
         .bind::<BigInt, _>(page.fetch())
         .bind::<BigInt, _>(max_bytes)
+        .bind::<Nullable<Text>, _>(filter.processor)
+        .bind::<Nullable<Text>, _>(filter.key)
+        .bind::<Nullable<Timestamptz>, _>(filter.created_after)
+        .bind::<Nullable<Timestamptz>, _>(filter.created_before)
         .load(conn)
         .await?;
         let read = sized.as_slice().first().map_or(0, |first| first.page_rows);

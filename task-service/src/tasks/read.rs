@@ -38,6 +38,13 @@ pub struct Listing<'a> {
     pub within: &'a [TaskStatus],
     pub status: Option<&'a str>,
     pub queue: Option<&'a str>,
+    /// Only tasks last claimed by this processor.
+    pub processor: Option<&'a str>,
+    /// Only tasks with this concurrency key.
+    pub key: Option<&'a str>,
+    /// Only tasks created in `[created_after, created_before)`.
+    pub created_after: Option<chrono::DateTime<chrono::Utc>>,
+    pub created_before: Option<chrono::DateTime<chrono::Utc>>,
     pub page: Page,
 }
 
@@ -69,6 +76,20 @@ pub fn check_listing(listing: &Listing<'_>) -> Result<Vec<TaskStatus>, ApiError>
     if let Some(queue) = listing.queue {
         validate_name_within("queue", queue, MAX_QUEUE_BYTES)?;
     }
+    if let Some(processor) = listing.processor {
+        leasehold::server::validate_name("processor", processor)?;
+    }
+    if let Some(key) = listing.key {
+        validate_name_within("key", key, super::validate::MAX_KEY_BYTES)?;
+    }
+    for (field, at) in [
+        ("created_after", &listing.created_after),
+        ("created_before", &listing.created_before),
+    ] {
+        if let Some(at) = at {
+            leasehold::server::validate_timestamp(field, at)?;
+        }
+    }
     statuses(listing.within, listing.status)
 }
 
@@ -79,7 +100,15 @@ pub async fn list(
     statuses: &[TaskStatus],
     max_bytes: i64,
 ) -> Result<(Vec<leasehold::tasks::Task>, bool), ApiError> {
-    let (rows, cut) = repo::list(conn, statuses, listing.queue, listing.page, max_bytes).await?;
+    let filter = repo::ListFilter {
+        statuses,
+        queue: listing.queue,
+        processor: listing.processor,
+        key: listing.key,
+        created_after: listing.created_after,
+        created_before: listing.created_before,
+    };
+    let (rows, cut) = repo::list(conn, &filter, listing.page, max_bytes).await?;
     Ok((rows.into_iter().map(to_api).collect(), cut))
 }
 
