@@ -267,6 +267,19 @@ pub(crate) async fn pages<P: Paged, Fut: Future<Output = anyhow::Result<P>>>(
     Ok(first)
 }
 
+/// `12345` as `12,345`.
+pub(crate) fn thousands(n: i64) -> String {
+    let digits = n.unsigned_abs().to_string();
+    let mut out = String::new();
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    if n < 0 { format!("-{out}") } else { out }
+}
+
 /// Says how to get the rest when a listing stopped short of it (a page holds at most `limit`
 /// rows, and the service may cut one short to bound its size).
 pub(crate) fn more_hint(
@@ -277,7 +290,7 @@ pub(crate) fn more_hint(
     next: Option<&str>,
 ) -> Option<String> {
     let next = next?;
-    let of = of.map_or_else(String::new, |total| format!(" of {total}"));
+    let of = of.map_or_else(String::new, |total| format!(" of {}", thousands(total)));
     Some(format!(
         "showing {shown}{of} {what}, {}; use --limit (up to 1000) or --all, or go on with \
          --cursor {next}",
@@ -708,6 +721,17 @@ mod tests {
         assert!(
             hint.contains("--cursor 151") && hint.contains("--limit") && hint.contains("--all"),
             "{hint}"
+        );
+        let hint = more_hint(100, Some(12_345), "tasks", Sort::Newest, Some("7")).expect("a hint");
+        assert!(hint.starts_with("showing 100 of 12,345 tasks"), "{hint}");
+        assert_eq!(
+            [
+                thousands(0),
+                thousands(999),
+                thousands(1000),
+                thousands(-1_234_567)
+            ],
+            ["0", "999", "1,000", "-1,234,567"]
         );
         let hint = more_hint(5, None, "leases", Sort::Oldest, Some("6")).expect("a hint");
         assert!(hint.starts_with("showing 5 leases, oldest first"), "{hint}");

@@ -529,6 +529,27 @@ async fn the_dashboard_shows_and_operates_a_live_stack() {
             t == "1–50 of 60"
         })
         .await;
+    // Newest first by default; oldest first when asked, kept in the URL.
+    let first_id = async |browser: &Browser| {
+        browser
+            .execute(
+                "return Number(document.querySelector('tr[data-task-id]').dataset.taskId);",
+                json!([]),
+            )
+            .await
+            .as_i64()
+            .unwrap()
+    };
+    let newest = first_id(&browser).await;
+    browser
+        .goto(&tasks.url("/dashboard/tasks?queue=paged&sort=oldest"))
+        .await;
+    browser
+        .wait_for_text("#task-range", Duration::from_secs(10), |t| {
+            t == "1–50 of 60"
+        })
+        .await;
+    assert_eq!(first_id(&browser).await, newest - 59);
     // Bulk: cancel every pending task of the queue, after a confirmation that says how many.
     browser
         .wait_for_text("#bulk-cancel", Duration::from_secs(10), |t| {
