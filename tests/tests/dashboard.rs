@@ -648,6 +648,75 @@ async fn the_dashboard_shows_and_operates_a_live_stack() {
             paused
         );
     }
+    // Managed from the page: created from the form, edited with the form showing its current
+    // values (a save changes only what was changed), and deleted, each after a confirmation.
+    browser
+        .execute(
+            "document.getElementById('schedule-name').value = 'hourly'; \
+             document.getElementById('schedule-cron').value = '0 * * * *'; \
+             document.getElementById('schedule-queue').value = 'reports'; \
+             document.getElementById('schedule-data').value = '{\"report\": 1}'; \
+             document.getElementById('schedule-save').click();",
+            json!([]),
+        )
+        .await;
+    assert_eq!(
+        browser.text("#confirm-text").await.as_deref(),
+        Some("Create schedule hourly (0 * * * *)?")
+    );
+    browser.click("#confirm-yes").await;
+    eventually(Duration::from_secs(10), "the schedule created", || async {
+        tasks.get("/api/schedules/hourly").await.body["cron"] == "0 * * * *"
+    })
+    .await;
+    browser
+        .wait_for_text(
+            "tr[data-schedule=\"hourly\"] .schedule-state",
+            Duration::from_secs(10),
+            |s| s == "running",
+        )
+        .await;
+    browser
+        .execute(
+            "document.querySelector('tr[data-schedule=\"hourly\"] button.schedule-edit').click();",
+            json!([]),
+        )
+        .await;
+    let form = browser
+        .execute(
+            "return ['schedule-name', 'schedule-cron', 'schedule-queue', 'schedule-data'] \
+                 .map(id => document.getElementById(id).value);",
+            json!([]),
+        )
+        .await;
+    assert_eq!(
+        form,
+        json!(["hourly", "0 * * * *", "reports", "{\"report\":1}"])
+    );
+    browser
+        .execute(
+            "document.getElementById('schedule-cron').value = '30 * * * *'; \
+             document.getElementById('schedule-save').click();",
+            json!([]),
+        )
+        .await;
+    browser.click("#confirm-yes").await;
+    eventually(Duration::from_secs(10), "the schedule saved", || async {
+        let saved = tasks.get("/api/schedules/hourly").await.body;
+        saved["cron"] == "30 * * * *" && saved["queue"] == "reports"
+    })
+    .await;
+    browser
+        .execute(
+            "document.querySelector('tr[data-schedule=\"hourly\"] button.schedule-delete').click();",
+            json!([]),
+        )
+        .await;
+    browser.click("#confirm-yes").await;
+    eventually(Duration::from_secs(10), "the schedule deleted", || async {
+        tasks.get("/api/schedules/hourly").await.status == 404
+    })
+    .await;
 
     let errors = browser.page_errors().await;
     assert!(errors.is_empty(), "the page met errors: {errors:?}");
