@@ -88,6 +88,8 @@ struct LeaseQuery {
     status: Option<String>,
     resource_prefix: Option<String>,
     limit: Option<u32>,
+    cursor: Option<String>,
+    order: Option<String>,
 }
 
 /// lease-service's listing, through this service.
@@ -100,11 +102,23 @@ async fn leases(state: State, query: web::Query<LeaseQuery>) -> Result<HttpRespo
             "status must be all, active, expired, released or renewed",
         )
     })?;
+    let newest_first = match query.order.as_deref() {
+        None | Some("asc") => false,
+        Some("desc") => true,
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "invalid_query",
+                "order",
+                "order must be asc or desc",
+            ));
+        }
+    };
     let listing = LeaseListing {
         set,
         resource_prefix: query.resource_prefix.clone(),
         limit: Some(query.limit.unwrap_or(200).min(1000)),
-        ..LeaseListing::default()
+        cursor: query.cursor.clone(),
+        newest_first,
     };
     let page = state
         .engine

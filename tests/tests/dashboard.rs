@@ -451,6 +451,37 @@ async fn the_dashboard_shows_and_operates_a_live_stack() {
         "the countdown moves: {first} then {second}"
     );
     browser.screenshot(&screenshots().join("leases.png")).await;
+    // Leases page too: 105 under one prefix make a page of 100, more older, and one of 5.
+    for chunk in [0..100, 100..105] {
+        let resources: Vec<String> = chunk.map(|i| format!("paged-{i:03}")).collect();
+        let taken = leases
+            .send_as(
+                Some(OPERATOR),
+                "POST",
+                "/api/leases/batch",
+                Some(&json!({"resources": resources, "holder": "pager", "ttl_seconds": 300})),
+            )
+            .await;
+        assert_eq!(taken.status, 200, "{:?}", taken.body);
+    }
+    browser
+        .goto(&tasks.url("/dashboard/leases?prefix=paged-"))
+        .await;
+    browser
+        .wait_for_text("#lease-range", Duration::from_secs(10), |t| {
+            t == "1–100, more older"
+        })
+        .await;
+    browser.click("#lease-older").await;
+    browser
+        .wait_for_text("#lease-range", Duration::from_secs(10), |t| t == "101–105")
+        .await;
+    browser
+        .goto(&tasks.url("/dashboard/leases?prefix=dashboard-demo"))
+        .await;
+    browser
+        .wait_for_text(&left, Duration::from_secs(10), |t| t.ends_with(" s"))
+        .await;
     browser
         .execute(
             &format!(
@@ -476,6 +507,9 @@ async fn the_dashboard_shows_and_operates_a_live_stack() {
     // resumes it.
     browser.click("#tab-tasks").await;
     let state = "tr[data-queue=\"default\"] .queue-state";
+    browser
+        .wait_for_text(state, Duration::from_secs(10), |s| s == "running")
+        .await;
     for (expected, paused) in [("paused", true), ("running", false)] {
         // Clicked from the page itself: the rows are redrawn every second, so an element found
         // over WebDriver can go stale before the click reaches it.
@@ -529,6 +563,22 @@ async fn the_dashboard_shows_and_operates_a_live_stack() {
             t == "1–50 of 60"
         })
         .await;
+    // The keyboard moves along the list, and the row it is on keeps the focus through the
+    // redraw every second.
+    let focus = browser
+        .execute(
+            "const rows = document.querySelectorAll('tr[data-task-id]'); rows[0].focus(); \
+             rows[0].dispatchEvent(new KeyboardEvent('keydown', {key: 'ArrowDown', bubbles: true})); \
+             return [rows[1].dataset.taskId, document.activeElement.dataset.taskId];",
+            json!([]),
+        )
+        .await;
+    assert_eq!(focus[0], focus[1], "{focus}");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let still = browser
+        .execute("return document.activeElement.dataset.taskId;", json!([]))
+        .await;
+    assert_eq!(still, focus[1]);
     // Newest first by default; oldest first when asked, kept in the URL.
     let first_id = async |browser: &Browser| {
         browser
