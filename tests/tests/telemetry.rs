@@ -11,6 +11,7 @@ use leasehold::generator::StartGenerator;
 use leasehold::lease_client::LeaseListing;
 use leasehold::task_client::TaskListing;
 use leasehold::tasks::{CreateTask, TaskStatus};
+use leasehold::workers::WorkerLiveness;
 use serde_json::json;
 use tests::otlp::{OtlpReceiver, ReceivedSpan};
 use tests::{Service, create_new, eventually, fresh_database, metric_sum, new_task};
@@ -228,8 +229,17 @@ async fn metrics_equal_the_workload_and_an_unreachable_collector_slows_nothing()
     // Nothing listens here: every export fails, in the background.
     let dead = format!("http://127.0.0.1:{}", tests::free_port());
     let (leases, tasks, worker) = stack(&dead).await;
-    let started = Instant::now();
     let client = tasks.task_client();
+    // The worker process's own liveness lease is one acquisition: taken before the workload.
+    eventually(Duration::from_secs(30), "the worker known", || async {
+        client.workers().await.is_ok_and(|w| {
+            w.workers
+                .iter()
+                .any(|w| w.liveness == WorkerLiveness::Alive)
+        })
+    })
+    .await;
+    let started = Instant::now();
     for n in 0..50 {
         create_new(
             &client,
@@ -272,7 +282,8 @@ async fn metrics_equal_the_workload_and_an_unreachable_collector_slows_nothing()
     let lease_metrics = leases.metrics().await;
     assert_eq!(
         metric_sum(&lease_metrics, r#"lease_acquisitions_total{kind="new"}"#),
-        50.0
+        50.0 + 1.0,
+        "the tasks' leases and the worker's liveness lease"
     );
     assert_eq!(metric_sum(&lease_metrics, "lease_releases_total"), 50.0);
     let worker_metrics = worker.metrics().await;

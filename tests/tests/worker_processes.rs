@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tests::{Service, binary, eventually, fresh_database, snapshot};
+use tests::{Service, binary, eventually, fresh_database};
 
 const WORKER: &str = "worker-token-0123456789";
 const OPERATOR: &str = "operator-token-0123456789";
@@ -147,8 +147,12 @@ async fn live_processes_are_listed_and_dead_ones_shown_gone() {
     )
     .await;
 
-    // Beats need the worker role, and bad beats are refused without writing anything.
-    let before = snapshot(&lease_db, "leases").await;
+    // Beats need the worker role, and bad beats are refused without writing anything: no
+    // lease for the id they name. (The live worker renews its own meanwhile, so the table as a
+    // whole is not compared.)
+    let untouched =
+        async || leases.get("/api/leases?resource=worker:x").await.body["leases"] == json!([]);
+    assert!(untouched().await);
     let beat = |info: Value, ttl: i64| json!({"info": info, "ttl_seconds": ttl});
     let good = json!({"host": "h", "version": "1", "concurrency": 2, "busy": 0, "done": 0});
     let unauthenticated = tasks
@@ -183,5 +187,5 @@ async fn live_processes_are_listed_and_dead_ones_shown_gone() {
             refused.body
         );
     }
-    assert_eq!(snapshot(&lease_db, "leases").await, before);
+    assert!(untouched().await, "a refused beat wrote a lease");
 }
