@@ -297,6 +297,30 @@ async fn the_dashboard_shows_and_operates_a_live_stack() {
         )
         .await;
     assert_eq!(pickup, json!(true));
+    // Pending and running by queue: the default queue's task was pending, then running, then
+    // neither; now nothing is pending or running.
+    let queues = series.body["queues"].as_array().unwrap();
+    let default = queues.iter().find(|q| q["queue"] == "default").unwrap();
+    let values = |field: &str| -> Vec<i64> {
+        default[field]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_i64().unwrap())
+            .collect()
+    };
+    let (pending, running) = (values("pending"), values("running"));
+    assert_eq!((pending.len(), running.len()), (60, 60));
+    assert_eq!((pending[59], running[59]), (0, 0), "now");
+    assert!(
+        pending.iter().chain(&running).all(|&n| n <= 1),
+        "{pending:?} {running:?}"
+    );
+    browser
+        .wait_for_text("#legend-queues", Duration::from_secs(10), |t| {
+            t.contains("default")
+        })
+        .await;
     browser.screenshot(&screenshots().join("tasks.png")).await;
     browser
         .goto(&tasks.url(&format!("/dashboard/tasks/{id}?window=3600")))

@@ -39,8 +39,8 @@ pub use queues::{
     queue_rows, running_counts, set_limits, set_paused, spend_tokens, tokens, wake_later,
 };
 pub use read::{
-    ListFilter, OldestDue, Processor, QueueCount, TaskEvent, ThroughputBucket, counts, events,
-    find, list, oldest_due, ping, processors, throughput,
+    ListFilter, OldestDue, Processor, QueueCount, QueueMoves, TaskEvent, ThroughputBucket, counts,
+    events, find, list, oldest_due, ping, processors, throughput,
 };
 pub use retention::{prune_history, sweep};
 pub use schedules::{

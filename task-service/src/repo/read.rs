@@ -189,19 +189,77 @@ pub struct ThroughputBucket {
 /// chart is not worth holding the database for. Past it the read is refused (503).
 const THROUGHPUT_TIMEOUT: &str = "5s";
 
+/// The history's transitions per bucket, and with `per_queue` each queue's moves in and out of
+/// pending and running per bucket: one transaction, each statement bounded.
 pub async fn throughput(
     conn: &mut Db,
     window_seconds: i64,
     bucket_seconds: i64,
-) -> Result<Vec<ThroughputBucket>> {
+    per_queue: bool,
+) -> Result<(Vec<ThroughputBucket>, Vec<QueueMoves>)> {
     use diesel_async::AsyncConnection;
     conn.transaction(async |conn| {
         diesel::sql_query("SELECT set_config('statement_timeout', $1, true)")
             .bind::<Text, _>(THROUGHPUT_TIMEOUT)
             .execute(conn)
             .await?;
-        throughput_read(conn, window_seconds, bucket_seconds).await
+        let buckets = throughput_read(conn, window_seconds, bucket_seconds).await?;
+        let moves = if per_queue {
+            queue_moves(conn, window_seconds, bucket_seconds).await?
+        } else {
+            Vec::new()
+        };
+        Ok((buckets, moves))
     })
+    .await
+}
+
+/// One queue's net moves into pending and running in one bucket (bucket 0 the newest), and its
+/// counts now: from them the counts at the end of every bucket follow, newest to oldest.
+#[derive(Debug, Clone, QueryableByName)]
+pub struct QueueMoves {
+    #[diesel(sql_type = Text)]
+    pub queue: String,
+    /// `None` for the row that carries the queue's counts now.
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub seconds_ago: Option<i64>,
+    #[diesel(sql_type = BigInt)]
+    pub pending: i64,
+    #[diesel(sql_type = BigInt)]
+    pub running: i64,
+}
+
+/// Each queue with tasks pending or running now, or moved in the window: its counts now, and
+/// per bucket the net number of tasks that entered pending and running (entered minus left), by
+/// the history joined to its tasks (the history of a task deleted since is not counted).
+async fn queue_moves(
+    conn: &mut Db,
+    window_seconds: i64,
+    bucket_seconds: i64,
+) -> Result<Vec<QueueMoves>> {
+    let span = leasehold::db_span!("SELECT", "task_events");
+    async move {
+        diesel::sql_query(
+            "SELECT t.queue,
+                    (floor(EXTRACT(EPOCH FROM now() - e.at) / $2) * $2)::bigint AS seconds_ago,
+                    sum((e.to_status = 'pending')::int
+                        - (e.from_status IS NOT DISTINCT FROM 'pending')::int)::bigint AS pending,
+                    sum((e.to_status = 'running')::int
+                        - (e.from_status IS NOT DISTINCT FROM 'running')::int)::bigint AS running
+             FROM task_events e JOIN tasks t ON t.id = e.task_id
+             WHERE e.at > now() - make_interval(secs => $1)
+             GROUP BY 1, 2
+             UNION ALL
+             SELECT queue, NULL, count(*) FILTER (WHERE status = 'pending'),
+                    count(*) FILTER (WHERE status = 'running')
+             FROM tasks WHERE status IN ('pending', 'running') GROUP BY queue",
+        )
+        .bind::<BigInt, _>(window_seconds)
+        .bind::<BigInt, _>(bucket_seconds)
+        .load(conn)
+        .await
+    }
+    .instrument(span)
     .await
 }
 

@@ -165,6 +165,89 @@ pub struct Throughput {
     pub window_seconds: i64,
     pub bucket_seconds: i64,
     pub buckets: Vec<ThroughputBucket>,
+    /// The charts' queues: pending and running at the end of each bucket, oldest first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub queues: Vec<QueueSeries>,
+}
+
+/// One queue's pending and running tasks over a window, at the end of each bucket, oldest
+/// first (the last is now).
+#[derive(Debug, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueSeries {
+    pub queue: String,
+    pub pending: Vec<i64>,
+    pub running: Vec<i64>,
+}
+
+/// Most queues the charts draw: the busiest now.
+pub const CHART_QUEUES: usize = 8;
+
+/// Each queue's counts at the end of each of `buckets` buckets, from its counts now and its net
+/// moves per bucket (bucket 0 the newest): walking back, a bucket's moves are undone to reach
+/// the end of the bucket before it.
+pub fn queue_series(
+    moves: Vec<repo::QueueMoves>,
+    buckets: usize,
+    bucket_seconds: i64,
+) -> Vec<QueueSeries> {
+    use std::collections::BTreeMap;
+    let mut now: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+    let mut deltas: BTreeMap<String, Vec<(i64, i64)>> = BTreeMap::new();
+    for m in moves {
+        match m.seconds_ago {
+            None => {
+                now.insert(m.queue, (m.pending, m.running));
+            }
+            Some(ago) => {
+                let index = usize::try_from(ago / bucket_seconds.max(1)).unwrap_or(usize::MAX);
+                if index < buckets {
+                    let per = deltas
+                        .entry(m.queue)
+                        .or_insert_with(|| vec![(0, 0); buckets]);
+                    per[index].0 += m.pending;
+                    per[index].1 += m.running;
+                }
+            }
+        }
+    }
+    let queues: std::collections::BTreeSet<String> =
+        now.keys().chain(deltas.keys()).cloned().collect();
+    let mut series: Vec<QueueSeries> = queues
+        .into_iter()
+        .map(|queue| {
+            let (mut pending, mut running) = now.get(&queue).copied().unwrap_or((0, 0));
+            let moves = deltas.get(&queue);
+            let mut p = vec![0; buckets];
+            let mut r = vec![0; buckets];
+            for k in 0..buckets {
+                // The end of bucket k (k buckets ago), oldest first in the series.
+                p[buckets - 1 - k] = pending.max(0);
+                r[buckets - 1 - k] = running.max(0);
+                if let Some(moves) = moves {
+                    pending -= moves[k].0;
+                    running -= moves[k].1;
+                }
+            }
+            QueueSeries {
+                queue,
+                pending: p,
+                running: r,
+            }
+        })
+        .collect();
+    series.sort_by_key(|s| {
+        std::cmp::Reverse(
+            s.pending
+                .iter()
+                .chain(&s.running)
+                .copied()
+                .max()
+                .unwrap_or(0),
+        )
+    });
+    series.truncate(CHART_QUEUES);
+    series
 }
 
 /// The windows the dashboard's charts offer, in seconds (5 minutes, an hour, a day), each cut
@@ -182,10 +265,12 @@ pub async fn throughput(conn: &mut Db, window_seconds: i64) -> Result<Throughput
         ));
     }
     let bucket_seconds = window_seconds / 60;
+    let (buckets, moves) = repo::throughput(conn, window_seconds, bucket_seconds, true).await?;
     Ok(Throughput {
         window_seconds,
         bucket_seconds,
-        buckets: repo::throughput(conn, window_seconds, bucket_seconds).await?,
+        buckets,
+        queues: queue_series(moves, 60, bucket_seconds),
     })
 }
 
@@ -196,7 +281,10 @@ pub async fn overview(conn: &mut Db, engine: &Engine) -> Result<Overview, ApiErr
         throughput: Throughput {
             window_seconds: WINDOW_SECONDS,
             bucket_seconds: BUCKET_SECONDS,
-            buckets: repo::throughput(conn, WINDOW_SECONDS, BUCKET_SECONDS).await?,
+            buckets: repo::throughput(conn, WINDOW_SECONDS, BUCKET_SECONDS, false)
+                .await?
+                .0,
+            queues: Vec::new(),
         },
         workers: repo::processors(conn).await?,
         generator: generator::status(conn, engine).await?,
@@ -207,6 +295,35 @@ pub async fn overview(conn: &mut Db, engine: &Engine) -> Result<Overview, ApiErr
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn queue_series_walk_back_from_now_undoing_each_buckets_moves() {
+        let moves = |queue: &str, ago: Option<i64>, pending: i64, running: i64| repo::QueueMoves {
+            queue: queue.to_owned(),
+            seconds_ago: ago,
+            pending,
+            running,
+        };
+        let series = queue_series(
+            vec![
+                moves("q", None, 5, 1),
+                moves("q", Some(0), 1, 1),
+                moves("q", Some(10), 2, 0),
+                // Older than the window's buckets: ignored.
+                moves("q", Some(40), 7, 7),
+            ],
+            4,
+            5,
+        );
+        assert_eq!(
+            series,
+            vec![QueueSeries {
+                queue: "q".to_owned(),
+                pending: vec![2, 4, 4, 5],
+                running: vec![0, 0, 0, 1],
+            }]
+        );
+    }
 
     #[test]
     fn a_status_filter_narrows_and_unknown_names_are_refused() {
