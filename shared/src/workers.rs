@@ -41,6 +41,10 @@ pub struct WorkerInfo {
 /// `PUT /api/workers/{id}`: a worker process's beat.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerBeat {
+    /// This run of the process, unique per start: the liveness lease's holder, so that a second
+    /// process started under a live one's id is refused (409 `worker_id_in_use`) rather than
+    /// sharing its lease.
+    pub instance: String,
     pub info: WorkerInfo,
     /// How long the process counts as alive without another beat (seconds).
     pub ttl_seconds: i64,
@@ -66,6 +70,8 @@ pub struct WorkerLease {
 /// `DELETE /api/workers/{id}`: a worker process that stops says so, with its lease's proof.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerGone {
+    /// The [`WorkerBeat::instance`] that holds the lease.
+    pub instance: String,
     pub fence: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret: Option<Secret>,

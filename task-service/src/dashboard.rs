@@ -162,6 +162,20 @@ pub(crate) fn passed_on(err: LeaseError) -> ApiError {
         LeaseError::Unavailable(reason) => {
             ApiError::Unavailable(format!("lease-service unreachable: {reason}"))
         }
+        // The lease is not (or no longer) the caller's: lease-service's conflict, as it came.
+        LeaseError::Lost { code, reason } => ApiError::Upstream {
+            status: if code == "lease_not_found" { 404 } else { 409 },
+            body: Box::new(leasehold::api::ErrorBody::new(code, reason)),
+        },
+        LeaseError::Held {
+            resource, holder, ..
+        } => ApiError::Upstream {
+            status: 409,
+            body: Box::new(leasehold::api::ErrorBody::new(
+                "lease_held".to_owned(),
+                format!("{resource} is held by {holder}"),
+            )),
+        },
         other => ApiError::Internal(format!("lease-service: {other}")),
     }
 }

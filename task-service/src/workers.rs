@@ -31,10 +31,12 @@ const MAX_LABEL_BYTES: usize = 200;
 
 /// `PUT /api/workers/{id}`: renews the process's lease with what it says now; takes the lease
 /// anew when the process has none yet, or lost it (it lapsed: the process was paused or cut
-/// off for longer than its TTL). A second process under the same id while the first one's
-/// lease is live is refused by lease-service, as any other holder would be.
+/// off for longer than its TTL). The lease's holder is the process's run
+/// ([`WorkerBeat::instance`]), so a second process under the same id while the first one's lease
+/// is live is refused (409 `worker_id_in_use`), as any other holder would be.
 pub async fn beat(engine: &Engine, id: &str, beat: &WorkerBeat) -> Result<WorkerLease, ApiError> {
-    validate_name("id", id)?;
+    check_id(id)?;
+    validate_name("instance", &beat.instance)?;
     check_info(&beat.info)?;
     if !(1..=MAX_BEAT_TTL_SECONDS).contains(&beat.ttl_seconds) {
         return Err(ApiError::invalid(
@@ -54,7 +56,7 @@ pub async fn beat(engine: &Engine, id: &str, beat: &WorkerBeat) -> Result<Worker
         };
         match engine
             .leases
-            .renew_announcing(&resource, id, proof, Some(ttl), Some(&metadata))
+            .renew_announcing(&resource, &beat.instance, proof, Some(ttl), Some(&metadata))
             .await
         {
             Ok(lease) => return Ok(answer(lease, None)),
@@ -65,7 +67,7 @@ pub async fn beat(engine: &Engine, id: &str, beat: &WorkerBeat) -> Result<Worker
     }
     let (lease, _) = engine
         .leases
-        .acquire_announcing(&resource, id, Some(ttl), &metadata)
+        .acquire_announcing(&resource, &beat.instance, Some(ttl), &metadata)
         .await
         .map_err(|err| match err {
             LeaseError::Held { holder, .. } => ApiError::Conflict {
@@ -79,32 +81,82 @@ pub async fn beat(engine: &Engine, id: &str, beat: &WorkerBeat) -> Result<Worker
 }
 
 /// `DELETE /api/workers/{id}`: the process stops; its lease is released, so it shows as stopped
-/// at once rather than lost when its TTL runs out.
+/// at once rather than lost when its TTL runs out. A lease that already ended (it lapsed while
+/// the process was paused) is as good as released: the process is gone either way.
 pub async fn gone(engine: &Engine, id: &str, gone: &WorkerGone) -> Result<(), ApiError> {
-    validate_name("id", id)?;
+    check_id(id)?;
+    validate_name("instance", &gone.instance)?;
     let proof = Proof {
         fence: Some(gone.fence),
         secret: gone.secret.as_ref().map(|s| s.expose()),
     };
-    engine
+    match engine
         .leases
-        .release(&resource(id), id, proof)
+        .release(&resource(id), &gone.instance, proof)
         .await
-        .map(drop)
-        .map_err(passed_on)
+    {
+        Ok(_) => Ok(()),
+        Err(LeaseError::Lost { code, .. })
+            if matches!(
+                code.as_str(),
+                "lease_expired" | "lease_released" | "lease_not_found"
+            ) =>
+        {
+            Ok(())
+        }
+        Err(err) => Err(passed_on(err)),
+    }
 }
 
-/// `GET /api/workers`: every worker process lease-service remembers, live ones first.
+/// A worker id, whose lease's resource (`worker:<id>`) must be a valid resource name.
+fn check_id(id: &str) -> Result<(), ApiError> {
+    validate_name_within(
+        "id",
+        id,
+        leasehold::api::MAX_NAME_BYTES - RESOURCE_PREFIX.len(),
+    )
+}
+
+/// `GET /api/workers`: every live worker process (up to [`MAX_LISTED`]), then the newest of
+/// those gone that lease-service remembers, to the same bound. The live ones are read apart, to
+/// the end, so no number of ended leases can hide a live process.
 pub async fn list(engine: &Engine) -> Result<Workers, ApiError> {
-    let listing = LeaseListing {
-        set: LeaseSet::All,
+    let listing = |set, cursor| LeaseListing {
+        set,
         resource_prefix: Some(RESOURCE_PREFIX.to_owned()),
         limit: Some(MAX_LISTED),
-        cursor: None,
+        cursor,
         newest_first: true,
     };
-    let page = engine.leases.list(&listing).await.map_err(passed_on)?;
-    let mut workers: Vec<WorkerState> = page.leases.into_iter().filter_map(state).collect();
+    let mut leases = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = engine
+            .leases
+            .list(&listing(LeaseSet::Active, cursor))
+            .await
+            .map_err(passed_on)?;
+        leases.extend(page.leases);
+        cursor = page.next_cursor;
+        if cursor.is_none() || leases.len() >= MAX_LISTED as usize {
+            break;
+        }
+    }
+    leases.truncate(MAX_LISTED as usize);
+    let ended = engine
+        .leases
+        .list(&listing(LeaseSet::All, None))
+        .await
+        .map_err(passed_on)?;
+    let room = (MAX_LISTED as usize).saturating_sub(leases.len());
+    leases.extend(
+        ended
+            .leases
+            .into_iter()
+            .filter(|lease| lease.status != LeaseStatus::Active)
+            .take(room),
+    );
+    let mut workers: Vec<WorkerState> = leases.into_iter().filter_map(state).collect();
     workers.sort_by(|a, b| {
         (a.liveness != WorkerLiveness::Alive)
             .cmp(&(b.liveness != WorkerLiveness::Alive))

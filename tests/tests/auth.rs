@@ -354,14 +354,14 @@ async fn each_task_service_role_does_exactly_what_it_may() {
         (
             "PUT",
             "/api/workers/w".to_owned(),
-            json!({"info": {"host": "h", "version": "1", "concurrency": 1, "busy": 0, "done": 0},
-                   "ttl_seconds": 10}),
+            json!({"instance": "i", "info": {"host": "h", "version": "1", "concurrency": 1,
+                   "busy": 0, "done": 0}, "ttl_seconds": 10}),
             WORKER,
         ),
         (
             "DELETE",
             "/api/workers/w".to_owned(),
-            json!({"fence": 1}),
+            json!({"instance": "i", "fence": 1}),
             WORKER,
         ),
     ];

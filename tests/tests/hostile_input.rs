@@ -359,7 +359,7 @@ async fn task_service_survives_generated_hostile_requests() {
         (
             id_segment(),
             body(
-                json!({"info": {"host": "h", "version": "1", "queue": "q", "concurrency": 2,
+                json!({"instance": "i", "info": {"host": "h", "version": "1", "queue": "q", "concurrency": 2,
                                  "busy": 1, "done": 3}, "ttl_seconds": 5, "fence": 1})
             )
         )

@@ -1218,7 +1218,14 @@ async fn metadata_belongs_to_the_holder_that_set_it() {
     // Refused: not an object, or too large; nothing written.
     let before = snapshot(&db, "leases").await;
     let huge = json!({"pad": "x".repeat(5000)});
-    for metadata in [json!([1, 2]), json!("text"), json!(7), huge] {
+    for metadata in [
+        json!([1, 2]),
+        json!("text"),
+        json!(7),
+        huge,
+        json!({"host": "a\u{0}b"}),
+        json!({"a\u{0}": 1}),
+    ] {
         for (method, path) in [("POST", "/api/leases"), ("PUT", "/api/leases/renew")] {
             let body = json!({"resource": "worker:a", "holder": "a", "metadata": metadata});
             let answer = if method == "POST" {

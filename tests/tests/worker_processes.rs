@@ -146,6 +146,63 @@ async fn live_processes_are_listed_and_dead_ones_shown_gone() {
         || async { worker(&tasks, "w-busy").await.unwrap()["liveness"] == "alive" },
     )
     .await;
+    // Another process under a live one's id is refused, and the live one keeps its lease and
+    // what it said.
+    let impostor = tasks
+        .send_as(
+            Some(WORKER),
+            "PUT",
+            "/api/workers/w-busy",
+            Some(&json!({"instance": "someone-else", "ttl_seconds": 10,
+                         "info": {"host": "elsewhere", "version": "1", "concurrency": 1,
+                                  "busy": 0, "done": 0}})),
+        )
+        .await;
+    assert_eq!(
+        (impostor.status, impostor.code()),
+        (409, "worker_id_in_use"),
+        "{:?}",
+        impostor.body
+    );
+    let kept = worker(&tasks, "w-busy").await.unwrap();
+    assert_ne!(kept["info"]["host"], "elsewhere", "{kept}");
+    // A goodbye for a lease that already ended (the process was paused past its TTL) is no
+    // error: the process is gone either way. From anyone but its holder it is refused.
+    let info = json!({"host": "h", "version": "1", "concurrency": 1, "busy": 0, "done": 0});
+    let taken = tasks
+        .send_as(
+            Some(WORKER),
+            "PUT",
+            "/api/workers/paused",
+            Some(&json!({"instance": "p-1", "ttl_seconds": 1, "info": info})),
+        )
+        .await;
+    assert_eq!(taken.status, 200, "{:?}", taken.body);
+    let fence = taken.body["fence"].clone();
+    eventually(
+        Duration::from_secs(20),
+        "the paused worker lost",
+        || async { worker(&tasks, "paused").await.unwrap()["liveness"] == "lost" },
+    )
+    .await;
+    let goodbye = |instance: &'static str| {
+        let body = json!({"instance": instance, "fence": fence.clone()});
+        let tasks = &tasks;
+        async move {
+            tasks
+                .send_as(Some(WORKER), "DELETE", "/api/workers/paused", Some(&body))
+                .await
+        }
+    };
+    let stranger = goodbye("p-2").await;
+    assert_eq!(
+        (stranger.status, stranger.code()),
+        (409, "not_holder"),
+        "{:?}",
+        stranger.body
+    );
+    let late = goodbye("p-1").await;
+    assert_eq!(late.status, 204, "{:?}", late.body);
 
     // Beats need the worker role, and bad beats are refused without writing anything: no
     // lease for the id they name. (The live worker renews its own meanwhile, so the table as a
@@ -153,7 +210,7 @@ async fn live_processes_are_listed_and_dead_ones_shown_gone() {
     let untouched =
         async || leases.get("/api/leases?resource=worker:x").await.body["leases"] == json!([]);
     assert!(untouched().await);
-    let beat = |info: Value, ttl: i64| json!({"info": info, "ttl_seconds": ttl});
+    let beat = |info: Value, ttl: i64| json!({"instance": "i-1", "info": info, "ttl_seconds": ttl});
     let good = json!({"host": "h", "version": "1", "concurrency": 2, "busy": 0, "done": 0});
     let unauthenticated = tasks
         .send_as(None, "PUT", "/api/workers/x", Some(&beat(good.clone(), 10)))

@@ -71,9 +71,12 @@ pub(crate) async fn announce(
     let host = leasehold::identity::host_name("unknown");
     let concurrency = u32::try_from(settings.concurrency).unwrap_or(u32::MAX);
     let id = settings.worker_id.as_str();
+    // This run's own name: the lease's holder, so another process under the same id is refused.
+    let instance = leasehold::identity::instance_id(&host);
     let mut held: Option<Held> = None;
     loop {
         let beat = WorkerBeat {
+            instance: instance.clone(),
             info: WorkerInfo {
                 host: host.clone(),
                 version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -104,6 +107,13 @@ pub(crate) async fn announce(
             Err(err @ CallError::Transient(_)) => {
                 tracing::debug!(error = %err, "worker beat failed; trying again at the next");
             }
+            // A task-service from before worker processes were known: nothing to announce to.
+            Err(CallError::Refused {
+                status: 404 | 405, ..
+            }) => {
+                tracing::info!("task-service does not know worker processes; not announcing");
+                return;
+            }
             Err(err) => {
                 tracing::warn!(error = %err, "worker beat refused; trying again at the next");
                 held = None;
@@ -123,6 +133,7 @@ pub(crate) async fn announce(
     }
     if let Some(held) = held {
         let gone = WorkerGone {
+            instance,
             fence: held.fence,
             secret: held.secret,
         };

@@ -153,6 +153,13 @@ pub(crate) fn check_metadata(metadata: Option<&serde_json::Value>) -> Result<(),
             "metadata must be a JSON object",
         ));
     }
+    if leasehold::server::contains_nul(metadata) {
+        return Err(ApiError::invalid(
+            "invalid_metadata",
+            "metadata",
+            "metadata must not contain NUL characters",
+        ));
+    }
     let bytes = metadata.to_string().len();
     if bytes > MAX_LEASE_METADATA_BYTES {
         return Err(ApiError::invalid(

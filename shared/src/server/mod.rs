@@ -91,6 +91,20 @@ pub fn validate_name_within(
     }
 }
 
+/// Whether a JSON value holds a NUL character anywhere (a key or a string): PostgreSQL's
+/// `jsonb` cannot store one, so such a value must be refused as bad input before it reaches a
+/// statement, which would fail with a server error.
+pub fn contains_nul(value: &serde_json::Value) -> bool {
+    match value {
+        serde_json::Value::String(s) => s.contains('\0'),
+        serde_json::Value::Array(items) => items.iter().any(contains_nul),
+        serde_json::Value::Object(map) => map
+            .iter()
+            .any(|(key, value)| key.contains('\0') || contains_nul(value)),
+        _ => false,
+    }
+}
+
 /// The instants a request may name: years 1 to 9999. That is what RFC 3339 can write, so every
 /// time the API stores it can also answer and its clients read back, and it lies well inside
 /// PostgreSQL's `timestamptz` (4713 BC to 294276 AD), whose bounds would otherwise fail the

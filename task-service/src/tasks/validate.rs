@@ -77,7 +77,7 @@ pub(super) fn check_size(field: &'static str, value: &serde_json::Value) -> Resu
             format!("{field} is {size} bytes; at most {MAX_DATA_BYTES} are accepted"),
         ));
     }
-    if contains_nul(value) {
+    if leasehold::server::contains_nul(value) {
         return Err(ApiError::invalid(
             "invalid_field",
             field,
@@ -85,17 +85,6 @@ pub(super) fn check_size(field: &'static str, value: &serde_json::Value) -> Resu
         ));
     }
     Ok(())
-}
-
-fn contains_nul(value: &serde_json::Value) -> bool {
-    match value {
-        serde_json::Value::String(s) => s.contains('\0'),
-        serde_json::Value::Array(items) => items.iter().any(contains_nul),
-        serde_json::Value::Object(map) => map
-            .iter()
-            .any(|(key, value)| key.contains('\0') || contains_nul(value)),
-        _ => false,
-    }
 }
 
 #[cfg(test)]
