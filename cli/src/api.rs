@@ -100,6 +100,7 @@ impl Refusal for LeaseError {
     fn exit(&self) -> Exit {
         match self {
             LeaseError::Rejected { status, .. } => Exit::of_status(*status),
+            LeaseError::Lost { code, .. } if code == "lease_not_found" => Exit::NotFound,
             LeaseError::Held { .. }
             | LeaseError::Lost { .. }
             | LeaseError::AcquireTimeout { .. } => Exit::Conflict,
@@ -113,7 +114,7 @@ impl Refusal for LeaseError {
 /// message. Listed in `leasehold --help` ([`EXIT_CODES`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
-    /// Anything not below: a local failure, or an answer the CLI could not read.
+    /// Anything not below: a local failure (a file, a terminal, JSON given on the command line).
     Failure = 1,
     /// The command line itself is wrong (clap's own status for usage errors).
     Usage = 2,
@@ -126,7 +127,8 @@ pub enum Exit {
     Invalid = 5,
     /// 401, 403: no token, or one without the role the request needs.
     Unauthorized = 6,
-    /// The service could not be reached, timed out, or answered 429 or 5xx: try again later.
+    /// The service could not be reached, timed out, answered 429 or 5xx, or gave an answer the
+    /// CLI could not read: try again later.
     Unavailable = 7,
 }
 
@@ -134,13 +136,14 @@ pub enum Exit {
 pub const EXIT_CODES: &str = "\
 Exit status:
   0  done
-  1  failed for another reason (a local error, an answer that could not be read)
+  1  failed for another reason (a local error)
   2  usage: the command line is wrong
   3  not found (404)
   4  conflict: refused because of how things stand (409, 412, 422)
   5  invalid: the service refused the input (400, 413, 415)
   6  unauthorized: no token, or a token without the role (401, 403)
-  7  unavailable: the service could not be reached, timed out, or answered 429 or 5xx";
+  7  unavailable: the service could not be reached, timed out, answered 429 or 5xx, or
+     gave an answer that could not be read";
 
 impl Exit {
     /// The exit for a service's answer with this HTTP status.

@@ -101,7 +101,7 @@ async fn bulk(
     let touched = if matching == 0 {
         0
     } else {
-        bulk_until_done(api, operation, filter).await?
+        bulk_until_done(api, operation, filter, u64::try_from(matching).unwrap_or(0)).await?
     };
     out.value(&json!({ bulk_key(operation): touched }), |_| {
         Ok(format!("{touched} tasks {done_words}"))
@@ -197,26 +197,35 @@ async fn list(
     Ok((text, hint))
 }
 
-/// Runs `operation` until a call touches nothing; the total touched.
-async fn bulk_until_done(api: &Api, operation: Bulk, args: BulkArgs) -> anyhow::Result<u64> {
-    let filter = BulkTasks {
+/// Runs `operation` until a call touches nothing or `at_most` (the count that was confirmed)
+/// are touched, so that tasks matching only since (a producer still creating them) are left
+/// alone; the total touched.
+async fn bulk_until_done(
+    api: &Api,
+    operation: Bulk,
+    args: BulkArgs,
+    at_most: u64,
+) -> anyhow::Result<u64> {
+    let mut filter = BulkTasks {
         status: args.status.map(TaskStatus::from),
         queue: args.queue,
         created_before: args.created_before,
         ..BulkTasks::default()
     };
     let mut total = 0;
-    loop {
+    while total < at_most {
+        filter.limit = Some(i64::try_from((at_most - total).min(1000)).unwrap_or(1000));
         let done = api
             .tasks
             .bulk(operation, &filter)
             .await
             .map_err(api.tasks_failed("POST", operation.path()))?;
         if done.touched == 0 {
-            return Ok(total);
+            break;
         }
         total += done.touched;
     }
+    Ok(total)
 }
 
 #[derive(Debug, Subcommand)]

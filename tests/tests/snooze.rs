@@ -206,3 +206,55 @@ async fn a_handler_snoozes_through_the_worker_library() {
         ["pending", "running", "pending", "running", "succeeded"]
     );
 }
+
+/// The dashboard's charts count a failure only when it charged its attempt: a snooze moves the
+/// task back to pending without counting as failed, and the claim after it does not count as a
+/// first pickup; a failure that charges its attempt does count.
+#[tokio::test]
+async fn the_charts_tell_a_snooze_from_a_failure() {
+    let s = stack().await;
+    let (id, fence) = s.claimed().await;
+    let snoozed = s
+        .snooze(id, json!({"processor": "w", "fence": fence, "seconds": 0}))
+        .await;
+    assert_eq!(snoozed.status, 202, "{:?}", snoozed.body);
+    let again = s
+        .tasks
+        .post("/api/tasks/next", &json!({"processor": "w"}))
+        .await;
+    assert_eq!(again.status, 202, "{:?}", again.body);
+    let sums = async || {
+        let series = s
+            .tasks
+            .get("/api/dashboard/throughput?window_seconds=300")
+            .await;
+        assert_eq!(series.status, 200, "{:?}", series.body);
+        let buckets = series.body["buckets"].as_array().unwrap().clone();
+        let sum = |field: &str| {
+            buckets
+                .iter()
+                .map(|b| b[field].as_i64().unwrap())
+                .sum::<i64>()
+        };
+        let pickups = buckets
+            .iter()
+            .filter(|b| b["pickupP50Ms"].is_number())
+            .count();
+        (sum("started"), sum("failed"), pickups)
+    };
+    // Two claims, no failure, and one first pickup (the same bucket, or two buckets each with
+    // one claim of which only the first is a first pickup).
+    let (started, failed, pickups) = sums().await;
+    assert_eq!((started, failed), (2, 0));
+    assert!(pickups <= 1, "{pickups}");
+    let failed_now = s
+        .tasks
+        .put(
+            &format!("/api/tasks/{id}/fail"),
+            &json!({"processor": "w", "fence": again.body["fence"], "error": "boom"}),
+        )
+        .await;
+    assert_eq!(failed_now.status, 202, "{:?}", failed_now.body);
+    let (_, failed, _) = sums().await;
+    assert_eq!(failed, 1);
+}

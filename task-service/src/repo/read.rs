@@ -277,18 +277,28 @@ async fn throughput_read(
                 count(*) FILTER (WHERE e.from_status IS NULL) AS created,
                 count(*) FILTER (WHERE e.to_status = 'running') AS started,
                 count(*) FILTER (WHERE e.to_status = 'succeeded') AS succeeded,
+                -- A failure charges its attempt; a snooze or a hand-back refunds it.
                 count(*) FILTER (WHERE e.to_status = 'dead'
-                                    OR (e.from_status = 'running' AND e.to_status = 'pending'))
+                                    OR (e.from_status = 'running' AND e.to_status = 'pending'
+                                        AND e.attempts >= prev.attempts))
                     AS failed,
                 percentile_cont(0.5) WITHIN GROUP (ORDER BY p.ms) AS pickup_p50_ms,
                 percentile_cont(0.99) WITHIN GROUP (ORDER BY p.ms) AS pickup_p99_ms
          FROM task_events e
-         -- A first claim's wait: from when its task was due to the claim.
+         -- The task's event before this one (for a claim: when it became pending).
          LEFT JOIN LATERAL (
-             SELECT greatest(0, EXTRACT(EPOCH FROM e.at - greatest(t.created_at,
-                        COALESCE(t.requested_scheduled_at, t.created_at))) * 1000)::float8 AS ms
+             SELECT b.at, b.from_status, b.attempts FROM task_events b
+             WHERE b.task_id = e.task_id AND b.id < e.id
+             ORDER BY b.id DESC LIMIT 1
+         ) prev ON e.to_status IN ('running', 'pending')
+         -- A first claim's wait, from when its task was due (created, or its requested schedule
+         -- if later) to the claim. Only the claim right after the create counts: a claim after a
+         -- retry, a snooze or an operator's retry would add the time the task spent elsewhere.
+         LEFT JOIN LATERAL (
+             SELECT greatest(0, EXTRACT(EPOCH FROM e.at - greatest(prev.at,
+                        COALESCE(t.requested_scheduled_at, prev.at))) * 1000)::float8 AS ms
              FROM tasks t
-             WHERE e.to_status = 'running' AND e.from_status = 'pending' AND e.attempts = 1
+             WHERE e.to_status = 'running' AND prev.from_status IS NULL AND prev.at IS NOT NULL
                AND t.id = e.task_id
          ) p ON true
          WHERE e.at > now() - make_interval(secs => $1)
