@@ -61,7 +61,7 @@ impl Api {
 /// A failure that may be a service's answer with a status, a message and a code.
 pub(crate) trait Refusal: std::error::Error + Send + Sync + 'static {
     fn refusal(&self) -> Option<(u16, &str, &str)>;
-    /// The exit for a failure that is not a [`refusal`](Refusal::refusal).
+    /// The exit the failure calls for.
     fn exit(&self) -> Exit;
 }
 
@@ -185,9 +185,9 @@ pub(crate) fn usage(message: String) -> anyhow::Error {
 /// and code on one line (what operators and scripts grep for); anything else names the request
 /// and gives the reason beneath it.
 pub(crate) fn failed<E: Refusal>(method: &str, url: &str, err: E) -> anyhow::Error {
+    let exit = err.exit();
     match err.refusal() {
         Some((status, code, error)) => {
-            let exit = Exit::of_status(status);
             let status = reqwest::StatusCode::from_u16(status)
                 .map_or_else(|_| status.to_string(), |status| status.to_string());
             anyhow::Error::new(Failed {
@@ -195,13 +195,10 @@ pub(crate) fn failed<E: Refusal>(method: &str, url: &str, err: E) -> anyhow::Err
                 exit,
             })
         }
-        None => {
-            let exit = err.exit();
-            anyhow::Error::new(err).context(Failed {
-                message: format!("{method} {url}"),
-                exit,
-            })
-        }
+        None => anyhow::Error::new(err).context(Failed {
+            message: format!("{method} {url}"),
+            exit,
+        }),
     }
 }
 

@@ -34,6 +34,9 @@ pub(crate) struct Out {
     pub(crate) format: Format,
     /// Tables colour statuses: only on a terminal, and never with `NO_COLOR` set.
     pub(crate) colour: bool,
+    /// Standard output is a terminal: `--watch` redraws the screen there.
+    pub(crate) screen: bool,
+    /// Standard error is a terminal: progress redraws its line there.
     pub(crate) terminal: bool,
     /// The last progress line written where lines are not redrawn: an unchanged state is not
     /// written again.
@@ -42,12 +45,11 @@ pub(crate) struct Out {
 
 impl Out {
     pub(crate) fn new(format: Format) -> Out {
+        let screen = std::io::stdout().is_terminal();
         Out {
             format,
-            colour: colour_wanted(
-                std::io::stdout().is_terminal(),
-                std::env::var_os("NO_COLOR").as_deref(),
-            ),
+            colour: colour_wanted(screen, std::env::var_os("NO_COLOR").as_deref()),
+            screen,
             terminal: std::io::stderr().is_terminal(),
             last: Mutex::new(String::new()),
         }
@@ -103,7 +105,6 @@ impl Out {
             }
             return Ok(());
         }
-        let screen = std::io::stdout().is_terminal();
         let mut last = text;
         loop {
             tokio::time::sleep(std::time::Duration::from_secs_f64(watch.watch_interval)).await;
@@ -111,7 +112,7 @@ impl Out {
             if text == last {
                 continue;
             }
-            if screen {
+            if self.screen {
                 self.line(&format!("\x1b[H\x1b[2J{text}"))?;
             } else if self.format == Format::Yaml {
                 self.line(&format!("---\n{text}"))?;

@@ -19,6 +19,10 @@ pub fn resource(id: &str) -> String {
 /// What every worker liveness lease's resource starts with.
 pub const RESOURCE_PREFIX: &str = "worker:";
 
+/// The longest [`WorkerBeat::ttl_seconds`] task-service grants: a process may go at most this
+/// long between beats and still count as alive.
+pub const MAX_TTL_SECONDS: i64 = 300;
+
 /// What a worker process says about itself, kept as its lease's metadata.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

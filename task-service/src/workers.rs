@@ -13,15 +13,12 @@ use leasehold::lease_client::{LeaseListing, LeaseSet};
 use leasehold::server::{ApiError, validate_name, validate_name_within};
 use leasehold::tasks::MAX_QUEUE_BYTES;
 use leasehold::workers::{
-    RESOURCE_PREFIX, WorkerBeat, WorkerGone, WorkerInfo, WorkerLease, WorkerLiveness, WorkerState,
-    Workers, resource,
+    MAX_TTL_SECONDS, RESOURCE_PREFIX, WorkerBeat, WorkerGone, WorkerInfo, WorkerLease,
+    WorkerLiveness, WorkerState, Workers, resource,
 };
 
 use crate::dashboard::passed_on;
 use crate::tasks::Engine;
-
-/// The longest a process may go between beats and still count as alive.
-pub const MAX_BEAT_TTL_SECONDS: i64 = 300;
 
 /// Most worker processes listed (live first).
 pub const MAX_LISTED: u32 = 1000;
@@ -38,11 +35,11 @@ pub async fn beat(engine: &Engine, id: &str, beat: &WorkerBeat) -> Result<Worker
     check_id(id)?;
     validate_name("instance", &beat.instance)?;
     check_info(&beat.info)?;
-    if !(1..=MAX_BEAT_TTL_SECONDS).contains(&beat.ttl_seconds) {
+    if !(1..=MAX_TTL_SECONDS).contains(&beat.ttl_seconds) {
         return Err(ApiError::invalid(
             "invalid_field",
             "ttl_seconds",
-            format!("ttl_seconds must be between 1 and {MAX_BEAT_TTL_SECONDS}"),
+            format!("ttl_seconds must be between 1 and {MAX_TTL_SECONDS}"),
         ));
     }
     let resource = resource(id);
@@ -195,16 +192,8 @@ fn answer(lease: Lease, secret: Option<leasehold::api::Secret>) -> WorkerLease {
 }
 
 fn check_info(info: &WorkerInfo) -> Result<(), ApiError> {
-    for (field, value) in [("info.host", &info.host), ("info.version", &info.version)] {
-        if value.is_empty() || value.len() > MAX_LABEL_BYTES || value.chars().any(char::is_control)
-        {
-            return Err(ApiError::invalid(
-                "invalid_field",
-                field,
-                format!("{field} must be 1 to {MAX_LABEL_BYTES} bytes without control characters"),
-            ));
-        }
-    }
+    validate_name_within("info.host", &info.host, MAX_LABEL_BYTES)?;
+    validate_name_within("info.version", &info.version, MAX_LABEL_BYTES)?;
     if let Some(queue) = &info.queue {
         validate_name_within("info.queue", queue, MAX_QUEUE_BYTES)?;
     }

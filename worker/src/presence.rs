@@ -12,18 +12,16 @@ use std::time::Duration;
 
 use leasehold::api::Secret;
 use leasehold::task_client::{CallError, TaskClient};
-use leasehold::workers::{WorkerBeat, WorkerGone, WorkerInfo};
+use leasehold::workers::{MAX_TTL_SECONDS, WorkerBeat, WorkerGone, WorkerInfo};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Settings;
 
 /// The longest between two beats, whatever the heartbeat interval: task-service refuses a
-/// liveness lease longer than [`MAX_TTL`].
+/// liveness lease longer than [`MAX_TTL_SECONDS`].
 const MAX_BEAT_INTERVAL: Duration = Duration::from_secs(60);
 /// Beats a process may miss before it counts as lost.
 const MISSED_BEATS: u32 = 3;
-/// The longest liveness lease task-service grants.
-const MAX_TTL: Duration = Duration::from_secs(300);
 
 /// The soonest a change of load brings the next beat forward to, after the last one.
 const MIN_BEAT_SPACING: Duration = Duration::from_secs(1);
@@ -66,7 +64,7 @@ pub(crate) async fn announce(
     stop: CancellationToken,
 ) {
     let every = settings.heartbeat_interval.min(MAX_BEAT_INTERVAL);
-    let ttl = (every * MISSED_BEATS).min(MAX_TTL);
+    let ttl = (every * MISSED_BEATS).min(Duration::from_secs(MAX_TTL_SECONDS.unsigned_abs()));
     let ttl_seconds = i64::try_from(ttl.as_secs().max(1)).unwrap_or(1);
     let host = leasehold::identity::host_name("unknown");
     let concurrency = u32::try_from(settings.concurrency).unwrap_or(u32::MAX);
