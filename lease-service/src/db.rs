@@ -2,7 +2,7 @@
 
 use diesel_async::AsyncPgConnection;
 use diesel_migrations::{EmbeddedMigrations, embed_migrations};
-pub use leasehold::server::db::{DbConn, DbPool, connection};
+pub use leasehold::server::db::{DbConn, DbPool, connection, pool};
 
 pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
 
@@ -28,11 +28,6 @@ pub async fn migrate(database_url: &str) -> anyhow::Result<()> {
 /// grows the table under kept plans and bounds the rows they read); a table no index serves
 /// (history pruning by age) is still scanned.
 pub const SESSION: &str = "SET enable_seqscan = off; SET plan_cache_mode = force_generic_plan";
-
-/// The pool of lease-service's connections, each set up with [`SESSION`].
-pub fn pool(database_url: &str, size: usize) -> anyhow::Result<DbPool> {
-    leasehold::server::db::pool_with_session(database_url, size, SESSION)
-}
 
 /// One connection set up as the pool's are (for tests and the benchmark's direct SQL).
 pub async fn establish(database_url: &str) -> diesel::ConnectionResult<AsyncPgConnection> {

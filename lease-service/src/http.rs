@@ -214,10 +214,10 @@ async fn list(
 async fn readyz(state: State) -> Result<HttpResponse, ApiError> {
     let check = async {
         let mut conn = db::connection(&state.pool).await?;
-        read::ping(&mut conn).await
+        Ok::<_, ApiError>(leasehold::server::db::node(&mut conn).await?)
     };
     match tokio::time::timeout(Duration::from_secs(2), check).await {
-        Ok(Ok(())) => Ok(ready()),
+        Ok(Ok(node)) => Ok(ready(node)),
         Ok(Err(err)) => Err(ApiError::Unavailable(format!("database not ready: {err}"))),
         Err(_) => Err(ApiError::Unavailable(
             "database did not answer within 2 s".to_owned(),

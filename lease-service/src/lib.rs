@@ -67,7 +67,8 @@ pub async fn run(
     listener: TcpListener,
     stop: CancellationToken,
 ) -> anyhow::Result<()> {
-    let pool = db::pool(&config.database_url, config.server.database_pool_size)?;
+    let database = config.server.database(&config.database_url, db::SESSION)?;
+    let pool = db::pool(&database, config.server.database_pool_size)?;
     let metrics = Metrics::new().context("registering metrics")?;
     let ttl = TtlPolicy {
         default_seconds: config.default_ttl_seconds,
@@ -97,7 +98,7 @@ pub async fn run(
         wakeups: wakeups.clone(),
     });
     tokio::spawn(wakeups::listen(
-        config.database_url.clone(),
+        database,
         leases::WAKEUP_CHANNEL,
         "lease-service wake-ups",
         wakeups,

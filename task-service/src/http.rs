@@ -464,8 +464,7 @@ async fn generator_stop(state: State) -> Result<HttpResponse, ApiError> {
 /// Ready when the database answers, lease-service is healthy and accepts the task lease TTL,
 /// all within two seconds.
 async fn readyz(state: State) -> Result<HttpResponse, ApiError> {
-    tasks::ready(&state.pool, &state.engine).await?;
-    Ok(ready())
+    Ok(ready(tasks::ready(&state.pool, &state.engine).await?))
 }
 
 async fn queues_list(state: State) -> Result<HttpResponse, ApiError> {

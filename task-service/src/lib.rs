@@ -73,7 +73,8 @@ pub async fn run(
     listener: TcpListener,
     stop: CancellationToken,
 ) -> anyhow::Result<()> {
-    let pool = db::pool(&config.database_url, config.server.database_pool_size)?;
+    let database = config.server.database(&config.database_url, "")?;
+    let pool = db::pool(&database, config.server.database_pool_size)?;
     let metrics =
         Metrics::with_max_queues(config.metrics_max_queues).context("registering metrics")?;
     let lease_url = config.lease_service_url.trim_end_matches('/').to_owned();
@@ -104,7 +105,7 @@ pub async fn run(
         schedules_changed: std::sync::Arc::default(),
     };
     tokio::spawn(wakeups::listen(
-        config.database_url.clone(),
+        database,
         tasks::WAKEUP_CHANNEL,
         "task-service wake-ups",
         engine.wakeups.clone(),

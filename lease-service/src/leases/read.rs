@@ -59,10 +59,6 @@ pub async fn list(
 }
 
 /// Whether the database answers.
-pub async fn ping(conn: &mut AsyncPgConnection) -> Result<(), ApiError> {
-    Ok(repo::ping(conn).await?)
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

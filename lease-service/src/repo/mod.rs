@@ -9,10 +9,7 @@
 
 use chrono::{DateTime, Utc};
 use diesel::QueryableByName;
-use diesel::result::Error as DieselError;
 use diesel::sql_types::{BigInt, Binary, Integer, Jsonb, Nullable, Text, Timestamptz};
-use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use leasehold::server::db::Cache;
 
 /// The columns of a [`LeaseRow`], for every statement that reads or returns one.
 macro_rules! lease_columns {
@@ -99,12 +96,6 @@ impl LeaseRow {
     }
 }
 
-#[derive(Debug, QueryableByName)]
-struct Count {
-    #[diesel(sql_type = BigInt)]
-    count: i64,
-}
-
 /// The kinds of statement on `leases`, each a span name of its own.
 #[derive(Debug, Clone, Copy)]
 enum Op {
@@ -128,13 +119,4 @@ fn span(op: Op, batch: Option<usize>) -> tracing::Span {
         span.record("db.operation.batch.size", size);
     }
     span
-}
-
-pub async fn ping(conn: &mut AsyncPgConnection) -> Result<(), DieselError> {
-    let row: Count = diesel::sql_query("SELECT 1::bigint AS count")
-        .cached()
-        .get_result(conn)
-        .await?;
-    debug_assert_eq!(row.count, 1);
-    Ok(())
 }

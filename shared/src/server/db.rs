@@ -3,7 +3,6 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use diesel::Connection;
 use diesel::pg::Pg;
 use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
 use diesel_async::AsyncPgConnection;
@@ -14,57 +13,52 @@ use diesel_async::pooled_connection::{
 };
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness};
 
+use super::database::{Database, Timeouts};
 use super::error::ApiError;
 
 pub type DbPool = Pool<AsyncPgConnection>;
 pub type DbConn = Object<AsyncPgConnection>;
 
+/// How long one migration statement may run: an index built over a grown table takes a while.
+const MIGRATION_STATEMENT_TIMEOUT: Duration = Duration::from_secs(600);
+
 /// How long a request waits for a pooled connection before answering 503.
 const CHECKOUT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The pool of a service's database connections.
+/// The pool of a service's database connections, each made by [`Database::connect`].
 ///
 /// A connection coming back from the pool is checked with [`RecyclingMethod::Fast`]: dropped if
-/// its socket has closed (a database restart closes every session) or a transaction was left
-/// open, but not pinged. The default, `Verified`, costs a `SELECT 1` round trip before every
-/// request's first query, one in three of the statements a lease acquire sends; a connection
-/// that broke unnoticed fails its request once and is then dropped, as a ping's failure would.
-pub fn pool(database_url: &str, size: usize) -> anyhow::Result<DbPool> {
-    pool_with_session(database_url, size, "")
-}
-
-/// [`pool`] whose connections each run `session` (SQL, e.g. `SET` commands) once, when made.
-pub fn pool_with_session(
-    database_url: &str,
-    size: usize,
-    session: &'static str,
-) -> anyhow::Result<DbPool> {
+/// its socket has closed (a database restart closes every session, and [`Database`] closes a
+/// connection whose server stopped answering) or a transaction was left open, but not pinged.
+/// The default, `Verified`, costs a `SELECT 1` round trip before every request's first query,
+/// one in three of the statements a lease acquire sends; a connection that broke unnoticed
+/// fails its request once and is then dropped, as a ping's failure would.
+pub fn pool(database: &Database, size: usize) -> anyhow::Result<DbPool> {
     let mut config = ManagerConfig::default();
     config.recycling_method = RecyclingMethod::Fast;
-    if !session.is_empty() {
-        config.custom_setup = Box::new(move |url| Box::pin(establish(url.to_owned(), session)));
-    }
+    let connector = database.clone();
+    config.custom_setup = Box::new(move |_url| {
+        let connector = connector.clone();
+        Box::pin(async move { connector.connect().await })
+    });
     let manager =
-        AsyncDieselConnectionManager::<AsyncPgConnection>::new_with_config(database_url, config);
+        AsyncDieselConnectionManager::<AsyncPgConnection>::new_with_config(database.url(), config);
     Pool::builder(manager)
         .max_size(size)
         .build()
         .context("building the database pool")
 }
 
-/// A connection to `url` that has run `session`.
+/// One connection to `url` set up as a service's pooled ones are, with `session` and the
+/// default [`Timeouts`] (for tests and the benchmark's direct SQL).
 pub async fn establish(
     url: String,
     session: &'static str,
 ) -> diesel::ConnectionResult<AsyncPgConnection> {
-    use diesel_async::{AsyncConnection, SimpleAsyncConnection};
-    let mut conn = AsyncPgConnection::establish(&url).await?;
-    if !session.is_empty() {
-        conn.batch_execute(session)
-            .await
-            .map_err(diesel::ConnectionError::CouldntSetupConfiguration)?;
-    }
-    Ok(conn)
+    Database::new(&url, Timeouts::default(), session)
+        .map_err(|err| diesel::ConnectionError::InvalidConnectionUrl(format!("{err:#}")))?
+        .connect()
+        .await
 }
 
 /// A pooled connection, or 503 if none comes within `CHECKOUT_TIMEOUT`.
@@ -80,6 +74,39 @@ pub async fn connection(pool: &DbPool) -> Result<DbConn, ApiError> {
     }
 }
 
+/// The node a connection is on, as `/readyz` reports it: after a failover, which one is
+/// primary now.
+#[derive(
+    Debug, Clone, PartialEq, Eq, diesel::QueryableByName, serde::Serialize, serde::Deserialize,
+)]
+pub struct DatabaseNode {
+    /// The address and port the node answers on, as it sees itself.
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    pub server: String,
+    /// Whether it is a standby (never, for the services' own connections, which take writes).
+    #[diesel(sql_type = diesel::sql_types::Bool)]
+    pub in_recovery: bool,
+    /// Its WAL timeline: one more at every promotion, so a failover shows as a new number.
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::BigInt>)]
+    pub timeline: Option<i64>,
+}
+
+/// Which node `conn` is on; the readiness probe's one query.
+pub async fn node(conn: &mut AsyncPgConnection) -> diesel::QueryResult<DatabaseNode> {
+    use diesel_async::RunQueryDsl;
+    // The timeline is the first eight hex digits of the current WAL file's name.
+    diesel::sql_query(
+        "SELECT coalesce(host(inet_server_addr()), 'local') || ':' \
+                || coalesce(inet_server_port(), 0) AS server, \
+            pg_is_in_recovery() AS in_recovery, \
+            CASE WHEN pg_is_in_recovery() THEN NULL ELSE \
+                ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint \
+            END AS timeline",
+    )
+    .get_result(conn)
+    .await
+}
+
 /// Applies pending `migrations`, holding the advisory lock `lock_key` so that replicas starting
 /// together take turns.
 ///
@@ -91,26 +118,44 @@ pub async fn migrate(
     migrations: EmbeddedMigrations,
     lock_key: i64,
 ) -> anyhow::Result<()> {
-    let url = database_url.to_owned();
+    // Connected as the services are, across a formation's hosts, but with room for a long
+    // index build.
+    let database = Database::new(
+        database_url,
+        Timeouts {
+            statement: MIGRATION_STATEMENT_TIMEOUT,
+            ..Timeouts::default()
+        },
+        "",
+    )?;
     let (done, result) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
         .name("migrations".to_owned())
         .spawn(move || {
             // The receiver only goes away if the caller stopped waiting; nothing to report then.
-            let _ = done.send(migrate_blocking(&url, migrations, lock_key));
+            let _ = done.send(migrate_blocking(&database, migrations, lock_key));
         })
         .context("starting the migration thread")?;
     result.await.context("the migration thread died")?
 }
 
 fn migrate_blocking(
-    url: &str,
+    database: &Database,
     migrations: EmbeddedMigrations,
     lock_key: i64,
 ) -> anyhow::Result<()> {
     use diesel::RunQueryDsl;
-    let mut conn = AsyncConnectionWrapper::<AsyncPgConnection>::establish(url)
+    // The connection's driver and its reply timer run on this runtime's worker; the wrapper
+    // blocks on a runtime of its own to send each statement.
+    let driver = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .context("starting the migration's runtime")?;
+    let conn = driver
+        .block_on(database.connect())
         .context("connecting to the database")?;
+    let mut conn = AsyncConnectionWrapper::<AsyncPgConnection>::from(conn);
     diesel::sql_query("SELECT pg_advisory_lock($1)")
         .bind::<diesel::sql_types::BigInt, _>(lock_key)
         .execute(&mut conn)

@@ -141,7 +141,19 @@ impl From<diesel::result::Error> for ApiError {
             other => {
                 let message = other.to_string();
                 // tokio-postgres reports a dead connection as an unknown error with this text.
-                if message.contains("connection closed") || message.contains("shutting down") {
+                // The rest are what a failover looks like from a session: the server went away
+                // mid-request, never answered ([`super::database`] closed the connection), or
+                // is now a standby. A write's outcome is then unknown, so it is never a success.
+                if [
+                    "connection closed",
+                    "shutting down",
+                    "error communicating with the server",
+                    "terminating connection",
+                    "read-only transaction",
+                ]
+                .iter()
+                .any(|sign| message.contains(sign))
+                {
                     Self::Unavailable(format!("database unavailable: {message}"))
                 } else if message.contains("statement timeout") {
                     // A statement bounded by `statement_timeout` ran past it: busy, not broken.

@@ -152,19 +152,24 @@ where
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Probe {
     pub status: String,
+    /// `/readyz` only: the database node this replica reaches, which takes its writes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub database: Option<super::db::DatabaseNode>,
 }
 
 /// `GET /healthz`: the process is alive and serving.
 pub async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(Probe {
         status: "ok".to_owned(),
+        database: None,
     })
 }
 
-/// The answer of a `GET /readyz` whose checks passed.
-pub fn ready() -> HttpResponse {
+/// The answer of a `GET /readyz` whose checks passed, naming the database node they reached.
+pub fn ready(node: super::db::DatabaseNode) -> HttpResponse {
     HttpResponse::Ok().json(Probe {
         status: "ready".to_owned(),
+        database: Some(node),
     })
 }
 

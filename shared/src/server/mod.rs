@@ -7,6 +7,7 @@
 pub mod auth;
 pub mod coalesce;
 pub mod command;
+pub mod database;
 pub mod db;
 pub mod error;
 pub mod front_door;

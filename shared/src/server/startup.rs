@@ -35,6 +35,17 @@ pub struct ServerArgs {
     #[arg(long, env = "DATABASE_POOL_SIZE", default_value_t = 16)]
     pub database_pool_size: usize,
 
+    /// Milliseconds to reach one database host, log in and learn whether it takes writes; then
+    /// the next host of DATABASE_URL is tried (1..60000).
+    #[arg(long, env = "DATABASE_CONNECT_TIMEOUT_MS", default_value_t = 2_000)]
+    pub database_connect_timeout_ms: u64,
+
+    /// PostgreSQL's statement_timeout for every session, in milliseconds. A connection that
+    /// sends nothing back for a second longer (a frozen server, a commit waiting for a standby
+    /// that is gone) is closed and its request answered 503 (100..600000).
+    #[arg(long, env = "DATABASE_STATEMENT_TIMEOUT_MS", default_value_t = 5_000)]
+    pub database_statement_timeout_ms: u64,
+
     /// HTTP worker threads (0: one per CPU core).
     #[arg(long, env = "HTTP_WORKERS", default_value_t = 0)]
     pub http_workers: usize,
@@ -72,10 +83,30 @@ impl ServerArgs {
         if self.database_pool_size == 0 {
             return Err("DATABASE_POOL_SIZE must be at least 1".to_owned());
         }
+        if !(1..=60_000).contains(&self.database_connect_timeout_ms) {
+            return Err("DATABASE_CONNECT_TIMEOUT_MS must be between 1 and 60000".to_owned());
+        }
+        if !(100..=600_000).contains(&self.database_statement_timeout_ms) {
+            return Err("DATABASE_STATEMENT_TIMEOUT_MS must be between 100 and 600000".to_owned());
+        }
         if !(10..=600_000).contains(&self.wait_recheck_ms) {
             return Err("WAIT_RECHECK_MS must be between 10 and 600000".to_owned());
         }
         Ok(())
+    }
+
+    /// The service's database at `url`, bounded by these flags' timeouts, each session
+    /// starting with `session`.
+    pub fn database(
+        &self,
+        url: &str,
+        session: &'static str,
+    ) -> anyhow::Result<super::database::Database> {
+        let timeouts = super::database::Timeouts {
+            connect: Duration::from_millis(self.database_connect_timeout_ms),
+            statement: Duration::from_millis(self.database_statement_timeout_ms),
+        };
+        super::database::Database::new(url, timeouts, session)
     }
 
     /// How long a waiting request waits without news before it looks again.

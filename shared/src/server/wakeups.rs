@@ -17,11 +17,13 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use super::database::Database;
 use crate::retry::Backoff;
-use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
-use futures_util::StreamExt;
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use serde::Deserialize;
+use tokio::sync::mpsc;
 use tokio::sync::oneshot;
+use tokio_postgres::Notification;
 use tokio_util::sync::CancellationToken;
 
 /// How long a waiter waits without news before it looks again anyway, by default: the bound on
@@ -207,7 +209,7 @@ impl Wakeups {
 /// connection apart), reconnecting with backoff whenever the connection fails; after each
 /// (re)connection every waiter looks again, since news may have been missed.
 pub async fn listen(
-    database_url: String,
+    database: Database,
     channel: &'static str,
     application_name: &'static str,
     wakeups: Wakeups,
@@ -216,7 +218,7 @@ pub async fn listen(
     let mut retries = Backoff::new(Duration::from_millis(100), Duration::from_secs(5)).waits();
     loop {
         let session = async {
-            let mut conn = AsyncPgConnection::establish(&database_url).await?;
+            let (mut conn, mut notifications) = database.connect_listening().await?;
             diesel::sql_query(format!("SET application_name = '{application_name}'"))
                 .execute(&mut conn)
                 .await?;
@@ -226,7 +228,7 @@ pub async fn listen(
             tracing::info!(channel, "listening for wake-ups");
             wakeups.wake_all();
             retries.reset();
-            relay(&mut conn, &wakeups).await
+            relay(&mut conn, &mut notifications, &wakeups).await
         };
         let ended = tokio::select! {
             () = stop.cancelled() => return,
@@ -249,16 +251,14 @@ pub async fn listen(
 /// [`Wakeups::recheck`] finds a connection that died without a word.
 async fn relay(
     conn: &mut AsyncPgConnection,
+    notifications: &mut mpsc::UnboundedReceiver<Notification>,
     wakeups: &Wakeups,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     loop {
-        let news = {
-            let mut notifications = std::pin::pin!(conn.notifications_stream());
-            tokio::time::timeout(wakeups.recheck(), notifications.next()).await
-        };
+        let news = tokio::time::timeout(wakeups.recheck(), notifications.recv()).await;
         match news {
-            Ok(Some(Ok(notification))) => wakeups.notified(&notification.payload),
-            Ok(Some(Err(err))) => return Err(err.into()),
+            Ok(Some(notification)) => wakeups.notified(notification.payload()),
+            // The connection ended: its driver dropped the sender.
             Ok(None) => return Ok(()),
             Err(_quiet) => {
                 diesel::sql_query("SELECT 1").execute(conn).await?;

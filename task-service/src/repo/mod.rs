@@ -40,7 +40,7 @@ pub use queues::{
 };
 pub use read::{
     ListFilter, OldestDue, Processor, QueueCount, QueueMoves, TaskEvent, ThroughputBucket, counts,
-    events, find, list, oldest_due, ping, processors, throughput,
+    events, find, list, oldest_due, processors, throughput,
 };
 pub use retention::{prune_history, sweep};
 pub use schedules::{

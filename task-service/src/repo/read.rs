@@ -145,14 +145,6 @@ pub async fn oldest_due(conn: &mut Db) -> Result<Vec<OldestDue>> {
     .await
 }
 
-pub async fn ping(conn: &mut Db) -> Result<()> {
-    diesel::sql_query("SELECT 1")
-        .cached()
-        .execute(conn)
-        .await
-        .map(|_| ())
-}
-
 /// Transitions per `bucket_seconds` over the last `window_seconds`, by the history table;
 /// bucket 0 is the newest. `claimed` and `completed` are `started` and `succeeded` under the
 /// names the first dashboard read.

@@ -140,10 +140,6 @@ pub struct Gauges {
 }
 
 /// Whether the database answers.
-pub async fn ping(conn: &mut Db) -> Result<(), ApiError> {
-    Ok(repo::ping(conn).await?)
-}
-
 /// Throughput shown on the dashboard: the last ten minutes in ten-second buckets.
 const WINDOW_SECONDS: i64 = 600;
 const BUCKET_SECONDS: i64 = 10;

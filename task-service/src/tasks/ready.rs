@@ -6,23 +6,23 @@ use std::time::Duration;
 use leasehold::server::ApiError;
 use leasehold::server::db::{self, DbPool};
 
-use super::{Engine, check_lease_ttl, read};
+use super::{Engine, check_lease_ttl};
 
 /// One budget for the whole check, within a Kubernetes readiness probe's `timeoutSeconds: 2`:
 /// a probe that gives up before the answer learns nothing of why.
 const BUDGET: Duration = Duration::from_secs(2);
 
-/// `Ok` when this replica can serve; otherwise why not, naming what it was still waiting for
-/// when the budget ran out.
-pub async fn ready(pool: &DbPool, engine: &Engine) -> Result<(), ApiError> {
+/// The database node reached when this replica can serve; otherwise why not, naming what it
+/// was still waiting for when the budget ran out.
+pub async fn ready(pool: &DbPool, engine: &Engine) -> Result<db::DatabaseNode, ApiError> {
     let waiting_on = std::cell::Cell::new("the database");
     let check =
         async {
             let database = async {
                 let mut conn = db::connection(pool).await?;
-                read::ping(&mut conn).await
+                Ok::<_, ApiError>(db::node(&mut conn).await?)
             };
-            database
+            let node = database
                 .await
                 .map_err(|err| ApiError::Unavailable(format!("database not ready: {err}")))?;
             waiting_on.set("lease-service's /healthz");
@@ -31,7 +31,7 @@ pub async fn ready(pool: &DbPool, engine: &Engine) -> Result<(), ApiError> {
             })?;
             waiting_on.set("lease-service's verdict on the task lease TTL");
             // A TTL lease-service refuses would starve every claim while all looks healthy.
-            check_lease_ttl(engine).await
+            check_lease_ttl(engine).await.map(|()| node)
         };
     match tokio::time::timeout(BUDGET, check).await {
         Ok(answer) => answer,
