@@ -36,6 +36,8 @@
 //! - [`soak`]: the whole stack under seeded random faults, then the checker.
 //! - [`bench`](mod@bench): the benchmark harness (the `bench` binary and the quick CI mode).
 //! - [`proxy`]: the round-robin proxy the soak puts in front of the replicas.
+//! - [`gate`]: a forwarder in front of PostgreSQL that freezes, for a database host that
+//!   accepts connections and never answers.
 //! - [`browser`]: a headless browser for the dashboard's tests.
 //! - [`otlp`]: an OTLP receiver, to see the spans the services export.
 //! - [`tools`]: the offline validators the deploy checks run, installed from PyPI on first use.
@@ -44,6 +46,7 @@
 pub mod bench;
 pub mod browser;
 pub mod checker;
+pub mod gate;
 pub mod otlp;
 pub mod proxy;
 pub mod soak;

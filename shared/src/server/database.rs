@@ -21,8 +21,8 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -34,6 +34,7 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio_postgres::config::{Host, TargetSessionAttrs};
 use tokio_postgres::{AsyncMessage, NoTls, Notification};
+use tokio_util::sync::CancellationToken;
 
 /// The waits that bound every connection, from the services' `DATABASE_*_TIMEOUT_MS` flags.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,6 +81,9 @@ struct Inner {
     session: &'static str,
     /// The host tried first: the last that gave a connection, moved on when it stops answering.
     preferred: AtomicUsize,
+    /// Per host, cancelled when it stops answering: every session on it then closes, idle
+    /// pooled ones included, so that no later request is handed one to wait on in turn.
+    dropped: Vec<Mutex<CancellationToken>>,
 }
 
 impl std::fmt::Debug for Database {
@@ -132,10 +136,15 @@ impl Database {
         // would settle for the first host, whichever it is, only if asked to.
         let read_write = config.get_target_session_attrs() == TargetSessionAttrs::ReadWrite
             || !url.contains("target_session_attrs=");
+        let dropped = hosts
+            .iter()
+            .map(|_| Mutex::new(CancellationToken::new()))
+            .collect();
         Ok(Database {
             inner: Arc::new(Inner {
                 url: url.to_owned(),
                 config,
+                dropped,
                 hosts,
                 read_write,
                 timeouts,
@@ -182,7 +191,7 @@ impl Database {
                 .connect(NoTls)
                 .await
                 .map_err(|err| ConnectionError::BadConnection(err.to_string()))?;
-            tokio::spawn(drive(connection, notifications));
+            tokio::spawn(drive(connection, notifications, CancellationToken::new()));
             return self.set_up(client).await.map_err(|err| match err {
                 HostError::Setup(err) => ConnectionError::CouldntSetupConfiguration(err),
                 other => ConnectionError::BadConnection(other.to_string()),
@@ -230,7 +239,8 @@ impl Database {
         };
         let watched = Watched::new(stream, inner.timeouts.reply(), demote);
         let (client, connection) = inner.config.connect_raw(watched, NoTls).await?;
-        tokio::spawn(drive(connection, notifications));
+        let dropped = lock(&inner.dropped[index]).clone();
+        tokio::spawn(drive(connection, notifications, dropped));
         if inner.read_write {
             let rows = client.simple_query("SHOW transaction_read_only").await?;
             let read_only = rows.iter().any(|message| match message {
@@ -269,6 +279,10 @@ impl Database {
     /// connection tries the host after it first.
     fn move_past(&self, index: usize) {
         let count = self.inner.hosts.len().max(1);
+        let mut dropped = lock(&self.inner.dropped[index]);
+        dropped.cancel();
+        *dropped = CancellationToken::new();
+        drop(dropped);
         let _ = self.inner.preferred.compare_exchange(
             index,
             (index + 1) % count,
@@ -284,16 +298,26 @@ impl Database {
     }
 }
 
-/// Runs one connection's protocol until it ends, handing notifications on if asked.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Runs one connection's protocol until it ends or its host is `dropped`, handing
+/// notifications on if asked. Its client sees it closed then, and the pool discards it.
 async fn drive<S, T>(
     mut connection: tokio_postgres::Connection<S, T>,
     notifications: Option<mpsc::UnboundedSender<Notification>>,
+    dropped: CancellationToken,
 ) where
     S: AsyncRead + AsyncWrite + Unpin,
     T: AsyncRead + AsyncWrite + Unpin,
 {
     loop {
-        match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+        let message = tokio::select! {
+            message = std::future::poll_fn(|cx| connection.poll_message(cx)) => message,
+            () = dropped.cancelled() => return,
+        };
+        match message {
             Some(Ok(AsyncMessage::Notification(notification))) => {
                 if let Some(sender) = &notifications {
                     // The listener may have stopped listening; nothing is owed to it then.

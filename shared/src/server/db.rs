@@ -79,6 +79,7 @@ pub async fn connection(pool: &DbPool) -> Result<DbConn, ApiError> {
 #[derive(
     Debug, Clone, PartialEq, Eq, diesel::QueryableByName, serde::Serialize, serde::Deserialize,
 )]
+#[serde(rename_all = "camelCase")]
 pub struct DatabaseNode {
     /// The address and port the node answers on, as it sees itself.
     #[diesel(sql_type = diesel::sql_types::Text)]

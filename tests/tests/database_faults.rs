@@ -1,0 +1,172 @@
+//! A database host that accepts connections but never answers, or answers but cannot commit,
+//! must cost its requests a bounded wait and a 503, never hang the service; and with a
+//! formation's multi-host URL, the next host serves. These are the frozen primary and the
+//! zombie primary of a failover, reproduced on plain servers so that every CI run has them:
+//! [`tests::gate::Gate`] freezes a host, and a server whose commits wait for a synchronous
+//! standby that does not exist is the zombie. (`failover.rs` runs the real formation.)
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use leasehold_local::postgres::PrivatePostgres;
+use serde_json::{Value, json};
+use tests::gate::Gate;
+use tests::{Service, execute, fresh_database};
+
+/// Short bounds, so each fault's cost is seconds: a reply is awaited 2 s at most.
+const TIMEOUTS: [(&str, &str); 2] = [
+    ("DATABASE_CONNECT_TIMEOUT_MS", "1000"),
+    ("DATABASE_STATEMENT_TIMEOUT_MS", "1000"),
+];
+
+/// `url` (one host, `127.0.0.1:<port>`) naming the hosts at `ports` instead, in that order.
+fn hosts(url: &str, ports: &[u16]) -> String {
+    let (scheme_user, rest) = url.split_once("@127.0.0.1:").unwrap();
+    let (_, path) = rest.split_once('/').unwrap();
+    let list: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    format!("{scheme_user}@{}/{path}", list.join(","))
+}
+
+fn port_of(url: &str) -> u16 {
+    let rest = url.split_once("@127.0.0.1:").unwrap().1;
+    rest.split_once('/').unwrap().0.parse().unwrap()
+}
+
+fn lease(resource: &str) -> Value {
+    json!({ "resource": resource, "holder": "h", "ttlSeconds": 30 })
+}
+
+/// Acquires until one succeeds, asserting that every failure on the way is a 503 (a write whose
+/// outcome is unknown is never a success, and never a 500); returns how many failed.
+async fn acquire_until_served(svc: &Service, resource: &str) -> usize {
+    for failed in 0..20 {
+        let answer = svc.post("/api/leases", &lease(resource)).await;
+        match answer.status {
+            200 | 201 => return failed,
+            503 => {}
+            other => panic!("acquire answered {other}: {}", answer.body),
+        }
+    }
+    panic!(
+        "20 acquires of {resource} in a row failed; log:\n{}",
+        svc.log_tail()
+    );
+}
+
+#[tokio::test]
+async fn a_frozen_first_host_is_passed_over_at_start() {
+    let db = fresh_database().await;
+    let gate = Gate::start(port_of(&db)).await;
+    gate.freeze();
+    let url = hosts(&db, &[gate.port(), port_of(&db)]);
+    // Migrations, the pool and the wake-up listener all get past the frozen host.
+    let svc = Service::lease_service(&url, &TIMEOUTS).await;
+    assert_eq!(acquire_until_served(&svc, "start").await, 0);
+    let ready = svc.get("/readyz").await;
+    assert_eq!(ready.status, 200, "{}", ready.body);
+    assert_eq!(
+        ready.body["database"]["inRecovery"], false,
+        "{}",
+        ready.body
+    );
+    assert!(ready.body["database"]["timeline"].as_i64().unwrap() >= 1);
+}
+
+#[tokio::test]
+async fn a_host_that_freezes_mid_flight_costs_503s_then_the_next_host_serves() {
+    let db = fresh_database().await;
+    let gate = Gate::start(port_of(&db)).await;
+    let url = hosts(&db, &[gate.port(), port_of(&db)]);
+    let svc = Service::lease_service(&url, &TIMEOUTS).await;
+    // Warm the pool on the gated host, the first of the URL.
+    for i in 0..8 {
+        assert_eq!(acquire_until_served(&svc, &format!("warm-{i}")).await, 0);
+    }
+    gate.freeze();
+    // The pooled connections are all on the frozen host: the first request waits out the reply
+    // bound and fails; that closes every session there, so at most a few more fail.
+    let failed = acquire_until_served(&svc, "after-freeze").await;
+    assert!(
+        (1..=3).contains(&failed),
+        "{failed} acquires failed before the next host served"
+    );
+    // From then on the other host serves every request.
+    for i in 0..10 {
+        assert_eq!(acquire_until_served(&svc, &format!("later-{i}")).await, 0);
+    }
+    assert!(
+        svc.log_text().contains("a database host stopped answering"),
+        "the frozen host was not reported; log:\n{}",
+        svc.log_tail()
+    );
+}
+
+#[tokio::test]
+async fn a_primary_that_cannot_commit_answers_503_and_the_next_host_serves() {
+    // The zombie: a server of its own, whose commits wait for a standby that never comes
+    // (`synchronous_commit=on`, as a formation's primary has it).
+    let zombie = tokio::task::spawn_blocking(PrivatePostgres::start_ephemeral_crash_safe)
+        .await
+        .unwrap()
+        .unwrap();
+    // Both hosts hold a database of one name, as a formation's nodes do.
+    let healthy_url = fresh_database().await;
+    let name = healthy_url.rsplit_once('/').unwrap().1;
+    zombie.create_database(name).await.unwrap();
+    let zombie_url = zombie.url(name);
+    let url = hosts(&healthy_url, &[zombie.port(), port_of(&healthy_url)]);
+    // The service migrates the first; the second is as a promoted standby would be.
+    lease_service::db::migrate(&healthy_url).await.unwrap();
+    let svc = Service::lease_service(&url, &TIMEOUTS).await;
+    assert_eq!(acquire_until_served(&svc, "before").await, 0);
+
+    execute(&zombie_url, "CREATE TABLE probe (at timestamptz)").await;
+    execute(
+        &zombie_url,
+        "ALTER SYSTEM SET synchronous_standby_names = 'gone_standby'",
+    )
+    .await;
+    execute(&zombie_url, "SELECT pg_reload_conf()").await;
+    // The checkpointer turns synchronous replication on some time after the reload: wait until
+    // a commit of the test's own hangs.
+    tests::eventually(
+        Duration::from_secs(30),
+        "commits to wait for the standby",
+        || async {
+            let commit = execute(&zombie_url, "INSERT INTO probe VALUES (now())");
+            tokio::time::timeout(Duration::from_secs(1), commit)
+                .await
+                .is_err()
+        },
+    )
+    .await;
+    // A pooled session runs one more statement on the old settings before it reloads, so a
+    // few writes may still be acknowledged there. Then a write commits locally and is never
+    // acknowledged: 503, never a success, and every session there is closed; the next host
+    // serves from then on.
+    let mut met_the_zombie = false;
+    for i in 0..20 {
+        let answer = svc
+            .post("/api/leases", &lease(&format!("during-{i}")))
+            .await;
+        match answer.status {
+            200 | 201 if met_the_zombie => break,
+            200 | 201 => {}
+            503 => {
+                assert_eq!(answer.code(), "unavailable");
+                met_the_zombie = true;
+            }
+            other => panic!("acquire answered {other}: {}", answer.body),
+        }
+    }
+    assert!(met_the_zombie, "no write waited for the missing standby");
+    assert_eq!(acquire_until_served(&svc, "after").await, 0);
+    let ready = svc.get("/readyz").await;
+    assert_eq!(ready.status, 200, "{}", ready.body);
+    assert_eq!(
+        ready.body["database"]["server"],
+        format!("127.0.0.1:{}", port_of(&healthy_url)),
+        "{}",
+        ready.body
+    );
+}
