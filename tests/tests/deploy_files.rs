@@ -3,7 +3,7 @@
 //! and every command and environment variable they give a Leasehold binary is one it accepts.
 #![allow(clippy::unwrap_used)]
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -198,6 +198,167 @@ fn kubectl() -> PathBuf {
     PathBuf::from("/usr/bin/kubectl")
 }
 
+/// A CloudNativePG `Cluster`: a custom resource, which Kubernetes' published schemas do not
+/// cover, so `check_postgres_clusters` checks it instead of kubernetes-validate.
+fn is_cnpg_cluster(document: &Value) -> bool {
+    document["apiVersion"] == "postgresql.cnpg.io/v1" && document["kind"] == "Cluster"
+}
+
+/// The keys of the Secret "<cluster>-app" that CloudNativePG writes for the owner of the
+/// cluster's bootstrap database (`uri`'s host is the cluster's "-rw" Service).
+const CNPG_APP_SECRET_KEYS: [&str; 11] = [
+    "username",
+    "user",
+    "password",
+    "dbname",
+    "host",
+    "port",
+    "pgpass",
+    "uri",
+    "jdbc-uri",
+    "fqdn-uri",
+    "fqdn-jdbc-uri",
+];
+
+/// The database a binary's DATABASE_URL names (one database per service, as in compose).
+fn database_of(binary_name: &str) -> Option<&'static str> {
+    match binary_name {
+        "lease-service" => Some("leasehold_leases"),
+        "task-service" => Some("leasehold_tasks"),
+        _ => None,
+    }
+}
+
+/// Runs kubernetes-validate --strict on `documents` and requires each of them to have passed:
+/// on a kind it has no schema for, kubernetes-validate only warns and still exits 0.
+fn validate_against_published_schemas(validators: &Path, overlay: &str, documents: &[&Value]) {
+    let stream: String = documents.iter().map(|d| format!("---\n{d}\n")).collect();
+    let mut validate = Command::new(validators.join("kubernetes-validate"))
+        .args(["--strict", "-k", "1.30.0", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(validate.stdin.as_mut().unwrap(), stream.as_bytes()).unwrap();
+    let output = validate.wait_with_output().unwrap();
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        output.status.success(),
+        "{overlay}: kubernetes-validate failed:\n{report}"
+    );
+    let passed = report
+        .lines()
+        .filter(|l| l.contains("passed for resource"))
+        .count();
+    assert_eq!(
+        passed,
+        documents.len(),
+        "{overlay}: kubernetes-validate did not validate every object (no schema?):\n{report}"
+    );
+}
+
+/// Checks the overlay's CloudNativePG clusters: a standby to fail over to, synchronous
+/// replication that every commit waits for, a bootstrap database with its owner, storage.
+/// Returns each cluster's name with the database its bootstrap creates.
+fn check_postgres_clusters(overlay: &str, documents: &[Value]) -> HashMap<String, String> {
+    let mut clusters = HashMap::new();
+    for cluster in documents.iter().filter(|d| is_cnpg_cluster(d)) {
+        let name = cluster["metadata"]["name"].as_str().unwrap();
+        let context = format!("{overlay} Cluster {name}");
+        let spec = &cluster["spec"];
+        // The operator's default is one instance.
+        let instances = spec["instances"].as_i64().unwrap_or(1);
+        assert!(
+            instances >= 2,
+            "{context}: {instances} instance(s): no standby to fail over to"
+        );
+        let synchronous = &spec["postgresql"]["synchronous"];
+        assert!(
+            matches!(synchronous["method"].as_str(), Some("any" | "first")),
+            "{context}: no synchronous replication (spec.postgresql.synchronous.method)"
+        );
+        let number = synchronous["number"].as_i64().unwrap_or(0);
+        assert!(
+            (1..instances).contains(&number),
+            "{context}: synchronous.number {number} must be 1 to {} (instances - 1)",
+            instances - 1
+        );
+        assert_eq!(
+            synchronous["dataDurability"], "required",
+            "{context}: a commit must wait for a standby (synchronous.dataDurability: required)"
+        );
+        let initdb = &spec["bootstrap"]["initdb"];
+        let database = initdb["database"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{context}: no spec.bootstrap.initdb.database"));
+        assert!(
+            initdb["owner"].is_string(),
+            "{context}: no spec.bootstrap.initdb.owner"
+        );
+        assert!(
+            spec["storage"]["size"].is_string(),
+            "{context}: no spec.storage.size"
+        );
+        clusters.insert(name.to_owned(), database.to_owned());
+    }
+    clusters
+}
+
+/// Where a container's DATABASE_URL comes from, checked against the overlay's clusters: the
+/// `uri` of a cluster's "-app" Secret, or a URL naming its "-rw" Service; and the cluster's
+/// bootstrap database must be the one `binary_name` uses. Returns whether it is a cluster's.
+fn database_url_from_cluster(
+    context: &str,
+    binary_name: &str,
+    container: &Value,
+    clusters: &HashMap<String, String>,
+) -> bool {
+    let expected = database_of(binary_name).unwrap();
+    let env = container["env"].as_array().unwrap();
+    let url = env
+        .iter()
+        .find(|e| e["name"] == "DATABASE_URL")
+        .unwrap_or_else(|| panic!("{context}: no DATABASE_URL"));
+    let cluster = if let Some(reference) = url["valueFrom"]["secretKeyRef"].as_object() {
+        let secret = reference["name"].as_str().unwrap();
+        let Some(cluster) = secret
+            .strip_suffix("-app")
+            .filter(|c| clusters.contains_key(*c))
+        else {
+            return false;
+        };
+        assert!(
+            matches!(reference["key"].as_str(), Some("uri" | "fqdn-uri")),
+            "{context}: DATABASE_URL from {secret} must be its key uri"
+        );
+        cluster
+    } else if let Some(value) = url["value"].as_str() {
+        let Some(cluster) = clusters
+            .keys()
+            .find(|c| value.contains(&format!("@{c}-rw")))
+        else {
+            return false;
+        };
+        assert!(
+            value.contains(&format!("/{expected}")),
+            "{context}: DATABASE_URL {value} does not name the database {expected}"
+        );
+        cluster.as_str()
+    } else {
+        return false;
+    };
+    assert_eq!(
+        clusters[cluster], expected,
+        "{context}: DATABASE_URL names cluster {cluster}, whose database is not {expected}"
+    );
+    true
+}
+
 #[test]
 fn the_kubernetes_overlays_render_and_pass_the_published_schemas() {
     let validators = tools::validators();
@@ -205,23 +366,18 @@ fn the_kubernetes_overlays_render_and_pass_the_published_schemas() {
     for overlay in ["local", "production"] {
         let dir = workspace().join("deploy/k8s/overlays").join(overlay);
         let rendered = run(Command::new(&kubectl).arg("kustomize").arg(&dir));
-        let mut validate = Command::new(validators.join("kubernetes-validate"))
-            .args(["--strict", "-k", "1.30.0", "-"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        std::io::Write::write_all(validate.stdin.as_mut().unwrap(), rendered.as_bytes()).unwrap();
-        let output = validate.wait_with_output().unwrap();
-        assert!(
-            output.status.success(),
-            "{overlay}: kubernetes-validate failed:\n{}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-
         let documents = yaml_documents(&validators.join("python"), &rendered);
+        // Every standard object against Kubernetes' schemas; the clusters are checked below.
+        let standard: Vec<&Value> = documents.iter().filter(|d| !is_cnpg_cluster(d)).collect();
+        validate_against_published_schemas(&validators, overlay, &standard);
+        let clusters = check_postgres_clusters(overlay, &documents);
+        if overlay == "production" {
+            assert!(
+                !clusters.is_empty(),
+                "production: no CloudNativePG Cluster (deploy/k8s/overlays/production/database.yaml)"
+            );
+        }
+
         let kinds: HashSet<&str> = documents
             .iter()
             .filter_map(|d| d["kind"].as_str())
@@ -237,6 +393,20 @@ fn the_kubernetes_overlays_render_and_pass_the_published_schemas() {
         ] {
             assert!(kinds.contains(kind), "{overlay}: no {kind}");
         }
+        // Secret name -> its keys, for the containers' secretKeyRefs.
+        let secrets: HashMap<&str, HashSet<&str>> = documents
+            .iter()
+            .filter(|d| d["kind"] == "Secret")
+            .map(|d| {
+                let keys = ["data", "stringData"]
+                    .iter()
+                    .filter_map(|field| d[field].as_object())
+                    .flat_map(|o| o.keys().map(String::as_str))
+                    .collect();
+                (d["metadata"]["name"].as_str().unwrap(), keys)
+            })
+            .collect();
+        let mut database_users = 0;
         for document in &documents {
             let kind = document["kind"].as_str().unwrap_or("");
             if kind != "Deployment" && kind != "Job" {
@@ -256,7 +426,40 @@ fn the_kubernetes_overlays_render_and_pass_the_published_schemas() {
                             .collect()
                     })
                     .unwrap_or_default();
-                check_container(&format!("{overlay} {kind} {name}"), &args, &env);
+                let context = format!("{overlay} {kind} {name}");
+                check_container(&context, &args, &env);
+                // Every Secret a variable comes from is rendered, or is a cluster's "-app".
+                for variable in container["env"].as_array().into_iter().flatten() {
+                    let Some(reference) = variable["valueFrom"]["secretKeyRef"].as_object() else {
+                        continue;
+                    };
+                    let secret = reference["name"].as_str().unwrap();
+                    let key = reference["key"].as_str().unwrap();
+                    let known = match secrets.get(secret) {
+                        Some(keys) => keys.contains(key),
+                        None => {
+                            secret
+                                .strip_suffix("-app")
+                                .is_some_and(|c| clusters.contains_key(c))
+                                && CNPG_APP_SECRET_KEYS.contains(&key)
+                        }
+                    };
+                    assert!(
+                        known,
+                        "{context}: {} comes from {secret}/{key}, which nothing provides",
+                        variable["name"]
+                    );
+                }
+                if database_of(&args[0]).is_some() {
+                    database_users += 1;
+                    let from_cluster =
+                        database_url_from_cluster(&context, &args[0], container, &clusters);
+                    assert!(
+                        from_cluster || overlay != "production",
+                        "{context}: DATABASE_URL must come from a CloudNativePG cluster's \
+                         \"<cluster>-app\" Secret (key uri) or name its \"<cluster>-rw\" Service"
+                    );
+                }
                 if kind == "Deployment" {
                     assert!(
                         container["readinessProbe"].is_object(),
@@ -280,6 +483,10 @@ fn the_kubernetes_overlays_render_and_pass_the_published_schemas() {
                 );
             }
         }
+        assert_eq!(
+            database_users, 4,
+            "{overlay}: two services and their two migration Jobs use a database"
+        );
     }
 }
 
@@ -304,10 +511,54 @@ fn the_app_platform_spec_matches_the_documented_schema_like_the_sample() {
     }
     run(&mut command);
 
-    let spec = &yaml_documents(
-        &validators.join("python"),
-        &std::fs::read_to_string(dir.join("app.yaml")).unwrap(),
-    )[0];
+    let text = std::fs::read_to_string(dir.join("app.yaml")).unwrap();
+    let spec = &yaml_documents(&validators.join("python"), &text)[0];
+
+    // The databases: production databases in a managed cluster with a standby node. The app
+    // spec has no field for nodes (the schema above rejects unknown fields), so the standby is
+    // the cluster's own, which app.yaml documents creating with doctl.
+    let mut databases = HashMap::new();
+    for database in spec["databases"].as_array().unwrap() {
+        let name = database["name"].as_str().unwrap();
+        assert_eq!(database["engine"], "PG", "database {name}: PostgreSQL");
+        assert_eq!(
+            database["production"], true,
+            "database {name}: a dev database has no standby; use a production managed cluster"
+        );
+        let cluster = database["cluster_name"]
+            .as_str()
+            .unwrap_or_else(|| panic!("database {name}: a production database needs cluster_name"));
+        assert!(
+            database["db_user"].is_string(),
+            "database {name}: no db_user"
+        );
+        let create = format!("doctl databases create {cluster} ");
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with('#') && l.contains(&create))
+            .unwrap_or_else(|| panic!("app.yaml: no comment `{create}--engine pg --num-nodes 2`"));
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let flag = |name: &str| {
+            words
+                .iter()
+                .position(|w| *w == name)
+                .and_then(|i| words.get(i + 1).copied())
+        };
+        assert_eq!(flag("--engine"), Some("pg"), "{line}");
+        let nodes: i64 = flag("--num-nodes")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(1);
+        assert!(
+            nodes >= 2,
+            "{cluster}: --num-nodes {nodes}: a primary and at least one standby"
+        );
+        let db_name = database["db_name"]
+            .as_str()
+            .unwrap_or_else(|| panic!("database {name}: no db_name"));
+        databases.insert(format!("${{{name}.DATABASE_URL}}"), db_name);
+    }
+    assert_eq!(databases.len(), 2);
+
     let mut components = 0;
     for group in ["services", "workers", "jobs"] {
         for component in spec[group].as_array().unwrap() {
@@ -327,6 +578,21 @@ fn the_app_platform_spec_matches_the_documented_schema_like_the_sample() {
                 })
                 .unwrap_or_default();
             check_container(&format!("app.yaml {name}"), &command, &env);
+            // Each service and its migration use its own database, bound from the spec's.
+            if let Some(expected) = database_of(&command[0]) {
+                let url = component["envs"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|e| e["key"] == "DATABASE_URL")
+                    .and_then(|e| e["value"].as_str())
+                    .unwrap_or_else(|| panic!("app.yaml {name}: no DATABASE_URL"));
+                assert_eq!(
+                    databases.get(url).copied(),
+                    Some(expected),
+                    "app.yaml {name}: DATABASE_URL {url} is not the database {expected}"
+                );
+            }
         }
     }
     assert!(components >= 6);
@@ -337,7 +603,6 @@ fn the_app_platform_spec_matches_the_documented_schema_like_the_sample() {
         .filter_map(|j| j["kind"].as_str())
         .collect();
     assert_eq!(jobs, ["PRE_DEPLOY", "PRE_DEPLOY"]);
-    assert_eq!(spec["databases"].as_array().unwrap().len(), 2);
 }
 
 #[test]
