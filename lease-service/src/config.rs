@@ -32,6 +32,13 @@ pub struct ServeConfig {
     #[arg(long, env = "LEASE_MAX_TTL_SECONDS", default_value_t = 3600)]
     pub max_ttl_seconds: i64,
 
+    /// The most two database nodes' clocks may differ, in milliseconds. Expiry is judged by the
+    /// primary's clock; after a failover, a lease the old primary set may be taken over only
+    /// this long after it expired, so that a new primary whose clock runs ahead cannot end it
+    /// early (0..60000).
+    #[arg(long, env = "LEASE_MAX_CLOCK_SKEW_MS", default_value_t = 1000)]
+    pub max_clock_skew_ms: u32,
+
     /// Expired or released leases older than this are deleted by the retention sweeper.
     #[arg(long, env = "LEASE_RETENTION_SECONDS", default_value_t = 86_400)]
     pub retention_seconds: i64,
@@ -73,6 +80,9 @@ impl ServeConfig {
                 "LEASEHOLD_TEST_BREAK_ACQUIRE is set, but this lease-service was built without its test hooks (cargo feature `test-hooks`, which `cargo build --workspace --bins` and `cargo test --workspace` turn on through the tests crate); unset it"
                     .to_owned(),
             );
+        }
+        if self.max_clock_skew_ms > 60_000 {
+            return Err("LEASE_MAX_CLOCK_SKEW_MS must be at most 60000".to_owned());
         }
         if self.min_ttl_seconds < 1 || self.min_ttl_seconds > self.max_ttl_seconds {
             return Err(format!(

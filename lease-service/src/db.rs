@@ -29,6 +29,12 @@ pub async fn migrate(database_url: &str) -> anyhow::Result<()> {
 /// (history pruning by age) is still scanned.
 pub const SESSION: &str = "SET enable_seqscan = off; SET plan_cache_mode = force_generic_plan";
 
+/// [`SESSION`] with the clock-skew bound the takeover of a lease set by an earlier primary
+/// waits out (`lease_takeover_at`, migration 000008).
+pub fn session(max_clock_skew_ms: u32) -> String {
+    format!("{SESSION}; SET leasehold.max_clock_skew_ms = {max_clock_skew_ms}")
+}
+
 /// One connection set up as the pool's are (for tests and the benchmark's direct SQL).
 pub async fn establish(database_url: &str) -> diesel::ConnectionResult<AsyncPgConnection> {
     leasehold::server::db::establish(database_url.to_owned(), SESSION).await

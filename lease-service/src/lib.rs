@@ -67,7 +67,9 @@ pub async fn run(
     listener: TcpListener,
     stop: CancellationToken,
 ) -> anyhow::Result<()> {
-    let database = config.server.database(&config.database_url, db::SESSION)?;
+    let database = config
+        .server
+        .database(&config.database_url, db::session(config.max_clock_skew_ms))?;
     let pool = db::pool(&database, config.server.database_pool_size)?;
     let metrics = Metrics::new().context("registering metrics")?;
     let ttl = TtlPolicy {

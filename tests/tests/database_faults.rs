@@ -33,7 +33,7 @@ fn port_of(url: &str) -> u16 {
 }
 
 fn lease(resource: &str) -> Value {
-    json!({ "resource": resource, "holder": "h", "ttlSeconds": 30 })
+    json!({ "resource": resource, "holder": "h", "ttl_seconds": 30 })
 }
 
 /// Acquires until one succeeds, asserting that every failure on the way is a 503 (a write whose
@@ -169,4 +169,60 @@ async fn a_primary_that_cannot_commit_answers_503_and_the_next_host_serves() {
         "{}",
         ready.body
     );
+}
+
+/// Acquires `resource` for `holder` until it is granted; the grant's `createdAt`, by the
+/// database's clock.
+async fn take_over(svc: &Service, resource: &str, holder: &str) -> chrono::DateTime<chrono::Utc> {
+    let body = json!({ "resource": resource, "holder": holder, "ttl_seconds": 30 });
+    for _ in 0..300 {
+        let answer = svc.post("/api/leases", &body).await;
+        match answer.status {
+            201 => return answer.body["createdAt"].as_str().unwrap().parse().unwrap(),
+            409 => tokio::time::sleep(Duration::from_millis(50)).await,
+            other => panic!("acquire answered {other}: {}", answer.body),
+        }
+    }
+    panic!("{resource} was never taken over");
+}
+
+#[tokio::test]
+async fn a_lease_set_by_an_earlier_primary_is_taken_over_only_after_the_skew_bound() {
+    let db = fresh_database().await;
+    let svc = Service::lease_service(&db, &[("LEASE_MAX_CLOCK_SKEW_MS", "3000")]).await;
+    let short =
+        |resource: &str| json!({ "resource": resource, "holder": "alice", "ttl_seconds": 1 });
+    let before = svc.post("/api/leases", &short("set-before-failover")).await;
+    let after = svc.post("/api/leases", &short("set-on-this-primary")).await;
+    assert_eq!((before.status, after.status), (201, 201));
+    let expiry = |answer: &tests::Answer| -> chrono::DateTime<chrono::Utc> {
+        answer.body["expiresAt"].as_str().unwrap().parse().unwrap()
+    };
+    // As if the first had been granted by the primary before a failover: an earlier timeline.
+    execute(
+        &db,
+        "UPDATE leases SET timeline = timeline - 1 WHERE resource = 'set-before-failover'",
+    )
+    .await;
+    let bound = chrono::Duration::milliseconds(3000);
+    // A lease this primary set is taken over as soon as it expires (well within the bound)...
+    let taken = take_over(&svc, "set-on-this-primary", "bob").await;
+    assert!(
+        taken >= expiry(&after) && taken < expiry(&after) + bound,
+        "{taken}"
+    );
+    // ...one an earlier primary set only once the skew bound has passed as well.
+    let taken = take_over(&svc, "set-before-failover", "bob").await;
+    assert!(
+        taken >= expiry(&before) + bound,
+        "{taken} < {} + 3 s",
+        expiry(&before)
+    );
+    // Renewed or taken on this primary, a lease carries this primary's timeline.
+    let rows = tests::query(
+        &db,
+        "SELECT count(*) AS n FROM leases WHERE timeline <> leasehold_timeline()",
+    )
+    .await;
+    assert_eq!(rows[0]["n"], 0);
 }

@@ -148,7 +148,7 @@ async fn acquire_each(
             (Some(acquired), _) => Ok(acquired),
             (None, Err(err)) => Err(err.clone()),
             (None, Ok(current)) => match current.remove(want.resource) {
-                Some(row) if row.is_active() => Ok(Acquired::Held(row)),
+                Some(row) if row.keeps_others_out() => Ok(Acquired::Held(row)),
                 // It ended between the two statements: try it again, alone.
                 _ => {
                     let proof = AcquireProof {

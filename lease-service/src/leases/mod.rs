@@ -227,6 +227,7 @@ mod tests {
             db_now: now,
             secret_hash: Some(sha256("s").to_vec()),
             metadata: None,
+            takeover_at: now + Duration::seconds(expires_in_seconds),
         }
     }
 

@@ -44,7 +44,8 @@ macro_rules! takeover {
     metadata = CASE WHEN l.holder = EXCLUDED.holder AND l.released_at IS NULL AND l.expires_at > now()
                     THEN COALESCE(EXCLUDED.metadata, l.metadata) ELSE EXCLUDED.metadata END,
     ttl_seconds = EXCLUDED.ttl_seconds,
-    expires_at = EXCLUDED.expires_at
+    expires_at = EXCLUDED.expires_at,
+    timeline = EXCLUDED.timeline
 "
     };
 }
@@ -58,7 +59,9 @@ macro_rules! returning_acquired {
 
 /// The sample's acquire statement, with a fence, a per-request TTL, reentrancy and a secret.
 ///
-/// The row is taken over only if its lease expired or was released, or if the requester already
+/// The row is taken over only if its lease expired (by `lease_takeover_at`: a lease set by an
+/// earlier primary counts as expired only the clock-skew bound later; see migration 000008) or
+/// was released, or if the requester already
 /// holds it and proves it (`$5`, the digest of the secret it presents; with none, only when
 /// `$6`, "a secret is required", is false). A takeover draws a new fence from the sequence
 /// *inside* `DO UPDATE`, i.e. after the row lock is held, so it is greater than the fence of
@@ -70,12 +73,12 @@ macro_rules! returning_acquired {
 /// holder's and clears a new one's.
 const ACQUIRE: &str = concat!(
     "INSERT INTO leases AS l (resource, holder, fence, ttl_seconds, created_at, expires_at, secret_hash,
-                      metadata)
+                      metadata, timeline)
 VALUES ($1, $2, nextval('leases_fence_seq'), $3, now(), now() + make_interval(secs => $3), $4,
-        $7::jsonb)
+        $7::jsonb, leasehold_timeline())
 ",
     takeover!(),
-    "WHERE l.expires_at <= now() OR l.released_at IS NOT NULL
+    "WHERE lease_takeover_at(l.expires_at, l.timeline) <= now() OR l.released_at IS NOT NULL
    OR (l.holder = EXCLUDED.holder
        AND CASE WHEN $5::bytea IS NULL THEN NOT $6::boolean
                 ELSE COALESCE(l.secret_hash = $5::bytea, FALSE) END)
@@ -90,15 +93,16 @@ VALUES ($1, $2, nextval('leases_fence_seq'), $3, now(), now() + make_interval(se
 /// required (`$5`). A fence drawn by the `SELECT` for a row that then conflicts is simply
 /// skipped: the sequence only rises.
 const ACQUIRE_MANY: &str = concat!(
-    "INSERT INTO leases AS l (resource, holder, fence, ttl_seconds, created_at, expires_at, secret_hash)
+    "INSERT INTO leases AS l (resource, holder, fence, ttl_seconds, created_at, expires_at, secret_hash,
+                      timeline)
 SELECT r.resource, r.holder, nextval('leases_fence_seq'), r.ttl_seconds, now(),
-       now() + make_interval(secs => r.ttl_seconds), r.secret_hash
+       now() + make_interval(secs => r.ttl_seconds), r.secret_hash, leasehold_timeline()
 FROM unnest($1::text[], $2::text[], $3::int[], $4::bytea[])
      AS r(resource, holder, ttl_seconds, secret_hash)
 ORDER BY r.resource COLLATE \"C\"
 ",
     takeover!(),
-    "WHERE l.expires_at <= now() OR l.released_at IS NOT NULL
+    "WHERE lease_takeover_at(l.expires_at, l.timeline) <= now() OR l.released_at IS NOT NULL
    OR (l.holder = EXCLUDED.holder AND NOT $5::boolean)
 ",
     returning_acquired!()
@@ -212,7 +216,7 @@ pub async fn acquire(
                 }) => return Ok(Acquired::Reentrant(lease)),
                 None => {
                     if let Some(current) = find_by_resource(conn, resource).await?
-                        && current.is_active()
+                        && current.keeps_others_out()
                     {
                         return Ok(Acquired::Held(current));
                     }

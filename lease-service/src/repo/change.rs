@@ -18,6 +18,7 @@ UPDATE leases SET
     renewed_at = now(),
     ttl_seconds = COALESCE(r.rn_ttl, ttl_seconds),
     expires_at = now() + make_interval(secs => COALESCE(r.rn_ttl, ttl_seconds)),
+    timeline = leasehold_timeline(),
     metadata = COALESCE(r.rn_metadata, metadata)
 FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bytea[], $5::int[], $6::jsonb[])
      AS r(rn_resource, rn_holder, rn_fence, rn_hash, rn_ttl, rn_metadata)
@@ -51,6 +52,7 @@ UPDATE leases SET
     renewed_at = now(),
     ttl_seconds = COALESCE($4, ttl_seconds),
     expires_at = now() + make_interval(secs => COALESCE($4, ttl_seconds)),
+    timeline = leasehold_timeline(),
     metadata = COALESCE($6::jsonb, metadata)
 WHERE resource = $1 AND holder = $2 AND ($3::bigint IS NULL OR fence = $3)
   AND ($5::bytea IS NULL OR secret_hash = $5)
@@ -341,6 +343,7 @@ mod tests {
             db_now: now,
             secret_hash: Some(vec![7; 32]),
             metadata: None,
+            takeover_at: now,
         }
     }
 

@@ -15,7 +15,8 @@ use diesel::sql_types::{BigInt, Binary, Integer, Jsonb, Nullable, Text, Timestam
 macro_rules! lease_columns {
     () => {
         "id, resource, holder, fence, ttl_seconds, created_at, renewed_at, released_at, revoked_at,
-          expires_at, now() AS db_now, secret_hash, metadata"
+          expires_at, now() AS db_now, secret_hash, metadata,
+          lease_takeover_at(expires_at, timeline) AS takeover_at"
     };
 }
 
@@ -76,6 +77,10 @@ pub struct LeaseRow {
     /// What the holder says about itself (a JSON object), if it said anything.
     #[diesel(sql_type = Nullable<Jsonb>)]
     pub metadata: Option<serde_json::Value>,
+    /// When another holder may take it: its expiry, or for a lease an earlier primary set, the
+    /// clock-skew bound after that (migration 000008).
+    #[diesel(sql_type = Timestamptz)]
+    pub takeover_at: DateTime<Utc>,
 }
 
 impl LeaseRow {
@@ -93,6 +98,12 @@ impl LeaseRow {
 
     pub fn is_active(&self) -> bool {
         !self.is_released() && !self.is_expired()
+    }
+
+    /// No one else may take it yet: active, or expired within the clock-skew bound of a
+    /// failover. An acquire refused by this is answered as held.
+    pub fn keeps_others_out(&self) -> bool {
+        !self.is_released() && self.takeover_at > self.db_now
     }
 }
 

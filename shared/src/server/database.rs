@@ -78,7 +78,7 @@ struct Inner {
     read_write: bool,
     timeouts: Timeouts,
     /// SQL each new session runs (`SET` commands), after the statement timeout.
-    session: &'static str,
+    session: String,
     /// The host tried first: the last that gave a connection, moved on when it stops answering.
     preferred: AtomicUsize,
     /// Per host, cancelled when it stops answering: every session on it then closes, idle
@@ -113,7 +113,11 @@ enum HostError {
 
 impl Database {
     /// The database at `url` (a PostgreSQL URL or key-value string, one host or several).
-    pub fn new(url: &str, timeouts: Timeouts, session: &'static str) -> anyhow::Result<Database> {
+    pub fn new(
+        url: &str,
+        timeouts: Timeouts,
+        session: impl Into<String>,
+    ) -> anyhow::Result<Database> {
         let config: tokio_postgres::Config = url.parse().context("parsing DATABASE_URL")?;
         let ports = config.get_ports();
         let mut hosts = Vec::new();
@@ -148,7 +152,7 @@ impl Database {
                 hosts,
                 read_write,
                 timeouts,
-                session,
+                session: session.into(),
                 preferred: AtomicUsize::new(0),
             }),
         })
@@ -268,7 +272,7 @@ impl Database {
             .await
             .map_err(HostError::Setup)?;
         if !self.inner.session.is_empty() {
-            conn.batch_execute(self.inner.session)
+            conn.batch_execute(&self.inner.session)
                 .await
                 .map_err(HostError::Setup)?;
         }

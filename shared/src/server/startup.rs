@@ -100,7 +100,7 @@ impl ServerArgs {
     pub fn database(
         &self,
         url: &str,
-        session: &'static str,
+        session: impl Into<String>,
     ) -> anyhow::Result<super::database::Database> {
         let timeouts = super::database::Timeouts {
             connect: Duration::from_millis(self.database_connect_timeout_ms),

@@ -1,0 +1,3 @@
+DROP FUNCTION lease_takeover_at(timestamptz, integer);
+DROP FUNCTION leasehold_timeline();
+ALTER TABLE leases DROP COLUMN timeline;
