@@ -42,6 +42,11 @@ struct Cli {
     /// checker catch a broken build.
     #[arg(long)]
     break_acquire: bool,
+    /// Run on a pg_auto_failover formation (monitor, primary, synchronous secondary; installed
+    /// with apt when missing and root) and inject this many failovers, kills and freezes of the
+    /// primary, one at a time, instead of the random faults; prints what each cost.
+    #[arg(long, default_value_t = 0)]
+    failovers: usize,
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -74,6 +79,7 @@ async fn main() -> ExitCode {
         producer_rate: cli.producer_rate,
         drain_timeout: Duration::from_secs(cli.drain_timeout_seconds),
         break_acquire: cli.break_acquire,
+        failovers: cli.failovers,
     };
     eprintln!(
         "soak: seed {seed}, {:?} of faults; services' logs go to {}",

@@ -37,6 +37,14 @@ pub enum Fault {
     PostgresFastRestart,
     /// `pg_ctl restart -m immediate`: a crash, then recovery.
     PostgresImmediateRestart,
+    /// On a formation: `pg_autoctl perform failover`, the planned switch of primary.
+    Failover,
+    /// On a formation: kill -9 of the primary's pg_autoctl and PostgreSQL, started again later
+    /// to rejoin as a secondary.
+    PrimaryKill,
+    /// On a formation: SIGSTOP of the primary's every process until the other node has been
+    /// promoted and a while longer, then SIGCONT: it must step down and rejoin.
+    PrimaryFreeze,
 }
 
 impl Fault {
@@ -70,6 +78,8 @@ impl Fault {
             Self::LeaseServicePauseBeyondTtl
             | Self::PostgresFastRestart
             | Self::PostgresImmediateRestart => 1,
+            // Never drawn by the random schedule: the failover soak injects them itself.
+            Self::Failover | Self::PrimaryKill | Self::PrimaryFreeze => 0,
         }
     }
 }
@@ -84,7 +94,7 @@ pub(super) struct Injection {
 
 pub(super) async fn inject(
     injection: Injection,
-    postgres: Arc<StdMutex<PrivatePostgres>>,
+    postgres: Arc<StdMutex<Option<PrivatePostgres>>>,
     gate: Arc<RwLock<()>>,
 ) -> Result<(), String> {
     let Injection {
@@ -127,6 +137,9 @@ pub(super) async fn inject(
             tokio::time::sleep(hold).await;
             start_again(target, &gate).await?;
         }
+        Fault::Failover | Fault::PrimaryKill | Fault::PrimaryFreeze => {
+            return Err(format!("{fault:?} is injected by the failover soak only"));
+        }
         Fault::PostgresFastRestart | Fault::PostgresImmediateRestart => {
             let mode = if fault == Fault::PostgresFastRestart {
                 ShutdownMode::Fast
@@ -138,6 +151,8 @@ pub(super) async fn inject(
                 postgres
                     .lock()
                     .map_err(|_| "the PostgreSQL handle is poisoned".to_owned())?
+                    .as_mut()
+                    .ok_or_else(|| "no private PostgreSQL to restart".to_owned())?
                     .restart(mode)
                     .map_err(|err| format!("PostgreSQL did not restart ({mode:?}): {err}"))
             })

@@ -19,6 +19,7 @@
 //! producer and its operator's calls, the drain and the count of lost tasks; `summary` is what
 //! a run found. This file holds the front door's tokens and [`run`].
 
+mod failover;
 mod faults;
 mod load;
 mod options;
@@ -38,6 +39,7 @@ use faults::{Injection, draw_fault, draw_hold, inject};
 use load::{OperatorCall, drain, missing_tasks, operator_until_ok, produce};
 use stack::Stack;
 
+pub use failover::{DATABASE_FAULTS, FailoverReport, FaultCost};
 pub use faults::Fault;
 pub use options::SoakOptions;
 pub use summary::Summary;
@@ -70,8 +72,16 @@ fn client_with(task_url: &str, token: &str) -> leasehold::TaskClient {
 }
 
 /// Runs a soak and returns its summary; it does not assert anything itself.
+///
+/// With `options.failovers`, the database is a pg_auto_failover formation and the faults are
+/// that many failovers, kills and freezes of its primary ([`failover`]), one at a time.
 pub async fn run(options: SoakOptions) -> Summary {
-    let stack = Stack::start(&options).await;
+    let backing = if options.failovers > 0 {
+        Some(failover::start_formation().await)
+    } else {
+        None
+    };
+    let stack = Stack::start(&options, backing.as_ref()).await;
     let mut rng = StdRng::seed_from_u64(options.seed);
     let task_url = stack.task_proxy.base_url();
 
@@ -101,12 +111,31 @@ pub async fn run(options: SoakOptions) -> Summary {
         stop_producing.clone(),
     ));
 
+    let probe = backing.as_ref().map(|_| {
+        tokio::spawn(failover::probe(
+            task_url.clone(),
+            stack.lease_proxy.base_url(),
+            stop_producing.clone(),
+        ))
+    });
+
     let mut faults: BTreeMap<Fault, usize> = BTreeMap::new();
     let mut fault_errors = Vec::new();
+    let mut injected = Vec::new();
+    if let Some(backing) = &backing {
+        for fault in failover::schedule(&mut rng, options.failovers) {
+            let hold = Duration::from_secs_f64(rng.random_range(0.5..3.0));
+            match failover::inject(fault, &backing.formation, hold).await {
+                Ok(done) => injected.push(done),
+                Err(error) => fault_errors.push(error),
+            }
+            *faults.entry(fault).or_default() += 1;
+        }
+    }
     let mut running = JoinSet::new();
     let start = Instant::now();
     let mean = options.mean_fault_interval.as_secs_f64();
-    while start.elapsed() < options.duration {
+    while backing.is_none() && start.elapsed() < options.duration {
         // Exponential gaps: faults come in bursts and lulls, as they do.
         let gap = -mean * (1.0 - rng.random::<f64>()).ln();
         tokio::time::sleep(Duration::from_secs_f64(gap.min(mean * 10.0))).await;
@@ -135,7 +164,14 @@ pub async fn run(options: SoakOptions) -> Summary {
     }
 
     stop_producing.cancel();
-    let produced = producer.await.unwrap_or_default();
+    let mut produced = producer.await.unwrap_or_default();
+    let ledger = match probe {
+        Some(probe) => Some(probe.await.unwrap_or_default()),
+        None => None,
+    };
+    if let Some(ledger) = &ledger {
+        produced.extend(&ledger.created);
+    }
     if !operator_until_ok(&task_url, &OperatorCall::Stop, Duration::from_secs(30)).await {
         fault_errors.push("the generator could not be stopped after the faults".to_owned());
     }
@@ -153,6 +189,17 @@ pub async fn run(options: SoakOptions) -> Summary {
     }
     let report = checker::check(&stack.lease_db, Some(&stack.task_db), true).await;
     let lost = missing_tasks(&stack.task_db, &produced).await;
+    let failover = match &ledger {
+        Some(ledger) => Some(FailoverReport {
+            costs: failover::costs(&injected, ledger),
+            acquired: ledger.acquired.len(),
+            created: ledger.created.len(),
+            claimed: ledger.claimed.len(),
+            completed: ledger.completed.len(),
+            missing: failover::missing_writes(&stack.lease_db, &stack.task_db, ledger).await,
+        }),
+        None => None,
+    };
     let log_dir = crate::log_dir().display().to_string();
     drop(stack);
     Summary {
@@ -164,6 +211,7 @@ pub async fn run(options: SoakOptions) -> Summary {
         lost,
         drained_in,
         report,
+        failover,
         log_dir,
     }
 }

@@ -21,9 +21,21 @@ pub struct SoakOptions {
     /// Runs lease-service with acquire's expiry check removed (`LEASEHOLD_TEST_BREAK_ACQUIRE`),
     /// to show that the checker catches a broken build.
     pub break_acquire: bool,
+    /// When not 0: run on a pg_auto_failover formation and inject this many database faults
+    /// (failovers, kills and freezes of the primary) instead of the random ones; `duration` and
+    /// `mean_fault_interval` are then unused.
+    pub failovers: usize,
 }
 
 impl SoakOptions {
+    /// The failover CI mode: each database fault once, under the CI soak's load.
+    pub fn ci_failover(seed: u64) -> SoakOptions {
+        SoakOptions {
+            failovers: super::DATABASE_FAULTS.len(),
+            ..SoakOptions::ci(seed)
+        }
+    }
+
     /// The CI mode: two minutes of faults, one every 0.25 s on average.
     pub fn ci(seed: u64) -> SoakOptions {
         SoakOptions {
@@ -36,6 +48,7 @@ impl SoakOptions {
             producer_rate: 10,
             drain_timeout: Duration::from_secs(120),
             break_acquire: false,
+            failovers: 0,
         }
     }
 }

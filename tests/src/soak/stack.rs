@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex as StdMutex};
 use leasehold_local::postgres::PrivatePostgres;
 use tokio::sync::{Mutex, OwnedMutexGuard, RwLock};
 
+use super::failover::Backing;
 use super::{Fault, SoakOptions, TTL_SECONDS, tokens};
 use crate::Service;
 use crate::proxy::Proxy;
@@ -14,7 +15,8 @@ type Shared = Arc<Mutex<Service>>;
 
 /// The running stack and what faults act on.
 pub(super) struct Stack {
-    pub(super) postgres: Arc<StdMutex<PrivatePostgres>>,
+    /// `None` on a formation, whose faults are the failover soak's own.
+    pub(super) postgres: Arc<StdMutex<Option<PrivatePostgres>>>,
     /// Held for writing while PostgreSQL restarts, for reading while a service starts: a
     /// service that starts while the database is down fails its migrations and exits, which is
     /// right for it but not a fault the soak means to inject.
@@ -25,8 +27,7 @@ pub(super) struct Stack {
     pub(super) task_replicas: Vec<Shared>,
     generators: Vec<Shared>,
     workers: Vec<Shared>,
-    /// Held only to keep it running: a proxy stops when dropped.
-    _lease_proxy: Proxy,
+    pub(super) lease_proxy: Proxy,
     pub(super) task_proxy: Proxy,
 }
 
@@ -35,16 +36,23 @@ fn secs(seconds: f64) -> String {
 }
 
 impl Stack {
-    pub(super) async fn start(options: &SoakOptions) -> Stack {
-        // Crash-safe commits: the soak crashes PostgreSQL and then counts what survived.
-        let postgres = tokio::task::spawn_blocking(PrivatePostgres::start_ephemeral_crash_safe)
-            .await
-            .unwrap()
-            .unwrap_or_else(|err| panic!("cannot start the soak's PostgreSQL: {err}"));
-        postgres.create_database("leases").await.unwrap();
-        postgres.create_database("tasks").await.unwrap();
-        let lease_db = postgres.url("leases");
-        let task_db = postgres.url("tasks");
+    /// Starts the stack on `formation`'s databases, or on a private server of its own.
+    pub(super) async fn start(options: &SoakOptions, formation: Option<&Backing>) -> Stack {
+        let (postgres, lease_db, task_db) = match formation {
+            Some(backing) => (None, backing.lease_db.clone(), backing.task_db.clone()),
+            None => {
+                // Crash-safe commits: the soak crashes PostgreSQL and then counts what survived.
+                let postgres =
+                    tokio::task::spawn_blocking(PrivatePostgres::start_ephemeral_crash_safe)
+                        .await
+                        .unwrap()
+                        .unwrap_or_else(|err| panic!("cannot start the soak's PostgreSQL: {err}"));
+                postgres.create_database("leases").await.unwrap();
+                postgres.create_database("tasks").await.unwrap();
+                let (lease_db, task_db) = (postgres.url("leases"), postgres.url("tasks"));
+                (Some(postgres), lease_db, task_db)
+            }
+        };
         let ttl = secs(TTL_SECONDS);
 
         let lease_tokens = format!(
@@ -135,7 +143,7 @@ impl Stack {
             task_replicas: shared(task_replicas),
             generators: shared(generators),
             workers: shared(workers),
-            _lease_proxy: lease_proxy,
+            lease_proxy,
             task_proxy,
         }
     }
@@ -152,7 +160,11 @@ impl Stack {
             Fault::TaskReplicaKill | Fault::TaskReplicaPause | Fault::TaskServiceRestart => {
                 &self.task_replicas
             }
-            Fault::PostgresFastRestart | Fault::PostgresImmediateRestart => &[],
+            Fault::PostgresFastRestart
+            | Fault::PostgresImmediateRestart
+            | Fault::Failover
+            | Fault::PrimaryKill
+            | Fault::PrimaryFreeze => &[],
         }
     }
 

@@ -23,6 +23,8 @@ pub struct Summary {
     /// How long the stack took to finish every task once the faults stopped, if it did.
     pub drained_in: Option<Duration>,
     pub report: Report,
+    /// On a formation: the ledger's findings and each fault's cost.
+    pub failover: Option<super::FailoverReport>,
     /// Where the services' logs are.
     pub log_dir: String,
 }
@@ -38,6 +40,10 @@ impl Summary {
             && self.lost.is_empty()
             && self.fault_errors.is_empty()
             && self.drained_in.is_some()
+            && self
+                .failover
+                .as_ref()
+                .is_none_or(|failover| failover.missing.is_empty())
     }
 }
 
@@ -87,6 +93,9 @@ impl fmt::Display for Summary {
                 "NOT drained within {:?} after the faults stopped",
                 self.options.drain_timeout
             )?,
+        }
+        if let Some(failover) = &self.failover {
+            write!(f, "{failover}")?;
         }
         writeln!(f, "invariants:")?;
         write!(f, "{}", self.report)?;

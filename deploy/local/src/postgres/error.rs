@@ -8,6 +8,14 @@ use super::binaries::INSTALL_COMMAND;
 /// a private PostgreSQL server. The messages say what to do about it.
 #[derive(Debug, thiserror::Error)]
 pub enum PgError {
+    /// A pg_auto_failover formation did not do what was asked of it.
+    #[error("pg_auto_failover: {0}")]
+    Formation(String),
+
+    /// `pg_autoctl` is not installed and could not be installed here.
+    #[error("pg_autoctl (pg_auto_failover) is not installed; install it with: {command}")]
+    AutoFailoverMissing { command: String },
+
     /// No PostgreSQL server binaries anywhere we looked.
     #[error(
         "the PostgreSQL server binaries (postgres, initdb, pg_ctl) were not found in $PG_BINDIR, \

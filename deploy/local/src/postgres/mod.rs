@@ -23,6 +23,7 @@
 mod binaries;
 mod cluster;
 mod error;
+pub mod formation;
 mod server;
 mod sql;
 

@@ -1,0 +1,48 @@
+//! The failover soak in its CI mode: the whole stack on a pg_auto_failover formation under the
+//! CI soak's load, while its primary is failed over, killed with kill -9, and frozen with
+//! SIGSTOP past the failover timeout, each once and in a seeded order, the old primary coming
+//! back as a secondary each time. Then every invariant, every task ended, and every write the
+//! services acknowledged present on the surviving primary. `SOAK_SEED` replays an order; the
+//! long mode is `cargo run -p tests --bin soak -- --failovers 12`.
+#![allow(clippy::unwrap_used, clippy::print_stdout)]
+
+use leasehold_local::postgres::PgError;
+use leasehold_local::postgres::formation;
+use tests::soak::{self, DATABASE_FAULTS, SoakOptions};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_primary_fails_over_is_killed_and_frozen_and_nothing_acknowledged_is_lost() {
+    match tokio::task::spawn_blocking(formation::ensure_installed)
+        .await
+        .unwrap()
+    {
+        Ok(_) => {}
+        Err(PgError::AutoFailoverMissing { command }) => {
+            println!("skipped: pg_auto_failover is not installed; run `{command}`");
+            return;
+        }
+        Err(other) => panic!("{other}"),
+    }
+    let seed = std::env::var("SOAK_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    let summary = soak::run(SoakOptions::ci_failover(seed)).await;
+    println!("{summary}");
+    assert!(summary.passed(), "{summary}");
+    let failover = summary.failover.as_ref().unwrap();
+    for fault in DATABASE_FAULTS {
+        assert!(
+            failover.costs.iter().any(|cost| cost.fault == fault),
+            "no {fault:?} was injected:\n{summary}"
+        );
+    }
+    assert!(
+        failover.acquired > 50 && failover.claimed > 20 && failover.completed > 20,
+        "the ledger saw too little:\n{summary}"
+    );
+    assert!(
+        summary.report.generated_tasks > 20 && summary.produced > 20,
+        "too little load:\n{summary}"
+    );
+}
