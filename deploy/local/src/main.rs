@@ -39,6 +39,13 @@ struct Cli {
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     database_url: Option<String>,
 
+    /// Run on a pg_auto_failover formation instead of one server: a monitor, a primary and a
+    /// synchronous secondary on free local ports (pg_autoctl is installed with apt when missing
+    /// and running as root). Its data is thrown away on exit. Try a failover with the command
+    /// the banner prints.
+    #[arg(long, env = "LEASEHOLD_HA", conflicts_with = "database_url")]
+    ha: bool,
+
     /// Directory for local state: the private PostgreSQL's data
     /// (`pg/data`) and log (`pg/postgres.log`).
     #[arg(long, env = "LEASEHOLD_HOME", value_name = "DIR", default_value_os_t = StackConfig::new().home)]
@@ -91,6 +98,7 @@ impl Cli {
         let defaults = StackConfig::new();
         StackConfig {
             database_url: self.database_url.filter(|url| !url.trim().is_empty()),
+            ha: self.ha,
             home: self.home,
             pg_port: self.pg_port,
             lease_service_port: self.lease_service_port,

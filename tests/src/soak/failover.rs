@@ -42,7 +42,7 @@ pub const DATABASE_FAULTS: [Fault; 3] = [Fault::Failover, Fault::PrimaryKill, Fa
 pub struct Ledger {
     /// `(resource, fence)` of each acknowledged acquisition.
     pub acquired: Vec<(String, i64)>,
-    pub created: Vec<i64>,
+    pub created: Vec<(i64, Instant)>,
     /// `(task, fence)` of each acknowledged claim and completion.
     pub claimed: Vec<(i64, Option<i64>)>,
     pub completed: Vec<(i64, Option<i64>)>,
@@ -73,6 +73,9 @@ pub struct FailoverReport {
     pub completed: usize,
     /// Acknowledged writes the tables do not have, described.
     pub missing: Vec<String>,
+    /// Each fault's injection and promotion, and each lost create's acknowledgement, in seconds
+    /// from the first fault: to tell which fault lost a write.
+    pub timeline: Vec<String>,
 }
 
 impl FailoverReport {
@@ -94,6 +97,9 @@ impl std::fmt::Display for FailoverReport {
             "ledger: {} acquisitions, {} creates, {} claims, {} completions acknowledged",
             self.acquired, self.created, self.claimed, self.completed
         )?;
+        for event in &self.timeline {
+            writeln!(f, "  {event}")?;
+        }
         if self.missing.is_empty() {
             writeln!(f, "every acknowledged write is on the surviving primary")?;
         } else {
@@ -183,7 +189,7 @@ pub(super) async fn probe(task_url: String, lease_url: String, stop: Cancellatio
             ..CreateTask::default()
         };
         if let Ok(created) = producer.create(&task).await {
-            ledger.created.push(created.task().id);
+            ledger.created.push((created.task().id, Instant::now()));
         }
         if let Ok(claimed) = worker.claim(LEDGER_WORKER, Some(LEDGER_QUEUE), None).await {
             for task in claimed {
@@ -206,6 +212,7 @@ pub(super) struct Injected {
     fault: Fault,
     injected: Instant,
     promoted: Instant,
+    healthy: Instant,
 }
 
 /// Injects `fault` on the current primary, waits for the promotion, brings the old primary back
@@ -269,6 +276,7 @@ pub(super) async fn inject(
         fault,
         injected,
         promoted,
+        healthy: Instant::now(),
     })
 }
 
@@ -296,6 +304,50 @@ pub(super) fn schedule(rng: &mut StdRng, count: usize) -> Vec<Fault> {
     }
     order.truncate(count);
     order
+}
+
+/// The faults and the lost creates on one time line, from the first fault.
+pub(super) fn timeline(injected: &[Injected], lost: &[(i64, Instant)]) -> Vec<String> {
+    let Some(start) = injected.first().map(|f| f.injected) else {
+        return Vec::new();
+    };
+    let at = |when: Instant| {
+        if when >= start {
+            format!("+{:.2}s", (when - start).as_secs_f64())
+        } else {
+            format!("-{:.2}s", (start - when).as_secs_f64())
+        }
+    };
+    let mut events: Vec<(Instant, String)> = Vec::new();
+    for fault in injected {
+        events.push((
+            fault.injected,
+            format!("{} {:?} injected", at(fault.injected), fault.fault),
+        ));
+        events.push((
+            fault.promoted,
+            format!(
+                "{} {:?}: other node promoted",
+                at(fault.promoted),
+                fault.fault
+            ),
+        ));
+        events.push((
+            fault.healthy,
+            format!("{} {:?}: healthy again", at(fault.healthy), fault.fault),
+        ));
+    }
+    if lost.is_empty() {
+        return Vec::new();
+    }
+    for (id, when) in lost {
+        events.push((
+            *when,
+            format!("{} create of task {id} acknowledged (LOST)", at(*when)),
+        ));
+    }
+    events.sort_by_key(|(when, _)| *when);
+    events.into_iter().map(|(_, text)| text).collect()
 }
 
 /// What each injection cost, from the ledger's samples.

@@ -27,13 +27,14 @@ pub const KEY_LIMIT: i32 = 2;
 pub const TENANTS: usize = 3;
 
 /// Adds tasks at `rate` per second until `stop`; some fail on purpose, some for good, a third go
-/// to the limited queue. Returns the ids of the tasks whose creation was acknowledged.
+/// to the limited queue. Returns the ids of the tasks whose creation was acknowledged, each with
+/// when the acknowledgement came.
 pub(super) async fn produce(
     task_url: String,
     rate: u32,
     seed: u64,
     stop: tokio_util::sync::CancellationToken,
-) -> Vec<i64> {
+) -> Vec<(i64, Instant)> {
     let tasks = client_with(&task_url, tokens::PRODUCER);
     let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed);
     let mut created = Vec::new();
@@ -60,7 +61,7 @@ pub(super) async fn produce(
             ..CreateTask::default()
         };
         if let Ok(answer) = tasks.create(&task).await {
-            created.push(answer.task().id);
+            created.push((answer.task().id, Instant::now()));
         }
     }
     created

@@ -170,7 +170,7 @@ pub async fn run(options: SoakOptions) -> Summary {
         None => None,
     };
     if let Some(ledger) = &ledger {
-        produced.extend(&ledger.created);
+        produced.extend(ledger.created.iter().copied());
     }
     if !operator_until_ok(&task_url, &OperatorCall::Stop, Duration::from_secs(30)).await {
         fault_errors.push("the generator could not be stopped after the faults".to_owned());
@@ -188,7 +188,13 @@ pub async fn run(options: SoakOptions) -> Summary {
         }
     }
     let report = checker::check(&stack.lease_db, Some(&stack.task_db), true).await;
-    let lost = missing_tasks(&stack.task_db, &produced).await;
+    let ids: Vec<i64> = produced.iter().map(|(id, _)| *id).collect();
+    let lost = missing_tasks(&stack.task_db, &ids).await;
+    let lost_at: Vec<(i64, Instant)> = produced
+        .iter()
+        .filter(|(id, _)| lost.contains(id))
+        .copied()
+        .collect();
     let failover = match &ledger {
         Some(ledger) => Some(FailoverReport {
             costs: failover::costs(&injected, ledger),
@@ -197,6 +203,7 @@ pub async fn run(options: SoakOptions) -> Summary {
             claimed: ledger.claimed.len(),
             completed: ledger.completed.len(),
             missing: failover::missing_writes(&stack.lease_db, &stack.task_db, ledger).await,
+            timeline: failover::timeline(&injected, &lost_at),
         }),
         None => None,
     };

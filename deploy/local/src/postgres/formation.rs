@@ -284,6 +284,22 @@ impl Formation {
         run_checked(command, "pg_autoctl perform failover".to_owned()).map(|_| ())
     }
 
+    /// The shell command a person runs to fail this formation over by hand.
+    pub fn failover_command(&self) -> String {
+        let user = if self.run_as.is_some() {
+            format!("runuser -u {SUPERUSER} -- ")
+        } else {
+            String::new()
+        };
+        format!(
+            "{user}env XDG_CONFIG_HOME={} XDG_DATA_HOME={} {} perform failover --pgdata {}",
+            self.dir.join("config").display(),
+            self.dir.join("share").display(),
+            self.pg_autoctl.display(),
+            self.monitor.pgdata.display()
+        )
+    }
+
     /// Starts node `index` again (after a kill), as its service manager would.
     pub fn restart(&mut self, index: usize) -> Result<(), PgError> {
         // The old tree, whatever is left of it, goes first.

@@ -37,6 +37,24 @@ impl Stack {
             }
             (None, None) => {}
         }
+        if let Some(formation) = &self.formation {
+            text.push_str(&format!(
+                "  {:<16} pg_auto_failover formation, nodes on ports {}\n",
+                "PostgreSQL (HA)",
+                (0..formation.node_count())
+                    .map(|i| formation.node_port(i).to_string())
+                    .collect::<Vec<_>>()
+                    .join(" and ")
+            ));
+            for database in DATABASES {
+                text.push_str(&format!("  {:<16} {}\n", "", formation.url(database)));
+            }
+            text.push_str(&format!(
+                "  {:<16} {}\n",
+                "fail over with",
+                formation.failover_command()
+            ));
+        }
         for endpoint in &self.endpoints {
             text.push_str(&format!("  {:<16} {}\n", endpoint.label, endpoint.url));
         }

@@ -31,6 +31,9 @@ pub fn workspace_root() -> PathBuf {
 pub struct StackConfig {
     /// Use this database for every service; start no private PostgreSQL.
     pub database_url: Option<String>,
+    /// Start a throw-away pg_auto_failover formation (monitor, primary, synchronous secondary)
+    /// instead of the private server.
+    pub ha: bool,
     /// State directory; the private PostgreSQL lives in `<home>/pg/data`.
     pub home: PathBuf,
     /// Port of the private PostgreSQL.
@@ -64,6 +67,7 @@ impl StackConfig {
         let workspace_root = workspace_root();
         Self {
             database_url: None,
+            ha: false,
             home: workspace_root.join(".leasehold"),
             pg_port: DEFAULT_PG_PORT,
             lease_service_port: DEFAULT_LEASE_SERVICE_PORT,

@@ -24,6 +24,7 @@ use std::time::Duration;
 use anyhow::{Context as _, ensure};
 use tokio::signal::unix::{SignalKind, signal};
 
+use crate::postgres::formation::Formation;
 use crate::postgres::{PrivatePostgres, redact_url};
 
 pub use self::build::build_packages;
@@ -159,6 +160,7 @@ struct Endpoint {
 #[derive(Debug, Default)]
 struct Stack {
     postgres: Option<PrivatePostgres>,
+    formation: Option<Formation>,
     children: Vec<RunningChild>,
     endpoints: Vec<Endpoint>,
     bin_dir: PathBuf,
@@ -166,7 +168,11 @@ struct Stack {
 
 impl Stack {
     async fn start(&mut self, config: &StackConfig) -> anyhow::Result<()> {
-        let databases = config.databases();
+        let databases = if config.ha {
+            self.start_formation().await?
+        } else {
+            config.databases()
+        };
         let services = services(config, &databases);
         if config.build {
             build(config, &services).await?;
@@ -190,6 +196,7 @@ impl Stack {
                         .with_context(|| format!("could not create the schema {schema}"))?;
                 }
             }
+            None if config.ha => {}
             None => self.start_postgres(config).await?,
         }
 
@@ -210,6 +217,25 @@ impl Stack {
             }
         }
         Ok(())
+    }
+
+    /// Starts the formation `--ha` asks for, with both databases; their URLs name every node.
+    async fn start_formation(&mut self) -> anyhow::Result<Databases> {
+        tracing::info!("starting a pg_auto_failover formation: monitor, primary, secondary");
+        let formation = Formation::start(DATABASES[0])
+            .await
+            .context("could not start the pg_auto_failover formation")?;
+        for database in &DATABASES[1..] {
+            formation
+                .create_database(database)
+                .await
+                .with_context(|| format!("could not create the database {database}"))?;
+        }
+        let formation = self.formation.insert(formation);
+        Ok(Databases {
+            leases: formation.url(LEASES_DATABASE),
+            tasks: formation.url(TASKS_DATABASE),
+        })
     }
 
     async fn start_postgres(&mut self, config: &StackConfig) -> anyhow::Result<()> {
