@@ -85,46 +85,7 @@ impl Drop for ChildGuard {
     }
 }
 
-/// `/proc/<pid>/stat` from the field after the command's name (the state, then the parent's
-/// pid, ...): the name is skipped whole, since it may hold spaces and parentheses.
-pub fn stat_after_comm(pid: u32) -> Option<String> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    Some(stat[stat.rfind(')').map_or(0, |end| end + 1)..].to_owned())
-}
-
-/// The pids of `root`'s living descendants (children, their children, ...), from `/proc`.
-pub fn descendants(root: u32) -> Vec<u32> {
-    let mut children: std::collections::HashMap<u32, Vec<u32>> = std::collections::HashMap::new();
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let Some(stat) = stat_after_comm(pid) else {
-            continue;
-        };
-        let mut fields = stat.split_whitespace();
-        let (Some(state), Some(Ok(ppid))) = (fields.next(), fields.next().map(str::parse::<u32>))
-        else {
-            continue;
-        };
-        if state != "Z" && state != "X" {
-            children.entry(ppid).or_default().push(pid);
-        }
-    }
-    let mut found = Vec::new();
-    let mut next = vec![root];
-    while let Some(pid) = next.pop() {
-        for &child in children.get(&pid).map_or(&[][..], Vec::as_slice) {
-            found.push(child);
-            next.push(child);
-        }
-    }
-    found
-}
+pub use leasehold_local::process::{descendants, stat_after_comm};
 
 /// Kills `root` and every descendant with `SIGKILL`, and waits until the descendants are gone
 /// (`root`, the caller's child, is the caller's to reap). Each is stopped first, so that none

@@ -206,3 +206,56 @@ pub fn send_signal(pid: u32, signal: Signal) -> io::Result<()> {
     let raw = i32::try_from(pid).map_err(|_| io::Error::other(format!("invalid pid {pid}")))?;
     nix::sys::signal::kill(Pid::from_raw(raw), signal).map_err(io::Error::from)
 }
+
+/// `/proc/<pid>/stat` from the field after the command's name (the state, then the parent's
+/// pid, ...): the name is skipped whole, since it may hold spaces and parentheses.
+pub fn stat_after_comm(pid: u32) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    Some(stat[stat.rfind(')').map_or(0, |end| end + 1)..].to_owned())
+}
+
+/// The pids of `root`'s living descendants (children, their children, ...), from `/proc`.
+pub fn descendants(root: u32) -> Vec<u32> {
+    let mut children: std::collections::HashMap<u32, Vec<u32>> = std::collections::HashMap::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Some(stat) = stat_after_comm(pid) else {
+            continue;
+        };
+        let mut fields = stat.split_whitespace();
+        let (Some(state), Some(Ok(ppid))) = (fields.next(), fields.next().map(str::parse::<u32>))
+        else {
+            continue;
+        };
+        if state != "Z" && state != "X" {
+            children.entry(ppid).or_default().push(pid);
+        }
+    }
+    let mut found = Vec::new();
+    let mut next = vec![root];
+    while let Some(pid) = next.pop() {
+        for &child in children.get(&pid).map_or(&[][..], Vec::as_slice) {
+            found.push(child);
+            next.push(child);
+        }
+    }
+    found
+}
+
+/// Sends `signal` to `root` and every process under it at once, as a whole machine's crash or
+/// pause would: a tree whose parent is stopped or gone cannot tend to its own children.
+pub fn signal_tree(root: u32, signal: Signal) {
+    let mut pids = vec![root];
+    pids.extend(descendants(root));
+    for pid in pids {
+        if let Ok(pid) = i32::try_from(pid) {
+            let _ = nix::sys::signal::kill(Pid::from_raw(pid), signal);
+        }
+    }
+}

@@ -19,6 +19,7 @@ use leasehold::LeaseClient;
 use leasehold::api::Proof;
 use leasehold::tasks::CreateTask;
 use leasehold_local::postgres::formation::Formation;
+use leasehold_local::process::signal_tree;
 use nix::sys::signal::Signal;
 use rand::Rng;
 use rand::rngs::StdRng;
@@ -236,11 +237,8 @@ pub(super) async fn inject(
             let result = tokio::task::block_in_place(|| formation.perform_failover());
             result.map_err(|err| err.to_string())?;
         }
-        Fault::PrimaryKill => {
-            // pg_autoctl and PostgreSQL together, as a crash of the machine would.
-            signal_tree(root, Signal::SIGKILL);
-            formation.kill(old);
-        }
+        // pg_autoctl and PostgreSQL together, as a crash of the machine would.
+        Fault::PrimaryKill => formation.kill(old),
         Fault::PrimaryFreeze => signal_tree(root, Signal::SIGSTOP),
         other => return Err(format!("{other:?} is not a database fault")),
     }
@@ -278,17 +276,6 @@ pub(super) async fn inject(
         promoted,
         healthy: Instant::now(),
     })
-}
-
-/// Sends `signal` to `root` and every process under it: a stopped or killed node is all of it.
-fn signal_tree(root: u32, signal: Signal) {
-    let mut pids = vec![root];
-    pids.extend(crate::descendants(root));
-    for pid in pids {
-        if let Ok(pid) = i32::try_from(pid) {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal);
-        }
-    }
 }
 
 /// The order of `count` database faults: every kind once in each run of three, in a seeded

@@ -20,7 +20,8 @@ use super::binaries::find_server_binaries;
 use super::cluster::{cargo_target_dir, chown_to, create_dirs};
 use super::server::{free_port, open_log, run_checked};
 use super::{EPHEMERAL_DIR_NAME, PgError, RunAs, SUPERUSER};
-use crate::process::{TiedGroup, pid_alive, spawn_group_tied_to_process};
+use crate::process::{TiedGroup, pid_alive, signal_tree, spawn_group_tied_to_process};
+use nix::sys::signal::Signal;
 
 /// The monitor's settings, as `ALTER SYSTEM` sets them (defaults in brackets).
 pub const TUNING: &[(&str, &str)] = &[
@@ -84,6 +85,17 @@ struct Node {
     pgdata: PathBuf,
     log: PathBuf,
     running: Option<TiedGroup>,
+}
+
+impl Node {
+    /// Kills the node's whole tree: its process group, and PostgreSQL's processes too, which
+    /// run in sessions of their own and, if the tree was paused, would never see their
+    /// postmaster go.
+    fn stop(&mut self) {
+        if let Some(group) = self.running.take() {
+            signal_tree(group.id(), Signal::SIGKILL);
+        }
+    }
 }
 
 /// A running formation; it stops, and its files go, when dropped.
@@ -303,18 +315,17 @@ impl Formation {
     /// Starts node `index` again (after a kill), as its service manager would.
     pub fn restart(&mut self, index: usize) -> Result<(), PgError> {
         // The old tree, whatever is left of it, goes first.
-        self.nodes[index].running = None;
+        self.nodes[index].stop();
         let pgdata = self.nodes[index].pgdata.clone();
         let mut command = self.autoctl();
         command.arg("run").arg("--pgdata").arg(&pgdata);
         self.spawn(index, command)
     }
 
-    /// Kills node `index`'s `pg_autoctl` and postmaster at once (`SIGKILL` to its process
-    /// group), as a crash would; its PostgreSQL backends exit when they see their postmaster
-    /// gone.
+    /// Kills node `index`'s `pg_autoctl` and PostgreSQL, every process of it at once
+    /// (`SIGKILL`), as a crash of its machine would.
     pub fn kill(&mut self, index: usize) {
-        self.nodes[index].running = None;
+        self.nodes[index].stop();
     }
 
     async fn create_monitor(&mut self) -> Result<(), PgError> {
@@ -445,9 +456,9 @@ impl Formation {
 impl Drop for Formation {
     fn drop(&mut self) {
         for node in &mut self.nodes {
-            node.running = None;
+            node.stop();
         }
-        self.monitor.running = None;
+        self.monitor.stop();
         // PostgreSQL's processes leave once they see their postmaster gone; the files can go now.
         let _ = std::fs::remove_dir_all(&self.dir);
     }
@@ -482,19 +493,19 @@ fn find_pg_autoctl(bindir: &Path) -> Result<PathBuf, PgError> {
     let command = install_command(&major);
     if nix::unistd::geteuid().is_root() {
         tracing::warn!("pg_autoctl not found; installing it: {command}");
-        let status = Command::new("apt-get")
-            .args([
-                "install",
-                "-y",
-                &format!("postgresql-{major}-auto-failover"),
-            ])
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .stdin(Stdio::null())
-            .status()
-            .map_err(|source| PgError::io("could not run apt-get", source))?;
-        if status.success()
-            && let Some(path) = found()
-        {
+        let package = format!("postgresql-{major}-auto-failover");
+        let apt = |args: &[&str]| {
+            Command::new("apt-get")
+                .args(args)
+                .env("DEBIAN_FRONTEND", "noninteractive")
+                .stdin(Stdio::null())
+                .status()
+                .is_ok_and(|status| status.success())
+        };
+        // A fresh machine may have no package lists yet: update only when the install needs it.
+        let installed = apt(&["install", "-y", &package])
+            || (apt(&["update"]) && apt(&["install", "-y", &package]));
+        if installed && let Some(path) = found() {
             return Ok(path);
         }
     }
