@@ -415,3 +415,97 @@ async fn ctrl_c_stops_clients_first_so_no_task_runs_twice() {
         assert_eq!(runs.get(&id), Some(&1), "task {id} ran more than once");
     }
 }
+
+/// `--ha`: the stack on a local pg_auto_failover formation. A failover by the command the
+/// banner prints moves every service to the new primary without a restart, and Ctrl-C leaves
+/// no node behind.
+#[tokio::test(flavor = "multi_thread")]
+async fn ha_runs_on_a_formation_and_follows_a_failover() {
+    use leasehold_local::postgres::{PgError, formation};
+    match tokio::task::spawn_blocking(formation::ensure_installed)
+        .await
+        .unwrap()
+    {
+        Ok(_) => {}
+        Err(PgError::AutoFailoverMissing { command }) => {
+            println!("skipped: pg_auto_failover is not installed; run `{command}`");
+            return;
+        }
+        Err(other) => panic!("{other}"),
+    }
+    // --ha keeps nothing in its home; the formation lives and dies in the test directory.
+    let home = std::env::temp_dir().join(format!("leasehold-ha-test-{}", std::process::id()));
+    let mut env = ports(&home);
+    env.push(("LEASEHOLD_HA", "true".to_owned()));
+    let lease_port = port_of(&env, "LEASE_SERVICE_PORT");
+    let task_port = port_of(&env, "TASK_SERVICE_PORT");
+    let mut stack = Stack::start(&env);
+    let banner = stack.wait_ready().await;
+    assert!(banner.contains("PostgreSQL (HA)"), "{banner}");
+    let failover = banner
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("fail over with"))
+        .unwrap_or_else(|| panic!("no failover command in:\n{banner}"))
+        .trim()
+        .to_owned();
+    let node = |port: u16| async move {
+        let answer = reqwest::get(format!("http://127.0.0.1:{port}/readyz"))
+            .await
+            .ok()?
+            .json::<Value>()
+            .await
+            .ok()?;
+        Some((
+            answer["database"]["server"].as_str()?.to_owned(),
+            answer["database"]["timeline"].as_i64()?,
+        ))
+    };
+    let (first, timeline) = node(lease_port).await.unwrap();
+
+    let status = Command::new("sh")
+        .args(["-c", &failover])
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "`{failover}` failed");
+    for port in [lease_port, task_port] {
+        eventually(
+            Duration::from_secs(60),
+            "the new primary behind /readyz",
+            || async {
+                node(port)
+                    .await
+                    .is_some_and(|(server, now)| server != first && now > timeline)
+            },
+        )
+        .await;
+    }
+    let leases = lease_client(&format!("http://127.0.0.1:{lease_port}"), None);
+    leases
+        .acquire("after-failover", "test", None)
+        .await
+        .unwrap();
+    let tasks = task_client(&format!("http://127.0.0.1:{task_port}"), None);
+    create_new(&tasks, &new_task(json!({"sleep_duration_seconds": 0}))).await;
+
+    assert_eq!(stack.interrupt_and_wait().await, 0, "{}", stack.tail());
+    let formation_dir = failover
+        .split_whitespace()
+        .last()
+        .and_then(|monitor| Path::new(monitor).parent())
+        .unwrap()
+        .to_owned();
+    assert!(
+        !formation_dir.exists(),
+        "{} was left",
+        formation_dir.display()
+    );
+    let left: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| std::fs::read(entry.path().join("cmdline")).ok())
+        .map(|cmdline| String::from_utf8_lossy(&cmdline).replace('\0', " "))
+        .filter(|cmdline| cmdline.contains(&*formation_dir.to_string_lossy()))
+        .collect();
+    assert!(left.is_empty(), "left running: {left:?}");
+}
