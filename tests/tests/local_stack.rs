@@ -428,7 +428,7 @@ async fn ha_runs_on_a_formation_and_follows_a_failover() {
     {
         Ok(_) => {}
         Err(PgError::AutoFailoverMissing { command }) => {
-            println!("skipped: pg_auto_failover is not installed; run `{command}`");
+            eprintln!("skipped: pg_auto_failover is not installed; run `{command}`");
             return;
         }
         Err(other) => panic!("{other}"),
