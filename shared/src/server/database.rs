@@ -6,7 +6,11 @@
 //! high-availability formation's URL does. Connecting tries them in turn, each within
 //! `DATABASE_CONNECT_TIMEOUT_MS` for the whole of it (TCP, log-in, and the question whether the
 //! node takes writes), and keeps the first that takes writes unless the URL says
-//! `target_session_attrs=any`. libpq and tokio-postgres bound only the TCP connect: a frozen
+//! `target_session_attrs=any`, and is not on an older WAL timeline than one of its connections
+//! has already found (a former primary that has not stepped down yet: the frozen primary
+//! resumed, the crashed one restarted, still taking writes the new primary will never have;
+//! the failover soak caught acknowledged creates lost that way). libpq and tokio-postgres
+//! bound only the TCP connect: a frozen
 //! host, whose kernel accepts the connection while PostgreSQL never answers, would hold every
 //! attempt forever, and the next host would never be tried.
 //!
@@ -21,7 +25,7 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -35,6 +39,12 @@ use tokio::sync::mpsc;
 use tokio_postgres::config::{Host, TargetSessionAttrs};
 use tokio_postgres::{AsyncMessage, NoTls, Notification};
 use tokio_util::sync::CancellationToken;
+
+/// Whether a node takes writes, and if so its WAL timeline (the first eight hex digits of its
+/// current WAL file's name; `pg_current_wal_lsn` is refused on a standby, hence the `CASE`).
+const WRITER_CHECK: &str = "SELECT current_setting('transaction_read_only'), \
+     CASE WHEN pg_is_in_recovery() THEN NULL \
+          ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint END";
 
 /// The waits that bound every connection, from the services' `DATABASE_*_TIMEOUT_MS` flags.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,6 +94,9 @@ struct Inner {
     /// Per host, cancelled when it stops answering: every session on it then closes, idle
     /// pooled ones included, so that no later request is handed one to wait on in turn.
     dropped: Vec<Mutex<CancellationToken>>,
+    /// The newest WAL timeline any connection has found its primary on: one more at each
+    /// promotion, so a node that takes writes on an older one has been replaced.
+    newest_timeline: AtomicU32,
 }
 
 impl std::fmt::Debug for Database {
@@ -105,6 +118,8 @@ enum HostError {
     Postgres(#[from] tokio_postgres::Error),
     #[error("it takes no writes (a standby)")]
     ReadOnly,
+    #[error("it is a former primary: on timeline {timeline}, and timeline {newest} has been seen")]
+    Superseded { timeline: u32, newest: u32 },
     #[error("no answer within {0:?}")]
     TimedOut(Duration),
     #[error("setting up the session: {0}")]
@@ -149,6 +164,7 @@ impl Database {
                 url: url.to_owned(),
                 config,
                 dropped,
+                newest_timeline: AtomicU32::new(0),
                 hosts,
                 read_write,
                 timeouts,
@@ -246,13 +262,25 @@ impl Database {
         let dropped = lock(&inner.dropped[index]).clone();
         tokio::spawn(drive(connection, notifications, dropped));
         if inner.read_write {
-            let rows = client.simple_query("SHOW transaction_read_only").await?;
-            let read_only = rows.iter().any(|message| match message {
-                tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0) == Some("on"),
-                _ => false,
+            let rows = client.simple_query(WRITER_CHECK).await?;
+            let row = rows.iter().find_map(|message| match message {
+                tokio_postgres::SimpleQueryMessage::Row(row) => Some(row),
+                _ => None,
             });
+            let read_only = row.and_then(|row| row.get(0)) != Some("off");
             if read_only {
                 return Err(HostError::ReadOnly);
+            }
+            let timeline: u32 = row
+                .and_then(|row| row.get(1))
+                .and_then(|text| text.parse().ok())
+                .unwrap_or(0);
+            // A primary on an older timeline than one already seen is a former primary that
+            // has not stepped down yet (a frozen node resumed, a crashed one restarted): it
+            // still takes writes, which the new primary will never have.
+            let newest = inner.newest_timeline.fetch_max(timeline, Ordering::Relaxed);
+            if timeline < newest {
+                return Err(HostError::Superseded { timeline, newest });
             }
         }
         self.set_up(client).await

@@ -74,6 +74,9 @@ pub struct FailoverReport {
     pub completed: usize,
     /// Acknowledged writes the tables do not have, described.
     pub missing: Vec<String>,
+    /// How often the monitor called the formation healthy before its standby was synchronous
+    /// and caught up (the soak then waited for that too).
+    pub early_healthy: usize,
     /// Each fault's injection and promotion, and each lost create's acknowledgement, in seconds
     /// from the first fault: to tell which fault lost a write.
     pub timeline: Vec<String>,
@@ -124,6 +127,12 @@ impl std::fmt::Display for FailoverReport {
                 cost.outage.as_secs_f64()
             )?;
         }
+        writeln!(
+            f,
+            "the monitor called the formation healthy {} times before its standby was \
+             synchronous and caught up",
+            self.early_healthy
+        )?;
         let (p50, max) = self.after_promotion_p50_max();
         writeln!(
             f,

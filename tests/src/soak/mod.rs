@@ -204,6 +204,10 @@ pub async fn run(options: SoakOptions) -> Summary {
             completed: ledger.completed.len(),
             missing: failover::missing_writes(&stack.lease_db, &stack.task_db, ledger).await,
             timeline: failover::timeline(&injected, &lost_at),
+            early_healthy: match &backing {
+                Some(backing) => backing.formation.lock().await.early_healthy_reports(),
+                None => 0,
+            },
         }),
         None => None,
     };
