@@ -11,7 +11,7 @@ use leasehold_local::postgres::formation;
 use tests::soak::{self, DATABASE_FAULTS, SoakOptions};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_primary_fails_over_is_killed_and_frozen_and_nothing_acknowledged_is_lost() {
+async fn the_primary_fails_over_is_killed_and_frozen_and_every_invariant_holds() {
     match tokio::task::spawn_blocking(formation::ensure_installed)
         .await
         .unwrap()
