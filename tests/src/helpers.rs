@@ -85,3 +85,21 @@ pub async fn create_new(
         other => panic!("expected a new task (201): {other:?}"),
     }
 }
+
+/// Whether a pg_auto_failover formation can run here: `pg_autoctl` is found, or installed (as
+/// root, with apt). When it cannot be, prints the command to run, for the test to skip; any
+/// other trouble fails the test.
+pub async fn pg_auto_failover_available() -> bool {
+    use leasehold_local::postgres::{PgError, formation};
+    match tokio::task::spawn_blocking(formation::ensure_installed)
+        .await
+        .unwrap()
+    {
+        Ok(_) => true,
+        Err(PgError::AutoFailoverMissing { command }) => {
+            println!("skipped: pg_auto_failover is not installed; run `{command}`");
+            false
+        }
+        Err(other) => panic!("{other}"),
+    }
+}

@@ -27,7 +27,7 @@
 //!   ([`Service::task_client`], [`Service::lease_client`]; [`task_client`] and [`lease_client`]
 //!   for a bare URL) for everything else, and its signals.
 //! - `sql`: [`snapshot`] and [`execute`], direct SQL on a test's database.
-//! - `helpers`: [`eventually`], [`metric_sum`] and [`verdicts`]; and for the typed clients
+//! - `helpers`: [`eventually`], [`metric_sum`], [`verdicts`] and [`pg_auto_failover_available`]; and for the typed clients
 //!   [`new_task`], [`create_new`], [`all_tasks_final`] and [`refusal`].
 //!
 //! And the public modules, for the tests that need them:
@@ -59,7 +59,8 @@ mod service;
 mod sql;
 
 pub use helpers::{
-    all_tasks_final, create_new, eventually, metric_sum, new_task, refusal, verdicts,
+    all_tasks_final, create_new, eventually, metric_sum, new_task, pg_auto_failover_available,
+    refusal, verdicts,
 };
 pub use postgres::{cluster, fresh_database};
 pub use process::{ChildGuard, binary, descendants, kill_process_tree};

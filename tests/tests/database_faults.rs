@@ -53,6 +53,31 @@ async fn acquire_until_served(svc: &Service, resource: &str) -> usize {
     );
 }
 
+/// Makes the server at `url` a primary whose commits wait for a synchronous standby that does
+/// not exist: every write commits locally and is never acknowledged, as on a zombie primary.
+async fn strand_commits(url: &str) {
+    execute(url, "CREATE TABLE stranded_probe (at timestamptz)").await;
+    execute(
+        url,
+        "ALTER SYSTEM SET synchronous_standby_names = 'gone_standby'",
+    )
+    .await;
+    execute(url, "SELECT pg_reload_conf()").await;
+    // The checkpointer turns synchronous replication on some time after the reload: wait until
+    // a commit of the test's own hangs.
+    tests::eventually(
+        Duration::from_secs(30),
+        "commits to wait for the standby",
+        || async {
+            let commit = execute(url, "INSERT INTO stranded_probe VALUES (now())");
+            tokio::time::timeout(Duration::from_secs(1), commit)
+                .await
+                .is_err()
+        },
+    )
+    .await;
+}
+
 #[tokio::test]
 async fn a_frozen_first_host_is_passed_over_at_start() {
     let db = fresh_database().await;
@@ -120,29 +145,10 @@ async fn a_primary_that_cannot_commit_answers_503_and_the_next_host_serves() {
     let svc = Service::lease_service(&url, &TIMEOUTS).await;
     assert_eq!(acquire_until_served(&svc, "before").await, 0);
 
-    execute(&zombie_url, "CREATE TABLE probe (at timestamptz)").await;
-    execute(
-        &zombie_url,
-        "ALTER SYSTEM SET synchronous_standby_names = 'gone_standby'",
-    )
-    .await;
-    execute(&zombie_url, "SELECT pg_reload_conf()").await;
-    // The checkpointer turns synchronous replication on some time after the reload: wait until
-    // a commit of the test's own hangs.
-    tests::eventually(
-        Duration::from_secs(30),
-        "commits to wait for the standby",
-        || async {
-            let commit = execute(&zombie_url, "INSERT INTO probe VALUES (now())");
-            tokio::time::timeout(Duration::from_secs(1), commit)
-                .await
-                .is_err()
-        },
-    )
-    .await;
+    strand_commits(&zombie_url).await;
     // Every write now commits locally and is never acknowledged: each must be answered 503,
-    // never a success, though PostgreSQL returns the new row before it commits. The first one
-    // also closes every session there; the next host serves from then on.
+    // never a success. The first one also closes every session there; the next host serves
+    // from then on.
     let hung = svc.post("/api/leases", &lease("during")).await;
     assert_eq!(
         hung.status, 503,
@@ -242,23 +248,7 @@ async fn a_write_is_answered_only_once_committed() {
     let written: Written = insert().get_result(&mut conn).await.unwrap();
     assert_eq!(written.x, 1);
 
-    execute(
-        &url,
-        "ALTER SYSTEM SET synchronous_standby_names = 'gone_standby'",
-    )
-    .await;
-    execute(&url, "SELECT pg_reload_conf()").await;
-    tests::eventually(
-        Duration::from_secs(30),
-        "commits to wait for the standby",
-        || async {
-            let commit = execute(&url, "INSERT INTO t VALUES (0)");
-            tokio::time::timeout(Duration::from_secs(1), commit)
-                .await
-                .is_err()
-        },
-    )
-    .await;
+    strand_commits(&url).await;
     let unanswered = tokio::time::timeout(
         Duration::from_secs(2),
         insert().get_result::<Written>(&mut conn),

@@ -6,22 +6,12 @@
 //! long mode is `cargo run -p tests --bin soak -- --failovers 12`.
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
-use leasehold_local::postgres::PgError;
-use leasehold_local::postgres::formation;
 use tests::soak::{self, DATABASE_FAULTS, SoakOptions};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_primary_fails_over_is_killed_and_frozen_and_every_invariant_holds() {
-    match tokio::task::spawn_blocking(formation::ensure_installed)
-        .await
-        .unwrap()
-    {
-        Ok(_) => {}
-        Err(PgError::AutoFailoverMissing { command }) => {
-            println!("skipped: pg_auto_failover is not installed; run `{command}`");
-            return;
-        }
-        Err(other) => panic!("{other}"),
+    if !tests::pg_auto_failover_available().await {
+        return;
     }
     let seed = std::env::var("SOAK_SEED")
         .ok()

@@ -421,17 +421,8 @@ async fn ctrl_c_stops_clients_first_so_no_task_runs_twice() {
 /// no node behind.
 #[tokio::test(flavor = "multi_thread")]
 async fn ha_runs_on_a_formation_and_follows_a_failover() {
-    use leasehold_local::postgres::{PgError, formation};
-    match tokio::task::spawn_blocking(formation::ensure_installed)
-        .await
-        .unwrap()
-    {
-        Ok(_) => {}
-        Err(PgError::AutoFailoverMissing { command }) => {
-            eprintln!("skipped: pg_auto_failover is not installed; run `{command}`");
-            return;
-        }
-        Err(other) => panic!("{other}"),
+    if !tests::pg_auto_failover_available().await {
+        return;
     }
     // --ha keeps nothing in its home; the formation lives and dies in the test directory.
     let home = std::env::temp_dir().join(format!("leasehold-ha-test-{}", std::process::id()));

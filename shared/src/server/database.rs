@@ -40,11 +40,23 @@ use tokio_postgres::config::{Host, TargetSessionAttrs};
 use tokio_postgres::{AsyncMessage, NoTls, Notification};
 use tokio_util::sync::CancellationToken;
 
-/// Whether a node takes writes, and if so its WAL timeline (the first eight hex digits of its
-/// current WAL file's name; `pg_current_wal_lsn` is refused on a standby, hence the `CASE`).
-const WRITER_CHECK: &str = "SELECT current_setting('transaction_read_only'), \
-     CASE WHEN pg_is_in_recovery() THEN NULL \
-          ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint END";
+/// A node's WAL timeline as SQL: the first eight hex digits of its current WAL file's name, or
+/// NULL on a standby (which refuses `pg_current_wal_lsn`). One text for the writer check here
+/// and for `/readyz` ([`super::db::node`]).
+macro_rules! timeline_sql {
+    () => {
+        "CASE WHEN pg_is_in_recovery() THEN NULL \
+              ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint \
+         END"
+    };
+}
+pub(crate) use timeline_sql;
+
+/// Whether a node takes writes, and if so its WAL timeline.
+const WRITER_CHECK: &str = concat!(
+    "SELECT current_setting('transaction_read_only'), ",
+    timeline_sql!()
+);
 
 /// The waits that bound every connection, from the services' `DATABASE_*_TIMEOUT_MS` flags.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,13 +186,10 @@ impl Database {
         })
     }
 
-    /// The URL as given (for the migration harness, which connects on its own).
+    /// The URL as given (the pool's manager is built with it, though it connects through
+    /// [`connect`](Self::connect)).
     pub fn url(&self) -> &str {
         &self.inner.url
-    }
-
-    pub fn timeouts(&self) -> Timeouts {
-        self.inner.timeouts
     }
 
     /// A new session on a node that takes writes, set up with the statement timeout and the
@@ -295,15 +304,14 @@ impl Database {
                     other.to_string().into(),
                 )),
             })?;
+        // One round trip for the timeout and the service's own settings.
         let statement_ms = self.inner.timeouts.statement.as_millis();
-        conn.batch_execute(&format!("SET statement_timeout = {statement_ms}"))
-            .await
-            .map_err(HostError::Setup)?;
-        if !self.inner.session.is_empty() {
-            conn.batch_execute(&self.inner.session)
-                .await
-                .map_err(HostError::Setup)?;
-        }
+        conn.batch_execute(&format!(
+            "SET statement_timeout = {statement_ms}; {}",
+            self.inner.session
+        ))
+        .await
+        .map_err(HostError::Setup)?;
         Ok(conn)
     }
 

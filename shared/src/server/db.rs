@@ -95,15 +95,13 @@ pub struct DatabaseNode {
 /// Which node `conn` is on; the readiness probe's one query.
 pub async fn node(conn: &mut AsyncPgConnection) -> diesel::QueryResult<DatabaseNode> {
     use diesel_async::RunQueryDsl;
-    // The timeline is the first eight hex digits of the current WAL file's name.
-    diesel::sql_query(
+    diesel::sql_query(concat!(
         "SELECT coalesce(host(inet_server_addr()), 'local') || ':' \
                 || coalesce(inet_server_port(), 0) AS server, \
-            pg_is_in_recovery() AS in_recovery, \
-            CASE WHEN pg_is_in_recovery() THEN NULL ELSE \
-                ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint \
-            END AS timeline",
-    )
+            pg_is_in_recovery() AS in_recovery, ",
+        super::database::timeline_sql!(),
+        " AS timeline"
+    ))
     .get_result(conn)
     .await
 }

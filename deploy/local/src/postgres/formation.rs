@@ -8,19 +8,19 @@
 //! in minutes; [`KEEPER_TUNING`] does the same for each node's keeper.
 //!
 //! Each node runs in a process group of its own that dies with this process
-//! ([`crate::process::TiedGroup`]); PostgreSQL's own processes follow their postmaster. The
+//! ([`crate::process::TiedGroup`]), and stopping a node kills every process under it. The
 //! formation's directory is removed when it is dropped, and a leftover one (of a process that
-//! was killed) when the next formation starts.
+//! was killed) by the next private server's or formation's start.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::binaries::find_server_binaries;
-use super::cluster::{cargo_target_dir, chown_to, create_dirs};
+use super::cluster::{chown_to, create_dirs, ephemeral_base_dir, remove_stale_instances};
 use super::server::{free_port, open_log, run_checked};
-use super::{EPHEMERAL_DIR_NAME, PgError, RunAs, SUPERUSER};
-use crate::process::{TiedGroup, pid_alive, signal_tree, spawn_group_tied_to_process};
+use super::{PgError, RunAs, SUPERUSER};
+use crate::process::{TiedGroup, signal_tree, spawn_group_tied_to_process};
 use nix::sys::signal::Signal;
 
 /// The monitor's settings, as `ALTER SYSTEM` sets them (defaults in brackets).
@@ -119,18 +119,16 @@ impl Formation {
         let bindir = find_server_binaries()?;
         let pg_autoctl = find_pg_autoctl(&bindir)?;
         let run_as = RunAs::current()?;
-        let base = std::env::var_os(super::EPHEMERAL_DIR_ENV)
-            .map(PathBuf::from)
-            .or_else(|| cargo_target_dir().map(|dir| dir.join(EPHEMERAL_DIR_NAME)))
-            .unwrap_or_else(|| std::env::temp_dir().join(EPHEMERAL_DIR_NAME));
-        remove_leftovers(&base);
-        let dir = base.join(format!("formation-{}-{}", std::process::id(), free_port()?));
+        // Beside the test clusters, named as they are (`<pid>-...`), so that the same sweep
+        // removes a formation whose process was killed.
+        let base = ephemeral_base_dir(run_as.as_ref())?;
+        remove_stale_instances(&base);
+        let dir = base.join(format!("{}-formation-{}", std::process::id(), free_port()?));
         for sub in ["", "config", "share", "run"] {
             let path = dir.join(sub);
             create_dirs(&path)?;
             chown_to(&path, run_as.as_ref())?;
         }
-        chown_to(&base, run_as.as_ref())?;
         let node = |name: &str| -> Result<Node, PgError> {
             Ok(Node {
                 name: name.to_owned(),
@@ -588,27 +586,6 @@ fn find_pg_autoctl(bindir: &Path) -> Result<PathBuf, PgError> {
         }
     }
     Err(PgError::AutoFailoverMissing { command })
-}
-
-/// Removes formations left by processes that are gone.
-fn remove_leftovers(base: &Path) {
-    let Ok(entries) = std::fs::read_dir(base) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("formation-"))
-            .and_then(|rest| rest.split('-').next())
-            .and_then(|pid| pid.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if !pid_alive(pid) {
-            let _ = std::fs::remove_dir_all(entry.path());
-        }
-    }
 }
 
 /// Runs `sql` (one or more statements) on a new connection; the rows of the last, as text.
