@@ -229,13 +229,33 @@ struct Written {
     x: i32,
 }
 
-/// What the services' acknowledgements rest on: a write's row comes back only once PostgreSQL
-/// has committed it (it holds its reply until the commit, synchronous standby included), even
-/// for `get_result`, which stops reading at the first row. A write on a server that cannot
-/// commit is never answered.
+/// Ends every session at `url` whose commit waits for the synchronous standby, once one of
+/// `query_like` does, as the fast shutdown of a demoted primary does (`pg_ctl stop -m fast`
+/// sends each backend the same SIGTERM). Sessions of [`strand_commits`]'s own probe are left.
+async fn end_waiting_commit(url: String, query_like: &'static str) {
+    let sql = format!(
+        "SELECT pg_terminate_backend(pid) AS ended FROM pg_stat_activity \
+         WHERE wait_event = 'SyncRep' AND query LIKE '{query_like}' \
+           AND query NOT LIKE '%stranded_probe%'"
+    );
+    tests::eventually(
+        Duration::from_secs(10),
+        "a commit waiting for the standby",
+        || async { !tests::query(&url, &sql).await.is_empty() },
+    )
+    .await;
+}
+
+/// A server that cannot commit, whose waiting commit is then ended by a fast shutdown, as a
+/// demoted primary's is in every failover. PostgreSQL has by then sent the statement's rows
+/// and its CommandComplete (an autocommit statement commits at Sync, after them) and flushes
+/// them with its warning: `get_result`, which stops reading at the first row, reports a write
+/// done that no standby has. [`leasehold::server::db::OneRow::get_one`] reads to the end of the
+/// reply, which a terminated session never sends. `load` and `execute` do too.
 #[tokio::test]
-async fn a_write_is_answered_only_once_committed() {
-    use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+async fn a_write_whose_commit_is_ended_by_a_shutdown_is_not_reported_done() {
+    use diesel_async::{AsyncConnection, AsyncPgConnection};
+    use leasehold::server::db::OneRow;
     let server = tokio::task::spawn_blocking(PrivatePostgres::start_ephemeral_crash_safe)
         .await
         .unwrap()
@@ -243,21 +263,74 @@ async fn a_write_is_answered_only_once_committed() {
     server.create_database("writes").await.unwrap();
     let url = server.url("writes");
     execute(&url, "CREATE TABLE t (x integer)").await;
-    let mut conn = AsyncPgConnection::establish(&url).await.unwrap();
     let insert = || diesel::sql_query("INSERT INTO t VALUES (1) RETURNING x");
-    let written: Written = insert().get_result(&mut conn).await.unwrap();
+    let mut conn = AsyncPgConnection::establish(&url).await.unwrap();
+    let written: Written = insert().get_one(&mut conn).await.unwrap();
     assert_eq!(written.x, 1);
 
     strand_commits(&url).await;
-    let unanswered = tokio::time::timeout(
+    // Never answered while the commit waits...
+    let mut conn = AsyncPgConnection::establish(&url).await.unwrap();
+    let pending = tokio::time::timeout(
         Duration::from_secs(2),
-        insert().get_result::<Written>(&mut conn),
+        insert().get_one::<Written>(&mut conn),
     )
     .await;
+    assert!(pending.is_err(), "a write was answered before its commit");
+    // ...and an error, never a row, once the shutdown ends the session.
+    let mut conn = AsyncPgConnection::establish(&url).await.unwrap();
+    let ended = tokio::spawn(end_waiting_commit(url.clone(), "INSERT INTO t%"));
+    let outcome = insert().get_one::<Written>(&mut conn).await;
+    ended.await.unwrap();
     assert!(
-        unanswered.is_err(),
-        "a write was answered before its commit: {:?}",
-        unanswered.map(|row| row.map(|w| w.x))
+        outcome.is_err(),
+        "a write whose commit was ended was reported done: {:?}",
+        outcome.map(|w| w.x)
+    );
+}
+
+/// The same through the services: a lease acquisition and a task's creation whose commits
+/// are ended by a shutdown are answered 503, never as done.
+#[tokio::test]
+async fn the_services_answer_503_for_a_write_whose_commit_is_ended() {
+    let zombie = tokio::task::spawn_blocking(PrivatePostgres::start_ephemeral_crash_safe)
+        .await
+        .unwrap()
+        .unwrap();
+    zombie.create_database("leases").await.unwrap();
+    zombie.create_database("tasks").await.unwrap();
+    let (lease_url, task_url) = (zombie.url("leases"), zombie.url("tasks"));
+    // Long bounds: the shutdown, not the reply deadline, ends the wait.
+    let patient = [
+        ("DATABASE_CONNECT_TIMEOUT_MS", "5000"),
+        ("DATABASE_STATEMENT_TIMEOUT_MS", "30000"),
+    ];
+    let leases = Service::lease_service(&lease_url, &patient).await;
+    let tasks = Service::task_service(&task_url, &leases.base_url(), &patient).await;
+    // The setting is the server's: both databases' commits wait from here on.
+    strand_commits(&lease_url).await;
+
+    let ended = tokio::spawn(end_waiting_commit(lease_url.clone(), "%leases%"));
+    let acquired = leases.post("/api/leases", &lease("ended")).await;
+    ended.await.unwrap();
+    assert_eq!(
+        acquired.status, 503,
+        "an acquisition whose commit was ended: {}",
+        acquired.body
+    );
+
+    let ended = tokio::spawn(end_waiting_commit(task_url.clone(), "%tasks%"));
+    let created = tasks
+        .post(
+            "/api/tasks",
+            &json!({"task_data": {"sleep_duration_seconds": 0}}),
+        )
+        .await;
+    ended.await.unwrap();
+    assert_eq!(
+        created.status, 503,
+        "a create whose commit was ended: {}",
+        created.body
     );
 }
 

@@ -8,11 +8,12 @@
 //! that one.
 #![allow(clippy::unwrap_used)]
 
+use leasehold::server::db::OneRow;
 use std::sync::OnceLock;
 
 use diesel::QueryableByName;
 use diesel::sql_types::Text;
-use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use diesel_async::{AsyncConnection, AsyncPgConnection};
 use leasehold::percent::encode;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -111,7 +112,7 @@ async fn digest(conn: &mut AsyncPgConnection, tables: &[&str]) -> String {
         let row: Digest = diesel::sql_query(format!(
             "SELECT COALESCE(md5(string_agg(t::text, ',' ORDER BY t::text)), '') AS digest FROM {table} t"
         ))
-        .get_result(conn)
+        .get_one(conn)
         .await
         .unwrap();
         all.push_str(&row.digest);

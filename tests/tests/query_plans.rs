@@ -9,6 +9,7 @@
 use diesel::QueryableByName;
 use diesel::sql_types::{BigInt, Nullable, Text};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use leasehold::server::db::OneRow;
 use task_service::repo;
 use tests::fresh_database;
 
@@ -171,7 +172,7 @@ async fn scans_after_growth(conn: &mut AsyncPgConnection) -> (Scans, Vec<Prepare
                 "SELECT seq_scan, seq_tup_read + COALESCE(idx_tup_fetch, 0) AS rows_read
                  FROM pg_stat_xact_user_tables WHERE relname = 'leases'",
             )
-            .get_result(conn)
+            .get_one(conn)
             .await
         })
         .await

@@ -1,6 +1,7 @@
 //! Acquiring leases: one resource ([`acquire`]) or a group of them in one statement
 //! ([`take_each`]).
 
+use leasehold::server::db::OneRow;
 use std::collections::HashMap;
 
 use diesel::result::Error as DieselError;
@@ -205,7 +206,7 @@ pub async fn acquire(
                 .bind::<Bool, _>(proof.require_secret)
                 .bind::<Nullable<Jsonb>, _>(metadata)
                 .cached()
-                .get_result(conn)
+                .get_one(conn)
                 .await
                 .optional()?;
             match acquired {

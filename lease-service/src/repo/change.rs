@@ -6,6 +6,7 @@ use diesel::result::Error as DieselError;
 use diesel::sql_types::{Array, BigInt, Binary, Integer, Jsonb, Nullable, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use leasehold::server::db::Cache;
+use leasehold::server::db::OneRow;
 use tracing::Instrument;
 
 use super::{LeaseRow, Op, span};
@@ -235,7 +236,7 @@ pub async fn renew(
         .bind::<Nullable<Binary>, _>(secret_hash)
         .bind::<Nullable<Jsonb>, _>(metadata)
         .cached()
-        .get_result(conn)
+        .get_one(conn)
         .instrument(span(Op::Update, None))
         .await
         .optional()
@@ -256,7 +257,7 @@ pub async fn release(
         .bind::<Nullable<BigInt>, _>(id)
         .bind::<Nullable<Binary>, _>(secret_hash)
         .cached()
-        .get_result(conn)
+        .get_one(conn)
         .instrument(span(Op::Update, None))
         .await
         .optional()
@@ -315,7 +316,7 @@ pub async fn revoke(
     diesel::sql_query(REVOKE)
         .bind::<BigInt, _>(id)
         .cached()
-        .get_result(conn)
+        .get_one(conn)
         .instrument(span(Op::Update, None))
         .await
         .optional()

@@ -5,6 +5,7 @@ use diesel::result::Error as DieselError;
 use diesel::sql_types::{Array, BigInt, Nullable, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use leasehold::server::db::Cache;
+use leasehold::server::db::OneRow;
 use leasehold::server::http::Page;
 use tracing::Instrument;
 
@@ -64,7 +65,7 @@ pub async fn find_by_resource(
     diesel::sql_query(FIND_BY_RESOURCE)
         .bind::<Text, _>(resource)
         .cached()
-        .get_result(conn)
+        .get_one(conn)
         .instrument(span(Op::Select, None))
         .await
         .optional()
@@ -77,7 +78,7 @@ pub async fn find_by_id(
     diesel::sql_query(FIND_BY_ID)
         .bind::<BigInt, _>(id)
         .cached()
-        .get_result(conn)
+        .get_one(conn)
         .instrument(span(Op::Select, None))
         .await
         .optional()

@@ -92,9 +92,51 @@ pub struct DatabaseNode {
     pub timeline: Option<i64>,
 }
 
+/// diesel-async's `get_result` for a statement that must be over before its row counts.
+///
+/// `get_result` returns at the first row, without reading the rest of the reply. An autocommit
+/// statement (the services' writes are single statements) commits only after PostgreSQL has
+/// queued its rows and its CommandComplete, and a commit waits there for the synchronous
+/// standby. If the session is ended during that wait (the fast shutdown of a primary being
+/// demoted, in every failover), PostgreSQL flushes the queued rows with its warning and closes
+/// the connection: `get_result` then reports done a write that no standby has, and that the
+/// new primary will not have. The failover soak lost acknowledged writes that way. `get_one`
+/// reads the reply to its end (ReadyForQuery, sent after the commit), so such a write is an
+/// error, answered 503. Its cost is nothing: the end of the reply comes in the same packet.
+///
+/// `get_result` and `first` are refused by clippy (`clippy.toml`) in favour of this.
+pub trait OneRow<Conn>: diesel_async::RunQueryDsl<Conn> {
+    /// The statement's first row once its whole reply is in; `NotFound` when it had none,
+    /// so that diesel's `.optional()` applies as it does to `get_result`.
+    #[allow(clippy::type_complexity)]
+    fn get_one<'query, 'conn, U>(
+        self,
+        conn: &'conn mut Conn,
+    ) -> futures_util::future::Map<
+        diesel_async::return_futures::LoadFuture<'conn, 'query, Self, Conn, U>,
+        fn(diesel::QueryResult<Vec<U>>) -> diesel::QueryResult<U>,
+    >
+    where
+        U: Send,
+        Conn: diesel_async::AsyncConnectionCore,
+        Self: diesel_async::methods::LoadQuery<'query, Conn, U> + 'query,
+    {
+        use futures_util::FutureExt as _;
+        self.load(conn).map(first_row::<U>)
+    }
+}
+
+impl<T: diesel_async::RunQueryDsl<Conn>, Conn> OneRow<Conn> for T {}
+
+fn first_row<U>(rows: diesel::QueryResult<Vec<U>>) -> diesel::QueryResult<U> {
+    rows?
+        .into_iter()
+        .next()
+        .ok_or(diesel::result::Error::NotFound)
+}
+
 /// Which node `conn` is on; the readiness probe's one query.
 pub async fn node(conn: &mut AsyncPgConnection) -> diesel::QueryResult<DatabaseNode> {
-    use diesel_async::RunQueryDsl;
     diesel::sql_query(concat!(
         "SELECT coalesce(host(inet_server_addr()), 'local') || ':' \
                 || coalesce(inet_server_port(), 0) AS server, \
@@ -102,7 +144,7 @@ pub async fn node(conn: &mut AsyncPgConnection) -> diesel::QueryResult<DatabaseN
         super::database::timeline_sql!(),
         " AS timeline"
     ))
-    .get_result(conn)
+    .get_one(conn)
     .await
 }
 

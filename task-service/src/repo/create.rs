@@ -6,6 +6,7 @@ use diesel::sql_types::{Array, BigInt, Bool, Integer, Jsonb, Nullable, Text, Tim
 use diesel::{OptionalExtension, QueryableByName};
 use diesel_async::RunQueryDsl;
 use leasehold::server::db::Cache;
+use leasehold::server::db::OneRow;
 use tracing::Instrument;
 
 use super::{COLUMNS, Db, Result, TaskRow};
@@ -41,7 +42,7 @@ pub async fn insert(conn: &mut Db, task: &NewTask) -> Result<Option<TaskRow>> {
         .bind::<Nullable<Text>, _>(task.idempotency_key.as_deref())
         .bind::<Nullable<Text>, _>(task.concurrency_key.as_deref())
         .cached()
-        .get_result(conn)
+        .get_one(conn)
         .await
         .optional()
     }
@@ -152,7 +153,7 @@ pub async fn insert_generated(
         .bind::<Timestamptz, _>(deadline)
         .bind::<Nullable<Text>, _>(task.concurrency_key.as_deref())
         .cached()
-        .get_result(conn)
+        .get_one(conn)
         .await
         .optional()
     }
@@ -172,7 +173,7 @@ pub async fn clock(conn: &mut Db) -> Result<DateTime<Utc>> {
     async move {
         diesel::sql_query("SELECT clock_timestamp() AS now")
             .cached()
-            .get_result::<Clock>(conn)
+            .get_one::<Clock>(conn)
             .await
             .map(|row| row.now)
     }
@@ -212,7 +213,7 @@ pub async fn find_by_idempotency_key(
         .bind::<Text, _>(key)
         .bind::<Nullable<Timestamptz>, _>(scheduled_at)
         .cached()
-        .get_result(conn)
+        .get_one(conn)
         .await
         .optional()
     }

@@ -3,8 +3,8 @@
 use chrono::{DateTime, Utc};
 use diesel::QueryableByName;
 use diesel::sql_types::{BigInt, Bool, Double, Nullable, Timestamptz};
-use diesel_async::RunQueryDsl;
 use leasehold::server::db::Cache;
+use leasehold::server::db::OneRow;
 
 use super::{Db, Result};
 
@@ -32,7 +32,7 @@ pub async fn generator(conn: &mut Db) -> Result<GeneratorRow> {
         "SELECT {GENERATOR_COLUMNS} FROM generator_settings WHERE id = 1"
     ))
     .cached()
-    .get_result(conn)
+    .get_one(conn)
     .await
 }
 
@@ -58,6 +58,6 @@ pub async fn set_generator(
     .bind::<Nullable<Double>, _>(min_sleep_seconds)
     .bind::<Nullable<Double>, _>(max_sleep_seconds)
     .cached()
-    .get_result(conn)
+    .get_one(conn)
     .await
 }

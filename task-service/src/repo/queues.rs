@@ -6,6 +6,7 @@ use diesel::QueryableByName;
 use diesel::sql_types::{Array, BigInt, Bool, Double, Integer, Nullable, Text, Timestamptz};
 use diesel_async::RunQueryDsl;
 use leasehold::server::db::Cache;
+use leasehold::server::db::OneRow;
 use tracing::Instrument;
 
 use super::{Db, Result};
@@ -51,7 +52,7 @@ pub async fn set_paused(conn: &mut Db, queue: &str, paused: bool) -> Result<Queu
         .bind::<Text, _>(queue)
         .bind::<Bool, _>(paused)
         .cached()
-        .get_result(conn)
+        .get_one(conn)
         .await
     }
     .instrument(span)
@@ -110,7 +111,7 @@ pub async fn set_limits(conn: &mut Db, queue: &str, limits: NewLimits) -> Result
         .bind::<Nullable<Double>, _>(limits.rate.map(|(rate, _)| rate))
         .bind::<Nullable<Integer>, _>(limits.rate.map(|(_, burst)| burst))
         .bind::<Nullable<Integer>, _>(limits.key_concurrency_limit)
-        .get_result(conn)
+        .get_one(conn)
         .await
     }
     .instrument(span)

@@ -6,6 +6,7 @@ use diesel::sql_types::{Array, BigInt, Double, Integer, Nullable, Text, Timestam
 use diesel::{OptionalExtension, QueryableByName};
 use diesel_async::RunQueryDsl;
 use leasehold::server::db::Cache;
+use leasehold::server::db::OneRow;
 use leasehold::server::http::Page;
 use leasehold::tasks::TaskStatus;
 use tracing::Instrument;
@@ -18,7 +19,7 @@ pub async fn find(conn: &mut Db, id: i64) -> Result<Option<TaskRow>> {
         diesel::sql_query(format!("SELECT {COLUMNS} FROM tasks WHERE id = $1"))
             .bind::<BigInt, _>(id)
             .cached()
-            .get_result(conn)
+            .get_one(conn)
             .await
             .optional()
     }

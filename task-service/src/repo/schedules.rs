@@ -8,6 +8,7 @@ use diesel::sql_types::{BigInt, Bool, Integer, Jsonb, Nullable, Text, Timestampt
 use diesel::{OptionalExtension, QueryableByName};
 use diesel_async::RunQueryDsl;
 use leasehold::server::db::Cache;
+use leasehold::server::db::OneRow;
 use tracing::Instrument;
 
 use super::{Db, Result};
@@ -119,7 +120,7 @@ pub async fn insert_schedule(
             schedule,
             next_tick_at,
         )
-        .get_result(conn)
+        .get_one(conn)
         .await
         .optional()
     }
@@ -156,7 +157,7 @@ pub async fn replace_schedule(
             schedule,
             next_tick_at,
         )
-        .get_result(conn)
+        .get_one(conn)
         .await
     }
     .instrument(span)
@@ -172,7 +173,7 @@ pub async fn schedule(conn: &mut Db, name: &str) -> Result<Option<ScheduleRow>> 
         ))
         .bind::<Text, _>(name)
         .cached()
-        .get_result(conn)
+        .get_one(conn)
         .await
         .optional()
     }
@@ -204,7 +205,7 @@ pub async fn delete_schedule(conn: &mut Db, name: &str) -> Result<Option<Schedul
         ))
         .bind::<Text, _>(name)
         .cached()
-        .get_result(conn)
+        .get_one(conn)
         .await
         .optional()
     }
@@ -235,7 +236,7 @@ pub async fn set_schedule_paused(
         .bind::<Bool, _>(paused)
         .bind::<Nullable<Timestamptz>, _>(resume_at)
         .cached()
-        .get_result(conn)
+        .get_one(conn)
         .await
         .optional()
     }
@@ -329,7 +330,7 @@ pub async fn next_tick_in(conn: &mut Db) -> Result<Option<f64>> {
              FROM schedules WHERE next_tick_at IS NOT NULL",
         )
         .cached()
-        .get_result::<Wait>(conn)
+        .get_one::<Wait>(conn)
         .await
         .map(|w| w.seconds)
     }

@@ -6,6 +6,7 @@ use diesel::sql_types::{Array, BigInt, Bool, Double, Jsonb, Nullable, Text, Time
 use diesel::{OptionalExtension, QueryableByName};
 use diesel_async::RunQueryDsl;
 use leasehold::server::db::Cache;
+use leasehold::server::db::OneRow;
 use leasehold::tasks::TaskStatus;
 use tracing::Instrument;
 
@@ -20,7 +21,7 @@ pub async fn lock(conn: &mut Db, id: i64) -> Result<Option<TaskRow>> {
         ))
         .bind::<BigInt, _>(id)
         .cached()
-        .get_result(conn)
+        .get_one(conn)
         .await
         .optional()
     }
@@ -58,7 +59,7 @@ pub async fn record_heartbeat(
         .bind::<BigInt, _>(id)
         .bind::<Timestamptz, _>(lease_expiry)
         .cached()
-        .get_result(conn)
+        .get_one(conn)
         .await
     }
     .instrument(span)
@@ -120,7 +121,7 @@ pub async fn mark_final(
         .bind::<Text, _>(status.as_str())
         .bind::<Nullable<Text>, _>(error)
         .cached()
-        .get_result(conn)
+        .get_one(conn)
         .await
     }
     .instrument(span)
@@ -152,7 +153,7 @@ pub async fn mark_retry(
         .bind::<Double, _>(delay_seconds)
         .bind::<Bool, _>(refund_attempt)
         .cached()
-        .get_result(conn)
+        .get_one(conn)
         .await
     }
     .instrument(span)
@@ -168,7 +169,7 @@ pub async fn request_cancel(conn: &mut Db, id: i64) -> Result<TaskRow> {
         ))
         .bind::<BigInt, _>(id)
         .cached()
-        .get_result(conn)
+        .get_one(conn)
         .await
     }
     .instrument(span)
@@ -189,7 +190,7 @@ pub async fn requeue_dead(conn: &mut Db, id: i64) -> Result<TaskRow> {
         ))
         .bind::<BigInt, _>(id)
         .cached()
-        .get_result(conn)
+        .get_one(conn)
         .await
     }
     .instrument(span)

@@ -12,6 +12,7 @@
 //!   from `pg_stat_statements` (the bench's cluster loads it when installed). A trigger's
 //!   statements are listed apart (nested) and are also counted in the statement that fired them.
 
+use leasehold::server::db::OneRow;
 use std::time::Duration;
 
 use diesel::QueryableByName;
@@ -88,7 +89,7 @@ async fn counters(url: &str) -> Counters {
                 (SELECT sum(xact_commit) FROM pg_stat_database)::float8 AS commits,
                 (SELECT wal_sync FROM pg_stat_wal) AS wal_syncs",
     )
-    .get_result(&mut conn)
+    .get_one(&mut conn)
     .await
     .unwrap_or_else(|err| panic!("reading PostgreSQL's counters: {err}"))
 }
@@ -134,7 +135,7 @@ struct Setting {
 pub(super) async fn statements_tracked(url: &str) -> bool {
     let mut conn = connect(url).await;
     diesel::sql_query("SELECT current_setting('shared_preload_libraries') AS value")
-        .get_result::<Setting>(&mut conn)
+        .get_one::<Setting>(&mut conn)
         .await
         .is_ok_and(|setting| setting.value.contains("pg_stat_statements"))
 }
@@ -274,7 +275,7 @@ impl Meter {
             diesel::sql_query("SELECT pg_wal_lsn_diff($1::pg_lsn, $2::pg_lsn)::float8 AS bytes")
                 .bind::<Text, _>(&end.lsn)
                 .bind::<Text, _>(&self.start.lsn)
-                .get_result(&mut conn)
+                .get_one(&mut conn)
                 .await
                 .unwrap_or_else(|err| panic!("measuring WAL: {err}"));
         let per_task = |value: f64| value / tasks.max(1) as f64;

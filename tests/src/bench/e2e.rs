@@ -1,11 +1,11 @@
 //! Tasks end to end, with worker processes.
 
+use leasehold::server::db::OneRow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use diesel::QueryableByName;
 use diesel::sql_types::{BigInt, Text};
-use diesel_async::RunQueryDsl;
 
 use leasehold::tasks::{CreateTask, MAX_CREATE_BATCH};
 use serde_json::json;
@@ -45,7 +45,7 @@ async fn drained(task_db: &str, queue: &str) -> Drain {
          FROM tasks WHERE queue = $1 AND status = 'succeeded'",
     )
     .bind::<Text, _>(queue)
-    .get_result(&mut conn)
+    .get_one(&mut conn)
     .await
     .unwrap()
 }
@@ -135,7 +135,7 @@ pub(super) async fn end_to_end(bench: &Bench, options: &BenchOptions, report: &m
                 "SELECT count(*) AS count FROM tasks WHERE queue = $1 AND status = 'succeeded'",
             )
             .bind::<Text, _>(&queue)
-            .get_result(&mut conn)
+            .get_one(&mut conn)
             .await
             .unwrap();
             if done.count as u64 >= total || Instant::now() > deadline {

@@ -3,6 +3,7 @@
 //! acquire waits for it, from the release to the waiter's acquisition. Both by the database's
 //! clock, one sample at a time, so each is a wake-up's latency, not a queue's.
 
+use leasehold::server::db::OneRow;
 use std::time::{Duration, Instant};
 
 use diesel::QueryableByName;
@@ -78,7 +79,7 @@ async fn idle_pickup(bench: &Bench, samples: usize) -> Samples {
                  FROM tasks WHERE id = $1 AND started_at IS NOT NULL",
             )
             .bind::<BigInt, _>(id)
-            .get_result(&mut conn)
+            .get_one(&mut conn)
             .await
             .ok();
             if let Some(started) = started {

@@ -1,6 +1,7 @@
 //! The sample's claim against Leasehold's, on the same backlog sizes, then the claim's latency
 //! at half the measured maximum rate.
 
+use leasehold::server::db::OneRow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -106,7 +107,7 @@ async fn sample_cycle(
              ORDER BY scheduled_at ASC LIMIT 1 OFFSET $1 FOR UPDATE",
         )
         .bind::<BigInt, _>(skip)
-        .get_result(conn)
+        .get_one(conn)
         .await
         .optional()
         .map_err(|e| e.to_string())?;

@@ -34,6 +34,9 @@ use super::{Fault, client_with, tokens};
 const LEDGER_QUEUE: &str = "ledger";
 const LEDGER_HOLDER: &str = "ledger";
 const LEDGER_WORKER: &str = "ledger-prober";
+/// Clients writing at once: a write lost in a failover is one in flight as the primary goes,
+/// so the more in flight, the likelier a flaw shows.
+const LEDGER_CLIENTS: usize = 3;
 
 /// The database faults, one of which each injection draws.
 pub const DATABASE_FAULTS: [Fault; 3] = [Fault::Failover, Fault::PrimaryKill, Fault::PrimaryFreeze];
@@ -167,9 +170,39 @@ pub(super) async fn start_formation() -> Backing {
     }
 }
 
-/// The ledger's client: until `stop`, one lease acquisition and release and one task's create,
-/// claim and completion at a time, as fast as they are answered.
+/// The ledger's clients, [`LEDGER_CLIENTS`] of them at once, until `stop`; their ledgers merged.
 pub(super) async fn probe(task_url: String, lease_url: String, stop: CancellationToken) -> Ledger {
+    let clients: Vec<_> = (0..LEDGER_CLIENTS)
+        .map(|client| {
+            tokio::spawn(ledger_client(
+                client,
+                task_url.clone(),
+                lease_url.clone(),
+                stop.clone(),
+            ))
+        })
+        .collect();
+    let mut ledger = Ledger::default();
+    for client in clients {
+        let one = client.await.unwrap_or_default();
+        ledger.acquired.extend(one.acquired);
+        ledger.created.extend(one.created);
+        ledger.claimed.extend(one.claimed);
+        ledger.completed.extend(one.completed);
+        ledger.samples.extend(one.samples);
+    }
+    ledger.samples.sort_by_key(|(when, _)| *when);
+    ledger
+}
+
+/// One ledger client: one lease acquisition and release and one task's create, claim and
+/// completion at a time, as fast as they are answered.
+async fn ledger_client(
+    client: usize,
+    task_url: String,
+    lease_url: String,
+    stop: CancellationToken,
+) -> Ledger {
     let leases = LeaseClient::with_timeout(lease_url, Duration::from_secs(3))
         .with_bearer_token(Some(tokens::GENERATOR));
     let producer = client_with(&task_url, tokens::PRODUCER);
@@ -178,7 +211,7 @@ pub(super) async fn probe(task_url: String, lease_url: String, stop: Cancellatio
     let mut round = 0u64;
     while !stop.is_cancelled() {
         round += 1;
-        let resource = format!("ledger-{}", round % 4);
+        let resource = format!("ledger-{client}-{}", round % 4);
         let acquired = leases
             .acquire(&resource, LEDGER_HOLDER, Some(Duration::from_secs(10)))
             .await;

@@ -33,8 +33,14 @@ pub(crate) async fn probe_data_directory(url: &str) -> Result<String, PgError> {
         .await
         .map_err(|source| query_error("SELECT 1", source))?;
     diesel::sql_query("SELECT current_setting('data_directory') AS data_directory")
-        .get_result::<DataDirectory>(&mut conn)
+        // `load`, not `get_result`, as everywhere (clippy.toml): one row, read to the end.
+        .load::<DataDirectory>(&mut conn)
         .await
+        .and_then(|rows| {
+            rows.into_iter()
+                .next()
+                .ok_or(diesel::result::Error::NotFound)
+        })
         .map(|row| row.data_directory)
         .map_err(|source| query_error("SHOW data_directory", source))
 }
@@ -159,9 +165,9 @@ async fn database_exists(
 ) -> Result<bool, PgError> {
     diesel::sql_query("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1) AS exists")
         .bind::<Text, _>(name)
-        .get_result::<Exists>(conn)
+        .load::<Exists>(conn)
         .await
-        .map(|row| row.exists)
+        .map(|rows| rows.iter().any(|row| row.exists))
         .map_err(|source| PgError::Query {
             what: "looking up pg_database".to_owned(),
             url: redact_url(url),
