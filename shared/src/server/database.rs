@@ -8,11 +8,13 @@
 //! node takes writes), and keeps the first that takes writes unless the URL says
 //! `target_session_attrs=any`, and is not on an older WAL timeline than one of its connections
 //! has already found (a former primary that has not stepped down yet: the frozen primary
-//! resumed, the crashed one restarted, still taking writes the new primary will never have;
-//! the failover soak caught acknowledged creates lost that way). libpq and tokio-postgres
-//! bound only the TCP connect: a frozen
-//! host, whose kernel accepts the connection while PostgreSQL never answers, would hold every
-//! attempt forever, and the next host would never be tried.
+//! resumed, the crashed one restarted, still taking writes the new primary will never have).
+//! libpq and tokio-postgres bound only the TCP connect: a frozen host, whose kernel accepts the
+//! connection while PostgreSQL never answers, would hold every attempt forever, and the next
+//! host would never be tried.
+//!
+//! What a session does with a write's reply matters as much: it is done only once the reply has
+//! ended, after the commit ([`super::db::OneRow`]).
 //!
 //! Once connected, every reply is awaited for at most the statement timeout and one second
 //! more ([`Watched`]). PostgreSQL's own `statement_timeout` bounds a statement that runs; it

@@ -251,7 +251,8 @@ async fn ledger_client(
 }
 
 /// When a fault was injected and when the other node was promoted.
-pub(super) struct Injected {
+#[derive(Debug)]
+pub struct Injected {
     fault: Fault,
     injected: Instant,
     promoted: Instant,
@@ -260,7 +261,7 @@ pub(super) struct Injected {
 
 /// Injects `fault` on the current primary, waits for the promotion, brings the old primary back
 /// after `hold`, and waits until the formation is healthy again.
-pub(super) async fn inject(
+pub async fn inject(
     fault: Fault,
     formation: &Mutex<Formation>,
     hold: Duration,

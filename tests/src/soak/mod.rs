@@ -39,7 +39,9 @@ use faults::{Injection, draw_fault, draw_hold, inject};
 use load::{OperatorCall, drain, missing_tasks, operator_until_ok, produce};
 use stack::Stack;
 
-pub use failover::{DATABASE_FAULTS, FailoverReport, FaultCost};
+pub use failover::{
+    DATABASE_FAULTS, FailoverReport, FaultCost, Injected, inject as inject_database_fault,
+};
 pub use faults::Fault;
 pub use options::SoakOptions;
 pub use summary::Summary;
