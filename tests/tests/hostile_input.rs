@@ -8,13 +8,13 @@
 //! that one.
 #![allow(clippy::unwrap_used)]
 
-use leasehold::server::db::OneRow;
 use std::sync::OnceLock;
 
 use diesel::QueryableByName;
 use diesel::sql_types::Text;
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use leasehold::percent::encode;
+use leasehold::server::db::OneRow;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use serde_json::{Value, json};

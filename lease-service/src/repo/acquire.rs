@@ -1,14 +1,13 @@
 //! Acquiring leases: one resource ([`acquire`]) or a group of them in one statement
 //! ([`take_each`]).
 
-use leasehold::server::db::OneRow;
 use std::collections::HashMap;
 
 use diesel::result::Error as DieselError;
 use diesel::sql_types::{Array, Binary, Bool, Integer, Jsonb, Nullable, Text};
 use diesel::{OptionalExtension, QueryableByName};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use leasehold::server::db::Cache;
+use leasehold::server::db::{Cache, OneRow};
 use tracing::Instrument;
 
 use super::{LeaseRow, Op, find_by_resource, span};

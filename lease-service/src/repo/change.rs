@@ -5,8 +5,7 @@ use diesel::OptionalExtension;
 use diesel::result::Error as DieselError;
 use diesel::sql_types::{Array, BigInt, Binary, Integer, Jsonb, Nullable, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use leasehold::server::db::Cache;
-use leasehold::server::db::OneRow;
+use leasehold::server::db::{Cache, OneRow};
 use tracing::Instrument;
 
 use super::{LeaseRow, Op, span};

@@ -4,8 +4,7 @@ use diesel::OptionalExtension;
 use diesel::result::Error as DieselError;
 use diesel::sql_types::{Array, BigInt, Nullable, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use leasehold::server::db::Cache;
-use leasehold::server::db::OneRow;
+use leasehold::server::db::{Cache, OneRow};
 use leasehold::server::http::Page;
 use tracing::Instrument;
 

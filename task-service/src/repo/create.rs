@@ -5,8 +5,7 @@ use chrono::{DateTime, Utc};
 use diesel::sql_types::{Array, BigInt, Bool, Integer, Jsonb, Nullable, Text, Timestamptz};
 use diesel::{OptionalExtension, QueryableByName};
 use diesel_async::RunQueryDsl;
-use leasehold::server::db::Cache;
-use leasehold::server::db::OneRow;
+use leasehold::server::db::{Cache, OneRow};
 use tracing::Instrument;
 
 use super::{COLUMNS, Db, Result, TaskRow};

@@ -3,8 +3,7 @@
 use chrono::{DateTime, Utc};
 use diesel::QueryableByName;
 use diesel::sql_types::{BigInt, Bool, Double, Nullable, Timestamptz};
-use leasehold::server::db::Cache;
-use leasehold::server::db::OneRow;
+use leasehold::server::db::{Cache, OneRow};
 
 use super::{Db, Result};
 

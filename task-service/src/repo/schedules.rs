@@ -7,8 +7,7 @@ use diesel::query_builder::{BoxedSqlQuery, SqlQuery};
 use diesel::sql_types::{BigInt, Bool, Integer, Jsonb, Nullable, Text, Timestamptz};
 use diesel::{OptionalExtension, QueryableByName};
 use diesel_async::RunQueryDsl;
-use leasehold::server::db::Cache;
-use leasehold::server::db::OneRow;
+use leasehold::server::db::{Cache, OneRow};
 use tracing::Instrument;
 
 use super::{Db, Result};

@@ -12,12 +12,12 @@
 //!   from `pg_stat_statements` (the bench's cluster loads it when installed). A trigger's
 //!   statements are listed apart (nested) and are also counted in the statement that fired them.
 
-use leasehold::server::db::OneRow;
 use std::time::Duration;
 
 use diesel::QueryableByName;
 use diesel::sql_types::{BigInt, Double, Text};
 use diesel_async::RunQueryDsl;
+use leasehold::server::db::OneRow;
 use serde::Serialize;
 
 use super::connect;

@@ -1,12 +1,12 @@
 //! Tasks end to end, with worker processes.
 
-use leasehold::server::db::OneRow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use diesel::QueryableByName;
 use diesel::sql_types::{BigInt, Text};
 
+use leasehold::server::db::OneRow;
 use leasehold::tasks::{CreateTask, MAX_CREATE_BATCH};
 use serde_json::json;
 

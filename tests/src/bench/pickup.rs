@@ -3,12 +3,12 @@
 //! acquire waits for it, from the release to the waiter's acquisition. Both by the database's
 //! clock, one sample at a time, so each is a wake-up's latency, not a queue's.
 
-use leasehold::server::db::OneRow;
 use std::time::{Duration, Instant};
 
 use diesel::QueryableByName;
 use diesel::sql_types::{BigInt, Double};
 use diesel_async::RunQueryDsl;
+use leasehold::server::db::OneRow;
 use leasehold::tasks::CreateTask;
 use serde_json::json;
 

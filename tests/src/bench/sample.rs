@@ -1,13 +1,13 @@
 //! The sample's claim against Leasehold's, on the same backlog sizes, then the claim's latency
 //! at half the measured maximum rate.
 
-use leasehold::server::db::OneRow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use diesel::sql_types::{BigInt, Text};
 use diesel::{OptionalExtension, QueryableByName};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use leasehold::server::db::OneRow;
 use leasehold::{LeaseClient, TaskClient};
 use serde_json::json;
 
