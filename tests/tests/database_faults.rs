@@ -229,21 +229,33 @@ struct Written {
     x: i32,
 }
 
-/// Ends every session at `url` whose commit waits for the synchronous standby, once one of
-/// `query_like` does, as the fast shutdown of a demoted primary does (`pg_ctl stop -m fast`
-/// sends each backend the same SIGTERM). Sessions of [`strand_commits`]'s own probe are left.
-async fn end_waiting_commit(url: String, query_like: &'static str) {
-    let sql = format!(
-        "SELECT pg_terminate_backend(pid) AS ended FROM pg_stat_activity \
-         WHERE wait_event = 'SyncRep' AND query LIKE '{query_like}' \
-           AND query NOT LIKE '%stranded_probe%'"
+/// Awaits `write` while ending, as the fast shutdown of a demoted primary does (`pg_ctl stop
+/// -m fast` sends each backend the same SIGTERM), every session of `url`'s database whose
+/// commit waits for the synchronous standby, until `write` is answered. [`strand_commits`]'s
+/// own probes are left waiting.
+async fn with_waiting_commits_ended<T>(url: &str, write: impl Future<Output = T>) -> T {
+    let answered = tokio_util::sync::CancellationToken::new();
+    let end_waits = async {
+        while !answered.is_cancelled() {
+            tests::query(
+                url,
+                "SELECT pg_terminate_backend(pid) AS ended FROM pg_stat_activity \
+                 WHERE datname = current_database() AND wait_event = 'SyncRep' \
+                   AND query NOT LIKE '%stranded_probe%'",
+            )
+            .await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    let (answer, ()) = tokio::join!(
+        async {
+            let answer = write.await;
+            answered.cancel();
+            answer
+        },
+        end_waits
     );
-    tests::eventually(
-        Duration::from_secs(10),
-        "a commit waiting for the standby",
-        || async { !tests::query(&url, &sql).await.is_empty() },
-    )
-    .await;
+    answer
 }
 
 /// A server that cannot commit, whose waiting commit is then ended by a fast shutdown, as a
@@ -279,9 +291,7 @@ async fn a_write_whose_commit_is_ended_by_a_shutdown_is_not_reported_done() {
     assert!(pending.is_err(), "a write was answered before its commit");
     // ...and an error, never a row, once the shutdown ends the session.
     let mut conn = AsyncPgConnection::establish(&url).await.unwrap();
-    let ended = tokio::spawn(end_waiting_commit(url.clone(), "INSERT INTO t%"));
-    let outcome = insert().get_one::<Written>(&mut conn).await;
-    ended.await.unwrap();
+    let outcome = with_waiting_commits_ended(&url, insert().get_one::<Written>(&mut conn)).await;
     assert!(
         outcome.is_err(),
         "a write whose commit was ended was reported done: {:?}",
@@ -300,7 +310,8 @@ async fn the_services_answer_503_for_a_write_whose_commit_is_ended() {
     zombie.create_database("leases").await.unwrap();
     zombie.create_database("tasks").await.unwrap();
     let (lease_url, task_url) = (zombie.url("leases"), zombie.url("tasks"));
-    // Long bounds: the shutdown, not the reply deadline, ends the wait.
+    // A reply deadline (31 s) past the test client's patience (10 s): an answer can only come
+    // from the session's end.
     let patient = [
         ("DATABASE_CONNECT_TIMEOUT_MS", "5000"),
         ("DATABASE_STATEMENT_TIMEOUT_MS", "30000"),
@@ -310,23 +321,16 @@ async fn the_services_answer_503_for_a_write_whose_commit_is_ended() {
     // The setting is the server's: both databases' commits wait from here on.
     strand_commits(&lease_url).await;
 
-    let ended = tokio::spawn(end_waiting_commit(lease_url.clone(), "%leases%"));
-    let acquired = leases.post("/api/leases", &lease("ended")).await;
-    ended.await.unwrap();
+    let acquired =
+        with_waiting_commits_ended(&lease_url, leases.post("/api/leases", &lease("ended"))).await;
     assert_eq!(
         acquired.status, 503,
         "an acquisition whose commit was ended: {}",
         acquired.body
     );
 
-    let ended = tokio::spawn(end_waiting_commit(task_url.clone(), "%tasks%"));
-    let created = tasks
-        .post(
-            "/api/tasks",
-            &json!({"task_data": {"sleep_duration_seconds": 0}}),
-        )
-        .await;
-    ended.await.unwrap();
+    let create = json!({"task_data": {"sleep_duration_seconds": 0}});
+    let created = with_waiting_commits_ended(&task_url, tasks.post("/api/tasks", &create)).await;
     assert_eq!(
         created.status, 503,
         "a create whose commit was ended: {}",
