@@ -53,6 +53,18 @@ async fn acquire_until_served(svc: &Service, resource: &str) -> usize {
     );
 }
 
+/// A private server of the test's own (one it may break), with `databases` on it.
+async fn own_server(databases: &[&str]) -> PrivatePostgres {
+    let server = tokio::task::spawn_blocking(PrivatePostgres::start_ephemeral_crash_safe)
+        .await
+        .unwrap()
+        .unwrap();
+    for database in databases {
+        server.create_database(database).await.unwrap();
+    }
+    server
+}
+
 /// Makes the server at `url` a primary whose commits wait for a synchronous standby that does
 /// not exist: every write commits locally and is never acknowledged, as on a zombie primary.
 async fn strand_commits(url: &str) {
@@ -130,14 +142,10 @@ async fn a_host_that_freezes_mid_flight_costs_503s_then_the_next_host_serves() {
 async fn a_primary_that_cannot_commit_answers_503_and_the_next_host_serves() {
     // The zombie: a server of its own, whose commits wait for a standby that never comes
     // (`synchronous_commit=on`, as a formation's primary has it).
-    let zombie = tokio::task::spawn_blocking(PrivatePostgres::start_ephemeral_crash_safe)
-        .await
-        .unwrap()
-        .unwrap();
     // Both hosts hold a database of one name, as a formation's nodes do.
     let healthy_url = fresh_database().await;
     let name = healthy_url.rsplit_once('/').unwrap().1;
-    zombie.create_database(name).await.unwrap();
+    let zombie = own_server(&[name]).await;
     let zombie_url = zombie.url(name);
     let url = hosts(&healthy_url, &[zombie.port(), port_of(&healthy_url)]);
     // The service migrates the first; the second is as a promoted standby would be.
@@ -268,11 +276,7 @@ async fn with_waiting_commits_ended<T>(url: &str, write: impl Future<Output = T>
 async fn a_write_whose_commit_is_ended_by_a_shutdown_is_not_reported_done() {
     use diesel_async::{AsyncConnection, AsyncPgConnection};
     use leasehold::server::db::OneRow;
-    let server = tokio::task::spawn_blocking(PrivatePostgres::start_ephemeral_crash_safe)
-        .await
-        .unwrap()
-        .unwrap();
-    server.create_database("writes").await.unwrap();
+    let server = own_server(&["writes"]).await;
     let url = server.url("writes");
     execute(&url, "CREATE TABLE t (x integer)").await;
     let insert = || diesel::sql_query("INSERT INTO t VALUES (1) RETURNING x");
@@ -303,12 +307,7 @@ async fn a_write_whose_commit_is_ended_by_a_shutdown_is_not_reported_done() {
 /// are ended by a shutdown are answered 503, never as done.
 #[tokio::test]
 async fn the_services_answer_503_for_a_write_whose_commit_is_ended() {
-    let zombie = tokio::task::spawn_blocking(PrivatePostgres::start_ephemeral_crash_safe)
-        .await
-        .unwrap()
-        .unwrap();
-    zombie.create_database("leases").await.unwrap();
-    zombie.create_database("tasks").await.unwrap();
+    let zombie = own_server(&["leases", "tasks"]).await;
     let (lease_url, task_url) = (zombie.url("leases"), zombie.url("tasks"));
     // A reply deadline (31 s) past the test client's patience (10 s): an answer can only come
     // from the session's end.
@@ -359,11 +358,7 @@ fn as_server_user(program: std::path::PathBuf) -> std::process::Command {
 async fn a_former_primary_is_refused_once_its_successor_has_been_seen() {
     use leasehold::server::database::{Database, Timeouts};
     use leasehold_local::postgres::find_server_binaries;
-    let old = tokio::task::spawn_blocking(PrivatePostgres::start_ephemeral_crash_safe)
-        .await
-        .unwrap()
-        .unwrap();
-    old.create_database("app").await.unwrap();
+    let old = own_server(&["app"]).await;
     let bindir = find_server_binaries().unwrap();
     let standby_dir = old
         .data_dir()
