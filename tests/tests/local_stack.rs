@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 use leasehold::generator::StartGenerator;
 use leasehold::tasks::TaskStatus;
 use leasehold_local::process::pid_alive;
-use leasehold_local::stack::READY_BANNER;
+use leasehold_local::stack::{
+    GENERATOR_DEFAULT_RATE_PER_SECOND, GENERATOR_DEFAULT_SLEEP_SECONDS, READY_BANNER,
+};
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 use tests::{
@@ -329,6 +331,26 @@ async fn ready_banner_names_the_dashboard_and_the_cli_and_files_get_no_colours()
         .output()
         .unwrap();
     assert!(listed.status.success(), "{listed:?}");
+
+    // The banner says what a started generator makes, and says it right: task-service's own
+    // defaults, which the stack's workers are sized to keep up with.
+    let settings = task_client(&format!("http://127.0.0.1:{task_port}"), None)
+        .generator_status()
+        .await
+        .unwrap()
+        .settings;
+    let (shortest, longest) = GENERATOR_DEFAULT_SLEEP_SECONDS;
+    assert_eq!(
+        (
+            settings.rate_per_second,
+            settings.min_sleep_seconds,
+            settings.max_sleep_seconds
+        ),
+        (GENERATOR_DEFAULT_RATE_PER_SECOND, shortest, longest)
+    );
+    let work =
+        format!("makes {GENERATOR_DEFAULT_RATE_PER_SECOND} task/s of {shortest}–{longest} s");
+    assert!(banner.contains(&work), "{work:?} in {banner}");
 
     assert_eq!(stack.interrupt_and_wait().await, 0, "{}", stack.tail());
     let output = stack.output();

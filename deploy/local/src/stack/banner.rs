@@ -7,8 +7,8 @@ use crate::postgres::redact_url;
 
 use super::config::StackConfig;
 use super::{
-    CLI_BINARY, DATABASES, DEFAULT_LEASE_SERVICE_PORT, DEFAULT_TASK_SERVICE_PORT, READY_BANNER,
-    Stack,
+    CLI_BINARY, DATABASES, DEFAULT_LEASE_SERVICE_PORT, DEFAULT_TASK_SERVICE_PORT,
+    GENERATOR_DEFAULT_RATE_PER_SECOND, GENERATOR_DEFAULT_SLEEP_SECONDS, READY_BANNER, Stack,
 };
 
 impl Stack {
@@ -80,6 +80,18 @@ impl Stack {
             "  {:<16} {cli}{} tasks list\n",
             "CLI",
             self.bin_dir.join(CLI_BINARY).display()
+        ));
+        let (shortest, longest) = GENERATOR_DEFAULT_SLEEP_SECONDS;
+        text.push_str(&format!(
+            "  {:<16} {} × {} slots; a started generator makes {} task/s of {}–{} s sleeps \
+             (curl -X POST http://127.0.0.1:{}/api/generator/start)\n",
+            "work",
+            config.workers,
+            config.worker_concurrency,
+            GENERATOR_DEFAULT_RATE_PER_SECOND,
+            shortest,
+            longest,
+            config.task_service_port
         ));
         for running in &self.children {
             if !self.endpoints.iter().any(|e| e.label == running.label) {

@@ -18,9 +18,10 @@ use crate::process::spawn_group_tied_to_process;
 use super::config::{ServiceSpec, StackConfig};
 use super::{CLI_PACKAGE, POLL_INTERVAL};
 
-/// `$CARGO build --bins -p PKG...` in this binary's profile.
-pub(super) async fn build(config: &StackConfig, services: &[ServiceSpec]) -> anyhow::Result<()> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
+/// `cargo`'s arguments that build every binary the stack runs, in this binary's profile: what
+/// [`build`] runs, and what the advice for a binary that is not built names, so that the two
+/// cannot disagree.
+pub fn build_args(services: &[ServiceSpec]) -> Vec<String> {
     let mut args = vec!["build".to_owned(), "--bins".to_owned()];
     for package in build_packages(services) {
         args.push("-p".to_owned());
@@ -29,6 +30,13 @@ pub(super) async fn build(config: &StackConfig, services: &[ServiceSpec]) -> any
     if !cfg!(debug_assertions) {
         args.push("--release".to_owned());
     }
+    args
+}
+
+/// `$CARGO build --bins -p PKG...` in this binary's profile.
+pub(super) async fn build(config: &StackConfig, services: &[ServiceSpec]) -> anyhow::Result<()> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
+    let args = build_args(services);
     let shown = format!("cargo {}", args.join(" "));
     tracing::info!("building the services and the CLI: {shown}");
     let mut command = Command::new(&cargo);
@@ -44,7 +52,7 @@ pub(super) async fn build(config: &StackConfig, services: &[ServiceSpec]) -> any
     })?;
     ensure!(
         status.success(),
-        "`{shown}` failed ({status}) in {}; fix the errors above, or use --no-build to run the binaries already built",
+        "`{shown}` failed ({status}) in {}; fix the errors above (--no-build runs binaries built before, if there are any)",
         config.workspace_root.display()
     );
     Ok(())
@@ -103,7 +111,7 @@ pub(super) async fn run_to_end(command: Command) -> io::Result<std::process::Exi
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stack::services;
+    use crate::stack::{CLI_BINARY, services};
 
     #[test]
     fn clients_stop_before_the_services_they_use_and_the_cli_is_built() {
@@ -124,5 +132,62 @@ mod tests {
         for service in &table {
             assert!(packages.contains(service.package), "{packages:?}");
         }
+    }
+
+    /// A package renamed in its `Cargo.toml` but not here made the README's first command fail
+    /// on a fresh clone (`package ID specification `worker` did not match any packages`), and
+    /// only a build could tell: so ask cargo what the workspace holds, and which binaries.
+    #[test]
+    fn every_package_and_binary_the_stack_builds_is_in_the_workspace() {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
+        let output = Command::new(cargo)
+            .args([
+                "metadata",
+                "--no-deps",
+                "--format-version",
+                "1",
+                "--offline",
+            ])
+            .current_dir(crate::stack::workspace_root())
+            .output()
+            .expect("cargo metadata runs");
+        assert!(output.status.success(), "{output:?}");
+        let metadata: serde_json::Value =
+            serde_json::from_slice(&output.stdout).expect("cargo metadata prints JSON");
+        let packages = metadata["packages"].as_array().expect("a package list");
+        let binaries_of = |name: &str| -> Option<Vec<String>> {
+            let package = packages.iter().find(|p| p["name"] == name)?;
+            Some(
+                package["targets"]
+                    .as_array()?
+                    .iter()
+                    .filter(|t| {
+                        t["kind"]
+                            .as_array()
+                            .is_some_and(|k| k.contains(&"bin".into()))
+                    })
+                    .filter_map(|t| t["name"].as_str().map(str::to_owned))
+                    .collect(),
+            )
+        };
+        let config = StackConfig::new();
+        let table = services(&config, &config.databases());
+        for package in build_packages(&table) {
+            assert!(
+                binaries_of(package).is_some(),
+                "the stack builds `{package}`, which is no package of the workspace"
+            );
+        }
+        for service in &table {
+            let binaries = binaries_of(service.package).unwrap_or_default();
+            assert!(
+                binaries.iter().any(|b| b == service.binary),
+                "the stack runs `{}`, which package `{}` does not build (it builds {binaries:?})",
+                service.binary,
+                service.package
+            );
+        }
+        let cli = binaries_of(CLI_PACKAGE).unwrap_or_default();
+        assert!(cli.iter().any(|b| b == CLI_BINARY), "{cli:?}");
     }
 }

@@ -216,7 +216,7 @@ pub fn services(config: &StackConfig, databases: &Databases) -> Vec<ServiceSpec>
         },
         ServiceSpec {
             binary: "worker",
-            package: "worker",
+            package: "leasehold-worker",
             args: Vec::new(),
             migrate_args: None,
             env: vec![
@@ -265,6 +265,7 @@ pub(super) fn with_search_path(url: &str, schema: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::stack::{GENERATOR_DEFAULT_RATE_PER_SECOND, GENERATOR_DEFAULT_SLEEP_SECONDS};
 
     #[test]
     fn private_database_urls() {
@@ -303,6 +304,19 @@ mod tests {
         assert_eq!(
             config.databases().tasks,
             "postgres://db/x?sslmode=disable&options=-csearch_path%3Dleasehold_tasks"
+        );
+    }
+
+    /// Little's law at the worst: every generated task sleeping the longest still finds a free
+    /// slot, so the default stack never builds a backlog that only grows.
+    #[test]
+    fn the_default_workers_keep_up_with_the_default_generator() {
+        let config = StackConfig::new();
+        let slots = f64::from(config.workers) * f64::from(config.worker_concurrency);
+        let busy = GENERATOR_DEFAULT_RATE_PER_SECOND * GENERATOR_DEFAULT_SLEEP_SECONDS.1;
+        assert!(
+            slots >= busy,
+            "{slots} slots for {busy} tasks in flight at the generator's defaults"
         );
     }
 

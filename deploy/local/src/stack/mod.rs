@@ -27,8 +27,8 @@ use tokio::signal::unix::{SignalKind, signal};
 use crate::postgres::formation::Formation;
 use crate::postgres::{PrivatePostgres, redact_url};
 
-pub use self::build::build_packages;
 use self::build::{build, migrate};
+pub use self::build::{build_args, build_packages};
 pub use self::children::http_get_status;
 pub use self::config::{Databases, Listen, ServiceSpec, StackConfig, services, workspace_root};
 
@@ -46,8 +46,17 @@ pub const DEFAULT_GENERATOR_METRICS_PORT: u16 = 9201;
 pub const DEFAULT_GENERATORS: u16 = 2;
 /// Default number of worker processes (`LEASEHOLD_WORKERS`).
 pub const DEFAULT_WORKERS: u16 = 2;
-/// Default tasks in flight per worker process (`LEASEHOLD_WORKER_CONCURRENCY`).
-pub const DEFAULT_WORKER_CONCURRENCY: u16 = 2;
+/// Default tasks in flight per worker process (`LEASEHOLD_WORKER_CONCURRENCY`). The default
+/// workers keep up with the generator's defaults even when every task sleeps the longest: at
+/// 2 × 2 slots, a started generator built a backlog that never ended, which looked like a
+/// fault to anyone trying the stack.
+pub const DEFAULT_WORKER_CONCURRENCY: u16 = 8;
+/// What a started generator makes until told otherwise: task-service's defaults (its
+/// `generator_settings` migration), restated here for the banner and for sizing the workers
+/// above; `tests/tests/local_stack.rs` checks them against a fresh task-service.
+pub const GENERATOR_DEFAULT_RATE_PER_SECOND: f64 = 1.0;
+/// The shortest and longest sleep of a generated task, by default.
+pub const GENERATOR_DEFAULT_SLEEP_SECONDS: (f64, f64) = (1.0, 10.0);
 /// Database of the lease-service.
 pub const LEASES_DATABASE: &str = "leasehold_leases";
 /// Database of the task-service.
@@ -204,10 +213,10 @@ impl Stack {
             let binary = bin_dir.join(service.binary);
             ensure!(
                 binary.is_file(),
-                "{} not found; build it with `cargo build --bins -p {}` (or drop --no-build), \
+                "{} not found; build the stack with `cargo {}` (or drop --no-build), \
                  or point LEASEHOLD_BIN_DIR at the directory holding it",
                 binary.display(),
-                service.package
+                build_args(&services).join(" ")
             );
             if let Some(args) = &service.migrate_args {
                 migrate(service, &binary, args).await?;
