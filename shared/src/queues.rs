@@ -62,6 +62,11 @@ pub struct RateLimit {
 /// Largest rate (tasks per second) and burst accepted.
 pub const MAX_RATE: f64 = 1_000_000.0;
 
+/// Smallest rate accepted: one task a day. Below it a bucket's refill (rate × seconds) can
+/// underflow the database's float8, which raises instead of rounding to zero; task-service's
+/// `queues` table holds the same bound as a constraint.
+pub const MIN_RATE: f64 = 1.0 / 86_400.0;
+
 /// Largest concurrency limit accepted.
 pub const MAX_CONCURRENCY_LIMIT: i32 = 1_000_000;
 

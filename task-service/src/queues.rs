@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use leasehold::queues::{
-    MAX_CONCURRENCY_LIMIT, MAX_RATE, QueueSettings, QueueState, Queues, RateLimit,
+    MAX_CONCURRENCY_LIMIT, MAX_RATE, MIN_RATE, QueueSettings, QueueState, Queues, RateLimit,
 };
 use leasehold::server::{ApiError, validate_name_within};
 use leasehold::tasks::{MAX_QUEUE_BYTES, TaskCounts};
@@ -57,12 +57,13 @@ pub async fn set_limits(
         }
     }
     if let Some(rate) = settings.rate_limit {
-        if !(rate.per_second > 0.0 && rate.per_second <= MAX_RATE) {
+        if !(MIN_RATE..=MAX_RATE).contains(&rate.per_second) {
             return Err(ApiError::invalid(
                 "invalid_field",
                 "rate_limit",
                 format!(
-                    "rate_limit.per_second must be above 0 and at most {MAX_RATE}, got {}",
+                    "rate_limit.per_second must be between {MIN_RATE:e} (one task a day) and \
+                     {MAX_RATE}, got {}",
                     rate.per_second
                 ),
             ));

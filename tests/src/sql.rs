@@ -26,8 +26,17 @@ pub async fn snapshot(database_url: &str, table: &str) -> Vec<String> {
 
 /// Runs one SQL statement on the database (to age rows, corrupt state on purpose, ...).
 pub async fn execute(database_url: &str, sql: &str) -> usize {
+    try_execute(database_url, sql).await.unwrap()
+}
+
+/// Runs one SQL statement that the database may refuse (a constraint a test proves): the rows
+/// it touched, or the database's error.
+pub async fn try_execute(database_url: &str, sql: &str) -> Result<usize, String> {
     let mut conn = AsyncPgConnection::establish(database_url).await.unwrap();
-    diesel::sql_query(sql).execute(&mut conn).await.unwrap()
+    diesel::sql_query(sql)
+        .execute(&mut conn)
+        .await
+        .map_err(|err| err.to_string())
 }
 
 /// The rows of a query as JSON objects (each column by its name).

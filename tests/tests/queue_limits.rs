@@ -642,3 +642,70 @@ async fn drained_within_limits(
     );
     report
 }
+
+/// A rate of 5e-324 tasks per second was accepted, and its bucket's refill then underflowed
+/// float8: every claim that read the bucket, of this queue or of any, answered 500. Rates below
+/// one task a day are refused, the table holds the same bound, and the slowest accepted rate
+/// serves claims, spent twice in a row, of its queue and of every queue.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rate_below_one_a_day_is_refused_and_the_slowest_accepted_fails_no_claim() {
+    let lease_db = fresh_database().await;
+    let task_db = fresh_database().await;
+    let leases = Service::lease_service(&lease_db, &[]).await;
+    let tasks = Service::task_service(&task_db, &leases.base_url(), &[]).await;
+
+    let before = snapshot(&task_db, "queues").await;
+    for per_second in [
+        5e-324,
+        1e-300,
+        -0.0,
+        0.0,
+        1e-6,
+        1.0 / 86_400.0 * 0.999,
+        1e308,
+    ] {
+        let body = json!({"rate_limit": {"per_second": per_second, "burst": 100}});
+        let answer = tasks.put("/api/queues/sub", &body).await;
+        assert_eq!(
+            (answer.status, answer.code()),
+            (400, "invalid_field"),
+            "{body}"
+        );
+    }
+    assert_eq!(
+        before,
+        snapshot(&task_db, "queues").await,
+        "nothing written"
+    );
+
+    let slowest = json!({"rate_limit": {"per_second": leasehold::queues::MIN_RATE, "burst": 100}});
+    let set = tasks.put("/api/queues/sub", &slowest).await;
+    assert_eq!(set.status, 200, "{:?}", set.body);
+    // What the API refuses, the table refuses too: no row can make the refill raise.
+    let forced = tests::try_execute(
+        &task_db,
+        "UPDATE queues SET rate_per_second = 5e-324 WHERE queue = 'sub'",
+    )
+    .await;
+    assert!(
+        forced.is_err_and(|err| err.contains("queues_rate_per_second_range")),
+        "the table took a rate below one a day"
+    );
+
+    for queue in ["sub", "sub", "sub", "other", "other"] {
+        let created = tasks
+            .post("/api/tasks", &json!({"task_data": {}, "queue": queue}))
+            .await;
+        assert_eq!(created.status, 201);
+    }
+    // Claims right after a spend are those whose refill is smallest.
+    for claim in [
+        json!({"processor": "p", "queue": "sub"}),
+        json!({"processor": "p", "queue": "sub"}),
+        json!({"processor": "p", "queue": "other"}),
+        json!({"processor": "p", "limit": 5}),
+    ] {
+        let answer = tasks.post("/api/tasks/next", &claim).await;
+        assert_eq!(answer.status, 202, "{claim}: {:?}", answer.body);
+    }
+}

@@ -227,6 +227,11 @@ pub struct Tokens {
 /// statement of its own, for the reason given there). They are judged at the statement's
 /// start, not the transaction's (`now()`): a claim that waited for the lock behind another
 /// must not count the time it waited as time the bucket refilled.
+///
+/// float8 arithmetic raises on underflow and overflow rather than rounding, and one raise here
+/// fails every claim that reads the bucket, of any queue. So the refill multiplies a rate of at
+/// least one a day (the table's constraint) by at most the seconds that fill the burst: the
+/// product is 0 or above 1e-11 (timestamps count microseconds), and never above the burst.
 pub async fn tokens(conn: &mut Db, queues: &[&str]) -> Result<Vec<Tokens>> {
     let span = leasehold::db_span!("SELECT", "queues");
     async move {
@@ -235,9 +240,11 @@ pub async fn tokens(conn: &mut Db, queues: &[&str]) -> Result<Vec<Tokens>> {
                     CASE WHEN rate_at IS NULL THEN rate_burst::float8
                          WHEN statement_timestamp() < rate_at THEN -1
                          ELSE least(rate_burst::float8,
-                                    rate_tokens + rate_per_second
-                                                  * extract(epoch FROM statement_timestamp()
-                                                                       - rate_at))
+                                    rate_tokens
+                                    + rate_per_second
+                                      * least(extract(epoch FROM statement_timestamp()
+                                                                 - rate_at)::float8,
+                                              rate_burst / rate_per_second))
                     END AS available
              FROM queues WHERE queue = ANY($1) AND rate_per_second IS NOT NULL",
         )
