@@ -348,19 +348,31 @@ pub struct FailTask {
 pub const MAX_BULK: i64 = 1_000;
 
 /// The filter of a bulk operation: the tasks that match every field given, oldest id first, at
-/// most `limit` ([`MAX_BULK`] by default) per call. Tasks that another request holds at that
-/// moment (a claim, a completion) are skipped, so an operator repeats the call until it
-/// touches none.
+/// most `limit` ([`MAX_BULK`] by default) per call. Each field the task listings take narrows
+/// it exactly as it narrows a listing, and a field it does not know is refused (400), never
+/// ignored: an ignored filter widens an irreversible operation to every task. Tasks that
+/// another request holds at that moment (a claim, a completion) are skipped, so an operator
+/// repeats the call until it touches none.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct BulkTasks {
     /// One status the operation allows (each has its own set and default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<TaskStatus>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<String>,
+    /// Only tasks last claimed by this processor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub processor: Option<String>,
+    /// Only tasks with this concurrency key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
     /// At most [`MAX_BULK`] ids.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ids: Option<Vec<i64>>,
+    /// Only tasks created at or after this instant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_after: Option<DateTime<Utc>>,
     /// Only tasks created before this instant.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_before: Option<DateTime<Utc>>,

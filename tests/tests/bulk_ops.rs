@@ -95,6 +95,31 @@ impl Stack {
         answer.body["touched"].as_u64().unwrap()
     }
 
+    /// The ids of the finished tasks (or of `filter`'s status) a listing with `filter` shows.
+    async fn finished(&self, filter: Value) -> Vec<i64> {
+        let mut query = vec![("limit".to_owned(), "100".to_owned())];
+        if filter.get("status").is_none() {
+            query.push(("status".to_owned(), "succeeded,dead,cancelled".to_owned()));
+        }
+        for (field, value) in filter.as_object().unwrap() {
+            query.push((field.clone(), value.as_str().unwrap().to_owned()));
+        }
+        let url = reqwest::Url::parse_with_params("http://listing/api/tasks", &query).unwrap();
+        let listed = self
+            .tasks
+            .get(&format!("{}?{}", url.path(), url.query().unwrap()))
+            .await;
+        assert_eq!(listed.status, 200, "{filter}: {:?}", listed.body);
+        let mut ids: Vec<i64> = listed.body["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|task| task["id"].as_i64().unwrap())
+            .collect();
+        ids.sort_unstable();
+        ids
+    }
+
     async fn task(&self, id: i64) -> Value {
         self.tasks.get(&format!("/api/tasks/{id}")).await.body["task"].clone()
     }
@@ -218,6 +243,23 @@ async fn bulk_operations_refuse_what_they_must_not_touch_and_write_nothing() {
         ("retry", json!({"ids": too_many}), 400, "too_many_ids"),
         ("retry", json!({"queue": ""}), 400, "invalid_field"),
         ("retry", json!({"status": "asleep"}), 400, "invalid_field"),
+        // A field a bulk operation does not know is refused, never ignored: ignored, it
+        // widened the operation to every task.
+        ("delete", json!({"bogus": 1}), 400, "invalid_field"),
+        ("delete", json!({"processors": "w"}), 400, "invalid_field"),
+        (
+            "cancel",
+            json!({"queue": "mail", "prio": 1}),
+            400,
+            "invalid_field",
+        ),
+        ("retry", json!({"processor": ""}), 400, "invalid_field"),
+        (
+            "retry",
+            json!({"created_after": "soon"}),
+            400,
+            "invalid_field",
+        ),
     ] {
         let path = format!("/api/tasks/{operation}");
         let answer = s.send(OPERATOR, "POST", &path, &body).await;
@@ -233,6 +275,92 @@ async fn bulk_operations_refuse_what_they_must_not_touch_and_write_nothing() {
         .await;
     assert_eq!(refused.status, 403, "{:?}", refused.body);
     assert_eq!(snapshot(&s.task_db, "tasks").await, before);
+}
+
+/// Every field the listings take narrows a bulk operation exactly as it narrows the listing: a
+/// bulk delete once ignored `processor`, `key` and `created_after`, and deleted every finished
+/// task. Each filter below deletes exactly the tasks the listing showed for it, and no other.
+#[tokio::test]
+async fn a_bulk_operation_touches_exactly_what_the_same_filter_lists() {
+    let s = stack().await;
+    // Finished tasks of two queues, two processors and two keys (and none), created over time.
+    for (queue, processor, key, ends) in [
+        ("qa", "procA", Some("k1"), "fail"),
+        ("qa", "procB", Some("k2"), "complete"),
+        ("qb", "procA", None, "complete"),
+        ("qb", "procB", Some("k1"), "fail"),
+        ("qa", "procA", None, "complete"),
+        ("qb", "procA", Some("k2"), "fail"),
+        ("qa", "procB", Some("k1"), "complete"),
+        ("qb", "procB", None, "fail"),
+    ] {
+        let mut body = json!({"task_data": {}, "queue": queue, "max_attempts": 1});
+        if let Some(key) = key {
+            body["concurrency_key"] = json!(key);
+        }
+        let created = s.send(PRODUCER, "POST", "/api/tasks", &body).await;
+        assert_eq!(created.status, 201, "{:?}", created.body);
+        let claim = json!({"processor": processor, "queue": queue, "limit": 1});
+        let claimed = s.send(WORKER, "POST", "/api/tasks/next", &claim).await;
+        assert_eq!(claimed.status, 202, "{:?}", claimed.body);
+        let task = &claimed.body[0];
+        let (path, end) = if ends == "fail" {
+            (
+                "fail",
+                json!({"processor": processor, "fence": task["fence"], "error": "no", "retryable": false}),
+            )
+        } else {
+            (
+                "complete",
+                json!({"processor": processor, "fence": task["fence"], "task_output": {}}),
+            )
+        };
+        let ended = s
+            .send(
+                WORKER,
+                "PUT",
+                &format!("/api/tasks/{}/{path}", task["id"]),
+                &end,
+            )
+            .await;
+        assert_eq!(ended.status, 202, "{:?}", ended.body);
+    }
+    let all = s.finished(json!({})).await;
+    assert_eq!(all.len(), 8);
+    let middle = s.task(all[4]).await["createdAt"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for filter in [
+        json!({"queue": "qa", "processor": "procA"}),
+        json!({"key": "k1"}),
+        json!({"processor": "procB", "status": "dead"}),
+        json!({"created_after": middle}),
+        json!({"created_before": middle, "queue": "qb"}),
+        json!({"processor": "nobody"}),
+        json!({}),
+    ] {
+        let listed = s.finished(filter.clone()).await;
+        let before = s.finished(json!({})).await;
+        let touched = s.bulk("delete", filter.clone()).await;
+        let after = s.finished(json!({})).await;
+        let deleted: Vec<i64> = before
+            .into_iter()
+            .filter(|id| !after.contains(id))
+            .collect();
+        assert_eq!(
+            deleted, listed,
+            "{filter}: deleted what the listing did not show"
+        );
+        assert_eq!(touched, listed.len() as u64, "{filter}");
+    }
+    assert!(s.finished(json!({})).await.is_empty());
+
+    // Cancel narrows pending tasks the same way: a processor none of them has touches none.
+    s.create("qa", 2).await;
+    assert_eq!(s.bulk("cancel", json!({"processor": "procA"})).await, 0);
+    assert_eq!(s.bulk("cancel", json!({"key": "k9"})).await, 0);
+    assert_eq!(s.bulk("cancel", json!({"queue": "qa"})).await, 2);
 }
 
 #[tokio::test]

@@ -39,7 +39,7 @@ pub use queues::{
     queue_rows, running_counts, set_limits, set_paused, spend_tokens, tokens, wake_later,
 };
 pub use read::{
-    ListFilter, OldestDue, Processor, QueueCount, QueueMoves, TaskEvent, ThroughputBucket, counts,
+    OldestDue, Processor, QueueCount, QueueMoves, TaskEvent, TaskFilter, ThroughputBucket, counts,
     events, find, list, oldest_due, processors, throughput,
 };
 pub use retention::{prune_history, sweep};

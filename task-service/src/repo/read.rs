@@ -2,6 +2,8 @@
 //! history, and the health ping.
 
 use chrono::{DateTime, Utc};
+use diesel::pg::Pg;
+use diesel::query_builder::{BoxedSqlQuery, SqlQuery};
 use diesel::sql_types::{Array, BigInt, Double, Integer, Nullable, Text, Timestamptz};
 use diesel::{OptionalExtension, QueryableByName};
 use diesel_async::RunQueryDsl;
@@ -36,32 +38,73 @@ struct SizedRow {
     page_rows: i64,
 }
 
-/// A listing page in `page`'s order past its cursor, filtered by statuses and queue, and cut
-/// where its JSON would pass `max_bytes` (its first row always comes). Counting in the database
-/// is what bounds memory: a page of large tasks is never loaded into this process only to be cut
-/// here. Answers the rows and whether the size bound cut the page short.
-/// What a listing keeps: every field given must match.
-#[derive(Debug, Clone, Copy)]
-pub struct ListFilter<'a> {
-    pub statuses: &'a [TaskStatus],
+/// Which tasks a listing shows and a bulk operation touches: every field given must match. One
+/// type and one piece of SQL for both, so that an operator's "retry what this listing shows"
+/// touches exactly what it showed (a bulk delete once ignored the processor it was given, and
+/// deleted every processor's tasks).
+#[derive(Debug, Clone)]
+pub struct TaskFilter<'a> {
+    pub statuses: Vec<TaskStatus>,
     pub queue: Option<&'a str>,
+    /// Only tasks last claimed by this processor.
     pub processor: Option<&'a str>,
+    /// Only tasks with this concurrency key.
     pub key: Option<&'a str>,
+    /// Only tasks created in `[created_after, created_before)`.
     pub created_after: Option<DateTime<Utc>>,
     pub created_before: Option<DateTime<Utc>>,
 }
 
+impl TaskFilter<'_> {
+    /// How many values [`TaskFilter::bind`] binds.
+    pub const VALUES: usize = 6;
+
+    /// The filter's conditions on `tasks`, with its values bound as `$first` and the
+    /// [`TaskFilter::VALUES`] after it, in [`TaskFilter::bind`]'s order.
+    pub fn sql(first: usize) -> String {
+        let [status, queue, processor, key, after, before] =
+            [0, 1, 2, 3, 4, 5].map(|i| format!("${}", first + i));
+        format!(
+            "status = ANY({status}) AND ({queue}::text IS NULL OR queue = {queue})
+             AND ({processor}::text IS NULL OR processor = {processor})
+             AND ({key}::text IS NULL OR concurrency_key = {key})
+             AND ({after}::timestamptz IS NULL OR created_at >= {after})
+             AND ({before}::timestamptz IS NULL OR created_at < {before})"
+        )
+    }
+
+    /// `query` with the filter's values bound next, in the order [`TaskFilter::sql`] names them.
+    pub fn bind<'f>(
+        &'f self,
+        query: BoxedSqlQuery<'f, Pg, SqlQuery>,
+    ) -> BoxedSqlQuery<'f, Pg, SqlQuery> {
+        let statuses: Vec<&'static str> = self.statuses.iter().map(|s| s.as_str()).collect();
+        query
+            .bind::<Array<Text>, _>(statuses)
+            .bind::<Nullable<Text>, _>(self.queue)
+            .bind::<Nullable<Text>, _>(self.processor)
+            .bind::<Nullable<Text>, _>(self.key)
+            .bind::<Nullable<Timestamptz>, _>(self.created_after)
+            .bind::<Nullable<Timestamptz>, _>(self.created_before)
+    }
+}
+
+/// A listing page in `page`'s order past its cursor, of the tasks `filter` keeps, and cut
+/// where its JSON would pass `max_bytes` (its first row always comes). Counting in the database
+/// is what bounds memory: a page of large tasks is never loaded into this process only to be cut
+/// here. Answers the rows and whether the size bound cut the page short.
 pub async fn list(
     conn: &mut Db,
-    filter: &ListFilter<'_>,
+    filter: &TaskFilter<'_>,
     page: Page,
     max_bytes: i64,
 ) -> Result<(Vec<TaskRow>, bool)> {
     let span = leasehold::db_span!("SELECT", "tasks");
     async move {
-        let statuses: Vec<&str> = filter.statuses.iter().map(|s| s.as_str()).collect();
         let (order, past) = page.order.sql();
-        let sized: Vec<SizedRow> = diesel::sql_query(format!(
+        let matching = TaskFilter::sql(1);
+        let [past_id, fetch, bytes] = [0, 1, 2].map(|i| format!("${}", TaskFilter::VALUES + 1 + i));
+        let query = diesel::sql_query(format!(
             "SELECT {COLUMNS}, page_rows FROM (
              SELECT page.*, count(*) OVER () AS page_rows,
                     sum(octet_length(task_data::text)
@@ -69,27 +112,20 @@ pub async fn list(
                         + coalesce(octet_length(last_error), 0)) OVER (w) AS upto,
                     row_number() OVER (w) AS n
              FROM (SELECT {COLUMNS} FROM tasks
-                   WHERE status = ANY($1) AND ($2::text IS NULL OR queue = $2) AND id {past} $3
-                     AND ($6::text IS NULL OR processor = $6)
-                     AND ($7::text IS NULL OR concurrency_key = $7)
-                     AND ($8::timestamptz IS NULL OR created_at >= $8)
-                     AND ($9::timestamptz IS NULL OR created_at < $9)
-                   {order} LIMIT $4) AS page
+                   WHERE {matching} AND id {past} {past_id}
+                   {order} LIMIT {fetch}) AS page
              WINDOW w AS ({order})
          ) AS sized
-         WHERE n = 1 OR upto <= $5 {order}"
+         WHERE n = 1 OR upto <= {bytes} {order}"
         ))
-        .bind::<Array<Text>, _>(statuses)
-        .bind::<Nullable<Text>, _>(filter.queue)
-        .bind::<BigInt, _>(page.past_id())
-        .bind::<BigInt, _>(page.fetch())
-        .bind::<BigInt, _>(max_bytes)
-        .bind::<Nullable<Text>, _>(filter.processor)
-        .bind::<Nullable<Text>, _>(filter.key)
-        .bind::<Nullable<Timestamptz>, _>(filter.created_after)
-        .bind::<Nullable<Timestamptz>, _>(filter.created_before)
-        .load(conn)
-        .await?;
+        .into_boxed::<Pg>();
+        let sized: Vec<SizedRow> = filter
+            .bind(query)
+            .bind::<BigInt, _>(page.past_id())
+            .bind::<BigInt, _>(page.fetch())
+            .bind::<BigInt, _>(max_bytes)
+            .load(conn)
+            .await?;
         let read = sized.as_slice().first().map_or(0, |first| first.page_rows);
         let cut = i64::try_from(sized.len()).unwrap_or(i64::MAX) < read;
         Ok((sized.into_iter().map(|sized| sized.task).collect(), cut))

@@ -4,11 +4,12 @@
 //! one long lock; each is the bulk form of an operation that exists for one task, and does to
 //! each task what that does.
 
-use leasehold::server::{ApiError, validate_name_within, validate_timestamp};
-use leasehold::tasks::{BulkResult, BulkTasks, MAX_BULK, MAX_QUEUE_BYTES, TaskStatus};
+use leasehold::server::ApiError;
+use leasehold::tasks::{BulkResult, BulkTasks, MAX_BULK, TaskStatus};
 
 use super::Engine;
-use crate::repo::{self, BulkFilter, Db};
+use super::read::check_filter;
+use crate::repo::{self, BulkFilter, Db, TaskFilter};
 
 /// What one bulk operation may touch: the statuses it allows, and those it takes by default.
 struct Allowed {
@@ -42,10 +43,11 @@ const DELETE: Allowed = Allowed {
     ],
 };
 
-/// The request checked against what `allowed` permits, before anything is written.
+/// The request checked against what `allowed` permits, before anything is written. Its task
+/// fields are checked as a listing's are ([`super::read::check_filter`]).
 fn filter<'r>(request: &'r BulkTasks, allowed: &Allowed) -> Result<BulkFilter<'r>, ApiError> {
-    let statuses: Vec<&'static str> = match request.status {
-        Some(status) if allowed.statuses.contains(&status) => vec![status.as_str()],
+    let statuses = match request.status {
+        Some(status) if allowed.statuses.contains(&status) => vec![status],
         Some(status) => {
             let names: Vec<&str> = allowed.statuses.iter().map(|s| s.as_str()).collect();
             return Err(ApiError::invalid(
@@ -59,11 +61,17 @@ fn filter<'r>(request: &'r BulkTasks, allowed: &Allowed) -> Result<BulkFilter<'r
                 ),
             ));
         }
-        None => allowed.default.iter().map(|s| s.as_str()).collect(),
+        None => allowed.default.to_vec(),
     };
-    if let Some(queue) = &request.queue {
-        validate_name_within("queue", queue, MAX_QUEUE_BYTES)?;
-    }
+    let tasks = TaskFilter {
+        statuses,
+        queue: request.queue.as_deref(),
+        processor: request.processor.as_deref(),
+        key: request.key.as_deref(),
+        created_after: request.created_after,
+        created_before: request.created_before,
+    };
+    check_filter(&tasks)?;
     if let Some(ids) = &request.ids
         && ids.len() > MAX_BULK as usize
     {
@@ -72,9 +80,6 @@ fn filter<'r>(request: &'r BulkTasks, allowed: &Allowed) -> Result<BulkFilter<'r
             "ids",
             format!("at most {MAX_BULK} ids, got {}", ids.len()),
         ));
-    }
-    if let Some(at) = &request.created_before {
-        validate_timestamp("created_before", at)?;
     }
     let limit = request.limit.unwrap_or(MAX_BULK);
     if !(1..=MAX_BULK).contains(&limit) {
@@ -85,10 +90,8 @@ fn filter<'r>(request: &'r BulkTasks, allowed: &Allowed) -> Result<BulkFilter<'r
         ));
     }
     Ok(BulkFilter {
-        statuses,
-        queue: request.queue.as_deref(),
+        tasks,
         ids: request.ids.as_deref(),
-        created_before: request.created_before,
         limit,
     })
 }

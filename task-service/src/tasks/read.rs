@@ -9,7 +9,9 @@ use serde::Serialize;
 use super::refusal::task_not_found;
 use super::{Engine, to_api};
 use crate::generator;
-use crate::repo::{self, Db, OldestDue, Processor, QueueCount, TaskEvent, ThroughputBucket};
+use crate::repo::{
+    self, Db, OldestDue, Processor, QueueCount, TaskEvent, TaskFilter, ThroughputBucket,
+};
 
 /// `GET /api/tasks/{id}`.
 pub async fn get(conn: &mut Db, id: i64) -> Result<OneTask, ApiError> {
@@ -73,24 +75,45 @@ pub fn statuses(within: &[TaskStatus], wanted: Option<&str>) -> Result<Vec<TaskS
 
 /// Checks a listing before it waits for its turn, so bad input is refused at once.
 pub fn check_listing(listing: &Listing<'_>) -> Result<Vec<TaskStatus>, ApiError> {
-    if let Some(queue) = listing.queue {
+    let statuses = statuses(listing.within, listing.status)?;
+    check_filter(&listing.filter(statuses.clone()))?;
+    Ok(statuses)
+}
+
+/// Checks the fields of a task filter, a listing's or a bulk operation's alike.
+pub fn check_filter(filter: &TaskFilter<'_>) -> Result<(), ApiError> {
+    if let Some(queue) = filter.queue {
         validate_name_within("queue", queue, MAX_QUEUE_BYTES)?;
     }
-    if let Some(processor) = listing.processor {
+    if let Some(processor) = filter.processor {
         leasehold::server::validate_name("processor", processor)?;
     }
-    if let Some(key) = listing.key {
+    if let Some(key) = filter.key {
         validate_name_within("key", key, super::validate::MAX_KEY_BYTES)?;
     }
     for (field, at) in [
-        ("created_after", &listing.created_after),
-        ("created_before", &listing.created_before),
+        ("created_after", &filter.created_after),
+        ("created_before", &filter.created_before),
     ] {
         if let Some(at) = at {
             leasehold::server::validate_timestamp(field, at)?;
         }
     }
-    statuses(listing.within, listing.status)
+    Ok(())
+}
+
+impl Listing<'_> {
+    /// The tasks this listing shows, of `statuses`.
+    fn filter(&self, statuses: Vec<TaskStatus>) -> TaskFilter<'_> {
+        TaskFilter {
+            statuses,
+            queue: self.queue,
+            processor: self.processor,
+            key: self.key,
+            created_after: self.created_after,
+            created_before: self.created_before,
+        }
+    }
 }
 
 /// One page of a listing, at most `max_bytes` of task JSON; `true` when the page was cut there.
@@ -100,14 +123,7 @@ pub async fn list(
     statuses: &[TaskStatus],
     max_bytes: i64,
 ) -> Result<(Vec<leasehold::tasks::Task>, bool), ApiError> {
-    let filter = repo::ListFilter {
-        statuses,
-        queue: listing.queue,
-        processor: listing.processor,
-        key: listing.key,
-        created_after: listing.created_after,
-        created_before: listing.created_before,
-    };
+    let filter = listing.filter(statuses.to_vec());
     let (rows, cut) = repo::list(conn, &filter, listing.page, max_bytes).await?;
     Ok((rows.into_iter().map(to_api).collect(), cut))
 }
