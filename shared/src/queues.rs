@@ -54,7 +54,9 @@ pub struct QueueSettings {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RateLimit {
-    #[serde(alias = "perSecond")]
+    /// `perSecond` in answers, as every answer's fields are camelCase; a request may write
+    /// either.
+    #[serde(rename = "perSecond", alias = "per_second")]
     pub per_second: f64,
     pub burst: i32,
 }

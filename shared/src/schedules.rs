@@ -45,8 +45,11 @@ impl std::str::FromStr for CatchUp {
 }
 
 /// `PUT /api/schedules/{name}` (the whole definition, replacing any before), and, with its
-/// name, `POST /api/schedules` ([`CreateSchedule`]).
+/// name, `POST /api/schedules` ([`CreateSchedule`]). A field it does not take (a task's
+/// `idempotency_key` or `scheduled_at`, a typo) is refused, not dropped: the schedule would
+/// not do what its author wrote.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ScheduleSpec {
     /// A cron expression of 5 fields (minute, hour, day of month, month, day of week) or 6
     /// (seconds first).
@@ -75,15 +78,57 @@ pub struct ScheduleSpec {
 }
 
 /// `POST /api/schedules`: a new schedule (409 `schedule_exists` if the name is taken).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct CreateSchedule {
     pub name: String,
     #[serde(flatten)]
     pub spec: ScheduleSpec,
 }
 
-/// A schedule as task-service has it.
+/// The body of `PUT /api/schedules/{name}` as task-service reads it: the definition, and the
+/// name if the body states one too, which must then be the path's (a body naming another
+/// schedule is refused rather than written under the path's name).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ReplaceSchedule {
+    pub name: Option<String>,
+    pub spec: ScheduleSpec,
+}
+
+/// A definition beside its name: serde cannot refuse unknown fields through `flatten`, so the
+/// name is taken out first and the rest must be exactly a [`ScheduleSpec`].
+fn named_spec<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<(Option<String>, ScheduleSpec), D::Error> {
+    use serde::de::Error as _;
+    let mut fields = serde_json::Map::deserialize(deserializer)?;
+    let name = fields
+        .remove("name")
+        .map(String::deserialize)
+        .transpose()
+        .map_err(D::Error::custom)?;
+    let spec =
+        ScheduleSpec::deserialize(serde_json::Value::Object(fields)).map_err(D::Error::custom)?;
+    Ok((name, spec))
+}
+
+impl<'de> Deserialize<'de> for CreateSchedule {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let (name, spec) = named_spec(deserializer)?;
+        let name = name.ok_or_else(|| serde::de::Error::missing_field("name"))?;
+        Ok(CreateSchedule { name, spec })
+    }
+}
+
+impl<'de> Deserialize<'de> for ReplaceSchedule {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let (name, spec) = named_spec(deserializer)?;
+        Ok(ReplaceSchedule { name, spec })
+    }
+}
+
+/// A schedule as task-service has it (an answer, so camelCase like every other).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Schedule {
     pub name: String,
     pub cron: String,
@@ -137,6 +182,26 @@ mod tests {
         assert_eq!(create.name, "nightly");
         assert_eq!(create.spec.cron, "0 3 * * *");
         assert_eq!(create.spec.catch_up, Some(CatchUp::None));
+    }
+
+    #[test]
+    fn a_definition_refuses_fields_it_does_not_take() {
+        for body in [
+            r#"{"name":"n","cron":"* * * * *","task_data":{},"idempotency_key":"k"}"#,
+            r#"{"name":"n","cron":"* * * * *","task_data":{},"scheduled_at":"2026-01-01T00:00:00Z"}"#,
+            r#"{"name":"n","cron":"* * * * *","task_data":{},"extra":1}"#,
+        ] {
+            let err = serde_json::from_str::<CreateSchedule>(body).unwrap_err();
+            assert!(err.to_string().contains("unknown field"), "{body}: {err}");
+            let err = serde_json::from_str::<ReplaceSchedule>(body).unwrap_err();
+            assert!(err.to_string().contains("unknown field"), "{body}: {err}");
+        }
+        let err = serde_json::from_str::<CreateSchedule>(r#"{"cron":"* * * * *","task_data":{}}"#)
+            .unwrap_err();
+        assert!(err.to_string().contains("missing field `name`"), "{err}");
+        let replace: ReplaceSchedule =
+            serde_json::from_str(r#"{"name":"b","cron":"* * * * *","task_data":{}}"#).unwrap();
+        assert_eq!(replace.name.as_deref(), Some("b"));
     }
 
     #[test]

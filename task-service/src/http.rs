@@ -6,7 +6,7 @@ use std::time::Duration;
 use actix_web::{HttpRequest, HttpResponse, web};
 use leasehold::generator::StartGenerator;
 use leasehold::queues::QueueSettings;
-use leasehold::schedules::{CreateSchedule, ScheduleSpec};
+use leasehold::schedules::{CreateSchedule, ReplaceSchedule};
 use leasehold::server::ApiError;
 use leasehold::server::auth::{Role, locked};
 use leasehold::server::db;
@@ -520,7 +520,7 @@ async fn schedule_get(state: State, name: web::Path<String>) -> Result<HttpRespo
 async fn schedule_replace(
     state: State,
     name: web::Path<String>,
-    body: web::Json<ScheduleSpec>,
+    body: web::Json<ReplaceSchedule>,
 ) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
     let (schedule, created) =

@@ -641,6 +641,40 @@ async fn task_service_refuses_bad_requests_with_the_right_error_and_writes_nothi
             400,
             "invalid_field",
         ),
+        // actix decodes bytes that are not UTF-8 lossily: `%FF%FE` and `%FE%FF` both named the
+        // queue "��".
+        case(
+            "a queue named by bytes that are not UTF-8",
+            "POST",
+            "/api/queues/%FF%FE/pause",
+            "",
+            400,
+            "invalid_path",
+        ),
+        case(
+            "limits of a queue named by bytes that are not UTF-8",
+            "PUT",
+            "/api/queues/%FE%FF",
+            r#"{"concurrency_limit":1}"#,
+            400,
+            "invalid_path",
+        ),
+        case(
+            "a schedule named by half a character",
+            "PUT",
+            "/api/schedules/x%C3",
+            r#"{"cron":"* * * * *","task_data":{}}"#,
+            400,
+            "invalid_path",
+        ),
+        case(
+            "NUL in a queue's name",
+            "GET",
+            "/api/queues/a%00b",
+            "",
+            400,
+            "invalid_path",
+        ),
         case(
             "NUL in the queue filter",
             "GET",
@@ -681,7 +715,11 @@ async fn task_service_refuses_bad_requests_with_the_right_error_and_writes_nothi
         },
     ];
     let settings_before = snapshot(&task_db, "generator_settings").await;
+    let queues_before = snapshot(&task_db, "queues").await;
+    let schedules_before = snapshot(&task_db, "schedules").await;
     refuse_all(&tasks, &cases, &task_db, "tasks", &before).await;
+    assert_eq!(snapshot(&task_db, "queues").await, queues_before);
+    assert_eq!(snapshot(&task_db, "schedules").await, schedules_before);
     assert_eq!(
         snapshot(&lease_db, "leases").await,
         leases_before,

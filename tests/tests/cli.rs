@@ -769,8 +769,8 @@ async fn schedules_are_created_listed_paused_resumed_and_deleted() {
         (
             &schedule["name"],
             &schedule["timezone"],
-            &schedule["task_data"],
-            &schedule["catch_up"]
+            &schedule["taskData"],
+            &schedule["catchUp"]
         ),
         (
             &json!("nightly report"),
@@ -812,7 +812,7 @@ async fn schedules_are_created_listed_paused_resumed_and_deleted() {
     )
     .await;
     ok(&resumed, "resume");
-    assert!(documents(&resumed)[0]["next_tick_at"].is_string());
+    assert!(documents(&resumed)[0]["nextTickAt"].is_string());
     let bad = leasehold(
         &l,
         &t,

@@ -141,7 +141,7 @@ async fn every_tick_makes_exactly_one_task_across_three_replicas_killed_frozen_a
     assert_every_tick_once(&made);
     let schedule = schedule_of(&replicas[0], "each-second").await;
     let last_task = replicas[0]
-        .get(&format!("/api/tasks/{}", schedule["last_task_id"]))
+        .get(&format!("/api/tasks/{}", schedule["lastTaskId"]))
         .await;
     assert_eq!(last_task.body["task"]["queue"], "ticks", "{schedule:?}");
     let made_by: f64 = {
@@ -258,7 +258,7 @@ async fn a_paused_schedule_makes_nothing_and_resumes_from_its_next_tick() {
         )
         .await;
     assert_eq!(put.status, 201, "{:?}", put.body);
-    assert_eq!(put.body["concurrency_key"], "acme");
+    assert_eq!(put.body["concurrencyKey"], "acme");
     await_ticks(&task_db, "beat", 2).await;
     let keys = tests::query(
         &task_db,
@@ -276,7 +276,7 @@ async fn a_paused_schedule_makes_nothing_and_resumes_from_its_next_tick() {
         .await;
     assert_eq!(paused.status, 200, "{:?}", paused.body);
     assert_eq!(paused.body["paused"], true);
-    assert_eq!(paused.body["next_tick_at"], Value::Null);
+    assert_eq!(paused.body["nextTickAt"], Value::Null);
     let made = ticks(&task_db, "beat").await;
     let paused_at = db_clock(&task_db).await;
     until_db_clock(&task_db, paused_at + 3.0).await;
@@ -309,7 +309,7 @@ async fn a_paused_schedule_makes_nothing_and_resumes_from_its_next_tick() {
         )
         .await;
     assert_eq!(same.status, 200, "{:?}", same.body);
-    assert_eq!(same.body["task_data"], json!({"n": 2}));
+    assert_eq!(same.body["taskData"], json!({"n": 2}));
     let hourly = tasks
         .put(
             "/api/schedules/beat",
@@ -317,7 +317,7 @@ async fn a_paused_schedule_makes_nothing_and_resumes_from_its_next_tick() {
         )
         .await;
     assert_eq!(hourly.status, 200);
-    let next = hourly.body["next_tick_at"].as_str().unwrap();
+    let next = hourly.body["nextTickAt"].as_str().unwrap();
     assert!(next.contains(":00:00"), "on the hour: {next}");
 
     let deleted = tasks.delete("/api/schedules/beat", &json!({})).await;
@@ -349,7 +349,7 @@ async fn schedules_are_listed_and_bad_definitions_are_refused_without_a_write() 
             &body["timezone"],
             &body["queue"],
             &body["priority"],
-            &body["catch_up"]
+            &body["catchUp"]
         ),
         (
             &json!("Europe/Paris"),
@@ -358,8 +358,8 @@ async fn schedules_are_listed_and_bad_definitions_are_refused_without_a_write() 
             &json!("none")
         )
     );
-    assert_eq!(body["misfire_grace_seconds"], 60, "the default grace");
-    let next = body["next_tick_at"].as_str().unwrap();
+    assert_eq!(body["misfireGraceSeconds"], 60, "the default grace");
+    let next = body["nextTickAt"].as_str().unwrap();
     // 03:00 in Paris is 01:00 or 02:00 UTC, by the season.
     assert!(
         next.contains("T01:00:00") || next.contains("T02:00:00"),
@@ -386,6 +386,14 @@ async fn schedules_are_listed_and_bad_definitions_are_refused_without_a_write() 
         (json!({"queue": ""}), "invalid_field"),
         (json!({"name": ""}), "invalid_field"),
         (json!({"concurrency_key": ""}), "invalid_field"),
+        // A task's fields a schedule does not take are refused, not dropped.
+        (json!({"idempotency_key": "k"}), "invalid_field"),
+        (
+            json!({"scheduled_at": "2026-01-01T00:00:00Z"}),
+            "invalid_field",
+        ),
+        (json!({"extra": {"a": 1}}), "invalid_field"),
+        (json!({"name": null}), "invalid_field"),
     ];
     for (change, code) in refusals {
         let mut body = base.clone();
@@ -408,6 +416,31 @@ async fn schedules_are_listed_and_bad_definitions_are_refused_without_a_write() 
         )
         .await;
     assert_eq!((put.status, put.code()), (400, "invalid_cron"));
+    // A body naming another schedule than the path is refused, not written under the path's.
+    let put = tasks
+        .put(
+            "/api/schedules/a",
+            &json!({"name": "b", "cron": "* * * * *", "task_data": {}}),
+        )
+        .await;
+    assert_eq!(
+        (put.status, put.code()),
+        (400, "name_mismatch"),
+        "{:?}",
+        put.body
+    );
+    let put = tasks
+        .put(
+            "/api/schedules/a",
+            &json!({"cron": "* * * * *", "task_data": {}, "scheduled_at": "2026-01-01T00:00:00Z"}),
+        )
+        .await;
+    assert_eq!(
+        (put.status, put.code()),
+        (400, "invalid_field"),
+        "{:?}",
+        put.body
+    );
     assert_eq!(
         before,
         snapshot(&task_db, "schedules").await,
@@ -419,4 +452,9 @@ async fn schedules_are_listed_and_bad_definitions_are_refused_without_a_write() 
     }
     let gone = tasks.delete("/api/schedules/ghost", &json!({})).await;
     assert_eq!((gone.status, gone.code()), (404, "schedule_not_found"));
+
+    // The body may name the path's own schedule.
+    let same = json!({"name": "a", "cron": "* * * * *", "task_data": {}});
+    let put = tasks.put("/api/schedules/a", &same).await;
+    assert_eq!(put.status, 201, "{:?}", put.body);
 }

@@ -175,6 +175,15 @@ fn refusal(request: &ServiceRequest, provenance: Provenance) -> Option<ApiError>
             return Some(ApiError::UnsupportedMediaType);
         }
     }
+    // A path segment names a queue, a schedule, a lease's resource: text. actix decodes bytes
+    // that are not UTF-8 lossily, so `%FF%FE` and `%FE%FF` would both land on the queue "��".
+    if !path_is_text(request.path()) {
+        return Some(ApiError::Invalid {
+            code: "invalid_path",
+            field: None,
+            message: "the path must percent-decode to UTF-8 text without NUL characters".to_owned(),
+        });
+    }
     // PostgreSQL text cannot hold NUL, and no parameter of any route has a use for it.
     if request.query_string().contains("%00") {
         return Some(ApiError::Invalid {
@@ -184,6 +193,34 @@ fn refusal(request: &ServiceRequest, provenance: Provenance) -> Option<ApiError>
         });
     }
     None
+}
+
+/// Whether the raw (still percent-encoded) `path` decodes to UTF-8 without NUL. An escape that
+/// is not two hex digits is left as it is, as actix leaves it.
+fn path_is_text(path: &str) -> bool {
+    if !path.contains('%') {
+        return true;
+    }
+    let raw = path.as_bytes();
+    let mut decoded = Vec::with_capacity(raw.len());
+    let mut i = 0;
+    while i < raw.len() {
+        let hex = |b: u8| char::from(b).to_digit(16);
+        if raw[i] == b'%'
+            && let (Some(high), Some(low)) = (
+                raw.get(i + 1).copied().and_then(hex),
+                raw.get(i + 2).copied().and_then(hex),
+            )
+        {
+            // Two hex digits make one byte.
+            decoded.push(u8::try_from(high * 16 + low).unwrap_or(0));
+            i += 3;
+        } else {
+            decoded.push(raw[i]);
+            i += 1;
+        }
+    }
+    !decoded.contains(&0) && std::str::from_utf8(&decoded).is_ok()
 }
 
 /// The answer to an allowed CORS preflight: the methods and headers the API uses.
@@ -343,4 +380,30 @@ fn as_json(
         answer.force_close();
     }
     answer.json(crate::api::ErrorBody::new(code, message))
+}
+
+#[cfg(test)]
+mod path_tests {
+    use super::path_is_text;
+
+    #[test]
+    fn a_path_is_text_when_its_escapes_decode_to_utf8_without_nul() {
+        for path in [
+            "/api/queues/mail",
+            "/api/queues/%C3%A9t%C3%A9",
+            "/a/%zz",
+            "/a/%4",
+            "/a%2Fb",
+        ] {
+            assert!(path_is_text(path), "{path}");
+        }
+        for path in [
+            "/api/queues/%FF%FE/pause",
+            "/api/queues/%C3",
+            "/a/%00",
+            "/a/%c3%28",
+        ] {
+            assert!(!path_is_text(path), "{path}");
+        }
+    }
 }

@@ -14,7 +14,8 @@ pub mod ticker;
 
 use chrono::{DateTime, Utc};
 use leasehold::schedules::{
-    CatchUp, CreateSchedule, MAX_SCHEDULE_NAME_BYTES, Schedule, ScheduleSpec, Schedules,
+    CatchUp, CreateSchedule, MAX_SCHEDULE_NAME_BYTES, ReplaceSchedule, Schedule, ScheduleSpec,
+    Schedules,
 };
 use leasehold::server::{ApiError, validate_name_within};
 use leasehold::tasks::CreateTask;
@@ -50,14 +51,24 @@ pub async fn create(
     to_api(row)
 }
 
-/// `PUT /api/schedules/{name}`: the schedule after, and whether it was created.
+/// `PUT /api/schedules/{name}`: the schedule after, and whether it was created. A body that
+/// names a schedule names the path's, or is refused.
 pub async fn replace(
     conn: &mut Db,
     engine: &Engine,
     name: &str,
-    spec: ScheduleSpec,
+    request: ReplaceSchedule,
 ) -> Result<(Schedule, bool), ApiError> {
-    let (schedule, cadence) = validate(engine, name.to_owned(), spec)?;
+    if let Some(named) = request.name.as_deref()
+        && named != name
+    {
+        return Err(ApiError::invalid(
+            "name_mismatch",
+            "name",
+            format!("the body names the schedule {named:?}, the path {name:?}"),
+        ));
+    }
+    let (schedule, cadence) = validate(engine, name.to_owned(), request.spec)?;
     let first = first_tick(conn, &cadence).await?;
     let replaced = repo::replace_schedule(conn, &schedule, first).await?;
     tracing::info!(schedule = %name, cron = %schedule.cron, created = replaced.created, "schedule replaced");
