@@ -15,8 +15,8 @@ use leasehold::server::http::{
     with_body_limit,
 };
 use leasehold::tasks::{
-    BulkTasks, ClaimTasks, CompleteTask, CompleteTasks, CompletedTasks, CreateTask, CreateTasks,
-    CreatedTasks, FailTask, Heartbeat, NoTask, SnoozeTask, TaskStatus,
+    BulkTasks, ClaimTasks, CompleteTask, CompleteTasks, CompletedTasks, CreateTask, CreatedTasks,
+    FailTask, Heartbeat, NoTask, SnoozeTask, TaskStatus,
 };
 use leasehold::workers::{WorkerBeat, WorkerGone};
 use serde::Deserialize;
@@ -227,7 +227,10 @@ async fn create(state: State, body: web::Json<CreateTask>) -> Result<HttpRespons
 }
 
 /// 200 with one result per create (each with its own status: 201, 200, 400, ...).
-async fn create_many(state: State, body: web::Json<CreateTasks>) -> Result<HttpResponse, ApiError> {
+async fn create_many(
+    state: State,
+    body: web::Json<tasks::create_many::Batch>,
+) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
     let results = tasks::create_many(&mut conn, &state.engine, body.into_inner()).await?;
     Ok(HttpResponse::Ok().json(CreatedTasks { results }))

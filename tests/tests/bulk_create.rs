@@ -81,6 +81,55 @@ async fn a_batch_is_one_commit_of_creates_each_judged_alone() {
     assert_eq!(snapshot(&task_db, "tasks").await.len(), 5);
 }
 
+/// An item that is no create at all (no `task_data`, a date past year 9999, a float priority)
+/// once refused the whole batch with one 400: it gets the answer it would get alone, and the
+/// other 999 are created.
+#[tokio::test]
+async fn an_item_that_is_no_create_is_refused_alone_and_the_rest_are_created() {
+    let (_leases, tasks, task_db) = services().await;
+    let odd = [
+        json!({"queue": "bulk"}),
+        json!({"task_data": {}, "scheduled_at": "+10000-01-01T00:00:00Z"}),
+        json!({"task_data": {}, "priority": 1000.0}),
+        json!({"task_data": {}, "max_attempts": 5e-324}),
+        json!("not an object"),
+    ];
+    let mut items: Vec<serde_json::Value> = (0..MAX_CREATE_BATCH - odd.len())
+        .map(|n| json!({"task_data": {"n": n}}))
+        .collect();
+    for (i, item) in odd.iter().enumerate() {
+        items.insert(i * 200, item.clone());
+    }
+    let answer = tasks
+        .post("/api/tasks/batch", &json!({ "tasks": items }))
+        .await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    let results = answer.body["results"].as_array().unwrap();
+    assert_eq!(results.len(), MAX_CREATE_BATCH);
+    for (i, item) in odd.iter().enumerate() {
+        let alone = tasks.post("/api/tasks", item).await;
+        let result = &results[i * 200];
+        assert_eq!(
+            (result["status"].as_u64(), &result["error"]["code"]),
+            (Some(u64::from(alone.status)), &alone.body["code"]),
+            "{item}: as it would be alone"
+        );
+        assert_eq!(alone.status, 400, "{item}");
+    }
+    let created = results.iter().filter(|r| r["status"] == 201).count();
+    assert_eq!(created, MAX_CREATE_BATCH - odd.len());
+    assert_eq!(snapshot(&task_db, "tasks").await.len(), created);
+    // The batch itself must still be a batch.
+    for body in [
+        json!({"tasks": {}}),
+        json!({"task": []}),
+        json!({"tasks": [], "x": 1}),
+    ] {
+        let refused = tasks.post("/api/tasks/batch", &body).await;
+        assert_eq!(refused.status, 400, "{body}: {:?}", refused.body);
+    }
+}
+
 #[tokio::test]
 async fn a_batch_holds_at_most_a_thousand_and_never_zero() {
     let (_leases, tasks, task_db) = services().await;

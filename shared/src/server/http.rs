@@ -194,6 +194,23 @@ fn json_config(limit: usize) -> web::JsonConfig {
         .error_handler(move |err, _| json_error(err, limit).into())
 }
 
+/// The refusal of a body that is JSON but not the request's shape (a field missing, or of the
+/// wrong type or range). Also what one item of a batch gets, so that it is refused as it would
+/// be alone.
+pub fn invalid_body(err: &serde_json::Error) -> ApiError {
+    let message = err.to_string();
+    let code = if message.starts_with("missing field") {
+        "missing_field"
+    } else {
+        "invalid_field"
+    };
+    ApiError::Invalid {
+        code,
+        field: None,
+        message: format!("invalid request body: {message}"),
+    }
+}
+
 fn json_error(err: JsonPayloadError, limit: usize) -> ApiError {
     match err {
         JsonPayloadError::OverflowKnownLength { .. } | JsonPayloadError::Overflow { .. } => {
@@ -211,19 +228,7 @@ fn json_error(err: JsonPayloadError, limit: usize) -> ApiError {
                 timeout_ms: timeout,
             }
         }
-        JsonPayloadError::Deserialize(err) if err.is_data() => {
-            let message = err.to_string();
-            let code = if message.starts_with("missing field") {
-                "missing_field"
-            } else {
-                "invalid_field"
-            };
-            ApiError::Invalid {
-                code,
-                field: None,
-                message: format!("invalid request body: {message}"),
-            }
-        }
+        JsonPayloadError::Deserialize(err) if err.is_data() => invalid_body(&err),
         JsonPayloadError::Deserialize(err) => ApiError::Invalid {
             code: "malformed_json",
             field: None,

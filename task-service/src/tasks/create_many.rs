@@ -8,8 +8,9 @@ use std::collections::HashSet;
 
 use actix_web::ResponseError;
 use diesel_async::AsyncConnection;
+use leasehold::server::http::invalid_body;
 use leasehold::server::{ApiError, check_batch_size};
-use leasehold::tasks::{CreateResult, CreateTask, CreateTasks, MAX_CREATE_BATCH};
+use leasehold::tasks::{CreateResult, CreateTask, MAX_CREATE_BATCH};
 
 use super::create::{Created, existing};
 use super::validate::validate_new;
@@ -20,7 +21,7 @@ use crate::repo::{self, Db, NewTask};
 pub async fn create_many(
     conn: &mut Db,
     engine: &Engine,
-    request: CreateTasks,
+    request: Batch,
 ) -> Result<Vec<CreateResult>, ApiError> {
     check_batch_size("tasks", "tasks", request.tasks.len(), MAX_CREATE_BATCH)?;
     let checked = check(engine, request.tasks);
@@ -60,13 +61,24 @@ pub async fn create_many(
         .collect())
 }
 
-/// Each create validated as if alone; a generator's fenced create, and a repeat of a key named
-/// earlier in the batch, are refused.
-fn check(engine: &Engine, tasks: Vec<CreateTask>) -> Vec<Result<NewTask, ApiError>> {
+/// `POST /api/tasks/batch` as read: a [`leasehold::tasks::CreateTasks`] whose items are each
+/// read apart, so that an item that is not a create (no `task_data`, a date past year 9999, a
+/// float priority) is that item's refusal, as it would be alone, and not the whole batch's.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Batch {
+    pub tasks: Vec<serde_json::Value>,
+}
+
+/// Each create read and validated as if alone; a generator's fenced create, and a repeat of a
+/// key named earlier in the batch, are refused.
+fn check(engine: &Engine, tasks: Vec<serde_json::Value>) -> Vec<Result<NewTask, ApiError>> {
     let mut keys = HashSet::new();
     tasks
         .into_iter()
         .map(|task| {
+            let task: CreateTask =
+                serde_json::from_value(task).map_err(|err| invalid_body(&err))?;
             if task.generator_fence.is_some() {
                 return Err(ApiError::invalid(
                     "invalid_field",
@@ -122,35 +134,31 @@ mod tests {
     use super::*;
     use crate::tasks::fixtures;
 
-    fn create(key: Option<&str>) -> CreateTask {
-        CreateTask {
+    fn create(key: Option<&str>) -> serde_json::Value {
+        serde_json::to_value(CreateTask {
             task_data: serde_json::json!({"n": 1}),
             idempotency_key: key.map(str::to_owned),
             ..CreateTask::default()
-        }
+        })
+        .unwrap()
     }
 
     #[test]
     fn each_item_is_checked_alone_and_a_key_may_be_named_once() {
         let engine = fixtures::engine();
-        let bad = CreateTask {
-            task_data: serde_json::json!([1]),
-            ..CreateTask::default()
-        };
-        let fenced = CreateTask {
-            generator_fence: Some(3),
-            ..create(None)
-        };
-        let checked = check(
-            &engine,
-            vec![
-                create(Some("a")),
-                bad,
-                create(Some("a")),
-                fenced,
-                create(None),
-            ],
-        );
+        let bad = serde_json::json!({"task_data": [1]});
+        let mut fenced = create(None);
+        fenced["generator_fence"] = serde_json::json!(3);
+        // Items that are no create at all are refused alone too.
+        let unreadable = [
+            serde_json::json!({"queue": "q"}),
+            serde_json::json!({"task_data": {}, "scheduled_at": "+10000-01-01T00:00:00Z"}),
+            serde_json::json!({"task_data": {}, "priority": 1000.5}),
+        ];
+        let mut items = vec![create(Some("a")), bad, create(Some("a")), fenced];
+        items.extend(unreadable);
+        items.push(create(None));
+        let checked = check(&engine, items);
         let codes: Vec<&str> = checked
             .iter()
             .map(|c| c.as_ref().map_or_else(ApiError::code, |_| "ok"))
@@ -161,6 +169,9 @@ mod tests {
                 "ok",
                 "invalid_field",
                 "duplicate_idempotency_key",
+                "invalid_field",
+                "missing_field",
+                "invalid_field",
                 "invalid_field",
                 "ok"
             ]

@@ -33,7 +33,7 @@ mod bulk;
 mod claim;
 mod complete;
 mod create;
-mod create_many;
+pub mod create_many;
 mod groups;
 mod limits;
 mod next;
