@@ -1,9 +1,10 @@
 //! One convention holds across every answer of both services: field names are camelCase
 //! (requests keep the sample's snake_case). Schedules once answered `task_data` and
-//! `next_tick_at` among camelCase answers. This walks every route of both services, writes
-//! included, with state behind each (leases, tasks in every status, limits, a schedule, a
-//! worker, the generator), and looks at every key of every answer, except inside the JSON that
-//! callers own (a task's data and output, a lease's metadata).
+//! `next_tick_at` among camelCase answers, unseen by a walk that predated them. This walks every
+//! route of both services, writes and refusals included, with state behind each (leases, tasks
+//! in every status, limits, a schedule, a worker, the generator), and looks at every key of
+//! every answer, except inside the JSON that callers own (a task's data and output, a lease's
+//! metadata) and the names callers chose.
 #![allow(clippy::unwrap_used)]
 
 use serde_json::{Value, json};
@@ -12,16 +13,27 @@ use tests::{Answer, Service, fresh_database};
 /// Keys whose values are a caller's own JSON, kept as the caller wrote it.
 const CALLERS_JSON: [&str; 3] = ["taskData", "taskOutput", "metadata"];
 
-/// Every key under `value` that is not camelCase, with where it is.
+/// Every key under `value` that is not camelCase, with where it is. A map keyed by names the
+/// callers chose (the counts' `queues`, an object, unlike `GET /api/queues`' list) is not ours
+/// to name, but what it maps to is.
 fn snake_keys(value: &Value, at: &str, found: &mut Vec<String>) {
     match value {
         Value::Object(map) => {
             for (key, inner) in map {
-                if key.contains('_') || key.starts_with(char::is_uppercase) {
-                    found.push(format!("{at}.{key}"));
+                let here = format!("{at}.{key}");
+                if key.contains('_') || key.contains('-') || key.starts_with(char::is_uppercase) {
+                    found.push(here.clone());
                 }
-                if !CALLERS_JSON.contains(&key.as_str()) {
-                    snake_keys(inner, &format!("{at}.{key}"), found);
+                if CALLERS_JSON.contains(&key.as_str()) {
+                    continue;
+                }
+                match (key.as_str(), inner) {
+                    ("queues", Value::Object(named)) => {
+                        for (name, inner) in named {
+                            snake_keys(inner, &format!("{here}[{name:?}]"), found);
+                        }
+                    }
+                    _ => snake_keys(inner, &here, found),
                 }
             }
         }
@@ -52,6 +64,23 @@ impl Walk {
         self.routes += 1;
         snake_keys(&answer.body, &format!("{method} {path}"), &mut self.found);
         answer.body
+    }
+
+    /// Sends one request that must be refused, and records the refusal's keys: refusals are
+    /// answers too.
+    async fn refused(&mut self, service: &Service, method: &str, path: &str, body: Value) {
+        let answer: Answer = service.send_as(None, method, path, Some(&body)).await;
+        assert!(
+            (400..500).contains(&answer.status),
+            "{method} {path} {body}: {} {:?}",
+            answer.status,
+            answer.body
+        );
+        snake_keys(
+            &answer.body,
+            &format!("{method} {path} ({})", answer.status),
+            &mut self.found,
+        );
     }
 }
 
@@ -320,6 +349,48 @@ async fn every_answer_of_both_services_is_camel_case() {
         json!({}),
     )
     .await;
+
+    // Refusals, those with details of their own (the holder of a held lease) among them.
+    walk.call(
+        l,
+        "POST",
+        "/api/leases",
+        json!({"resource": "held", "holder": "h"}),
+    )
+    .await;
+    walk.refused(
+        l,
+        "POST",
+        "/api/leases",
+        json!({"resource": "held", "holder": "someone else"}),
+    )
+    .await;
+    walk.refused(
+        l,
+        "PUT",
+        "/api/leases/renew",
+        json!({"resource": "r", "holder": "h"}),
+    )
+    .await;
+    walk.refused(t, "POST", "/api/tasks", json!({"task_data": 1}))
+        .await;
+    walk.refused(
+        t,
+        "PUT",
+        &format!("/api/tasks/{id}/heartbeat"),
+        json!({"processor": "x"}),
+    )
+    .await;
+    walk.refused(t, "GET", "/api/schedules/ghost", json!({}))
+        .await;
+
+    // The walk does look inside: nested answers were read.
+    let overview = walk
+        .call(t, "GET", "/api/dashboard/overview", json!({}))
+        .await;
+    assert!(overview["oldestDue"].is_array(), "{overview}");
+    let counts = walk.call(t, "GET", "/api/tasks/counts", json!({})).await;
+    assert!(counts["queues"].is_object(), "{counts}");
 
     assert!(walk.routes >= 60, "walked {} routes", walk.routes);
     assert!(
