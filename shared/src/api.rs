@@ -206,6 +206,10 @@ pub struct AcquireLeases {
     pub holders: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttl_seconds: Option<i64>,
+    /// Every lease's [`Lease::metadata`], as [`AcquireLease::metadata`] is for one: stored by a
+    /// new acquisition, replacing the old by a reentrant one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<serde_json::Value>,
 }
 
 /// The answer to [`AcquireLeases`]: which resources were newly acquired (each with its own

@@ -238,6 +238,7 @@ impl LeaseClient {
             holder: None,
             holders: Some(holders.to_vec()),
             ttl_seconds: ttl.map(ttl_seconds),
+            metadata: None,
         };
         self.call(reqwest::Method::POST, "/api/leases/batch", &[], Some(&body))
             .await

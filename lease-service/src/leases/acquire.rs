@@ -112,6 +112,7 @@ pub(super) async fn acquire_group(
             holder: &a.holder,
             ttl_seconds: a.ttl_seconds,
             new_secret_hash: &a.secret_hash,
+            metadata: None,
         })
         .collect();
     let acquired = acquire_each(&mut conn, &wants, context.secrets.required).await?;
@@ -162,7 +163,7 @@ async fn acquire_each(
                         want.holder,
                         want.ttl_seconds,
                         proof,
-                        None,
+                        want.metadata,
                     )
                     .await
                     .map_err(ApiError::from)
@@ -286,6 +287,7 @@ pub async fn acquire_many(
         }
     };
     let ttl_seconds = ttl.resolve(request.ttl_seconds)?;
+    check_metadata(request.metadata.as_ref())?;
     let new_secrets: Vec<String> = request.resources.iter().map(|_| new_secret()).collect();
     let hashes: Vec<[u8; 32]> = new_secrets.iter().map(|s| sha256(s)).collect();
     let wants: Vec<repo::Want<'_>> = request
@@ -298,6 +300,7 @@ pub async fn acquire_many(
             holder,
             ttl_seconds,
             new_secret_hash: hash,
+            metadata: request.metadata.as_ref(),
         })
         .collect();
     let acquired = acquire_each(conn, &wants, secrets.required).await?;
