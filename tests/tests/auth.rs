@@ -798,3 +798,54 @@ async fn the_sweepers_lease_cannot_be_renewed_by_someone_who_knows_its_holders_n
         }
     }
 }
+
+/// The dashboard's revoke, with both services locked: a token task-service knows without the
+/// operator role is refused there with 403 `forbidden`, as every other route refuses it (not
+/// passed on to lease-service, which does not know it: 401), writing nothing; an unknown token
+/// is 401; the operator's token revokes.
+#[tokio::test]
+async fn the_dashboards_revoke_refuses_a_known_token_without_the_role_with_403() {
+    let lease_db = fresh_database().await;
+    let task_db = fresh_database().await;
+    let lease_tokens = format!("leaseholder:{SERVICE},operator:{OPERATOR}");
+    let leases = Service::lease_service(&lease_db, &[("AUTH_TOKENS", lease_tokens.as_str())]).await;
+    let task_tokens = format!("producer:{PRODUCER},worker:{WORKER},operator:{OPERATOR}");
+    let tasks = Service::task_service(
+        &task_db,
+        &leases.base_url(),
+        &[
+            ("AUTH_TOKENS", task_tokens.as_str()),
+            ("LEASE_SERVICE_TOKEN", SERVICE),
+        ],
+    )
+    .await;
+    let held = leases
+        .send_as(
+            Some(SERVICE),
+            "POST",
+            "/api/leases",
+            Some(&json!({"resource": "r", "holder": "h"})),
+        )
+        .await;
+    assert_eq!(held.status, 201, "{:?}", held.body);
+    let revoke = format!("/api/dashboard/leases/{}/revoke", held.body["id"]);
+
+    let before = snapshot(&lease_db, "leases").await;
+    for token in [PRODUCER, WORKER] {
+        let answer = tasks.send_as(Some(token), "POST", &revoke, None).await;
+        assert_refused(&answer, 403, &format!("revoke with {token}"));
+    }
+    for token in [None, Some(UNKNOWN), Some(SERVICE)] {
+        let answer = tasks.send_as(token, "POST", &revoke, None).await;
+        assert_refused(&answer, 401, &format!("revoke with {token:?}"));
+    }
+    assert_eq!(before, snapshot(&lease_db, "leases").await);
+
+    let revoked = tasks.send_as(Some(OPERATOR), "POST", &revoke, None).await;
+    assert_eq!(
+        (revoked.status, revoked.body["status"].as_str()),
+        (200, Some("revoked")),
+        "{:?}",
+        revoked.body
+    );
+}
