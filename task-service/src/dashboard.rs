@@ -66,7 +66,9 @@ async fn overview(state: State) -> Result<HttpResponse, ApiError> {
     Ok(HttpResponse::Ok().json(tasks::overview(&mut conn, &state.engine).await?))
 }
 
+/// A parameter of another name (the page's own `window`) is refused, not ignored.
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct ThroughputQuery {
     window_seconds: Option<i64>,
 }
@@ -84,6 +86,7 @@ async fn throughput(
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct LeaseQuery {
     status: Option<String>,
     resource_prefix: Option<String>,

@@ -911,3 +911,41 @@ async fn lease_views_pass_on_lease_services_answers_and_never_lend_task_services
     assert_eq!(gone.status, 503, "{:?}", gone.body);
     assert_eq!(gone.body["code"], "unavailable");
 }
+
+/// The dashboard's data routes refuse a query parameter they do not take (400 `invalid_query`,
+/// JSON, naming it) rather than ignore it: `?window=86400`, the page's own name for the chart
+/// window, used to answer the default five minutes without a word.
+#[tokio::test]
+async fn the_dashboards_data_routes_refuse_parameters_they_do_not_take() {
+    let lease_db = fresh_database().await;
+    let task_db = fresh_database().await;
+    let leases = Service::lease_service(&lease_db, &[]).await;
+    let tasks = Service::task_service(&task_db, &leases.base_url(), &[]).await;
+    for path in [
+        "/api/dashboard/throughput?window=86400",
+        "/api/dashboard/throughput?window_seconds=86400&window=86400",
+        "/api/dashboard/leases?state=active",
+        "/api/dashboard/leases?status=active&prefix=task%3A",
+    ] {
+        let refused = tasks.get(path).await;
+        assert_eq!(
+            (refused.status, refused.code()),
+            (400, "invalid_query"),
+            "{path}: {:?}",
+            refused.body
+        );
+        let message = refused.body["error"].as_str().unwrap();
+        let name = path.rsplit('&').next().unwrap().rsplit('?').next().unwrap();
+        let name = name.split('=').next().unwrap();
+        assert!(message.contains(name), "{path}: {message}");
+    }
+    let day = tasks
+        .get("/api/dashboard/throughput?window_seconds=86400")
+        .await;
+    assert_eq!(day.status, 200, "{:?}", day.body);
+    assert_eq!(day.body["windowSeconds"], 86_400);
+    let listed = tasks
+        .get("/api/dashboard/leases?status=active&resource_prefix=task%3A&limit=5&order=desc")
+        .await;
+    assert_eq!(listed.status, 200, "{:?}", listed.body);
+}
