@@ -171,6 +171,11 @@ pub struct LeasePage {
     pub leases: Vec<Lease>,
     #[serde(default)]
     pub next_cursor: Option<String>,
+    /// The database's clock when it read the page, which every lease's `status` and
+    /// `expiresInMs` were judged by: a reader times them all from this one reading. None for an
+    /// empty page (and from a lease-service before it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub now: Option<DateTime<Utc>>,
 }
 
 /// `POST /api/leases`.

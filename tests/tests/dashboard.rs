@@ -474,6 +474,28 @@ async fn the_dashboard_shows_and_operates_a_live_stack() {
         first > 50.0 && second < first - 0.5 && second > first - 5.0,
         "the countdown moves: {first} then {second}"
     );
+    // Time left and expires at come from one reading of the database's clock, so they agree
+    // even in a browser whose clock is off (here set 90 s ahead before the list is read again).
+    let cells = browser
+        .execute(
+            &format!(
+                "const real = Date.now; Date.now = () => real() + 90000; \
+                 return refreshLeases().then(() => {{ \
+                   const row = document.querySelector('tr[data-lease-id=\"{lease_id}\"]'); \
+                   return [row.cells[5].textContent, row.cells[6].textContent]; }});"
+            ),
+            json!([]),
+        )
+        .await;
+    let (time_left, expires) = (cells[0].as_str().unwrap(), cells[1].as_str().unwrap());
+    let in_seconds = expires
+        .strip_prefix("in ")
+        .and_then(|t| t.strip_suffix(" s"))
+        .and_then(|t| t.parse::<f64>().ok());
+    assert!(
+        in_seconds.is_some_and(|n| (n - seconds(time_left)).abs() <= 1.0),
+        "time left {time_left:?} and expires at {expires:?} disagree"
+    );
     browser.screenshot(&screenshots().join("leases.png")).await;
     // Leases page too: 105 under one prefix make a page of 100, more older, and one of 5.
     for chunk in [0..100, 100..105] {
@@ -896,6 +918,8 @@ async fn lease_views_pass_on_lease_services_answers_and_never_lend_task_services
     let listed = tasks.get("/api/dashboard/leases?status=active").await;
     assert_eq!(listed.status, 200);
     assert_eq!(listed.body["leases"][0]["status"], "active");
+    // With the database's clock the page was judged by, which the page times every lease from.
+    assert!(listed.body["now"].is_string(), "{:?}", listed.body);
 
     let revoked = tasks.send_as(Some(OPERATOR), "POST", &revoke, None).await;
     assert_eq!(revoked.status, 200, "{:?}", revoked.body);
