@@ -681,6 +681,29 @@ async fn the_dashboard_shows_and_operates_a_live_stack() {
         )
         .await;
     assert_eq!(cancel_off, json!(true));
+    // A task's own link, loaded directly, shows that task: its detail is on screen, not below
+    // a page of 50 rows.
+    browser
+        .goto(&tasks.url(&format!("/dashboard/tasks/{id}")))
+        .await;
+    browser
+        .wait_for_text("#detail-status", Duration::from_secs(10), |s| {
+            s == "succeeded"
+        })
+        .await;
+    let shown = browser
+        .execute(
+            "const box = document.getElementById('task-detail').getBoundingClientRect(); \
+             return [document.querySelectorAll('tr[data-task-id]').length, \
+                     box.top >= 0 && box.top < window.innerHeight, box.top];",
+            json!([]),
+        )
+        .await;
+    assert_eq!(
+        (&shown[0], &shown[1]),
+        (&json!(50), &json!(true)),
+        "{shown}"
+    );
     browser.goto(&tasks.url("/dashboard/tasks")).await;
 
     // Its limits are shown in its row, a limit per key too.
