@@ -47,6 +47,13 @@ pub struct ServeConfig {
     #[arg(long, env = "LEASE_SWEEP_INTERVAL_SECONDS", default_value_t = 60)]
     pub sweep_interval_seconds: u64,
 
+    /// Acquires that may wait for a held lease (`wait_ms`) on this replica at once. One past
+    /// the bound answers at once, as without `wait_ms` (409 `lease_held`), and counts in
+    /// `lease_acquire_waits_refused_total`: each waiting request holds memory while it waits.
+    /// 0: no acquire waits.
+    #[arg(long, env = "LEASE_MAX_WAITERS", default_value_t = 1000)]
+    pub max_waiters: usize,
+
     /// Bearer tokens for the write routes: comma-separated `role[+role...]:token` entries,
     /// tokens of 16 bytes or more. Roles: `leaseholder` (acquire, renew, release) and
     /// `operator` (revoke anyone's lease). Unset: every route is open, and a warning says so.

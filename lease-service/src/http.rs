@@ -182,7 +182,9 @@ fn listing(
 type ListFuture =
     std::pin::Pin<Box<dyn std::future::Future<Output = Result<HttpResponse, ApiError>>>>;
 
-/// Answers `{"leases": [...], "nextCursor": ...}` (the sample's pages read `data.leases`).
+/// Answers `{"leases": [...], "nextCursor": ..., "now": ...}` (the sample's pages read
+/// `data.leases`): `now` is the database's clock the page was judged by, so that a reader can
+/// tell every lease's time from one reading, never its own clock.
 async fn list(
     state: State,
     query: web::Query<PageQuery>,
@@ -196,17 +198,21 @@ async fn list(
     };
     read::check_filter(filter)?;
     let mut conn = db::connection(&state.pool).await?;
-    let leases = read::list(&mut conn, listing, filter, page).await?;
-    Ok(page.respond(
+    let (leases, now) = read::list(&mut conn, listing, filter, page).await?;
+    let mut beside = serde_json::Map::new();
+    if let Some(now) = now {
+        beside.insert("now".to_owned(), serde_json::json!(now));
+    }
+    Ok(page.respond_beside(
         &request,
-        "leases",
-        leases,
+        ("leases", leases),
         false,
         |lease| lease.id,
         &[
             ("resource", query.resource.as_deref()),
             ("resource_prefix", query.resource_prefix.as_deref()),
         ],
+        beside,
     ))
 }
 

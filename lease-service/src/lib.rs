@@ -80,10 +80,11 @@ pub async fn run(
     let secrets = SecretPolicy {
         required: config.require_secret,
     };
-    let wakeups = Wakeups::new(
+    let wakeups = Wakeups::with_limit(
         stop.clone(),
         config.server.wait_recheck(),
         metrics.acquires_waiting.clone(),
+        config.max_waiters,
     );
     let state = web::Data::new(AppState {
         pool: pool.clone(),

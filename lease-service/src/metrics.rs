@@ -19,6 +19,8 @@ pub struct Metrics {
     pub sweeps: IntCounterVec,
     /// Acquires on this replica waiting for a held lease (`wait_ms`) now.
     pub acquires_waiting: IntGauge,
+    /// Acquires that asked to wait but found `LEASE_MAX_WAITERS` waiting, and answered at once.
+    pub waits_refused: IntCounter,
     pub group_sizes: HistogramVec,
 }
 
@@ -73,8 +75,14 @@ impl Metrics {
             "Acquires on this replica waiting for a held lease to be released or expire (wait_ms).",
         )?;
         registry.register(Box::new(acquires_waiting.clone()))?;
+        let waits_refused = IntCounter::new(
+            "lease_acquire_waits_refused_total",
+            "Acquires that asked to wait (wait_ms) while LEASE_MAX_WAITERS waited on this replica, and answered at once.",
+        )?;
+        registry.register(Box::new(waits_refused.clone()))?;
         Ok(Self {
             acquires_waiting,
+            waits_refused,
             registry,
             http,
             acquisitions,

@@ -42,9 +42,10 @@ pub struct Lease {
     /// Milliseconds until expiry by the database's clock; 0 once expired or released.
     #[serde(alias = "expires_in_ms")]
     pub expires_in_ms: i64,
-    /// Proof of holding, in the answer to a new acquisition only (and to a reentrant one that
-    /// presented it): renew and release present it, so that a holder's name alone is not
-    /// enough to release its lease. lease-service keeps only its digest; keep it secret.
+    /// Proof of holding, in the answer to a new acquisition only (drawn by lease-service, or the
+    /// one its acquire presented) and to a reentrant one that presented it: renew and release
+    /// present it, so that a holder's name alone is not enough to release its lease.
+    /// lease-service keeps only its digest; keep it secret.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret: Option<Secret>,
     /// What the holder says about itself (a JSON object of at most [`MAX_LEASE_METADATA_BYTES`]),
@@ -64,6 +65,14 @@ pub struct Secret(String);
 impl Secret {
     pub fn new(secret: impl Into<String>) -> Secret {
         Secret(secret.into())
+    }
+
+    /// 256 random bits, hex-encoded: what lease-service draws for a new acquisition, and what a
+    /// holder that brings its own ([`AcquireLease::secret`]) should use.
+    pub fn random() -> Secret {
+        use rand::Rng;
+        let bytes: [u8; 32] = rand::rng().random();
+        Secret(bytes.iter().map(|b| format!("{b:02x}")).collect())
     }
 
     pub fn expose(&self) -> &str {
@@ -162,6 +171,11 @@ pub struct LeasePage {
     pub leases: Vec<Lease>,
     #[serde(default)]
     pub next_cursor: Option<String>,
+    /// The database's clock when it read the page, which every lease's `status` and
+    /// `expiresInMs` were judged by: a reader times them all from this one reading. None for an
+    /// empty page (and from a lease-service before it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub now: Option<DateTime<Utc>>,
 }
 
 /// `POST /api/leases`.
@@ -171,7 +185,10 @@ pub struct AcquireLease {
     pub holder: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttl_seconds: Option<i64>,
-    /// For a reentrant acquire: the secret of the lease the holder already has.
+    /// The holder's proof: a reentrant acquire must present the secret of the lease it already
+    /// has, and a new acquisition keeps the one presented (instead of drawing one), so that a
+    /// holder whose answer was lost can still prove itself. [`MIN_OWN_SECRET_BYTES`] to
+    /// [`MAX_NAME_BYTES`] bytes; keep it as secret as one lease-service draws.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret: Option<Secret>,
     /// When another holder has the lease, wait up to this many milliseconds (at most
@@ -183,6 +200,10 @@ pub struct AcquireLease {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<serde_json::Value>,
 }
+
+/// The shortest secret an acquire may present ([`AcquireLease::secret`]): as many bytes as the
+/// hex of the 128 random bits that make a secret unguessable.
+pub const MIN_OWN_SECRET_BYTES: usize = 32;
 
 /// The longest an acquire may wait for a held lease ([`AcquireLease::wait_ms`]).
 pub const MAX_ACQUIRE_WAIT_MS: u64 = 30_000;
@@ -206,6 +227,10 @@ pub struct AcquireLeases {
     pub holders: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttl_seconds: Option<i64>,
+    /// Every lease's [`Lease::metadata`], as [`AcquireLease::metadata`] is for one: stored by a
+    /// new acquisition, replacing the old by a reentrant one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<serde_json::Value>,
 }
 
 /// The answer to [`AcquireLeases`]: which resources were newly acquired (each with its own

@@ -193,20 +193,22 @@ impl LeaseClient {
         self.post_acquire(&body, wait).await
     }
 
-    /// [`LeaseClient::acquire`] that stores `metadata` (a JSON object) with the lease, as what
-    /// the holder says about itself ([`Lease::metadata`]); a reentrant acquire replaces it.
+    /// [`LeaseClient::acquire_proving`] that stores `metadata` (a JSON object) with the lease,
+    /// as what the holder says about itself ([`Lease::metadata`]); a reentrant acquire replaces
+    /// it. `secret`, the holder's own, is kept by a new acquisition ([`AcquireLease::secret`]).
     pub async fn acquire_announcing(
         &self,
         resource: &str,
         holder: &str,
         ttl: Option<Duration>,
+        secret: Option<&Secret>,
         metadata: &serde_json::Value,
     ) -> Result<(Lease, bool), LeaseError> {
         let body = AcquireLease {
             resource: resource.to_owned(),
             holder: holder.to_owned(),
             ttl_seconds: ttl.map(ttl_seconds),
-            secret: None,
+            secret: secret.cloned(),
             wait_ms: None,
             metadata: Some(metadata.clone()),
         };
@@ -238,6 +240,7 @@ impl LeaseClient {
             holder: None,
             holders: Some(holders.to_vec()),
             ttl_seconds: ttl.map(ttl_seconds),
+            metadata: None,
         };
         self.call(reqwest::Method::POST, "/api/leases/batch", &[], Some(&body))
             .await

@@ -52,9 +52,15 @@ pub struct WorkerBeat {
     pub info: WorkerInfo,
     /// How long the process counts as alive without another beat (seconds).
     pub ttl_seconds: i64,
-    /// The lease's fence and secret from the previous beat's answer; none on the first beat.
+    /// The lease's fence from the previous beat's answer; none on the first beat.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fence: Option<i64>,
+    /// The process's proof of holding its lease: its own secret, drawn once per run
+    /// ([`Secret::random`]) and sent at every beat, the first included; every acquisition of
+    /// the lease keeps it, so a beat whose answer was lost leaves nothing the next beat cannot
+    /// prove. (A process that sends none at first gets lease-service's in
+    /// [`WorkerLease::secret`], and must send that back.) At least
+    /// [`crate::api::MIN_OWN_SECRET_BYTES`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret: Option<Secret>,
 }
@@ -64,7 +70,8 @@ pub struct WorkerBeat {
 #[serde(rename_all = "camelCase")]
 pub struct WorkerLease {
     pub fence: i64,
-    /// Given when the beat took the lease anew; the next beats present it.
+    /// Given when the beat took the lease anew without a secret of its own; the next beats
+    /// present it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret: Option<Secret>,
     /// Milliseconds until the process counts as gone without another beat.

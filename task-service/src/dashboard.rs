@@ -11,7 +11,7 @@
 use actix_web::{HttpRequest, HttpResponse, web};
 use leasehold::lease_client::{LeaseListing, LeaseSet};
 use leasehold::server::ApiError;
-use leasehold::server::auth::bearer_token;
+use leasehold::server::auth::{Role, bearer_token, locked};
 use leasehold::server::db;
 use leasehold::server::http::{get_only, method_not_allowed};
 use leasehold::{LeaseClient, LeaseError};
@@ -40,7 +40,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 .service(get_only("/leases", leases))
                 .service(
                     web::resource("/leases/{id}/revoke")
-                        .route(web::post().to(revoke))
+                        .route(locked(web::post().to(revoke), Role::Operator))
                         .default_service(web::to(method_not_allowed)),
                 ),
         );
@@ -66,7 +66,9 @@ async fn overview(state: State) -> Result<HttpResponse, ApiError> {
     Ok(HttpResponse::Ok().json(tasks::overview(&mut conn, &state.engine).await?))
 }
 
+/// A parameter of another name (the page's own `window`) is refused, not ignored.
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct ThroughputQuery {
     window_seconds: Option<i64>,
 }
@@ -84,6 +86,7 @@ async fn throughput(
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct LeaseQuery {
     status: Option<String>,
     resource_prefix: Option<String>,
@@ -130,7 +133,9 @@ async fn leases(state: State, query: web::Query<LeaseQuery>) -> Result<HttpRespo
 }
 
 /// An operator's revocation, sent to lease-service with the operator's own token, never
-/// task-service's.
+/// task-service's. The route is locked here too, so that a token this service knows without the
+/// operator role is refused as every other route refuses it (403), not passed on to be unknown
+/// at lease-service (401).
 async fn revoke(
     state: State,
     id: web::Path<i64>,

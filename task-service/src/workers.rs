@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use leasehold::LeaseError;
-use leasehold::api::{Lease, LeaseStatus, Proof};
+use leasehold::api::{Lease, LeaseStatus, MIN_OWN_SECRET_BYTES, Proof, Secret};
 use leasehold::lease_client::{LeaseListing, LeaseSet};
 use leasehold::server::{ApiError, validate_name, validate_name_within};
 use leasehold::tasks::MAX_QUEUE_BYTES;
@@ -31,10 +31,19 @@ const MAX_LABEL_BYTES: usize = 200;
 /// off for longer than its TTL). The lease's holder is the process's run
 /// ([`WorkerBeat::instance`]), so a second process under the same id while the first one's lease
 /// is live is refused (409 `worker_id_in_use`), as any other holder would be.
+///
+/// A process that brings its own secret presents it at every beat, and every acquisition of its
+/// lease keeps it: a beat whose answer was lost (its replica killed or paused mid-beat, the
+/// answer timed out) leaves a lease the next beat still proves, so a lease-service that
+/// requires proof never refuses the process its own lease. One that brings none (an older
+/// worker) gets lease-service's secret in the answer to the beat that took the lease.
 pub async fn beat(engine: &Engine, id: &str, beat: &WorkerBeat) -> Result<WorkerLease, ApiError> {
     check_id(id)?;
     validate_name("instance", &beat.instance)?;
     check_info(&beat.info)?;
+    if let Some(secret) = &beat.secret {
+        check_secret(secret)?;
+    }
     if !(1..=MAX_TTL_SECONDS).contains(&beat.ttl_seconds) {
         return Err(ApiError::invalid(
             "invalid_field",
@@ -64,7 +73,13 @@ pub async fn beat(engine: &Engine, id: &str, beat: &WorkerBeat) -> Result<Worker
     }
     let (lease, _) = engine
         .leases
-        .acquire_announcing(&resource, &beat.instance, Some(ttl), &metadata)
+        .acquire_announcing(
+            &resource,
+            &beat.instance,
+            Some(ttl),
+            beat.secret.as_ref(),
+            &metadata,
+        )
         .await
         .map_err(|err| match err {
             LeaseError::Held { holder, .. } => ApiError::Conflict {
@@ -73,8 +88,29 @@ pub async fn beat(engine: &Engine, id: &str, beat: &WorkerBeat) -> Result<Worker
             },
             err => passed_on(err),
         })?;
-    let secret = lease.secret.clone();
+    // The process's own secret is not sent back: it has it.
+    let secret = beat
+        .secret
+        .is_none()
+        .then(|| lease.secret.clone())
+        .flatten();
     Ok(answer(lease, secret))
+}
+
+/// A process's own secret becomes its lease's, so it must be one lease-service accepts as such.
+fn check_secret(secret: &Secret) -> Result<(), ApiError> {
+    let bytes = secret.expose().len();
+    if (MIN_OWN_SECRET_BYTES..=leasehold::api::MAX_NAME_BYTES).contains(&bytes) {
+        return Ok(());
+    }
+    Err(ApiError::invalid(
+        "invalid_secret",
+        "secret",
+        format!(
+            "secret must be {MIN_OWN_SECRET_BYTES} to {} bytes, got {bytes}",
+            leasehold::api::MAX_NAME_BYTES
+        ),
+    ))
 }
 
 /// `DELETE /api/workers/{id}`: the process stops; its lease is released, so it shows as stopped
@@ -183,7 +219,7 @@ fn state(lease: Lease) -> Option<WorkerState> {
     })
 }
 
-fn answer(lease: Lease, secret: Option<leasehold::api::Secret>) -> WorkerLease {
+fn answer(lease: Lease, secret: Option<Secret>) -> WorkerLease {
     WorkerLease {
         fence: lease.fence,
         secret,

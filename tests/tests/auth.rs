@@ -598,6 +598,10 @@ async fn without_proof_required_the_samples_requests_work_and_a_wrong_secret_is_
     assert_eq!((refused.status, refused.code()), (409, "wrong_secret"));
     let refused = leases.delete("/api/leases/release", &wrong).await;
     assert_eq!((refused.status, refused.code()), (409, "wrong_secret"));
+    // An acquire's secret may become the lease's, so one that short is bad input there.
+    let refused = leases.post("/api/leases", &wrong).await;
+    assert_eq!((refused.status, refused.code()), (400, "invalid_secret"));
+    let wrong = json!({"resource": "r", "holder": "h", "secret": "0".repeat(64)});
     let refused = leases.post("/api/leases", &wrong).await;
     assert_eq!((refused.status, refused.code()), (409, "wrong_secret"));
     assert_eq!(
@@ -797,4 +801,117 @@ async fn the_sweepers_lease_cannot_be_renewed_by_someone_who_knows_its_holders_n
             );
         }
     }
+}
+
+/// The dashboard's revoke, with both services locked: a token task-service knows without the
+/// operator role is refused there with 403 `forbidden`, as every other route refuses it (not
+/// passed on to lease-service, which does not know it: 401), writing nothing; an unknown token
+/// is 401; the operator's token revokes.
+#[tokio::test]
+async fn the_dashboards_revoke_refuses_a_known_token_without_the_role_with_403() {
+    let lease_db = fresh_database().await;
+    let task_db = fresh_database().await;
+    let lease_tokens = format!("leaseholder:{SERVICE},operator:{OPERATOR}");
+    let leases = Service::lease_service(&lease_db, &[("AUTH_TOKENS", lease_tokens.as_str())]).await;
+    let task_tokens = format!("producer:{PRODUCER},worker:{WORKER},operator:{OPERATOR}");
+    let tasks = Service::task_service(
+        &task_db,
+        &leases.base_url(),
+        &[
+            ("AUTH_TOKENS", task_tokens.as_str()),
+            ("LEASE_SERVICE_TOKEN", SERVICE),
+        ],
+    )
+    .await;
+    let held = leases
+        .send_as(
+            Some(SERVICE),
+            "POST",
+            "/api/leases",
+            Some(&json!({"resource": "r", "holder": "h"})),
+        )
+        .await;
+    assert_eq!(held.status, 201, "{:?}", held.body);
+    let revoke = format!("/api/dashboard/leases/{}/revoke", held.body["id"]);
+
+    let before = snapshot(&lease_db, "leases").await;
+    for token in [PRODUCER, WORKER] {
+        let answer = tasks.send_as(Some(token), "POST", &revoke, None).await;
+        assert_refused(&answer, 403, &format!("revoke with {token}"));
+    }
+    for token in [None, Some(UNKNOWN), Some(SERVICE)] {
+        let answer = tasks.send_as(token, "POST", &revoke, None).await;
+        assert_refused(&answer, 401, &format!("revoke with {token:?}"));
+    }
+    assert_eq!(before, snapshot(&lease_db, "leases").await);
+
+    let revoked = tasks.send_as(Some(OPERATOR), "POST", &revoke, None).await;
+    assert_eq!(
+        (revoked.status, revoked.body["status"].as_str()),
+        (200, Some("revoked")),
+        "{:?}",
+        revoked.body
+    );
+}
+
+/// A holder may bring its own secret: a new acquisition keeps the one its acquire presents, so
+/// an acquire whose answer was lost and that is sent again is reentrant (same fence), never
+/// refused for want of a proof the holder never saw. Renew and release take it as they take a
+/// drawn one, a later new acquisition presenting it keeps it again, and another holder's is
+/// still refused. A secret too short to be unguessable is refused and writes nothing.
+#[tokio::test]
+async fn an_acquire_that_brings_its_own_secret_holds_the_lease_with_it() {
+    let db = fresh_database().await;
+    let leases = Service::lease_service(&db, &[("LEASE_REQUIRE_SECRET", "true")]).await;
+    let own = "f".repeat(64);
+    let mine = json!({"resource": "r", "holder": "h", "secret": own});
+
+    let first = leases.post("/api/leases", &mine).await;
+    assert_eq!(first.status, 201, "{:?}", first.body);
+    assert_eq!(first.body["secret"].as_str(), Some(own.as_str()));
+    let fence = first.body["fence"].as_i64().unwrap();
+    // Sent again, as after a lost answer: reentrant, same fence.
+    let again = leases.post("/api/leases", &mine).await;
+    assert_eq!(
+        (again.status, again.body["fence"].as_i64()),
+        (200, Some(fence)),
+        "{:?}",
+        again.body
+    );
+    let renewed = leases.put("/api/leases/renew", &mine).await;
+    assert_eq!(renewed.status, 200, "{:?}", renewed.body);
+    assert!(!snapshot(&db, "leases").await.concat().contains(&own));
+    // Someone else's secret is no proof, and the holder's name alone is none either.
+    let other = json!({"resource": "r", "holder": "h", "secret": "e".repeat(64)});
+    let refused = leases.post("/api/leases", &other).await;
+    assert_eq!((refused.status, refused.code()), (409, "wrong_secret"));
+    let bare = leases
+        .post("/api/leases", &json!({"resource": "r", "holder": "h"}))
+        .await;
+    assert_eq!((bare.status, bare.code()), (400, "secret_required"));
+
+    let released = leases.delete("/api/leases/release", &mine).await;
+    assert_eq!(released.status, 200, "{:?}", released.body);
+    let next = leases.post("/api/leases", &mine).await;
+    assert_eq!(next.status, 201, "{:?}", next.body);
+    assert!(next.body["fence"].as_i64() > Some(fence));
+    assert_eq!(
+        leases.put("/api/leases/renew", &mine).await.status,
+        200,
+        "the new acquisition kept the secret it was given"
+    );
+
+    let before = snapshot(&db, "leases").await;
+    for short in ["", "00ff", &"a".repeat(31)] {
+        for resource in ["r", "fresh"] {
+            let body = json!({"resource": resource, "holder": "h", "secret": short});
+            let answer = leases.post("/api/leases", &body).await;
+            assert_eq!(
+                (answer.status, answer.code(), answer.body["field"].as_str()),
+                (400, "invalid_secret", Some("secret")),
+                "{body}"
+            );
+        }
+    }
+    assert_eq!(before, snapshot(&db, "leases").await);
 }

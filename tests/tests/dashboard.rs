@@ -474,6 +474,28 @@ async fn the_dashboard_shows_and_operates_a_live_stack() {
         first > 50.0 && second < first - 0.5 && second > first - 5.0,
         "the countdown moves: {first} then {second}"
     );
+    // Time left and expires at come from one reading of the database's clock, so they agree
+    // even in a browser whose clock is off (here set 90 s ahead before the list is read again).
+    let cells = browser
+        .execute(
+            &format!(
+                "const real = Date.now; Date.now = () => real() + 90000; \
+                 return refreshLeases().then(() => {{ \
+                   const row = document.querySelector('tr[data-lease-id=\"{lease_id}\"]'); \
+                   return [row.cells[5].textContent, row.cells[6].textContent]; }});"
+            ),
+            json!([]),
+        )
+        .await;
+    let (time_left, expires) = (cells[0].as_str().unwrap(), cells[1].as_str().unwrap());
+    let in_seconds = expires
+        .strip_prefix("in ")
+        .and_then(|t| t.strip_suffix(" s"))
+        .and_then(|t| t.parse::<f64>().ok());
+    assert!(
+        in_seconds.is_some_and(|n| (n - seconds(time_left)).abs() <= 1.0),
+        "time left {time_left:?} and expires at {expires:?} disagree"
+    );
     browser.screenshot(&screenshots().join("leases.png")).await;
     // Leases page too: 105 under one prefix make a page of 100, more older, and one of 5.
     for chunk in [0..100, 100..105] {
@@ -659,6 +681,29 @@ async fn the_dashboard_shows_and_operates_a_live_stack() {
         )
         .await;
     assert_eq!(cancel_off, json!(true));
+    // A task's own link, loaded directly, shows that task: its detail is on screen, not below
+    // a page of 50 rows.
+    browser
+        .goto(&tasks.url(&format!("/dashboard/tasks/{id}")))
+        .await;
+    browser
+        .wait_for_text("#detail-status", Duration::from_secs(10), |s| {
+            s == "succeeded"
+        })
+        .await;
+    let shown = browser
+        .execute(
+            "const box = document.getElementById('task-detail').getBoundingClientRect(); \
+             return [document.querySelectorAll('tr[data-task-id]').length, \
+                     box.top >= 0 && box.top < window.innerHeight, box.top];",
+            json!([]),
+        )
+        .await;
+    assert_eq!(
+        (&shown[0], &shown[1]),
+        (&json!(50), &json!(true)),
+        "{shown}"
+    );
     browser.goto(&tasks.url("/dashboard/tasks")).await;
 
     // Its limits are shown in its row, a limit per key too.
@@ -896,6 +941,8 @@ async fn lease_views_pass_on_lease_services_answers_and_never_lend_task_services
     let listed = tasks.get("/api/dashboard/leases?status=active").await;
     assert_eq!(listed.status, 200);
     assert_eq!(listed.body["leases"][0]["status"], "active");
+    // With the database's clock the page was judged by, which the page times every lease from.
+    assert!(listed.body["now"].is_string(), "{:?}", listed.body);
 
     let revoked = tasks.send_as(Some(OPERATOR), "POST", &revoke, None).await;
     assert_eq!(revoked.status, 200, "{:?}", revoked.body);
@@ -910,4 +957,42 @@ async fn lease_views_pass_on_lease_services_answers_and_never_lend_task_services
     let gone = tasks.get("/api/dashboard/leases").await;
     assert_eq!(gone.status, 503, "{:?}", gone.body);
     assert_eq!(gone.body["code"], "unavailable");
+}
+
+/// The dashboard's data routes refuse a query parameter they do not take (400 `invalid_query`,
+/// JSON, naming it) rather than ignore it: `?window=86400`, the page's own name for the chart
+/// window, used to answer the default five minutes without a word.
+#[tokio::test]
+async fn the_dashboards_data_routes_refuse_parameters_they_do_not_take() {
+    let lease_db = fresh_database().await;
+    let task_db = fresh_database().await;
+    let leases = Service::lease_service(&lease_db, &[]).await;
+    let tasks = Service::task_service(&task_db, &leases.base_url(), &[]).await;
+    for path in [
+        "/api/dashboard/throughput?window=86400",
+        "/api/dashboard/throughput?window_seconds=86400&window=86400",
+        "/api/dashboard/leases?state=active",
+        "/api/dashboard/leases?status=active&prefix=task%3A",
+    ] {
+        let refused = tasks.get(path).await;
+        assert_eq!(
+            (refused.status, refused.code()),
+            (400, "invalid_query"),
+            "{path}: {:?}",
+            refused.body
+        );
+        let message = refused.body["error"].as_str().unwrap();
+        let name = path.rsplit('&').next().unwrap().rsplit('?').next().unwrap();
+        let name = name.split('=').next().unwrap();
+        assert!(message.contains(name), "{path}: {message}");
+    }
+    let day = tasks
+        .get("/api/dashboard/throughput?window_seconds=86400")
+        .await;
+    assert_eq!(day.status, 200, "{:?}", day.body);
+    assert_eq!(day.body["windowSeconds"], 86_400);
+    let listed = tasks
+        .get("/api/dashboard/leases?status=active&resource_prefix=task%3A&limit=5&order=desc")
+        .await;
+    assert_eq!(listed.status, 200, "{:?}", listed.body);
 }

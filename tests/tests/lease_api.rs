@@ -1278,3 +1278,97 @@ async fn metadata_belongs_to_the_holder_that_set_it() {
         "{acquired:?}"
     );
 }
+
+/// A batch acquire's metadata is stored on every lease it takes, as a single acquire stores
+/// its own: replacing a reentrant holder's when given, kept when not, and refused above 4 KiB
+/// (or when not an object) with the single acquire's code, writing nothing.
+#[tokio::test]
+async fn a_batch_acquire_stores_its_metadata_as_a_single_acquire_does() {
+    let db = fresh_database().await;
+    let svc = Service::lease_service(&db, &[]).await;
+    let about = |slots: i64| json!({"host": "box-1", "slots": slots});
+
+    let batch = svc
+        .post(
+            "/api/leases/batch",
+            &json!({"resources": ["m-1", "m-2"], "holder": "h", "metadata": about(2)}),
+        )
+        .await;
+    assert_eq!(batch.status, 200, "{:?}", batch.body);
+    let acquired = batch.body["acquired"].as_array().unwrap();
+    assert_eq!(acquired.len(), 2, "{:?}", batch.body);
+    for lease in acquired {
+        assert_eq!(lease["metadata"], about(2), "{lease:?}");
+        let id = lease["id"].as_i64().unwrap();
+        let stored = svc.get(&format!("/api/leases/{id}")).await;
+        assert_eq!(
+            stored.body["lease"]["metadata"],
+            about(2),
+            "{:?}",
+            stored.body
+        );
+    }
+    // One resource alone takes the single statement's path; it stores it too.
+    let alone = svc
+        .post(
+            "/api/leases/batch",
+            &json!({"resources": ["m-3"], "holder": "h", "metadata": about(1)}),
+        )
+        .await;
+    assert_eq!(
+        alone.body["acquired"][0]["metadata"],
+        about(1),
+        "{:?}",
+        alone.body
+    );
+
+    // Reentrant (secrets not required here): replaced when given, kept when not.
+    let again = svc
+        .post(
+            "/api/leases/batch",
+            &json!({"resources": ["m-1", "m-2"], "holder": "h", "metadata": about(5)}),
+        )
+        .await;
+    let extended = again.body["extended"].as_array().unwrap();
+    assert_eq!(extended.len(), 2, "{:?}", again.body);
+    assert!(
+        extended.iter().all(|l| l["metadata"] == about(5)),
+        "{extended:?}"
+    );
+    let kept = svc
+        .post(
+            "/api/leases/batch",
+            &json!({"resources": ["m-1", "m-2"], "holder": "h"}),
+        )
+        .await;
+    let extended = kept.body["extended"].as_array().unwrap();
+    assert!(
+        extended.iter().all(|l| l["metadata"] == about(5)),
+        "{extended:?}"
+    );
+
+    // Refused as the single acquire refuses it, and nothing written.
+    let before = snapshot(&db, "leases").await;
+    for metadata in [
+        json!({"pad": "x".repeat(5000)}),
+        json!([1, 2]),
+        json!({"host": "a\u{0}b"}),
+    ] {
+        for resources in [json!(["m-1", "m-9"]), json!(["m-9"])] {
+            let refused = svc
+                .post(
+                    "/api/leases/batch",
+                    &json!({"resources": resources, "holder": "h", "metadata": metadata}),
+                )
+                .await;
+            assert_eq!(
+                (refused.status, refused.code()),
+                (400, "invalid_metadata"),
+                "{:?}",
+                refused.body
+            );
+            assert_eq!(refused.body["field"], "metadata");
+        }
+    }
+    assert_eq!(snapshot(&db, "leases").await, before);
+}

@@ -117,6 +117,7 @@ async fn run_lease_groups(conn: &mut AsyncPgConnection, round: usize) {
             holder: "h",
             ttl_seconds: 30,
             new_secret_hash: &hash,
+            metadata: None,
         })
         .collect();
     leases::take_each(conn, &wants, false).await.unwrap();

@@ -286,3 +286,54 @@ async fn a_waiting_acquire_gets_a_lease_that_expires_and_a_wait_too_long_is_refu
         "nothing written"
     );
 }
+
+/// At most `LEASE_MAX_WAITERS` acquires wait on a replica at once: one more answers at once, as
+/// without `wait_ms` (409 `lease_held`), and is counted; a place freed by a waiter that got its
+/// lease is taken by the next to ask.
+#[tokio::test]
+async fn past_the_bound_on_waiters_an_acquire_answers_at_once() {
+    let db = fresh_database().await;
+    let leases = Service::lease_service(
+        &db,
+        &[("WAIT_RECHECK_MS", RECHECK_MS), ("LEASE_MAX_WAITERS", "5")],
+    )
+    .await;
+    let client = leases.lease_client();
+    let held = client.acquire("lock", "first", None).await.unwrap();
+    // One at a time, so that they are in line in this order.
+    let mut waiters = Vec::new();
+    for i in 0..5 {
+        waiters.push(waiting_acquire(&leases, "lock", &format!("waiter-{i}")));
+        until_acquires_waiting(&leases, f64::from(i + 1)).await;
+    }
+
+    // The sixth, with the same wait as the five that asked before it, is answered while they
+    // all still wait: it did not wait.
+    let sixth = client
+        .acquire_waiting("lock", "sixth", None, None, WAIT)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&sixth, leasehold::LeaseError::Held { holder, .. } if holder == "first"),
+        "{sixth:?}"
+    );
+    assert!(waiters.iter().all(|w| !w.is_finished()));
+    let metrics = leases.metrics().await;
+    assert_eq!(
+        metric_sum(&metrics, "lease_acquire_waits_refused_total"),
+        1.0
+    );
+    assert_eq!(metric_sum(&metrics, "lease_acquires_waiting"), 5.0);
+
+    // One waiter gets the released lease and leaves: its place is free for the next.
+    client.release("lock", "first", held.proof()).await.unwrap();
+    let got = waiters.remove(0).await.unwrap().unwrap();
+    assert_eq!(got.holder, "waiter-0");
+    waiters.push(waiting_acquire(&leases, "lock", "seventh"));
+    until_acquires_waiting(&leases, 5.0).await;
+    assert_eq!(
+        metric_sum(&leases.metrics().await, "lease_acquire_waits_refused_total"),
+        1.0
+    );
+    assert!(waiters.iter().all(|w| !w.is_finished()));
+}

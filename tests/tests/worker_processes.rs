@@ -246,3 +246,149 @@ async fn live_processes_are_listed_and_dead_ones_shown_gone() {
     }
     assert!(untouched().await, "a refused beat wrote a lease");
 }
+
+/// Under `LEASE_REQUIRE_SECRET=true`, a real worker's beats keep renewing its liveness lease
+/// when its answers are lost and across task-service restarts: its first beats reach a paused
+/// task-service and time out, to be served (the lease taken) once it resumes, with nobody left
+/// to read the answer; then task-service is killed and started again, three times. Each renewal
+/// carries the process's own secret, whichever start of task-service serves it, so the lease
+/// is renewed, never refused (400 `secret_required`) nor taken anew.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn beats_renew_the_liveness_lease_through_lost_answers_and_restarts_when_secrets_are_required()
+ {
+    let lease_db = fresh_database().await;
+    let task_db = fresh_database().await;
+    let leases = Service::lease_service(&lease_db, &[("LEASE_REQUIRE_SECRET", "true")]).await;
+    let mut tasks = Service::task_service(&task_db, &leases.base_url(), &[]).await;
+    tasks.pause();
+    let worker = Service::worker(
+        &tasks.base_url(),
+        &[
+            ("WORKER_ID", "w-locked"),
+            ("HEARTBEAT_INTERVAL_SECONDS", "1"),
+            ("RUST_LOG", "info,leasehold_worker::presence=debug"),
+        ],
+    )
+    .await;
+    eventually(Duration::from_secs(20), "a beat timed out", || async {
+        worker.log_text().contains("worker beat failed")
+    })
+    .await;
+    tasks.resume();
+    let lease = async || {
+        let listed = leases.get("/api/leases?resource=worker:w-locked").await;
+        listed.body["leases"][0].clone()
+    };
+    // Renewed twice by beats whose answers the worker reads.
+    for _ in 0..2 {
+        let seen = lease().await["renewedAt"].as_str().unwrap_or("").to_owned();
+        eventually(
+            Duration::from_secs(20),
+            "the worker's lease renewed",
+            || async {
+                lease().await["renewedAt"]
+                    .as_str()
+                    .is_some_and(|at| at > seen.as_str())
+            },
+        )
+        .await;
+    }
+    let first = lease().await;
+    for round in 0..3 {
+        tasks.restart().await;
+        // Two renewals after the restart: the first beat may have been in flight across it.
+        for _ in 0..2 {
+            let seen = lease().await["renewedAt"].as_str().unwrap().to_owned();
+            eventually(
+                Duration::from_secs(20),
+                "a renewal after the restart",
+                || async {
+                    lease().await["renewedAt"]
+                        .as_str()
+                        .is_some_and(|at| at > seen.as_str())
+                },
+            )
+            .await;
+        }
+        let now = lease().await;
+        assert_eq!(
+            (&now["fence"], &now["createdAt"], &now["status"]),
+            (&first["fence"], &first["createdAt"], &json!("active")),
+            "round {round}: renewed, not taken anew: {now}"
+        );
+    }
+    let log = worker.log_text();
+    assert!(!log.contains("worker beat refused"), "{log}");
+    assert_eq!(
+        self::worker(&tasks, "w-locked").await.unwrap()["liveness"],
+        "alive"
+    );
+}
+
+/// Under `LEASE_REQUIRE_SECRET=true`, a beat whose answer was lost (sent again, as a worker
+/// whose request timed out sends its next) still renews the process's lease: the process's own
+/// secret, sent at every beat, is the lease's. Before, the lost answer took lease-service's
+/// secret with it, and every beat was refused (400 `secret_required`) until the lease lapsed.
+#[tokio::test]
+async fn a_beat_sent_again_after_its_answer_was_lost_renews_the_lease() {
+    let lease_db = fresh_database().await;
+    let task_db = fresh_database().await;
+    let leases = Service::lease_service(&lease_db, &[("LEASE_REQUIRE_SECRET", "true")]).await;
+    let tasks = Service::task_service(&task_db, &leases.base_url(), &[]).await;
+    let secret = "5".repeat(64);
+    let info = json!({"host": "h", "version": "1", "concurrency": 1, "busy": 0, "done": 0});
+    let beat = |fence: Value| {
+        json!({"instance": "run-1", "info": info, "ttl_seconds": 30, "fence": fence,
+               "secret": secret})
+    };
+    let first = tasks.put("/api/workers/w", &beat(Value::Null)).await;
+    assert_eq!(first.status, 200, "{:?}", first.body);
+    assert!(first.body.get("secret").is_none(), "{:?}", first.body);
+    let fence = first.body["fence"].clone();
+    // The first answer lost: the next beat has no fence.
+    let again = tasks.put("/api/workers/w", &beat(Value::Null)).await;
+    assert_eq!(
+        (again.status, &again.body["fence"]),
+        (200, &fence),
+        "{:?}",
+        again.body
+    );
+    // A stale fence (an answer lost after the lease was taken anew) is no refusal either.
+    let stale = tasks
+        .put("/api/workers/w", &beat(json!(fence.as_i64().unwrap() - 1)))
+        .await;
+    assert_eq!((stale.status, &stale.body["fence"]), (200, &fence));
+    let renewed = tasks.put("/api/workers/w", &beat(fence.clone())).await;
+    assert_eq!((renewed.status, &renewed.body["fence"]), (200, &fence));
+    let lease = &leases.get("/api/leases?resource=worker:w").await.body["leases"][0];
+    assert_eq!(
+        (&lease["fence"], &lease["status"]),
+        (&fence, &json!("active"))
+    );
+
+    // Another run under the id, whatever secret it brings, is refused; a short secret is bad
+    // input.
+    let impostor = json!({"instance": "run-2", "info": info, "ttl_seconds": 30,
+                          "secret": "6".repeat(64)});
+    let refused = tasks.put("/api/workers/w", &impostor).await;
+    assert_eq!((refused.status, refused.code()), (409, "worker_id_in_use"));
+    let short = json!({"instance": "run-1", "info": info, "ttl_seconds": 30, "secret": "00ff"});
+    let refused = tasks.put("/api/workers/w", &short).await;
+    assert_eq!(
+        (
+            refused.status,
+            refused.code(),
+            refused.body["field"].as_str()
+        ),
+        (400, "invalid_secret", Some("secret"))
+    );
+    // The goodbye proves itself with the same secret.
+    let gone = tasks
+        .delete(
+            "/api/workers/w",
+            &json!({"instance": "run-1", "fence": fence, "secret": secret}),
+        )
+        .await;
+    assert_eq!(gone.status, 204, "{:?}", gone.body);
+    assert_eq!(worker(&tasks, "w").await.unwrap()["liveness"], "stopped");
+}

@@ -49,12 +49,6 @@ impl Load {
     }
 }
 
-/// The liveness lease as the last beat's answer gave it.
-struct Held {
-    fence: i64,
-    secret: Option<Secret>,
-}
-
 /// Beats every heartbeat interval (at most a minute) until `stop`, then says the process is
 /// gone.
 pub(crate) async fn announce(
@@ -71,7 +65,13 @@ pub(crate) async fn announce(
     let id = settings.worker_id.as_str();
     // This run's own name: the lease's holder, so another process under the same id is refused.
     let instance = leasehold::identity::instance_id(&host);
-    let mut held: Option<Held> = None;
+    // This run's proof of holding, sent at every beat: every acquisition of the lease keeps it,
+    // so a beat whose answer is lost (a replica killed or paused mid-beat) leaves nothing the
+    // next beat cannot prove. A task-service that answers with a secret of lease-service's (one
+    // from before processes brought their own) has it replaced.
+    let mut secret = Secret::random();
+    // The fence of the lease the last answered beat renewed or took.
+    let mut fence: Option<i64> = None;
     loop {
         let beat = WorkerBeat {
             instance: instance.clone(),
@@ -84,23 +84,15 @@ pub(crate) async fn announce(
                 done: load.done.load(Ordering::Relaxed),
             },
             ttl_seconds,
-            fence: held.as_ref().map(|h| h.fence),
-            secret: held.as_ref().and_then(|h| h.secret.clone()),
+            fence,
+            secret: Some(secret.clone()),
         };
         match client.worker_beat(id, &beat).await {
             Ok(lease) => {
-                // A renewal answers no secret: the one from the acquisition still holds.
-                let secret = match (&held, lease.secret) {
-                    (_, Some(secret)) => Some(secret),
-                    (Some(previous), None) if previous.fence == lease.fence => {
-                        previous.secret.clone()
-                    }
-                    (_, None) => None,
-                };
-                held = Some(Held {
-                    fence: lease.fence,
-                    secret,
-                });
+                fence = Some(lease.fence);
+                if let Some(given) = lease.secret {
+                    secret = given;
+                }
             }
             Err(err @ CallError::Transient(_)) => {
                 tracing::debug!(error = %err, "worker beat failed; trying again at the next");
@@ -114,7 +106,7 @@ pub(crate) async fn announce(
             }
             Err(err) => {
                 tracing::warn!(error = %err, "worker beat refused; trying again at the next");
-                held = None;
+                fence = None;
             }
         }
         let beaten = tokio::time::Instant::now();
@@ -129,11 +121,11 @@ pub(crate) async fn announce(
             }
         }
     }
-    if let Some(held) = held {
+    if let Some(fence) = fence {
         let gone = WorkerGone {
             instance,
-            fence: held.fence,
-            secret: held.secret,
+            fence,
+            secret: Some(secret),
         };
         if let Err(err) = client.worker_gone(id, &gone).await {
             tracing::debug!(error = %err, "could not say the worker stopped; its lease will lapse");

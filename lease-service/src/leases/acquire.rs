@@ -9,7 +9,8 @@
 
 use diesel_async::AsyncPgConnection;
 use leasehold::api::{
-    AcquireLease, AcquireLeases, AcquiredLeases, HeldLease, MAX_BATCH_RESOURCES, Secret,
+    AcquireLease, AcquireLeases, AcquiredLeases, HeldLease, MAX_BATCH_RESOURCES, MAX_NAME_BYTES,
+    MIN_OWN_SECRET_BYTES, Secret,
 };
 use leasehold::server::{check_batch_size, first_duplicate, sha256, validate_name};
 
@@ -54,7 +55,15 @@ impl Groups {
         validate_name("holder", &request.holder)?;
         let ttl_seconds = ttl.resolve(request.ttl_seconds)?;
         check_metadata(request.metadata.as_ref())?;
-        let secret = new_secret();
+        // A presented secret is the holder's own: a reentrant acquire must match it, and a new
+        // acquisition keeps it, so a holder whose answer was lost still holds its proof.
+        let secret = match &request.secret {
+            Some(presented) => {
+                check_own_secret(presented)?;
+                presented.expose().to_owned()
+            }
+            None => new_secret(),
+        };
         let secret_hash = sha256(&secret);
         // The group statement carries no metadata: an acquire that sets some runs alone.
         if request.secret.is_none() && request.metadata.is_none() && !repo::acquire_is_broken() {
@@ -73,10 +82,9 @@ impl Groups {
         }
         // Only a reentrant acquire needs proof, and whether it is one is known only inside the
         // statement: a wrong secret is refused there, not here.
-        let presented = request.secret.as_ref().map(|s| sha256(s.expose()));
         let proof = AcquireProof {
             new_secret_hash: &secret_hash,
-            presented_hash: presented.as_ref().map(<[u8; 32]>::as_slice),
+            presented_hash: request.secret.is_some().then_some(secret_hash.as_slice()),
             require_secret: secrets.required,
         };
         let mut conn = db::connection(&self.context.pool).await?;
@@ -100,6 +108,22 @@ impl Groups {
     }
 }
 
+/// A secret an acquire presents may become the lease's (a new acquisition keeps it), so it must
+/// be as hard to guess as one lease-service draws: at least [`MIN_OWN_SECRET_BYTES`].
+fn check_own_secret(secret: &Secret) -> Result<(), ApiError> {
+    let bytes = secret.expose().len();
+    if (MIN_OWN_SECRET_BYTES..=MAX_NAME_BYTES).contains(&bytes) {
+        return Ok(());
+    }
+    Err(ApiError::invalid(
+        "invalid_secret",
+        "secret",
+        format!(
+            "an acquire's secret must be {MIN_OWN_SECRET_BYTES} to {MAX_NAME_BYTES} bytes, got {bytes}"
+        ),
+    ))
+}
+
 pub(super) async fn acquire_group(
     context: GroupContext,
     items: Vec<Acquisition>,
@@ -112,6 +136,7 @@ pub(super) async fn acquire_group(
             holder: &a.holder,
             ttl_seconds: a.ttl_seconds,
             new_secret_hash: &a.secret_hash,
+            metadata: None,
         })
         .collect();
     let acquired = acquire_each(&mut conn, &wants, context.secrets.required).await?;
@@ -162,7 +187,7 @@ async fn acquire_each(
                         want.holder,
                         want.ttl_seconds,
                         proof,
-                        None,
+                        want.metadata,
                     )
                     .await
                     .map_err(ApiError::from)
@@ -286,6 +311,7 @@ pub async fn acquire_many(
         }
     };
     let ttl_seconds = ttl.resolve(request.ttl_seconds)?;
+    check_metadata(request.metadata.as_ref())?;
     let new_secrets: Vec<String> = request.resources.iter().map(|_| new_secret()).collect();
     let hashes: Vec<[u8; 32]> = new_secrets.iter().map(|s| sha256(s)).collect();
     let wants: Vec<repo::Want<'_>> = request
@@ -298,6 +324,7 @@ pub async fn acquire_many(
             holder,
             ttl_seconds,
             new_secret_hash: hash,
+            metadata: request.metadata.as_ref(),
         })
         .collect();
     let acquired = acquire_each(conn, &wants, secrets.required).await?;

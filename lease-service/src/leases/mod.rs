@@ -23,7 +23,6 @@ use std::collections::HashMap;
 use diesel_async::AsyncPgConnection;
 use leasehold::api::{Lease, LeaseStatus, MAX_LEASE_METADATA_BYTES, Secret};
 use leasehold::server::sha256;
-use rand::Rng;
 
 use crate::error::ApiError;
 use crate::repo::{self, LeaseRow, Release, Renewal};
@@ -57,8 +56,7 @@ impl SecretPolicy {
 
 /// A new acquisition's secret: 256 random bits, hex-encoded.
 pub(crate) fn new_secret() -> String {
-    let bytes: [u8; 32] = rand::rng().random();
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    Secret::random().expose().to_owned()
 }
 
 /// The TTLs a request may ask for, and the one it gets when it names none.

@@ -2,6 +2,7 @@
 //! both must say "not found" the same way), a page of a listing, and whether the database
 //! answers.
 
+use chrono::{DateTime, Utc};
 use diesel_async::AsyncPgConnection;
 use leasehold::api::{Lease, MAX_NAME_BYTES};
 use leasehold::server::http::Page;
@@ -47,15 +48,17 @@ pub fn check_filter(filter: ResourceFilter<'_>) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// One page of a listing.
+/// One page of a listing, and the database's clock its leases were judged by (none for an
+/// empty page): one statement's `now()`, the same for every row.
 pub async fn list(
     conn: &mut AsyncPgConnection,
     listing: Listing,
     filter: ResourceFilter<'_>,
     page: Page,
-) -> Result<Vec<Lease>, ApiError> {
+) -> Result<(Vec<Lease>, Option<DateTime<Utc>>), ApiError> {
     let rows = repo::list(conn, listing, filter, page).await?;
-    Ok(rows.into_iter().map(to_api).collect())
+    let now = rows.first().map(|row| row.db_now);
+    Ok((rows.into_iter().map(to_api).collect(), now))
 }
 
 /// Whether the database answers.

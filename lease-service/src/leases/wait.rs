@@ -3,7 +3,8 @@
 //! table's trigger notifies [`WAKEUP_CHANNEL`]), or expires (the refusal says when, by the
 //! database's clock), or the wait ends; then the acquire is tried again. Waiters for one
 //! resource are woken one at a time, oldest first, so they get the lease in arrival order unless
-//! an acquire that does not wait comes in between.
+//! an acquire that does not wait comes in between. At most `LEASE_MAX_WAITERS` wait on a
+//! replica at once; one more answers at once, as if it had not asked to wait.
 
 use std::time::Duration;
 
@@ -41,6 +42,11 @@ impl Groups {
         if wait.is_zero() {
             return self.acquire(request).await;
         }
+        // Each waiting request holds memory: past the bound, answer as if it had not asked.
+        let Some(_admitted) = wakeups.admit() else {
+            self.context.metrics.waits_refused.inc();
+            return self.acquire(request).await;
+        };
         let deadline = Instant::now() + wait;
         loop {
             // In line before trying, so a release meanwhile is not missed.

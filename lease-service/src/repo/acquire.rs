@@ -86,7 +86,8 @@ VALUES ($1, $2, nextval('leases_fence_seq'), $3, now(), now() + make_interval(se
     returning_acquired!()
 );
 
-/// [`ACQUIRE`] for many resources, each with its holder and TTL: one statement, one commit.
+/// [`ACQUIRE`] for many resources, each with its holder, TTL and metadata (`NULL` for none, so a
+/// reentrant want keeps the holder's own): one statement, one commit.
 /// Rows are taken in resource order, byte by byte (`COLLATE "C"`, the order Rust sorts strings
 /// in), so groups that share resources lock them in the same order and cannot deadlock. A
 /// reentrant acquire here cannot present a secret, so it is allowed only when secrets are not
@@ -94,11 +95,11 @@ VALUES ($1, $2, nextval('leases_fence_seq'), $3, now(), now() + make_interval(se
 /// skipped: the sequence only rises.
 const ACQUIRE_MANY: &str = concat!(
     "INSERT INTO leases AS l (resource, holder, fence, ttl_seconds, created_at, expires_at, secret_hash,
-                      timeline)
+                      metadata, timeline)
 SELECT r.resource, r.holder, nextval('leases_fence_seq'), r.ttl_seconds, now(),
-       now() + make_interval(secs => r.ttl_seconds), r.secret_hash, leasehold_timeline()
-FROM unnest($1::text[], $2::text[], $3::int[], $4::bytea[])
-     AS r(resource, holder, ttl_seconds, secret_hash)
+       now() + make_interval(secs => r.ttl_seconds), r.secret_hash, r.metadata, leasehold_timeline()
+FROM unnest($1::text[], $2::text[], $3::int[], $4::bytea[], $6::jsonb[])
+     AS r(resource, holder, ttl_seconds, secret_hash, metadata)
 ORDER BY r.resource COLLATE \"C\"
 ",
     takeover!(),
@@ -230,13 +231,14 @@ pub async fn acquire(
 }
 
 /// One acquire of a group: `resource` for `holder`, storing `new_secret_hash` if the acquisition
-/// is new.
+/// is new, and `metadata` as [`acquire`] stores it.
 #[derive(Debug, Clone, Copy)]
 pub struct Want<'a> {
     pub resource: &'a str,
     pub holder: &'a str,
     pub ttl_seconds: i32,
     pub new_secret_hash: &'a [u8],
+    pub metadata: Option<&'a serde_json::Value>,
 }
 
 /// [`acquire`] for many distinct resources at once, in one statement: for each want, in order,
@@ -266,7 +268,7 @@ pub async fn take_each(
             want.holder,
             want.ttl_seconds,
             proof,
-            None,
+            want.metadata,
         )
         .instrument(span(Op::Insert, Some(1)))
         .await?;
@@ -278,6 +280,7 @@ pub async fn take_each(
         .bind::<Array<Integer>, _>(wants.iter().map(|w| w.ttl_seconds).collect::<Vec<_>>())
         .bind::<Array<Binary>, _>(wants.iter().map(|w| w.new_secret_hash).collect::<Vec<_>>())
         .bind::<Bool, _>(require_secret)
+        .bind::<Array<Nullable<Jsonb>>, _>(wants.iter().map(|w| w.metadata).collect::<Vec<_>>())
         .cached()
         .load(conn)
         .instrument(span(Op::Insert, Some(wants.len())))

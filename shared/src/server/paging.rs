@@ -111,10 +111,31 @@ impl Page {
         self,
         request: &HttpRequest,
         key: &str,
-        mut rows: Vec<T>,
+        rows: Vec<T>,
         cut: bool,
         id_of: impl Fn(&T) -> i64,
         query: &[(&str, Option<&str>)],
+    ) -> HttpResponse {
+        self.respond_beside(
+            request,
+            (key, rows),
+            cut,
+            id_of,
+            query,
+            serde_json::Map::new(),
+        )
+    }
+
+    /// [`Page::respond`] with more fields in the answer, beside the rows and the cursor: what
+    /// a reader needs to read the rows by (the clock they were judged by, say).
+    pub fn respond_beside<T: Serialize>(
+        self,
+        request: &HttpRequest,
+        (key, mut rows): (&str, Vec<T>),
+        cut: bool,
+        id_of: impl Fn(&T) -> i64,
+        query: &[(&str, Option<&str>)],
+        mut body: serde_json::Map<String, serde_json::Value>,
     ) -> HttpResponse {
         let limit = usize::try_from(self.limit).unwrap_or(usize::MAX);
         let more = rows.len() > limit || cut;
@@ -134,7 +155,6 @@ impl Page {
             response.insert_header(("X-Next-Cursor", next.to_string()));
             response.insert_header(("Link", format!("<{link}>; rel=\"next\"")));
         }
-        let mut body = serde_json::Map::new();
         body.insert(
             key.to_owned(),
             serde_json::to_value(&rows).unwrap_or_default(),

@@ -12,8 +12,14 @@
 //! alone makes something available (a lease lapses) without any statement. So a waiter also
 //! looks again on its own every [`Wakeups::recheck`], and when the listener (re)connects every
 //! waiter looks at once.
+//!
+//! A service may bound how many requests wait at once ([`Wakeups::with_limit`]): each waits
+//! only once [`Wakeups::admit`] lets it, and one past the bound answers at once, as if it had
+//! not asked to wait. A waiting request holds memory (its connection, its buffers, its place in
+//! line) for as long as it waits; without a bound, enough of them exhaust the replica.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -43,7 +49,15 @@ struct Shared {
     recheck: Duration,
     /// The requests waiting now (a service's `*_waiting` gauge).
     gauge: prometheus::IntGauge,
+    /// The requests [`Wakeups::admit`] let wait that have not finished yet.
+    admitted: AtomicUsize,
+    /// The most it lets wait at once.
+    limit: usize,
 }
+
+/// The bound on line length below which the line keeps its capacity when it empties: a line
+/// that grew past it gives the memory back.
+const KEPT_CAPACITY: usize = 64;
 
 struct Waiter {
     /// `None`: any key (a claim from every queue).
@@ -91,14 +105,42 @@ impl Wakeups {
     /// they look again every `recheck`.
     /// `gauge` counts the requests waiting.
     pub fn new(stop: CancellationToken, recheck: Duration, gauge: prometheus::IntGauge) -> Self {
+        Self::with_limit(stop, recheck, gauge, usize::MAX)
+    }
+
+    /// [`Wakeups::new`] that lets at most `limit` requests wait at once ([`Wakeups::admit`]).
+    pub fn with_limit(
+        stop: CancellationToken,
+        recheck: Duration,
+        gauge: prometheus::IntGauge,
+        limit: usize,
+    ) -> Self {
         Self {
             shared: Arc::new(Shared {
                 waiting: Mutex::new(VecDeque::new()),
                 stop,
                 recheck,
                 gauge,
+                admitted: AtomicUsize::new(0),
+                limit,
             }),
         }
+    }
+
+    /// Lets one more request wait, if fewer than the limit do: it may wait (take tickets, wait
+    /// for them) for as long as it keeps the [`Admission`]. `None`: the line is full, so the
+    /// request answers at once, as if it had not asked to wait.
+    pub fn admit(&self) -> Option<Admission> {
+        let limit = self.shared.limit;
+        self.shared
+            .admitted
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < limit).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Admission {
+                wakeups: self.clone(),
+            })
     }
 
     /// Waits for `ticket`'s news, at most until `until` and never past [`Wakeups::recheck`],
@@ -139,6 +181,7 @@ impl Wakeups {
         // them now and then so the line stays as long as the waiting claims.
         if waiting.len() >= 64 && waiting.len().is_power_of_two() {
             waiting.retain(|waiter| !waiter.wake.is_closed());
+            give_back(&mut waiting);
         }
         waiting.push_back(Waiter {
             key: key.map(str::to_owned),
@@ -166,13 +209,24 @@ impl Wakeups {
                 woken += 1;
             }
         }
+        give_back(&mut waiting);
     }
 
     /// Wakes every waiter: news may have been lost.
     pub fn wake_all(&self) {
-        for waiter in self.lock().drain(..) {
+        let mut waiting = self.lock();
+        for waiter in waiting.drain(..) {
             let _ = waiter.wake.send(());
         }
+        give_back(&mut waiting);
+    }
+
+    /// Drops the places of waiters that left, and gives back the memory of a line that grew
+    /// long and emptied.
+    fn tidy(&self) {
+        let mut waiting = self.lock();
+        waiting.retain(|waiter| !waiter.wake.is_closed());
+        give_back(&mut waiting);
     }
 
     /// Acts on one notification's payload: wakes for what is due now, and sets a timer for what
@@ -202,6 +256,34 @@ impl Wakeups {
                 });
             }
         }
+    }
+}
+
+/// A request's leave to wait ([`Wakeups::admit`]); it frees its place when dropped, however the
+/// request ends. The last to leave tidies the line.
+pub struct Admission {
+    wakeups: Wakeups,
+}
+
+impl std::fmt::Debug for Admission {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Admission")
+    }
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        if self.wakeups.shared.admitted.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.wakeups.tidy();
+        }
+    }
+}
+
+/// A line far shorter than it once grew (and than [`KEPT_CAPACITY`]) gives its memory back.
+fn give_back(waiting: &mut VecDeque<Waiter>) {
+    let room = KEPT_CAPACITY.max(2 * waiting.len());
+    if waiting.capacity() > 2 * room {
+        waiting.shrink_to(room);
     }
 }
 
@@ -302,6 +384,43 @@ mod tests {
         let mut second = wakeups.ticket(Some("a"));
         wakeups.wake("a", 1);
         assert!(woken(&mut second));
+    }
+
+    #[tokio::test]
+    async fn past_the_limit_a_request_is_not_let_wait_until_one_leaves() {
+        let wakeups = Wakeups::with_limit(CancellationToken::new(), RECHECK, gauge(), 2);
+        let first = wakeups.admit().unwrap();
+        let second = wakeups.admit().unwrap();
+        assert!(wakeups.admit().is_none());
+        drop(first);
+        let third = wakeups.admit().unwrap();
+        assert!(wakeups.admit().is_none());
+        drop((second, third));
+        assert!(
+            Wakeups::new(CancellationToken::new(), RECHECK, gauge())
+                .admit()
+                .is_some()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_line_that_grew_long_gives_its_memory_back_once_it_empties() {
+        let wakeups = Wakeups::with_limit(CancellationToken::new(), RECHECK, gauge(), 5000);
+        let admissions: Vec<Admission> = (0..2000).map(|_| wakeups.admit().unwrap()).collect();
+        let tickets: Vec<_> = (0..2000)
+            .map(|i| wakeups.ticket(Some(&format!("r{i}"))))
+            .collect();
+        assert!(wakeups.lock().capacity() >= 2000);
+        // They give up (time out, hang up) without news: the last to leave tidies the line.
+        drop(tickets);
+        drop(admissions);
+        assert!(wakeups.lock().is_empty());
+        assert!(wakeups.lock().capacity() <= 2 * KEPT_CAPACITY);
+        // Woken, the same.
+        let tickets: Vec<_> = (0..2000).map(|_| wakeups.ticket(Some("r"))).collect();
+        wakeups.wake("r", 2000);
+        assert!(wakeups.lock().capacity() <= 2 * KEPT_CAPACITY);
+        drop(tickets);
     }
 
     #[tokio::test]
