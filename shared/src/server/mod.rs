@@ -12,6 +12,7 @@ pub mod db;
 pub mod error;
 pub mod front_door;
 pub mod http;
+pub mod memory;
 pub mod paging;
 pub mod startup;
 pub mod wakeups;

@@ -19,7 +19,7 @@
 //! line) for as long as it waits; without a bound, enough of them exhaust the replica.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -53,6 +53,9 @@ struct Shared {
     admitted: AtomicUsize,
     /// The most it lets wait at once.
     limit: usize,
+    /// More than [`KEPT_CAPACITY`] waited at once since the line last emptied: when it empties,
+    /// the heap they freed is given back ([`super::memory`]).
+    burst: AtomicBool,
 }
 
 /// The bound on line length below which the line keeps its capacity when it empties: a line
@@ -123,6 +126,7 @@ impl Wakeups {
                 gauge,
                 admitted: AtomicUsize::new(0),
                 limit,
+                burst: AtomicBool::new(false),
             }),
         }
     }
@@ -138,8 +142,13 @@ impl Wakeups {
                 (n < limit).then_some(n + 1)
             })
             .ok()
-            .map(|_| Admission {
-                wakeups: self.clone(),
+            .map(|before| {
+                if before >= KEPT_CAPACITY {
+                    self.shared.burst.store(true, Ordering::Relaxed);
+                }
+                Admission {
+                    wakeups: self.clone(),
+                }
             })
     }
 
@@ -275,6 +284,9 @@ impl Drop for Admission {
     fn drop(&mut self) {
         if self.wakeups.shared.admitted.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.wakeups.tidy();
+            if self.wakeups.shared.burst.swap(false, Ordering::Relaxed) {
+                super::memory::give_back_after_a_burst();
+            }
         }
     }
 }
