@@ -28,6 +28,14 @@ pub struct ServeConfig {
     #[arg(long, env = "GROUPS_IN_FLIGHT", default_value_t = 1)]
     pub groups_in_flight: usize,
 
+    /// Heavy reads (task listings, counts, the queues, the dashboard's overview and charts, the
+    /// gauges of `/metrics`) served at once on this replica, each holding a database connection
+    /// until its answer is sent; the others wait their turn (503 after 10 s). At most half of
+    /// DATABASE_POOL_SIZE, so that however many readers come, the rest of the pool stays for
+    /// claims, completions and the other writes.
+    #[arg(long, env = "READS_IN_FLIGHT", default_value_t = crate::state::DEFAULT_READS_IN_FLIGHT)]
+    pub reads_in_flight: usize,
+
     /// Length of the lease behind each claim; workers must heartbeat well within it.
     #[arg(long, env = "TASK_LEASE_TTL_SECONDS", default_value_t = 30)]
     pub lease_ttl_seconds: u64,
@@ -119,6 +127,12 @@ impl ServeConfig {
         self.server.validate()?;
         if !(1..=self.server.database_pool_size).contains(&self.groups_in_flight) {
             return Err("GROUPS_IN_FLIGHT must be between 1 and DATABASE_POOL_SIZE".to_owned());
+        }
+        if !(1..=self.server.database_pool_size / 2).contains(&self.reads_in_flight) {
+            return Err(
+                "READS_IN_FLIGHT must be at least 1 and at most half of DATABASE_POOL_SIZE"
+                    .to_owned(),
+            );
         }
         // Services talk plain HTTP inside the deployment; TLS ends at the load balancer.
         if !self.lease_service_url.starts_with("http://") {

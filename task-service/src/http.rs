@@ -23,7 +23,7 @@ use serde::Deserialize;
 
 use crate::generator;
 use crate::schedules;
-use crate::state::{HoldingTurn, LIST_MAX_BYTES, State};
+use crate::state::{LIST_MAX_BYTES, State, holding};
 use crate::tasks::read::{self, Listing};
 use crate::tasks::{self, Created};
 
@@ -403,7 +403,7 @@ async fn list(
         page: Page::parse(query.limit, query.cursor.as_deref(), query.order)?,
     };
     let statuses = read::check_listing(&listing)?;
-    let turn = state.listings.turn().await?;
+    let turn = state.reads.turn().await?;
     let mut conn = db::connection(&state.pool).await?;
     let (tasks, cut) = read::list(&mut conn, &listing, &statuses, LIST_MAX_BYTES).await?;
     drop(conn);
@@ -415,15 +415,16 @@ async fn list(
         |task| task.id,
         &[("status", listing.status), ("queue", listing.queue)],
     );
-    Ok(answer
-        .map_body(|_, body| HoldingTurn { body, turn })
-        .map_into_boxed_body())
+    Ok(holding(answer, turn))
 }
 
 /// Per queue, the number of tasks in each status (every status listed, zeros included).
 async fn counts(state: State) -> Result<HttpResponse, ApiError> {
+    let turn = state.reads.turn().await?;
     let mut conn = db::connection(&state.pool).await?;
-    Ok(HttpResponse::Ok().json(tasks::counts(&mut conn).await?))
+    let counts = tasks::counts(&mut conn).await?;
+    drop(conn);
+    Ok(holding(HttpResponse::Ok().json(counts), turn))
 }
 
 async fn generator_status(state: State) -> Result<HttpResponse, ApiError> {
@@ -468,13 +469,20 @@ async fn readyz(state: State) -> Result<HttpResponse, ApiError> {
 }
 
 async fn queues_list(state: State) -> Result<HttpResponse, ApiError> {
+    let turn = state.reads.turn().await?;
     let mut conn = db::connection(&state.pool).await?;
-    Ok(HttpResponse::Ok().json(crate::queues::list(&mut conn).await?))
+    let queues = crate::queues::list(&mut conn).await?;
+    drop(conn);
+    Ok(holding(HttpResponse::Ok().json(queues), turn))
 }
 
+/// A heavy read too: it counts the queue's tasks.
 async fn queue_get(state: State, queue: web::Path<String>) -> Result<HttpResponse, ApiError> {
+    let turn = state.reads.turn().await?;
     let mut conn = db::connection(&state.pool).await?;
-    Ok(HttpResponse::Ok().json(crate::queues::get(&mut conn, &queue).await?))
+    let queue = crate::queues::get(&mut conn, &queue).await?;
+    drop(conn);
+    Ok(holding(HttpResponse::Ok().json(queue), turn))
 }
 
 async fn queue_set_limits(
@@ -550,7 +558,10 @@ async fn schedule_resume(state: State, name: web::Path<String>) -> Result<HttpRe
 }
 
 async fn metrics(state: State) -> Result<HttpResponse, ApiError> {
+    // The gauges read every queue's counts: a heavy read, which waits its turn like the others
+    // (within the two seconds), so that scrapes cannot take the claims' connections either.
     let reading = async {
+        let _turn = state.reads.turn().await?;
         let mut conn = db::connection(&state.pool).await?;
         read::gauges(&mut conn).await
     };

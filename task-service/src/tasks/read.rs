@@ -250,16 +250,23 @@ pub fn queue_series(
 /// into 60 buckets.
 pub const CHART_WINDOWS: [i64; 3] = [300, 3600, 86_400];
 
-/// `GET /api/dashboard/throughput?window_seconds=N`: the history's transitions and pickup
-/// latency over one of [`CHART_WINDOWS`], in 60 buckets.
-pub async fn throughput(conn: &mut Db, window_seconds: i64) -> Result<Throughput, ApiError> {
-    if !CHART_WINDOWS.contains(&window_seconds) {
-        return Err(ApiError::invalid(
+/// Refuses a window the charts do not offer, before the read waits for its turn.
+pub fn check_window(window_seconds: i64) -> Result<(), ApiError> {
+    if CHART_WINDOWS.contains(&window_seconds) {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(
             "invalid_query",
             "window_seconds",
             "window_seconds must be 300, 3600 or 86400",
-        ));
+        ))
     }
+}
+
+/// `GET /api/dashboard/throughput?window_seconds=N`: the history's transitions and pickup
+/// latency over one of [`CHART_WINDOWS`], in 60 buckets.
+pub async fn throughput(conn: &mut Db, window_seconds: i64) -> Result<Throughput, ApiError> {
+    check_window(window_seconds)?;
     let bucket_seconds = window_seconds / 60;
     let (buckets, moves) = repo::throughput(conn, window_seconds, bucket_seconds, true).await?;
     Ok(Throughput {
