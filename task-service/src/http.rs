@@ -11,8 +11,8 @@ use leasehold::server::ApiError;
 use leasehold::server::auth::{Role, locked};
 use leasehold::server::db;
 use leasehold::server::http::{
-    Order, Page, extractors, get_only, healthz, method_not_allowed, metrics_response, ready,
-    with_body_limit,
+    NamePage, Order, Page, extractors, get_only, healthz, method_not_allowed, metrics_response,
+    ready, with_body_limit,
 };
 use leasehold::tasks::{
     BulkTasks, ClaimTasks, CompleteTask, CompleteTasks, CompletedTasks, CreateTask, CreateTasks,
@@ -468,12 +468,28 @@ async fn readyz(state: State) -> Result<HttpResponse, ApiError> {
     Ok(ready(tasks::ready(&state.pool, &state.engine).await?))
 }
 
-async fn queues_list(state: State) -> Result<HttpResponse, ApiError> {
+/// Query of the queues' listing: `limit`, `cursor`, `order`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct QueuesQuery {
+    limit: Option<i64>,
+    cursor: Option<String>,
+    order: Option<Order>,
+}
+
+/// A page of the queues, by name, as the task listings page: `{"queues": [...], "nextCursor"}`.
+async fn queues_list(
+    state: State,
+    query: web::Query<QueuesQuery>,
+    request: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    let page = NamePage::parse(query.limit, query.cursor.as_deref(), query.order)?;
     let turn = state.reads.turn().await?;
     let mut conn = db::connection(&state.pool).await?;
-    let queues = crate::queues::list(&mut conn).await?;
+    let (queues, more) = crate::queues::list(&mut conn, &page).await?;
     drop(conn);
-    Ok(holding(HttpResponse::Ok().json(queues), turn))
+    let answer = page.respond(&request, "queues", queues, more, |q| q.queue.as_str(), &[]);
+    Ok(holding(answer, turn))
 }
 
 /// A heavy read too: it counts the queue's tasks.

@@ -36,11 +36,12 @@ pub use create::{
 pub use generator::{GeneratorRow, generator, set_generator};
 pub use queues::{
     NewLimits, QueueLimit, QueueRow, Running, Tokens, exclude_claims, lock_limits, move_key_cursor,
-    queue_rows, running_counts, set_limits, set_paused, spend_tokens, tokens, wake_later,
+    queue_names, queue_rows, queue_rows_of, running_counts, set_limits, set_paused, spend_tokens,
+    tokens, wake_later,
 };
 pub use read::{
     ListFilter, OldestDue, Processor, QueueCount, QueueMoves, TaskEvent, ThroughputBucket, counts,
-    events, find, list, oldest_due, processors, throughput,
+    counts_of, events, find, list, oldest_due, oldest_due_of, processors, throughput,
 };
 pub use retention::{prune_history, sweep};
 pub use schedules::{

@@ -121,6 +121,22 @@ pub async fn counts(conn: &mut Db) -> Result<Vec<QueueCount>> {
     .await
 }
 
+/// [`counts`] of the named queues only: one index range of `tasks_queue_status_idx` each.
+pub async fn counts_of(conn: &mut Db, queues: &[String]) -> Result<Vec<QueueCount>> {
+    let span = leasehold::db_span!("SELECT", "tasks");
+    async move {
+        diesel::sql_query(
+            "SELECT queue, status, count(*) AS count FROM tasks WHERE queue = ANY($1)
+             GROUP BY queue, status",
+        )
+        .bind::<Array<Text>, _>(queues)
+        .load(conn)
+        .await
+    }
+    .instrument(span)
+    .await
+}
+
 #[derive(Debug, Clone, QueryableByName, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct OldestDue {
@@ -138,6 +154,24 @@ pub async fn oldest_due(conn: &mut Db) -> Result<Vec<OldestDue>> {
             "SELECT queue, EXTRACT(EPOCH FROM now() - min(scheduled_at))::float8 AS age_seconds
          FROM tasks WHERE status = 'pending' AND scheduled_at <= now() GROUP BY queue",
         )
+        .load(conn)
+        .await
+    }
+    .instrument(span)
+    .await
+}
+
+/// [`oldest_due`] of the named queues only.
+pub async fn oldest_due_of(conn: &mut Db, queues: &[String]) -> Result<Vec<OldestDue>> {
+    let span = leasehold::db_span!("SELECT", "tasks");
+    async move {
+        diesel::sql_query(
+            "SELECT queue, EXTRACT(EPOCH FROM now() - min(scheduled_at))::float8 AS age_seconds
+             FROM tasks
+             WHERE queue = ANY($1) AND status = 'pending' AND scheduled_at <= now()
+             GROUP BY queue",
+        )
+        .bind::<Array<Text>, _>(queues)
         .load(conn)
         .await
     }
