@@ -74,7 +74,7 @@ async fn claims_and_completions_are_served_while_sixty_heavy_reads_wait_their_tu
         "/api/tasks/counts",
         "/api/queues?limit=1000",
         "/api/tasks?limit=1000",
-        "/api/dashboard/throughput?window_seconds=300",
+        "/api/dashboard/throughput?window_seconds=86400",
         "/api/queues/work",
     ];
     let reads: Vec<_> = (0..READS)
