@@ -17,7 +17,7 @@ use leasehold::server::http::{get_only, method_not_allowed};
 use leasehold::{LeaseClient, LeaseError};
 use serde::Deserialize;
 
-use crate::state::{State, holding};
+use crate::state::{State, json_holding};
 use crate::tasks;
 
 /// The page: HTML, CSS and JavaScript in one file, no build step.
@@ -66,7 +66,7 @@ async fn overview(state: State) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
     let overview = tasks::overview(&mut conn, &state.engine).await?;
     drop(conn);
-    Ok(holding(HttpResponse::Ok().json(overview), turn))
+    json_holding(overview, turn).await
 }
 
 #[derive(Debug, Deserialize)]
@@ -87,7 +87,7 @@ async fn throughput(
     let mut conn = db::connection(&state.pool).await?;
     let throughput = tasks::read::throughput(&mut conn, window).await?;
     drop(conn);
-    Ok(holding(HttpResponse::Ok().json(throughput), turn))
+    json_holding(throughput, turn).await
 }
 
 #[derive(Debug, Deserialize)]

@@ -23,7 +23,7 @@ use serde::Deserialize;
 
 use crate::generator;
 use crate::schedules;
-use crate::state::{LIST_MAX_BYTES, State, holding};
+use crate::state::{LIST_MAX_BYTES, State, holding, json_holding};
 use crate::tasks::read::{self, Listing};
 use crate::tasks::{self, Created};
 
@@ -424,7 +424,7 @@ async fn counts(state: State) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
     let counts = tasks::counts(&mut conn).await?;
     drop(conn);
-    Ok(holding(HttpResponse::Ok().json(counts), turn))
+    json_holding(counts, turn).await
 }
 
 async fn generator_status(state: State) -> Result<HttpResponse, ApiError> {
@@ -498,7 +498,7 @@ async fn queue_get(state: State, queue: web::Path<String>) -> Result<HttpRespons
     let mut conn = db::connection(&state.pool).await?;
     let queue = crate::queues::get(&mut conn, &queue).await?;
     drop(conn);
-    Ok(holding(HttpResponse::Ok().json(queue), turn))
+    json_holding(queue, turn).await
 }
 
 async fn queue_set_limits(

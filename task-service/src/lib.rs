@@ -113,11 +113,14 @@ pub async fn run(
     ));
     let sweeper_engine = engine.clone();
     let ticker = schedules::ticker::run(pool.clone(), engine.clone(), stop.clone());
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    let reads_in_flight = config.reads_in_flight(cores);
+    tracing::info!(reads_in_flight, "heavy reads served at once");
     let state = web::Data::new(AppState::new(
         pool.clone(),
         engine,
         config.groups_in_flight,
-        config.reads_in_flight,
+        reads_in_flight,
     ));
     tracing::info!(lease_service = %lease_url, "task-service calls lease-service");
     let sweeper = sweeper::run(

@@ -43,6 +43,19 @@ const RAW_DAY: &str = "
     WHERE e.at > now() - make_interval(secs => $1)
     GROUP BY 1 ORDER BY 1";
 
+/// Folds the history into the rollup until it is caught up, as a sweeper's round does (the
+/// bench's task-service runs none); the minutes folded.
+pub(super) async fn fold_all(conn: &mut diesel_async::AsyncPgConnection) -> i64 {
+    let mut minutes = 0;
+    loop {
+        let fold = repo::fold_history(conn).await.unwrap();
+        minutes += fold.minutes;
+        if !fold.more {
+            return minutes;
+        }
+    }
+}
+
 /// Reads of each chart through HTTP, one at a time.
 const CHART_READS: usize = 20;
 /// Runs of the raw read: each takes seconds.
@@ -84,14 +97,7 @@ pub(super) async fn charts(bench: &Bench, options: &BenchOptions, report: &mut R
     )
     .await;
     let started = Instant::now();
-    let mut minutes = 0;
-    loop {
-        let fold = repo::fold_history(&mut conn).await.unwrap();
-        minutes += fold.minutes;
-        if !fold.more {
-            break;
-        }
-    }
+    let minutes = fold_all(&mut conn).await;
     let mut fold = Samples::default();
     fold.latencies.push(started.elapsed());
     let mut fold = fold.figure(

@@ -37,7 +37,7 @@
 //!   dashboard's day and hour charts read through task-service, against the raw read they
 //!   replaced.
 //! - **reads**: the claim's latency with nobody reading, then while 60 clients read the heaviest
-//!   routes over 30,000 queues, and the ratio.
+//!   routes over 30,000 queues, and the ratios.
 //!
 //! Layout: `options` says what to run; `measure` runs closed-loop clients and turns their
 //! latencies into figures; `report` holds the figures, ratios and the markdown. One module per
@@ -225,12 +225,14 @@ running tasks) and waits for the claim before it to commit: claims of one limite
 at a time.
 Memory under open reads is bounded by task-service itself, not by the machine: a listing page
 ends at 4 MiB of task JSON, counted in PostgreSQL before any row is loaded, and a replica serves
-4 listings at once (the rest wait), so the peak is about 4 pages of rows plus their JSON,
-whatever the number of readers or the size of the tasks.
+READS_IN_FLIGHT listings at once (the rest wait), so the peak is that many pages of rows plus
+their JSON, whatever the number of readers or the size of the tasks.
 Claims under heavy reads: every heavy read (listings, counts, queues, the dashboard's overview
-and charts) waits for one of READS_IN_FLIGHT (4) turns, so at most 4 of the pool's connections
-serve them and claims never wait for a connection; what the readers still take from the claims
-is CPU (PostgreSQL runs 4 heavy statements at a time on the same two cores) and the disk.
+and charts) waits for one of READS_IN_FLIGHT turns (by default half the cores: 1 here), so at
+most that many of the pool's connections serve them and claims never wait for a connection;
+what the readers still take from the claims is CPU: each heavy read keeps a core of PostgreSQL
+busy and task-service serializes its megabytes, on the same two cores as the claims' round
+trips (task-service, lease-service, PostgreSQL), so more turns only slow the claims.
 The day chart reads at most 1,440 rows of the per-minute rollup and the few minutes of history
 not folded yet: its cost no longer grows with the day's events; the raw read it replaced reads
 every event of the day and, for each, the one before it.";
