@@ -272,8 +272,10 @@ mod tests {
             })
         );
         assert_eq!(
-            NamePage::parse(None, Some(""), None).ok().unwrap().cursor,
-            None
+            NamePage::parse(None, Some(""), None)
+                .ok()
+                .map(|page| page.cursor),
+            Some(None)
         );
         for bad in ["%", "%4", "%zz", "%00", "%FF"] {
             assert!(NamePage::parse(None, Some(bad), None).is_err(), "{bad}");
