@@ -245,6 +245,16 @@ impl Paged for leasehold::tasks::TaskPage {
     }
 }
 
+impl Paged for leasehold::queues::Queues {
+    fn take_cursor(&mut self) -> Option<String> {
+        self.next_cursor.take()
+    }
+    fn append(&mut self, next: Self) {
+        self.queues.extend(next.queues);
+        self.next_cursor = next.next_cursor;
+    }
+}
+
 impl Paged for leasehold::api::LeasePage {
     fn take_cursor(&mut self) -> Option<String> {
         self.next_cursor.take()

@@ -2,16 +2,26 @@
 
 use clap::Subcommand;
 use leasehold::queues::{QueueSettings, RateLimit};
+use leasehold::task_client::QueueListing;
 
 use crate::api::Api;
-use crate::out::{Out, WatchArgs, queue_table};
+use crate::out::{Out, WatchArgs, pages, queue_table};
 
 #[derive(Debug, Subcommand)]
 pub enum QueueCommand {
-    /// Every queue with tasks or settings: paused or not, counts, oldest due task.
+    /// The queues with tasks or settings, by name: paused or not, counts, oldest due task.
     List {
         #[command(flatten)]
         watch: WatchArgs,
+        /// At most this many (a page is at most 1000).
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+        /// Every one: page after page of --limit, until the last.
+        #[arg(long, conflicts_with = "cursor")]
+        all: bool,
+        /// Continue from an earlier page: the cursor its hint (or its `nextCursor`) gave.
+        #[arg(long)]
+        cursor: Option<String>,
     },
     /// One queue.
     Show {
@@ -52,17 +62,44 @@ pub enum QueueCommand {
 pub(crate) async fn queues(api: &Api, out: &Out, command: QueueCommand) -> anyhow::Result<()> {
     let client = &api.tasks;
     let state = match command {
-        QueueCommand::List { watch } => {
+        QueueCommand::List {
+            watch,
+            limit,
+            all,
+            cursor,
+        } => {
+            let listing = QueueListing {
+                limit: Some(limit),
+                cursor,
+                descending: false,
+            };
             return out
                 .watch(&watch, || async {
-                    let queues = client
-                        .queues()
-                        .await
-                        .map_err(api.tasks_failed("GET", "/api/queues"))?;
+                    let read = |listing: QueueListing| async move {
+                        client
+                            .queues(&listing)
+                            .await
+                            .map_err(api.tasks_failed("GET", "/api/queues"))
+                    };
+                    let first = read(listing.clone()).await?;
+                    let queues = pages(first, all, |cursor| {
+                        read(QueueListing {
+                            cursor: Some(cursor),
+                            ..listing.clone()
+                        })
+                    })
+                    .await?;
                     let text = out.render(&queues, |queues| {
                         Ok(queue_table(&queues.queues, out.view()))
                     })?;
-                    Ok((text, None))
+                    let hint = queues.next_cursor.as_deref().map(|next| {
+                        format!(
+                            "showing {} queues, by name; use --limit (up to 1000) or --all, or go \
+                             on with --cursor {next}",
+                            queues.queues.len()
+                        )
+                    });
+                    Ok((text, hint.filter(|_| !out.machine())))
                 })
                 .await;
         }

@@ -72,8 +72,12 @@ pub const MIN_RATE: f64 = 1.0 / 86_400.0;
 /// Largest concurrency limit accepted.
 pub const MAX_CONCURRENCY_LIMIT: i32 = 1_000_000;
 
-/// `GET /api/queues`: every queue, by name.
+/// `GET /api/queues`: a page of the queues, by name (`limit`, `cursor` and `order` as the task
+/// listings take them); `nextCursor` is the next page's `cursor`, `None` on the last page.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Queues {
     pub queues: Vec<QueueState>,
+    #[serde(default)]
+    pub next_cursor: Option<String>,
 }

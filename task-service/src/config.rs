@@ -28,6 +28,15 @@ pub struct ServeConfig {
     #[arg(long, env = "GROUPS_IN_FLIGHT", default_value_t = 1)]
     pub groups_in_flight: usize,
 
+    /// Heavy reads (task listings, counts, the queues, the dashboard's overview and charts, the
+    /// gauges of `/metrics`) served at once on this replica, each holding a database connection
+    /// until its answer is sent; the others wait their turn (503 after 10 s). At most half of
+    /// DATABASE_POOL_SIZE, so that however many readers come, the rest of the pool stays for
+    /// claims, completions and the other writes. 0: half this host's cores, at least 1 (each
+    /// heavy read keeps a core of PostgreSQL busy; more at once only slow the claims beside them).
+    #[arg(long, env = "READS_IN_FLIGHT", default_value_t = 0)]
+    pub reads_in_flight: usize,
+
     /// Length of the lease behind each claim; workers must heartbeat well within it.
     #[arg(long, env = "TASK_LEASE_TTL_SECONDS", default_value_t = 30)]
     pub lease_ttl_seconds: u64,
@@ -90,6 +99,17 @@ pub struct ServeConfig {
 }
 
 impl ServeConfig {
+    /// Heavy reads at once: `READS_IN_FLIGHT`, or when it is 0, half of `cores` (at least 1);
+    /// never more than half the pool.
+    pub fn reads_in_flight(&self, cores: usize) -> usize {
+        let wanted = if self.reads_in_flight == 0 {
+            cores / 2
+        } else {
+            self.reads_in_flight
+        };
+        wanted.clamp(1, (self.server.database_pool_size / 2).max(1))
+    }
+
     /// Refuses a configuration that cannot work, with a sentence saying why.
     pub fn validate(&self) -> Result<(), String> {
         if !(1..=3600).contains(&self.lease_ttl_seconds) {
@@ -120,10 +140,51 @@ impl ServeConfig {
         if !(1..=self.server.database_pool_size).contains(&self.groups_in_flight) {
             return Err("GROUPS_IN_FLIGHT must be between 1 and DATABASE_POOL_SIZE".to_owned());
         }
+        if self.reads_in_flight > (self.server.database_pool_size / 2).max(1) {
+            return Err("READS_IN_FLIGHT must be at most half of DATABASE_POOL_SIZE".to_owned());
+        }
         // Services talk plain HTTP inside the deployment; TLS ends at the load balancer.
         if !self.lease_service_url.starts_with("http://") {
             return Err("LEASE_SERVICE_URL must be an http:// URL".to_owned());
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use leasehold::server::command::{ServiceCli, ServiceCommand};
+
+    use super::ServeConfig;
+
+    fn serve_config(args: &[&str]) -> ServeConfig {
+        let argv = ["task-service", "--database-url", "postgres://db/tasks"];
+        let argv: Vec<&str> = argv.iter().chain(args).copied().collect();
+        match ServiceCli::<ServeConfig>::parse_from_as("task-service", "test", argv) {
+            ServiceCommand::Serve(config) => *config,
+            ServiceCommand::Migrate(_) => panic!("no subcommand was given"),
+        }
+    }
+
+    #[test]
+    fn heavy_reads_take_half_the_cores_and_never_more_than_half_the_pool() {
+        let default = serve_config(&[]);
+        assert_eq!(default.validate(), Ok(()));
+        assert_eq!(default.reads_in_flight(2), 1);
+        assert_eq!(default.reads_in_flight(1), 1);
+        assert_eq!(default.reads_in_flight(8), 4);
+        assert_eq!(
+            default.reads_in_flight(64),
+            8,
+            "half of the default pool of 16"
+        );
+        let set = serve_config(&["--reads-in-flight", "3"]);
+        assert_eq!((set.validate(), set.reads_in_flight(64)), (Ok(()), 3));
+        let too_many = serve_config(&["--reads-in-flight", "9"]).validate();
+        let refusal = too_many.expect_err("9 is more than half the pool of 16");
+        assert!(refusal.contains("READS_IN_FLIGHT"), "{refusal}");
+        let one_connection = serve_config(&["--database-pool-size", "1"]);
+        assert_eq!(one_connection.validate(), Ok(()));
+        assert_eq!(one_connection.reads_in_flight(8), 1);
     }
 }

@@ -17,7 +17,7 @@ use leasehold::server::http::{get_only, method_not_allowed};
 use leasehold::{LeaseClient, LeaseError};
 use serde::Deserialize;
 
-use crate::state::State;
+use crate::state::{State, json_holding};
 use crate::tasks;
 
 /// The page: HTML, CSS and JavaScript in one file, no build step.
@@ -62,8 +62,11 @@ async fn page() -> HttpResponse {
 
 /// Everything the tasks, workers and generator views show, in one answer.
 async fn overview(state: State) -> Result<HttpResponse, ApiError> {
+    let turn = state.reads.turn().await?;
     let mut conn = db::connection(&state.pool).await?;
-    Ok(HttpResponse::Ok().json(tasks::overview(&mut conn, &state.engine).await?))
+    let overview = tasks::overview(&mut conn, &state.engine).await?;
+    drop(conn);
+    json_holding(overview, turn).await
 }
 
 /// A parameter of another name (the page's own `window`) is refused, not ignored.
@@ -78,11 +81,15 @@ async fn throughput(
     state: State,
     query: web::Query<ThroughputQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    let mut conn = db::connection(&state.pool).await?;
     let window = query
         .window_seconds
         .unwrap_or(tasks::read::CHART_WINDOWS[0]);
-    Ok(HttpResponse::Ok().json(tasks::read::throughput(&mut conn, window).await?))
+    tasks::read::check_window(window)?;
+    let turn = state.reads.turn().await?;
+    let mut conn = db::connection(&state.pool).await?;
+    let throughput = tasks::read::throughput(&mut conn, window).await?;
+    drop(conn);
+    json_holding(throughput, turn).await
 }
 
 #[derive(Debug, Deserialize)]

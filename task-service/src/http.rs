@@ -11,8 +11,8 @@ use leasehold::server::ApiError;
 use leasehold::server::auth::{Role, locked};
 use leasehold::server::db;
 use leasehold::server::http::{
-    Order, Page, extractors, get_only, healthz, method_not_allowed, metrics_response, ready,
-    with_body_limit,
+    NamePage, Order, Page, extractors, get_only, healthz, method_not_allowed, metrics_response,
+    ready, with_body_limit,
 };
 use leasehold::tasks::{
     BulkTasks, ClaimTasks, CompleteTask, CompleteTasks, CompletedTasks, CreateTask, CreatedTasks,
@@ -23,7 +23,7 @@ use serde::Deserialize;
 
 use crate::generator;
 use crate::schedules;
-use crate::state::{HoldingTurn, LIST_MAX_BYTES, State};
+use crate::state::{LIST_MAX_BYTES, State, holding, json_holding};
 use crate::tasks::read::{self, Listing};
 use crate::tasks::{self, Created};
 
@@ -406,7 +406,7 @@ async fn list(
         page: Page::parse(query.limit, query.cursor.as_deref(), query.order)?,
     };
     let statuses = read::check_listing(&listing)?;
-    let turn = state.listings.turn().await?;
+    let turn = state.reads.turn().await?;
     let mut conn = db::connection(&state.pool).await?;
     let (tasks, cut) = read::list(&mut conn, &listing, &statuses, LIST_MAX_BYTES).await?;
     drop(conn);
@@ -418,15 +418,16 @@ async fn list(
         |task| task.id,
         &[("status", listing.status), ("queue", listing.queue)],
     );
-    Ok(answer
-        .map_body(|_, body| HoldingTurn { body, turn })
-        .map_into_boxed_body())
+    Ok(holding(answer, turn))
 }
 
 /// Per queue, the number of tasks in each status (every status listed, zeros included).
 async fn counts(state: State) -> Result<HttpResponse, ApiError> {
+    let turn = state.reads.turn().await?;
     let mut conn = db::connection(&state.pool).await?;
-    Ok(HttpResponse::Ok().json(tasks::counts(&mut conn).await?))
+    let counts = tasks::counts(&mut conn).await?;
+    drop(conn);
+    json_holding(counts, turn).await
 }
 
 async fn generator_status(state: State) -> Result<HttpResponse, ApiError> {
@@ -470,14 +471,37 @@ async fn readyz(state: State) -> Result<HttpResponse, ApiError> {
     Ok(ready(tasks::ready(&state.pool, &state.engine).await?))
 }
 
-async fn queues_list(state: State) -> Result<HttpResponse, ApiError> {
-    let mut conn = db::connection(&state.pool).await?;
-    Ok(HttpResponse::Ok().json(crate::queues::list(&mut conn).await?))
+/// Query of the queues' listing: `limit`, `cursor`, `order`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct QueuesQuery {
+    limit: Option<i64>,
+    cursor: Option<String>,
+    order: Option<Order>,
 }
 
-async fn queue_get(state: State, queue: web::Path<String>) -> Result<HttpResponse, ApiError> {
+/// A page of the queues, by name, as the task listings page: `{"queues": [...], "nextCursor"}`.
+async fn queues_list(
+    state: State,
+    query: web::Query<QueuesQuery>,
+    request: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    let page = NamePage::parse(query.limit, query.cursor.as_deref(), query.order)?;
+    let turn = state.reads.turn().await?;
     let mut conn = db::connection(&state.pool).await?;
-    Ok(HttpResponse::Ok().json(crate::queues::get(&mut conn, &queue).await?))
+    let (queues, more) = crate::queues::list(&mut conn, &page).await?;
+    drop(conn);
+    let answer = page.respond(&request, "queues", queues, more, |q| q.queue.as_str(), &[]);
+    Ok(holding(answer, turn))
+}
+
+/// A heavy read too: it counts the queue's tasks.
+async fn queue_get(state: State, queue: web::Path<String>) -> Result<HttpResponse, ApiError> {
+    let turn = state.reads.turn().await?;
+    let mut conn = db::connection(&state.pool).await?;
+    let queue = crate::queues::get(&mut conn, &queue).await?;
+    drop(conn);
+    json_holding(queue, turn).await
 }
 
 async fn queue_set_limits(
@@ -553,7 +577,10 @@ async fn schedule_resume(state: State, name: web::Path<String>) -> Result<HttpRe
 }
 
 async fn metrics(state: State) -> Result<HttpResponse, ApiError> {
+    // The gauges read every queue's counts: a heavy read, which waits its turn like the others
+    // (within the two seconds), so that scrapes cannot take the claims' connections either.
     let reading = async {
+        let _turn = state.reads.turn().await?;
         let mut conn = db::connection(&state.pool).await?;
         read::gauges(&mut conn).await
     };

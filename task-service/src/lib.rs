@@ -14,7 +14,7 @@
 //! - [`config`]: the service's settings (flags and environment variables);
 //! - [`db`]: the embedded migrations;
 //! - [`state`]: what every handler reaches (pool, groups, the rules' [`tasks::Engine`] with its
-//!   one lease-service client, the listings' turns);
+//!   one lease-service client, the heavy reads' turns);
 //! - [`http`]: the task and generator routes, thin handlers, one rule call each;
 //!   [`dashboard`]: the operator page and its routes;
 //! - [`tasks`]: the rules, one module per operation (create, claim, complete, transition, read,
@@ -113,7 +113,15 @@ pub async fn run(
     ));
     let sweeper_engine = engine.clone();
     let ticker = schedules::ticker::run(pool.clone(), engine.clone(), stop.clone());
-    let state = web::Data::new(AppState::new(pool.clone(), engine, config.groups_in_flight));
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    let reads_in_flight = config.reads_in_flight(cores);
+    tracing::info!(reads_in_flight, "heavy reads served at once");
+    let state = web::Data::new(AppState::new(
+        pool.clone(),
+        engine,
+        config.groups_in_flight,
+        reads_in_flight,
+    ));
     tracing::info!(lease_service = %lease_url, "task-service calls lease-service");
     let sweeper = sweeper::run(
         pool,

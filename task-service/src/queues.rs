@@ -10,8 +10,9 @@
 use std::collections::BTreeMap;
 
 use leasehold::queues::{
-    MAX_CONCURRENCY_LIMIT, MAX_RATE, MIN_RATE, QueueSettings, QueueState, Queues, RateLimit,
+    MAX_CONCURRENCY_LIMIT, MAX_RATE, MIN_RATE, QueueSettings, QueueState, RateLimit,
 };
+use leasehold::server::http::{NamePage, Order};
 use leasehold::server::{ApiError, validate_name_within};
 use leasehold::tasks::{MAX_QUEUE_BYTES, TaskCounts};
 
@@ -106,34 +107,63 @@ pub async fn set_limits(
     Ok(states.remove(queue).unwrap_or_else(|| untouched(queue)))
 }
 
-/// `GET /api/queues`: every queue that has tasks or settings, by name.
-pub async fn list(conn: &mut Db) -> Result<Queues, ApiError> {
-    let rows = repo::queue_rows(conn).await?;
-    Ok(Queues {
-        queues: states(conn, rows).await?.into_values().collect(),
-    })
+/// `GET /api/queues`: a page of the queues that have tasks or settings, by name, and whether
+/// another page follows. Only the page's queues are counted.
+pub async fn list(conn: &mut Db, page: &NamePage) -> Result<(Vec<QueueState>, bool), ApiError> {
+    let mut names = repo::queue_names(
+        conn,
+        page.cursor.as_deref(),
+        page.order == Order::Desc,
+        page.fetch(),
+    )
+    .await?;
+    let more = i64::try_from(names.len()).unwrap_or(i64::MAX) > page.limit;
+    names.truncate(usize::try_from(page.limit).unwrap_or(usize::MAX));
+    let rows = repo::queue_rows_of(conn, &names).await?;
+    let mut states = states_of(conn, &names, rows).await?;
+    let queues = names
+        .iter()
+        .map(|name| states.remove(name).unwrap_or_else(|| untouched(name)))
+        .collect();
+    Ok((queues, more))
 }
 
-/// `GET /api/queues/{queue}`: a queue nobody has used reads as running and empty.
+/// `GET /api/queues/{queue}`: a queue nobody has used reads as running and empty. Reads this
+/// queue's row and counts only.
 pub async fn get(conn: &mut Db, queue: &str) -> Result<QueueState, ApiError> {
     validate_name_within("queue", queue, MAX_QUEUE_BYTES)?;
-    let rows = repo::queue_rows(conn).await?;
-    let mut states = states(conn, rows).await?;
+    let names = [queue.to_owned()];
+    let rows = repo::queue_rows_of(conn, &names).await?;
+    let mut states = states_of(conn, &names, rows).await?;
     Ok(states.remove(queue).unwrap_or_else(|| untouched(queue)))
 }
 
-/// The queues of `rows` and of every task, with their counts and oldest due task.
+/// The queues of `rows`, with their counts and oldest due task.
 async fn states(
     conn: &mut Db,
     rows: Vec<QueueRow>,
 ) -> Result<BTreeMap<String, QueueState>, ApiError> {
-    let counts = repo::counts(conn).await?;
-    let oldest = repo::oldest_due(conn).await?;
-    let tally = TaskCounts::tally(counts.iter().map(|c| (c.queue.as_str(), c.status, c.count)));
-    let mut states: BTreeMap<String, QueueState> = BTreeMap::new();
-    for (queue, counts) in tally.queues {
-        states.insert(queue.clone(), empty(&queue, counts));
-    }
+    let names: Vec<String> = rows.iter().map(|row| row.queue.clone()).collect();
+    states_of(conn, &names, rows).await
+}
+
+/// The `queues` named, with their settings from `rows`, their counts and oldest due task.
+async fn states_of(
+    conn: &mut Db,
+    queues: &[String],
+    rows: Vec<QueueRow>,
+) -> Result<BTreeMap<String, QueueState>, ApiError> {
+    let counts = repo::counts_of(conn, queues).await?;
+    let oldest = repo::oldest_due_of(conn, queues).await?;
+    let mut tally =
+        TaskCounts::tally(counts.iter().map(|c| (c.queue.as_str(), c.status, c.count))).queues;
+    let mut states: BTreeMap<String, QueueState> = queues
+        .iter()
+        .map(|queue| {
+            let counts = tally.remove(queue).unwrap_or_else(zeros);
+            (queue.clone(), empty(queue, counts))
+        })
+        .collect();
     for row in rows {
         let state = states
             .entry(row.queue.clone())

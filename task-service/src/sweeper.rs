@@ -1,6 +1,8 @@
-//! Retention: deletes tasks that finished long ago, so the table does not grow forever; and
-//! ends as cancelled the running tasks whose cancellation was asked for and whose workers then
-//! stopped heartbeating, in queues no claim comes to end them in.
+//! Retention: deletes tasks that finished long ago, so the table does not grow forever; ends as
+//! cancelled the running tasks whose cancellation was asked for and whose workers then stopped
+//! heartbeating, in queues no claim comes to end them in; and folds the history's finished
+//! minutes into the per-minute rollup the dashboard's hour and day charts read
+//! (`repo::fold_history`), pruning it with the history.
 //!
 //! Every replica runs a [`leasehold::Singleton`] on the lease [`SWEEPER_RESOURCE`] from
 //! lease-service (holder: this replica's instance id, TTL three intervals); only the one that
@@ -105,6 +107,22 @@ async fn round(pool: &DbPool, engine: &Engine, retention_seconds: i64) {
     metrics.sweeps.with_label_values(&[outcome]).inc();
 }
 
+/// Folds the history's finished minutes into the charts' per-minute rollup
+/// ([`repo::fold_history`]), a chunk a transaction, until it is caught up: the charts then read
+/// raw history only since the last round, at most one interval and a minute or two.
+async fn fold(conn: &mut repo::Db) -> Result<(), ApiError> {
+    let mut minutes = 0;
+    loop {
+        let fold = repo::fold_history(conn).await?;
+        minutes += fold.minutes;
+        if !fold.more {
+            break;
+        }
+    }
+    tracing::debug!(minutes, "history folded into the charts' rollup");
+    Ok(())
+}
+
 async fn sweep(pool: &DbPool, engine: &Engine, retention_seconds: i64) -> Result<u64, ApiError> {
     let mut conn = db::connection(pool).await?;
     loop {
@@ -114,7 +132,13 @@ async fn sweep(pool: &DbPool, engine: &Engine, retention_seconds: i64) -> Result
             break;
         }
     }
+    // Before the history is pruned, so that no event is pruned unfolded; a fold that fails
+    // leaves the charts reading more raw history, and retention goes on.
+    if let Err(err) = fold(&mut conn).await {
+        tracing::warn!(error = %err, "folding the history into the charts' rollup failed");
+    }
     repo::prune_history(&mut conn, retention_seconds).await?;
+    repo::prune_rollup(&mut conn, retention_seconds).await?;
     let mut deleted = 0u64;
     loop {
         let batch = repo::sweep(&mut conn, retention_seconds, BATCH).await?;

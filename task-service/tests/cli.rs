@@ -18,6 +18,7 @@ fn help_documents_every_setting_with_its_environment_variable() {
         "LISTEN_ADDR",
         "SKIP_MIGRATIONS",
         "DATABASE_POOL_SIZE",
+        "READS_IN_FLIGHT",
         "HTTP_WORKERS",
         "TASK_LEASE_TTL_SECONDS",
         "LEASE_CALL_TIMEOUT_MS",

@@ -27,6 +27,8 @@
 //!   ([`Service::task_client`], [`Service::lease_client`]; [`task_client`] and [`lease_client`]
 //!   for a bare URL) for everything else, and its signals.
 //! - `sql`: [`snapshot`] and [`execute`], direct SQL on a test's database.
+//! - `history`: [`synthesize_history`], a day (or any span) of finished tasks' history written
+//!   straight into task-service's tables, for the charts' tests and benchmark.
 //! - `helpers`: [`eventually`], [`metric_sum`], [`verdicts`] and [`pg_auto_failover_available`]; and for the typed clients
 //!   [`new_task`], [`create_new`], [`all_tasks_final`] and [`refusal`].
 //!
@@ -53,6 +55,7 @@ pub mod soak;
 pub mod tools;
 
 mod helpers;
+mod history;
 mod postgres;
 mod process;
 mod service;
@@ -62,6 +65,7 @@ pub use helpers::{
     all_tasks_final, create_new, eventually, metric_sum, new_task, pg_auto_failover_available,
     refusal, verdicts,
 };
+pub use history::{EVENTS_PER_TASK, synthesize_history};
 pub use postgres::{cluster, fresh_database};
 pub use process::{ChildGuard, binary, descendants, kill_process_tree};
 pub use service::{

@@ -31,7 +31,7 @@ async fn the_quick_benchmark_produces_every_figure() {
     let peers = report.skipped.is_empty();
     assert_eq!(
         sections.len(),
-        10 + usize::from(peers),
+        12 + usize::from(peers),
         "{sections:?} {:?}",
         report.skipped
     );
@@ -153,8 +153,33 @@ async fn the_quick_benchmark_produces_every_figure() {
         + options.backlog_sizes.len() * 3
         + 2
         + (options.growth_sizes.len() - 1) * 2
-        + 2 * usize::from(peers);
+        + 2 * usize::from(peers)
+        + 3;
     assert_eq!(report.ratios.len(), expected_ratios, "{:?}", report.ratios);
+    // Claims beside the heavy reads, all served, and the reads all answered; the charts of a
+    // day of history read through task-service, and the raw read they replaced.
+    let reads: Vec<_> = report
+        .figures
+        .iter()
+        .filter(|f| f.section.starts_with("claims while heavy reads run"))
+        .collect();
+    assert_eq!(reads.len(), 3, "{reads:?}");
+    for figure in &reads {
+        assert_eq!(figure.errors, 0, "{figure:?}");
+    }
+    let charts: Vec<_> = report
+        .figures
+        .iter()
+        .filter(|f| f.section.starts_with("dashboard charts"))
+        .collect();
+    assert_eq!(charts.len(), 4, "{charts:?}");
+    for figure in &charts {
+        assert_eq!(figure.errors, 0, "{figure:?}");
+        assert!(
+            figure.rows.unwrap() >= options.chart_events / 2,
+            "{figure:?}"
+        );
+    }
     // Every reader paged through every large task, twice.
     let memory = &report.memory[0];
     assert!(memory.rss_peak_mib > 0.0, "{memory:?}");

@@ -725,6 +725,47 @@ async fn queues_are_paused_resumed_listed_and_shown() {
         "{}",
         stdout(&listed)
     );
+    // Queues page by name: one at a time with a hint to go on, or every page with --all.
+    ok(
+        &leasehold(&l, &t, None, &["queues", "pause", "alpha"]).await,
+        "pause alpha",
+    );
+    let one = leasehold(&l, &t, None, &["queues", "list", "--limit", "1"]).await;
+    ok(&one, "list --limit 1");
+    let hint = stderr(&one);
+    assert!(
+        stdout(&one).contains("alpha") && !stdout(&one).contains("mail b"),
+        "{}",
+        stdout(&one)
+    );
+    assert!(
+        hint.contains("--cursor alpha") && hint.contains("--all"),
+        "{hint}"
+    );
+    let rest = leasehold(
+        &l,
+        &t,
+        None,
+        &["queues", "list", "--limit", "1", "--cursor", "alpha"],
+    )
+    .await;
+    assert!(stdout(&rest).contains("mail b"), "{}", stdout(&rest));
+    let all = leasehold(
+        &l,
+        &t,
+        None,
+        &["queues", "list", "--limit", "1", "--all", "--json"],
+    )
+    .await;
+    ok(&all, "list --all");
+    let names: Vec<Value> = documents(&all)[0]["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["queue"].clone())
+        .collect();
+    assert_eq!(names, [json!("alpha"), json!("mail b")]);
+    assert_eq!(documents(&all)[0]["nextCursor"], Value::Null);
     let resumed = leasehold(&l, &t, None, &["queues", "resume", "mail b", "--json"]).await;
     ok(&resumed, "resume");
     assert_eq!(documents(&resumed)[0]["paused"], false);

@@ -316,3 +316,65 @@ async fn a_claim_of_a_key_limited_queue_probes_keys_never_a_keys_backlog() {
         .unwrap();
     assert!(most_rows <= 20, "a node read {most_rows} rows:\n{plan}");
 }
+
+#[derive(QueryableByName)]
+struct TaskScans {
+    #[diesel(sql_type = BigInt)]
+    seq_scan: i64,
+    #[diesel(sql_type = BigInt)]
+    idx_scan: i64,
+}
+
+/// A page of `GET /api/queues` finds its names one index descent per queue (a loose index
+/// scan) and counts those queues alone: however many tasks and queues there are, it never scans
+/// the tasks table, and its descents grow with the page, not with the table.
+#[tokio::test]
+async fn a_page_of_queues_descends_the_index_once_a_queue_and_never_scans_the_table() {
+    let db = fresh_database().await;
+    task_service::migrate(&db).await.unwrap();
+    let mut conn = AsyncPgConnection::establish(&db).await.unwrap();
+    for sql in [
+        "INSERT INTO tasks (task_data, queue, max_attempts)
+         SELECT '{}', 'q-' || lpad((g % 20000)::text, 5, '0'), 3
+         FROM generate_series(1, 100000) g",
+        "INSERT INTO queues (queue, paused) SELECT 's-' || g, true FROM generate_series(1, 500) g",
+        "VACUUM ANALYZE tasks",
+    ] {
+        diesel::sql_query(sql).execute(&mut conn).await.unwrap();
+    }
+    drop(conn);
+    for (after, descending) in [
+        (None, false),
+        (Some("q-10000"), false),
+        (Some("q-10000"), true),
+    ] {
+        // A session of its own: its counters start at zero.
+        let mut conn = AsyncPgConnection::establish(&db).await.unwrap();
+        let (names, scans) = conn
+            .transaction::<_, diesel::result::Error, _>(async |conn| {
+                let names = repo::queue_names(conn, after, descending, 101).await?;
+                repo::counts_of(conn, &names).await?;
+                repo::oldest_due_of(conn, &names).await?;
+                let scans: TaskScans = diesel::sql_query(
+                    "SELECT seq_scan, COALESCE(idx_scan, 0) AS idx_scan
+                     FROM pg_stat_xact_user_tables WHERE relname = 'tasks'",
+                )
+                .get_one(conn)
+                .await?;
+                Ok((names, scans))
+            })
+            .await
+            .unwrap();
+        assert_eq!(names.len(), 101);
+        assert_eq!(
+            scans.seq_scan, 0,
+            "{after:?} {descending}: a scan of the tasks table"
+        );
+        assert!(
+            // One descent a queue to find the names, one to count each, one for its oldest due.
+            scans.idx_scan <= 3 * 101 + 10,
+            "{after:?} {descending}: {} index scans for a page of 101",
+            scans.idx_scan
+        );
+    }
+}

@@ -238,3 +238,141 @@ async fn queue_routes_refuse_bad_names_and_need_the_operator_role() {
     assert_eq!(paused.status, 200, "{:?}", paused.body);
     assert_eq!(paused.body["paused"], true);
 }
+
+/// The queues' listing pages by name as the task listings page by id: every queue (those with
+/// tasks, those with settings only, and names that need encoding) once, in the database's name
+/// order either way, each page within its limit, and each queue with its own counts. A bad
+/// cursor or limit is refused. One queue's read answers for that queue alone.
+#[tokio::test]
+async fn the_queues_page_by_name_in_either_order() {
+    let s = stack(&[]).await;
+    execute(
+        &s.task_db,
+        "INSERT INTO tasks (task_data, queue, max_attempts)
+         SELECT '{}', 'q-' || lpad((g % 250)::text, 3, '0'), 3 FROM generate_series(0, 299) g",
+    )
+    .await;
+    execute(
+        &s.task_db,
+        "INSERT INTO tasks (task_data, queue, max_attempts)
+         SELECT '{}', name, 3 FROM unnest(ARRAY['mail b', 'é', 'a%20b', '100%', 'x/y?z']) name",
+    )
+    .await;
+    execute(
+        &s.task_db,
+        "INSERT INTO queues (queue, paused)
+         SELECT 's-' || lpad(g::text, 2, '0'), true FROM generate_series(0, 39) g
+         UNION ALL SELECT 'q-010', true",
+    )
+    .await;
+    let expected: Vec<String> = tests::query(
+        &s.task_db,
+        "SELECT queue FROM (SELECT queue FROM tasks UNION SELECT queue FROM queues) q
+         ORDER BY queue",
+    )
+    .await
+    .into_iter()
+    .map(|row| row["queue"].as_str().unwrap().to_owned())
+    .collect();
+    assert_eq!(expected.len(), 250 + 5 + 40);
+
+    let client = s.tasks.task_client();
+    for descending in [false, true] {
+        let mut names: Vec<String> = Vec::new();
+        let mut cursor = None;
+        let mut pages = 0;
+        loop {
+            let page = client
+                .queues(&leasehold::task_client::QueueListing {
+                    limit: Some(37),
+                    cursor: cursor.take(),
+                    descending,
+                })
+                .await
+                .unwrap();
+            pages += 1;
+            assert!(page.queues.len() <= 37, "{}", page.queues.len());
+            for queue in &page.queues {
+                let pending = queue.counts["pending"];
+                let wanted = match queue.queue.as_str() {
+                    name if name.starts_with("s-") => 0,
+                    name if name < "q-050" && name.starts_with("q-") => 2,
+                    _ => 1,
+                };
+                assert_eq!(pending, wanted, "{queue:?}");
+                assert_eq!(
+                    queue.paused,
+                    queue.queue.starts_with("s-") || queue.queue == "q-010",
+                    "{queue:?}"
+                );
+            }
+            names.extend(page.queues.into_iter().map(|q| q.queue));
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        let mut wanted = expected.clone();
+        if descending {
+            wanted.reverse();
+        }
+        assert_eq!(names, wanted, "descending: {descending}");
+        assert_eq!(pages, expected.len().div_ceil(37));
+    }
+
+    let first = s.tasks.get("/api/queues?limit=2").await;
+    assert_eq!(first.status, 200, "{:?}", first.body);
+    let next = first.body["nextCursor"].as_str().unwrap();
+    assert_eq!(
+        first.headers["x-next-cursor"].to_str().unwrap(),
+        next,
+        "the cursor travels in a header too"
+    );
+    let link = first.headers["link"].to_str().unwrap();
+    let followed = s
+        .tasks
+        .get(link.trim_start_matches('<').split('>').next().unwrap())
+        .await;
+    assert_eq!(
+        followed.body["queues"][0]["queue"], expected[2],
+        "the link goes on after the page"
+    );
+    for (query, code) in [
+        ("cursor=%25zz", "invalid_cursor"),
+        ("cursor=%2500", "invalid_cursor"),
+        ("limit=0", "invalid_limit"),
+        ("order=sideways", "invalid_query"),
+        ("limt=5", "invalid_query"),
+    ] {
+        let refused = s.tasks.get(&format!("/api/queues?{query}")).await;
+        assert_eq!(
+            (refused.status, refused.code()),
+            (400, code),
+            "{query}: {:?}",
+            refused.body
+        );
+    }
+
+    let one = s.queue("q-007").await;
+    assert_eq!(
+        (&one["counts"]["pending"], &one["paused"]),
+        (&json!(2), &json!(false))
+    );
+    let settings_only = s.queue("s-03").await;
+    assert_eq!(
+        (
+            &settings_only["counts"]["pending"],
+            &settings_only["paused"]
+        ),
+        (&json!(0), &json!(true))
+    );
+    let unused = s.queue("never-used").await;
+    assert_eq!(
+        (
+            &unused["paused"],
+            &unused["updatedAt"],
+            &unused["counts"]["pending"]
+        ),
+        (&json!(false), &Value::Null, &json!(0))
+    );
+}

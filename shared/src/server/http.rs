@@ -14,7 +14,7 @@ use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
 
 use super::error::ApiError;
 pub use super::front_door::{AllowedOrigins, front_door, json_errors};
-pub use super::paging::{DEFAULT_PAGE, MAX_PAGE, Order, Page};
+pub use super::paging::{DEFAULT_PAGE, MAX_PAGE, NamePage, Order, Page};
 
 /// Starts a service's HTTP server on `listener`: `configure` mounts its routes and state, with
 /// request tracing, request metrics, trailing-slash normalisation, JSON 404s, the front door

@@ -54,17 +54,7 @@ impl Page {
         cursor: Option<&str>,
         order: Option<Order>,
     ) -> Result<Self, ApiError> {
-        let limit = match limit {
-            None => DEFAULT_PAGE,
-            Some(limit) if limit >= 1 => limit.min(MAX_PAGE),
-            Some(limit) => {
-                return Err(ApiError::invalid(
-                    "invalid_limit",
-                    "limit",
-                    format!("limit must be at least 1, got {limit}"),
-                ));
-            }
-        };
+        let limit = parse_limit(limit)?;
         let cursor = match cursor {
             None | Some("") => None,
             Some(cursor) => Some(
@@ -72,13 +62,7 @@ impl Page {
                     .parse::<i64>()
                     .ok()
                     .filter(|after| *after >= 0)
-                    .ok_or_else(|| {
-                        ApiError::invalid(
-                            "invalid_cursor",
-                            "cursor",
-                            "cursor is not one this service gave",
-                        )
-                    })?,
+                    .ok_or_else(invalid_cursor)?,
             ),
         };
         Ok(Self {
@@ -135,36 +119,154 @@ impl Page {
         cut: bool,
         id_of: impl Fn(&T) -> i64,
         query: &[(&str, Option<&str>)],
-        mut body: serde_json::Map<String, serde_json::Value>,
+        body: serde_json::Map<String, serde_json::Value>,
     ) -> HttpResponse {
         let limit = usize::try_from(self.limit).unwrap_or(usize::MAX);
         let more = rows.len() > limit || cut;
         rows.truncate(limit);
-        let mut response = HttpResponse::Ok();
-        let next = rows.last().filter(|_| more).map(id_of);
-        if let Some(next) = next {
-            let mut link = format!("{}?cursor={next}&limit={}", request.path(), self.limit);
-            if self.order != Order::Asc {
-                link.push_str(&format!("&order={}", self.order.as_str()));
-            }
-            for (name, value) in query {
-                if let Some(value) = value {
-                    link.push_str(&format!("&{name}={}", crate::percent::encode(value)));
-                }
-            }
-            response.insert_header(("X-Next-Cursor", next.to_string()));
-            response.insert_header(("Link", format!("<{link}>; rel=\"next\"")));
-        }
-        body.insert(
-            key.to_owned(),
-            serde_json::to_value(&rows).unwrap_or_default(),
-        );
-        body.insert(
-            "nextCursor".to_owned(),
-            next.map_or(serde_json::Value::Null, |next| next.to_string().into()),
-        );
-        response.json(body)
+        let next = rows
+            .last()
+            .filter(|_| more)
+            .map(|row| id_of(row).to_string());
+        answer(
+            request,
+            (key, &rows),
+            next,
+            self.limit,
+            self.order,
+            query,
+            body,
+        )
     }
+}
+
+/// A listing page ordered by a name rather than an id (the queues): `limit` and `order` as
+/// [`Page`]'s; the cursor is the previous page's last name, percent-encoded, so that any name
+/// travels in a header and a link.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamePage {
+    pub limit: i64,
+    pub order: Order,
+    /// The previous page's last name; `None` for the first page.
+    pub cursor: Option<String>,
+}
+
+impl NamePage {
+    /// As [`Page::parse`]; a cursor that does not decode to a name is refused.
+    pub fn parse(
+        limit: Option<i64>,
+        cursor: Option<&str>,
+        order: Option<Order>,
+    ) -> Result<Self, ApiError> {
+        let cursor = match cursor {
+            None | Some("") => None,
+            Some(cursor) => Some(
+                crate::percent::decode(cursor)
+                    .filter(|name| !name.chars().any(char::is_control))
+                    .ok_or_else(invalid_cursor)?,
+            ),
+        };
+        Ok(Self {
+            limit: parse_limit(limit)?,
+            order: order.unwrap_or_default(),
+            cursor,
+        })
+    }
+
+    /// How many names to fetch: one more than the page, to know whether another page follows.
+    pub fn fetch(&self) -> i64 {
+        self.limit + 1
+    }
+
+    /// Answers `rows` as [`Page::respond`] does, the cursor of the next page being the last
+    /// row's name. `more` says another page follows.
+    pub fn respond<T: Serialize>(
+        &self,
+        request: &HttpRequest,
+        key: &str,
+        mut rows: Vec<T>,
+        more: bool,
+        name_of: impl Fn(&T) -> &str,
+        query: &[(&str, Option<&str>)],
+    ) -> HttpResponse {
+        let limit = usize::try_from(self.limit).unwrap_or(usize::MAX);
+        let more = rows.len() > limit || more;
+        rows.truncate(limit);
+        let next = rows
+            .last()
+            .filter(|_| more)
+            .map(|row| crate::percent::encode(name_of(row)));
+        answer(
+            request,
+            (key, &rows),
+            next,
+            self.limit,
+            self.order,
+            query,
+            serde_json::Map::new(),
+        )
+    }
+}
+
+/// `limit` defaults to [`DEFAULT_PAGE`] and is capped at [`MAX_PAGE`]; below 1 it is refused.
+fn parse_limit(limit: Option<i64>) -> Result<i64, ApiError> {
+    match limit {
+        None => Ok(DEFAULT_PAGE),
+        Some(limit) if limit >= 1 => Ok(limit.min(MAX_PAGE)),
+        Some(limit) => Err(ApiError::invalid(
+            "invalid_limit",
+            "limit",
+            format!("limit must be at least 1, got {limit}"),
+        )),
+    }
+}
+
+fn invalid_cursor() -> ApiError {
+    ApiError::invalid(
+        "invalid_cursor",
+        "cursor",
+        "cursor is not one this service gave",
+    )
+}
+
+/// `{"<key>": rows, "nextCursor": next}`, with `next` also in `X-Next-Cursor` and `Link`.
+fn answer<T: Serialize>(
+    request: &HttpRequest,
+    (key, rows): (&str, &[T]),
+    next: Option<String>,
+    limit: i64,
+    order: Order,
+    query: &[(&str, Option<&str>)],
+    mut body: serde_json::Map<String, serde_json::Value>,
+) -> HttpResponse {
+    let mut response = HttpResponse::Ok();
+    if let Some(next) = &next {
+        // Encoded again: a name's cursor holds `%`, which the link's reader decodes once.
+        let mut link = format!(
+            "{}?cursor={}&limit={limit}",
+            request.path(),
+            crate::percent::encode(next)
+        );
+        if order != Order::Asc {
+            link.push_str(&format!("&order={}", order.as_str()));
+        }
+        for (name, value) in query {
+            if let Some(value) = value {
+                link.push_str(&format!("&{name}={}", crate::percent::encode(value)));
+            }
+        }
+        response.insert_header(("X-Next-Cursor", next.clone()));
+        response.insert_header(("Link", format!("<{link}>; rel=\"next\"")));
+    }
+    body.insert(
+        key.to_owned(),
+        serde_json::to_value(rows).unwrap_or_default(),
+    );
+    body.insert(
+        "nextCursor".to_owned(),
+        next.map_or(serde_json::Value::Null, serde_json::Value::String),
+    );
+    response.json(body)
 }
 
 #[cfg(test)]
@@ -192,5 +294,28 @@ mod tests {
         assert!(Page::parse(Some(0), None, None).is_err());
         assert!(Page::parse(None, Some("-1"), None).is_err());
         assert!(Page::parse(None, Some("abc"), None).is_err());
+    }
+
+    #[test]
+    fn a_name_cursor_is_a_percent_encoded_name() {
+        let page = NamePage::parse(Some(5), Some("mail%20b%25"), Some(Order::Desc)).ok();
+        assert_eq!(
+            page,
+            Some(NamePage {
+                limit: 5,
+                order: Order::Desc,
+                cursor: Some("mail b%".to_owned())
+            })
+        );
+        assert_eq!(
+            NamePage::parse(None, Some(""), None)
+                .ok()
+                .map(|page| page.cursor),
+            Some(None)
+        );
+        for bad in ["%", "%4", "%zz", "%00", "%FF"] {
+            assert!(NamePage::parse(None, Some(bad), None).is_err(), "{bad}");
+        }
+        assert!(NamePage::parse(Some(0), None, None).is_err());
     }
 }

@@ -22,7 +22,7 @@ use tracing::Instrument;
 
 use crate::ErrorBody;
 
-pub use operator::{Bulk, Created, TaskCounts, TaskListing};
+pub use operator::{Bulk, Created, QueueListing, TaskCounts, TaskListing};
 
 /// Why a call did not succeed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -85,6 +85,17 @@ pub struct TaskListing {
     pub created_before: Option<chrono::DateTime<chrono::Utc>>,
 }
 
+/// Which page of `GET /api/queues` to read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueueListing {
+    /// At most this many queues (the service's default when `None`).
+    pub limit: Option<u32>,
+    /// Go on from an earlier page's `nextCursor`.
+    pub cursor: Option<String>,
+    /// By name from the end of the alphabet; from its start when `false`.
+    pub descending: bool,
+}
+
 impl TaskListing {
     /// The query string, as task-service's listings read it.
     fn query(&self) -> Vec<(&'static str, String)> {
@@ -255,9 +266,15 @@ impl TaskClient {
             .read("the workers")
     }
 
-    /// `GET /api/queues`: every queue with tasks or settings.
-    pub async fn queues(&self) -> Result<Queues, CallError> {
-        self.send(reqwest::Method::GET, "/api/queues", &[], None::<&()>)
+    /// `GET /api/queues`: one page of the queues with tasks or settings, by name.
+    pub async fn queues(&self, listing: &QueueListing) -> Result<Queues, CallError> {
+        let query = crate::api::page_query(
+            listing.limit,
+            listing.cursor.as_deref(),
+            listing.descending,
+            [],
+        );
+        self.send(reqwest::Method::GET, "/api/queues", &query, None::<&()>)
             .await?
             .read("the queues")
     }

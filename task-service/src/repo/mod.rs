@@ -2,6 +2,7 @@
 //! `create.rs` (inserts and the idempotency key's lookup), `claim.rs` (the claim round's
 //! statements), `transition.rs` (heartbeat, complete, fail, cancel, retry), `read.rs` (lookups,
 //! listings, counts, the dashboard's reads), `retention.rs` (the sweeper's deletes),
+//! `rollup.rs` (the history's per-minute rollup: the sweeper's fold and the charts' read of it),
 //! `generator.rs` (its desired state), `queues.rs` (pause, resume and limits), `schedules.rs`
 //! (periodic tasks and the tickers' lock) and `bulk.rs` (retry, cancel and delete by filter).
 //! The modules are private; their items are re-exported here, where the rules find them. Times are the
@@ -21,6 +22,7 @@ mod generator;
 mod queues;
 mod read;
 mod retention;
+mod rollup;
 mod schedules;
 mod transition;
 
@@ -36,13 +38,17 @@ pub use create::{
 pub use generator::{GeneratorRow, generator, set_generator};
 pub use queues::{
     NewLimits, QueueLimit, QueueRow, Running, Tokens, exclude_claims, lock_limits, move_key_cursor,
-    queue_rows, running_counts, set_limits, set_paused, spend_tokens, tokens, wake_later,
+    queue_names, queue_rows, queue_rows_of, running_counts, set_limits, set_paused, spend_tokens,
+    tokens, wake_later,
 };
 pub use read::{
     OldestDue, Processor, QueueCount, QueueMoves, TaskEvent, TaskFilter, ThroughputBucket, counts,
-    events, find, list, oldest_due, processors, throughput,
+    counts_of, events, find, list, oldest_due, oldest_due_of, processors, throughput,
 };
 pub use retention::{prune_history, sweep};
+pub use rollup::{
+    Fold, MinuteCounts, PICKUP_BINS_PER_DOUBLING, fold_history, prune_rollup, throughput_minutes,
+};
 pub use schedules::{
     DueSchedule, IDLE_IN_ROUND, NewSchedule, Replaced, ScheduleRow, advance_schedule,
     bound_idle_in_transaction, delete_schedule, insert_schedule, lock_due_schedules, next_tick_in,

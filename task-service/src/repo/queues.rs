@@ -71,6 +71,74 @@ pub async fn queue_rows(conn: &mut Db) -> Result<Vec<QueueRow>> {
     .await
 }
 
+/// The rows of those of `queues` an operator has set something on.
+pub async fn queue_rows_of(conn: &mut Db, queues: &[String]) -> Result<Vec<QueueRow>> {
+    let span = leasehold::db_span!("SELECT", "queues");
+    async move {
+        diesel::sql_query(format!(
+            "SELECT {QUEUE_COLUMNS} FROM queues WHERE queue = ANY($1)"
+        ))
+        .bind::<Array<Text>, _>(queues)
+        .cached()
+        .load(conn)
+        .await
+    }
+    .instrument(span)
+    .await
+}
+
+#[derive(QueryableByName)]
+struct QueueName {
+    #[diesel(sql_type = Text)]
+    queue: String,
+}
+
+/// Up to `limit` names of queues that have tasks or settings, past `after` in name order
+/// (backwards when `descending`). The tasks' queues are found by a loose index scan of
+/// `tasks_queue_status_idx` (one descent per queue, however many tasks each has), so a page
+/// costs its own length, not the number of tasks or of queues.
+pub async fn queue_names(
+    conn: &mut Db,
+    after: Option<&str>,
+    descending: bool,
+    limit: i64,
+) -> Result<Vec<String>> {
+    let span = leasehold::db_span!("SELECT", "tasks");
+    let (past, order) = if descending {
+        ("<", "DESC")
+    } else {
+        (">", "ASC")
+    };
+    async move {
+        // Planned with its parameters (not cached), so that without a cursor the `IS NULL`
+        // branch folds away and each probe is a plain index descent.
+        let names: Vec<QueueName> = diesel::sql_query(format!(
+            "WITH RECURSIVE used(queue) AS (
+                 (SELECT queue FROM tasks WHERE $1::text IS NULL OR queue {past} $1
+                  ORDER BY queue {order} LIMIT 1)
+                 UNION ALL
+                 SELECT (SELECT t.queue FROM tasks t WHERE t.queue {past} used.queue
+                         ORDER BY t.queue {order} LIMIT 1)
+                 FROM used WHERE used.queue IS NOT NULL
+             )
+             SELECT queue FROM (
+                 (SELECT queue FROM used WHERE queue IS NOT NULL LIMIT $2)
+                 UNION
+                 (SELECT queue FROM queues WHERE $1::text IS NULL OR queue {past} $1
+                  ORDER BY queue {order} LIMIT $2)
+             ) names
+             ORDER BY queue {order} LIMIT $2"
+        ))
+        .bind::<Nullable<Text>, _>(after)
+        .bind::<BigInt, _>(limit)
+        .load(conn)
+        .await?;
+        Ok(names.into_iter().map(|name| name.queue).collect())
+    }
+    .instrument(span)
+    .await
+}
+
 /// The limits an operator sets on a queue (none: no limit).
 #[derive(Debug, Clone, Copy)]
 pub struct NewLimits {

@@ -266,24 +266,116 @@ pub fn queue_series(
 /// into 60 buckets.
 pub const CHART_WINDOWS: [i64; 3] = [300, 3600, 86_400];
 
-/// `GET /api/dashboard/throughput?window_seconds=N`: the history's transitions and pickup
-/// latency over one of [`CHART_WINDOWS`], in 60 buckets.
-pub async fn throughput(conn: &mut Db, window_seconds: i64) -> Result<Throughput, ApiError> {
-    if !CHART_WINDOWS.contains(&window_seconds) {
-        return Err(ApiError::invalid(
+/// Refuses a window the charts do not offer, before the read waits for its turn.
+pub fn check_window(window_seconds: i64) -> Result<(), ApiError> {
+    if CHART_WINDOWS.contains(&window_seconds) {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(
             "invalid_query",
             "window_seconds",
             "window_seconds must be 300, 3600 or 86400",
-        ));
+        ))
     }
+}
+
+/// `GET /api/dashboard/throughput?window_seconds=N`: the history's transitions and pickup
+/// latency over one of [`CHART_WINDOWS`], in 60 buckets.
+pub async fn throughput(conn: &mut Db, window_seconds: i64) -> Result<Throughput, ApiError> {
+    check_window(window_seconds)?;
     let bucket_seconds = window_seconds / 60;
-    let (buckets, moves) = repo::throughput(conn, window_seconds, bucket_seconds, true).await?;
+    // Buckets of whole minutes (the hour's and the day's) come from the history's per-minute
+    // rollup and its unfolded tail: a day of a busy system's history is too much to read raw.
+    // The five minutes' buckets of seconds read the little history they need as it is.
+    let (buckets, moves) = if bucket_seconds % 60 == 0 {
+        let bucket_minutes = bucket_seconds / 60;
+        let (minutes, moves) = repo::throughput_minutes(
+            conn,
+            i32::try_from(window_seconds / 60).unwrap_or(i32::MAX),
+            i32::try_from(bucket_minutes).unwrap_or(i32::MAX),
+        )
+        .await?;
+        (buckets_of_minutes(minutes, bucket_minutes, 60), moves)
+    } else {
+        repo::throughput(conn, window_seconds, bucket_seconds, true).await?
+    };
     Ok(Throughput {
         window_seconds,
         bucket_seconds,
         buckets,
         queues: queue_series(moves, 60, bucket_seconds),
     })
+}
+
+/// The minutes' counts in buckets of `bucket_minutes` (bucket 0 holds the current minute), the
+/// first `buckets` of them; a bucket's pickup percentiles from its minutes' histograms merged.
+/// Buckets without a minute are left out, as the raw read leaves out buckets without events.
+pub fn buckets_of_minutes(
+    minutes: Vec<repo::MinuteCounts>,
+    bucket_minutes: i64,
+    buckets: i64,
+) -> Vec<ThroughputBucket> {
+    use std::collections::BTreeMap;
+    #[derive(Default)]
+    struct Sum {
+        created: i64,
+        started: i64,
+        succeeded: i64,
+        failed: i64,
+        pickup: BTreeMap<i32, i64>,
+    }
+    let mut sums: BTreeMap<i64, Sum> = BTreeMap::new();
+    for minute in minutes {
+        let index = minute.minutes_ago.max(0) / bucket_minutes.max(1);
+        if index >= buckets {
+            continue;
+        }
+        let sum = sums.entry(index).or_default();
+        sum.created += minute.created;
+        sum.started += minute.started;
+        sum.succeeded += minute.succeeded;
+        sum.failed += minute.failed;
+        for (bin, count) in minute.pickup_bins.into_iter().zip(minute.pickup_counts) {
+            *sum.pickup.entry(bin).or_default() += count;
+        }
+    }
+    sums.into_iter()
+        .map(|(index, sum)| ThroughputBucket {
+            seconds_ago: index * bucket_minutes * 60,
+            claimed: sum.started,
+            completed: sum.succeeded,
+            created: sum.created,
+            started: sum.started,
+            succeeded: sum.succeeded,
+            failed: sum.failed,
+            pickup_p50_ms: pickup_quantile(&sum.pickup, 0.5),
+            pickup_p99_ms: pickup_quantile(&sum.pickup, 0.99),
+        })
+        .collect()
+}
+
+/// The `q` quantile of a pickup histogram (bin to count) as PostgreSQL's `percentile_disc`
+/// takes it (the `ceil(q * n)`-th smallest latency), read as the middle of the bin holding it;
+/// none from an empty histogram.
+pub fn pickup_quantile(histogram: &std::collections::BTreeMap<i32, i64>, q: f64) -> Option<f64> {
+    let n: i64 = histogram.values().sum();
+    if n <= 0 {
+        return None;
+    }
+    // As percentile_disc computes the rank, in the same floating point.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_precision_loss)]
+    let rank = ((q * n as f64).ceil() as i64).clamp(1, n);
+    let mut seen = 0;
+    histogram.iter().find_map(|(&bin, &count)| {
+        seen += count;
+        (seen >= rank).then(|| pickup_bin_middle(bin))
+    })
+}
+
+/// The latency in the middle of a pickup bin: bin `b` holds the latencies `ms` with
+/// `floor(bins * log2(1 + ms)) = b`, so its middle is `2^((b + 0.5) / bins) - 1`.
+pub fn pickup_bin_middle(bin: i32) -> f64 {
+    2f64.powf((f64::from(bin) + 0.5) / f64::from(repo::PICKUP_BINS_PER_DOUBLING)) - 1.0
 }
 
 pub async fn overview(conn: &mut Db, engine: &Engine) -> Result<Overview, ApiError> {
@@ -334,6 +426,77 @@ mod tests {
                 pending: vec![2, 4, 4, 5],
                 running: vec![0, 0, 0, 1],
             }]
+        );
+    }
+
+    fn minute(ago: i64, started: i64, bins: &[(i32, i64)]) -> repo::MinuteCounts {
+        repo::MinuteCounts {
+            minutes_ago: ago,
+            created: 1,
+            started,
+            succeeded: 0,
+            failed: 0,
+            pickup_bins: bins.iter().map(|(bin, _)| *bin).collect(),
+            pickup_counts: bins.iter().map(|(_, count)| *count).collect(),
+        }
+    }
+
+    #[test]
+    fn minutes_add_up_into_buckets_and_their_histograms_merge() {
+        let buckets = buckets_of_minutes(
+            vec![
+                minute(0, 2, &[(10, 1), (40, 1)]),
+                minute(23, 1, &[(10, 2)]),
+                minute(24, 5, &[]),
+                // A claim stamped after the read began: the current minute.
+                minute(-1, 1, &[]),
+                // Past the window: left out.
+                minute(24 * 60, 9, &[(1, 1)]),
+            ],
+            24,
+            60,
+        );
+        assert_eq!(buckets.len(), 2);
+        let (newest, older) = (&buckets[0], &buckets[1]);
+        assert_eq!(
+            (
+                newest.seconds_ago,
+                newest.created,
+                newest.started,
+                newest.claimed
+            ),
+            (0, 3, 4, 4)
+        );
+        assert_eq!(newest.pickup_p50_ms, Some(pickup_bin_middle(10)));
+        assert_eq!(newest.pickup_p99_ms, Some(pickup_bin_middle(40)));
+        assert_eq!((older.seconds_ago, older.started), (24 * 60, 5));
+        assert_eq!((older.pickup_p50_ms, older.pickup_p99_ms), (None, None));
+    }
+
+    #[test]
+    fn a_bins_middle_is_within_two_percent_of_every_latency_in_it() {
+        for ms in [0.0, 0.5, 1.0, 3.7, 250.0, 12_345.6, 86_400_000.0] {
+            #[allow(clippy::cast_possible_truncation)]
+            let bin = (16.0 * f64::ln(1.0 + ms) / f64::ln(2.0)).floor() as i32;
+            let middle = pickup_bin_middle(bin);
+            assert!(
+                (middle - ms).abs() <= 0.022 * (1.0 + ms),
+                "{ms} ms in bin {bin}, read as {middle}"
+            );
+        }
+        let histogram = [(1, 1), (2, 98), (3, 1)].into_iter().collect();
+        assert_eq!(pickup_quantile(&histogram, 0.5), Some(pickup_bin_middle(2)));
+        assert_eq!(
+            pickup_quantile(&histogram, 0.99),
+            Some(pickup_bin_middle(2))
+        );
+        assert_eq!(
+            pickup_quantile(&histogram, 0.995),
+            Some(pickup_bin_middle(3))
+        );
+        assert_eq!(
+            pickup_quantile(&std::collections::BTreeMap::new(), 0.5),
+            None
         );
     }
 

@@ -33,12 +33,18 @@
 //! - **growth**: the lease and claim figures again with more and more finished tasks and ended
 //!   leases present.
 //! - **latency under half load**: claims at a fixed rate of half the measured maximum.
+//! - **charts**: a day of history (a million events) folded into the per-minute rollup, then the
+//!   dashboard's day and hour charts read through task-service, against the raw read they
+//!   replaced.
+//! - **reads**: the claim's latency with nobody reading, then while 60 clients read the heaviest
+//!   routes over 30,000 queues, and the ratios.
 //!
 //! Layout: `options` says what to run; `measure` runs closed-loop clients and turns their
 //! latencies into figures; `report` holds the figures, ratios and the markdown. One module per
 //! section: `leases`, `contention`, `e2e`, `pickup`, `peers`, `sample` (with the half-load
-//! latency), `growth` and `memory`; `cost` meters the end-to-end runs. This file starts the machine under test ([`Bench`]) and runs the sections.
+//! latency), `growth`, `memory`, `charts` and `reads`; `cost` meters the end-to-end runs. This file starts the machine under test ([`Bench`]) and runs the sections.
 
+mod charts;
 mod contention;
 mod cost;
 mod e2e;
@@ -49,6 +55,7 @@ mod memory;
 mod options;
 mod peers;
 mod pickup;
+mod reads;
 mod report;
 mod sample;
 
@@ -59,6 +66,7 @@ use leasehold::{LeaseClient, RetryPolicy, TaskClient};
 use leasehold_local::postgres::PrivatePostgres;
 
 use crate::Service;
+use charts::charts;
 use contention::contention;
 use e2e::end_to_end;
 use growth::growth;
@@ -66,6 +74,7 @@ use leases::leases;
 use memory::memory;
 use peers::peers;
 use pickup::pickup;
+use reads::reads;
 use sample::sample_comparison;
 
 pub use cost::Cost;
@@ -178,6 +187,13 @@ pub async fn run(options: &BenchOptions) -> Report {
     if wanted("memory") {
         memory(&bench, options, &mut report).await;
     }
+    // The charts first: their day of history is then there for the heavy reads too.
+    if wanted("charts") {
+        charts(&bench, options, &mut report).await;
+    }
+    if wanted("reads") {
+        reads(&bench, options, &mut report).await;
+    }
     report
 }
 
@@ -209,5 +225,14 @@ running tasks) and waits for the claim before it to commit: claims of one limite
 at a time.
 Memory under open reads is bounded by task-service itself, not by the machine: a listing page
 ends at 4 MiB of task JSON, counted in PostgreSQL before any row is loaded, and a replica serves
-4 listings at once (the rest wait), so the peak is about 4 pages of rows plus their JSON,
-whatever the number of readers or the size of the tasks.";
+READS_IN_FLIGHT listings at once (the rest wait), so the peak is that many pages of rows plus
+their JSON, whatever the number of readers or the size of the tasks.
+Claims under heavy reads: every heavy read (listings, counts, queues, the dashboard's overview
+and charts) waits for one of READS_IN_FLIGHT turns (by default half the cores: 1 here), so at
+most that many of the pool's connections serve them and claims never wait for a connection;
+what the readers still take from the claims is CPU: each heavy read keeps a core of PostgreSQL
+busy and task-service serializes its megabytes, on the same two cores as the claims' round
+trips (task-service, lease-service, PostgreSQL), so more turns only slow the claims.
+The day chart reads at most 1,440 rows of the per-minute rollup and the few minutes of history
+not folded yet: its cost no longer grows with the day's events; the raw read it replaced reads
+every event of the day and, for each, the one before it.";

@@ -31,8 +31,14 @@ pub struct BenchOptions {
     /// Large tasks stored, and concurrent readers paging through them, for the memory figure.
     pub memory_tasks: u64,
     pub memory_readers: usize,
+    /// Concurrent clients reading the heaviest routes while claims are measured, and the queues
+    /// present (each with two tasks) for them to read.
+    pub heavy_readers: usize,
+    pub read_queues: u64,
+    /// Events of history in the last day, for the dashboard charts' figures.
+    pub chart_events: u64,
     /// The sections to run (all when empty): `leases`, `contention`, `e2e`, `sample`, `growth`,
-    /// `memory`.
+    /// `memory`, `charts`, `reads`.
     pub sections: Vec<String>,
 }
 
@@ -53,6 +59,9 @@ impl BenchOptions {
             claim_clients: 8,
             memory_tasks: 1_000,
             memory_readers: 8,
+            heavy_readers: 60,
+            read_queues: 30_000,
+            chart_events: 1_000_000,
             sections: Vec::new(),
         }
     }
@@ -74,6 +83,9 @@ impl BenchOptions {
             claim_clients: 4,
             memory_tasks: 40,
             memory_readers: 8,
+            heavy_readers: 12,
+            read_queues: 300,
+            chart_events: 20_000,
             sections: Vec::new(),
         }
     }

@@ -47,9 +47,18 @@ struct Cli {
     /// Shared resources the contention figures race for, comma-separated.
     #[arg(long, value_delimiter = ',')]
     contended_resources: Option<Vec<u64>>,
+    /// Concurrent clients reading the heaviest routes while claims are measured (reads).
+    #[arg(long)]
+    heavy_readers: Option<usize>,
+    /// Queues present for the heavy reads (reads).
+    #[arg(long)]
+    read_queues: Option<u64>,
+    /// Events of history in the last day for the dashboard charts (charts).
+    #[arg(long)]
+    chart_events: Option<u64>,
     /// Run only these sections, comma-separated: leases, contention, e2e, peers, sample, growth,
-    /// memory (default: all).
-    #[arg(long, value_delimiter = ',', value_parser = ["leases", "contention", "e2e", "peers", "sample", "growth", "memory"])]
+    /// memory, charts, reads (default: all).
+    #[arg(long, value_delimiter = ',', value_parser = ["leases", "contention", "e2e", "peers", "sample", "growth", "memory", "charts", "reads"])]
     only: Vec<String>,
     /// Write the report as JSON to this file.
     #[arg(long)]
@@ -93,6 +102,15 @@ async fn main() -> anyhow::Result<()> {
     }
     if let Some(resources) = cli.contended_resources {
         options.contended_resources = resources;
+    }
+    if let Some(n) = cli.heavy_readers {
+        options.heavy_readers = n;
+    }
+    if let Some(n) = cli.read_queues {
+        options.read_queues = n;
+    }
+    if let Some(n) = cli.chart_events {
+        options.chart_events = n;
     }
     options.sections = cli.only;
     eprintln!("bench: {options:?}");
