@@ -235,7 +235,7 @@ async fn a_rate_limited_queue_starts_no_more_than_its_rate_across_replicas() {
     assert_eq!(set.status, 200, "{:?}", set.body);
     assert_eq!(
         set.body["rateLimit"],
-        json!({"per_second": 10.0, "burst": 3})
+        json!({"perSecond": 10.0, "burst": 3})
     );
 
     let tasks: Vec<_> = (0..30)
