@@ -61,7 +61,15 @@ async fn page() -> HttpResponse {
 }
 
 /// Everything the tasks, workers and generator views show, in one answer.
-async fn overview(state: State) -> Result<HttpResponse, ApiError> {
+/// The overview takes no parameter, and says so rather than ignoring one.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OverviewQuery {}
+
+async fn overview(
+    state: State,
+    _query: web::Query<OverviewQuery>,
+) -> Result<HttpResponse, ApiError> {
     let turn = state.reads.turn().await?;
     let mut conn = db::connection(&state.pool).await?;
     let overview = tasks::overview(&mut conn, &state.engine).await?;

@@ -973,6 +973,7 @@ async fn the_dashboards_data_routes_refuse_parameters_they_do_not_take() {
         "/api/dashboard/throughput?window_seconds=86400&window=86400",
         "/api/dashboard/leases?state=active",
         "/api/dashboard/leases?status=active&prefix=task%3A",
+        "/api/dashboard/overview?window=86400",
     ] {
         let refused = tasks.get(path).await;
         assert_eq!(
@@ -991,6 +992,7 @@ async fn the_dashboards_data_routes_refuse_parameters_they_do_not_take() {
         .await;
     assert_eq!(day.status, 200, "{:?}", day.body);
     assert_eq!(day.body["windowSeconds"], 86_400);
+    assert_eq!(tasks.get("/api/dashboard/overview").await.status, 200);
     let listed = tasks
         .get("/api/dashboard/leases?status=active&resource_prefix=task%3A&limit=5&order=desc")
         .await;
