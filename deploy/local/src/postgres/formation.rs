@@ -39,6 +39,10 @@ pub const TUNING: &[(&str, &str)] = &[
     ("pgautofailover.startup_grace_period", "2000"),
 ];
 
+/// How long a `config set` that found a keeper's configuration half written waits to read it
+/// again.
+const CONFIG_REWRITE_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// Each keeper's settings, as `pg_autoctl config set` sets them (defaults in brackets).
 pub const KEEPER_TUNING: &[(&str, &str)] = &[
     // A primary that reaches neither monitor nor standby this long demotes itself [20 s]; kept
@@ -149,7 +153,7 @@ impl Formation {
         };
         formation.create_monitor().await?;
         for index in 0..formation.nodes.len() {
-            formation.create_node(index, database)?;
+            formation.create_node(index, database).await?;
             // The second node copies the first with pg_basebackup: the first must be primary.
             formation
                 .wait_until(Duration::from_secs(120), "the node to join", |states| {
@@ -161,7 +165,7 @@ impl Formation {
                 .await?;
             if index > 0 {
                 let pgdata = formation.nodes[index].pgdata.clone();
-                formation.tune_keeper(&pgdata)?;
+                formation.tune_keeper(&pgdata).await?;
                 let mut reload = formation.autoctl();
                 reload.arg("reload").arg("--pgdata").arg(&pgdata);
                 run_checked(reload, "pg_autoctl reload".to_owned())?;
@@ -442,7 +446,7 @@ impl Formation {
         Ok(())
     }
 
-    fn create_node(&mut self, index: usize, database: &str) -> Result<(), PgError> {
+    async fn create_node(&mut self, index: usize, database: &str) -> Result<(), PgError> {
         let node = &self.nodes[index];
         let monitor = format!(
             "postgres://autoctl_node@127.0.0.1:{}/pg_auto_failover?sslmode=disable",
@@ -479,21 +483,41 @@ impl Formation {
             create.arg("--run");
             return self.spawn(index, create);
         }
-        self.tune_keeper(&pgdata)?;
+        self.tune_keeper(&pgdata).await?;
         let mut run = self.autoctl();
         run.arg("run").arg("--pgdata").arg(&pgdata);
         self.spawn(index, run)
     }
 
     /// Writes [`KEEPER_TUNING`] into a node's configuration; a running keeper reads it on
-    /// `pg_autoctl reload`.
-    fn tune_keeper(&self, pgdata: &Path) -> Result<(), PgError> {
+    /// `pg_autoctl reload`. A running keeper also rewrites that file in place as its state
+    /// changes, so a `config set` may find it half written ("Failed to parse configuration
+    /// file", seen in CI on the secondary): it is read again once the keeper is done, within a
+    /// bound.
+    async fn tune_keeper(&self, pgdata: &Path) -> Result<(), PgError> {
+        const TRIES: u32 = 50;
         for (name, value) in KEEPER_TUNING {
-            let mut set = self.autoctl();
-            set.args(["config", "set", "--pgdata"])
-                .arg(pgdata)
-                .args([name, value]);
-            run_checked(set, format!("pg_autoctl config set {name} {value}"))?;
+            let shown = format!("pg_autoctl config set {name} {value}");
+            let mut tries = 0;
+            loop {
+                let mut set = self.autoctl();
+                set.args(["config", "set", "--pgdata"])
+                    .arg(pgdata)
+                    .args([name, value]);
+                match run_checked(set, shown.clone()) {
+                    Err(PgError::CommandFailed { output, .. })
+                        if output.contains("Failed to parse configuration file")
+                            && tries < TRIES =>
+                    {
+                        tries += 1;
+                        tokio::time::sleep(CONFIG_REWRITE_PAUSE).await;
+                    }
+                    done => {
+                        done?;
+                        break;
+                    }
+                }
+            }
         }
         Ok(())
     }
