@@ -304,21 +304,14 @@ async fn queue_moves(
 ) -> Result<Vec<QueueMoves>> {
     let span = leasehold::db_span!("SELECT", "task_events");
     async move {
-        diesel::sql_query(
-            "SELECT t.queue,
-                    (floor(EXTRACT(EPOCH FROM now() - e.at) / $2) * $2)::bigint AS seconds_ago,
-                    sum((e.to_status = 'pending')::int
-                        - (e.from_status IS NOT DISTINCT FROM 'pending')::int)::bigint AS pending,
-                    sum((e.to_status = 'running')::int
-                        - (e.from_status IS NOT DISTINCT FROM 'running')::int)::bigint AS running
-             FROM task_events e JOIN tasks t ON t.id = e.task_id
-             WHERE e.at > now() - make_interval(secs => $1)
-             GROUP BY 1, 2
-             UNION ALL
-             SELECT queue, NULL, count(*) FILTER (WHERE status = 'pending'),
-                    count(*) FILTER (WHERE status = 'running')
-             FROM tasks WHERE status IN ('pending', 'running') GROUP BY queue",
-        )
+        diesel::sql_query(format!(
+            "SELECT queue, bucket AS seconds_ago, pending, running FROM ({}) moved
+                 UNION ALL
+                 SELECT queue, NULL, count(*) FILTER (WHERE status = 'pending'),
+                        count(*) FILTER (WHERE status = 'running')
+                 FROM tasks WHERE status IN ('pending', 'running') GROUP BY queue",
+            queue_moves_sql(SECONDS_AGO, RECENT)
+        ))
         .bind::<BigInt, _>(window_seconds)
         .bind::<BigInt, _>(bucket_seconds)
         .load(conn)
@@ -328,27 +321,20 @@ async fn queue_moves(
     .await
 }
 
-async fn throughput_read(
-    conn: &mut Db,
-    window_seconds: i64,
-    bucket_seconds: i64,
-) -> Result<Vec<ThroughputBucket>> {
-    let span = leasehold::db_span!("SELECT", "task_events");
-    async move {
-        diesel::sql_query(
-            "SELECT (floor(EXTRACT(EPOCH FROM now() - e.at) / $2) * $2)::bigint AS seconds_ago,
-                count(*) FILTER (WHERE e.to_status = 'running') AS claimed,
-                count(*) FILTER (WHERE e.to_status = 'succeeded') AS completed,
-                count(*) FILTER (WHERE e.from_status IS NULL) AS created,
-                count(*) FILTER (WHERE e.to_status = 'running') AS started,
-                count(*) FILTER (WHERE e.to_status = 'succeeded') AS succeeded,
-                -- A failure charges its attempt; a snooze or a hand-back refunds it.
-                count(*) FILTER (WHERE e.to_status = 'dead'
-                                    OR (e.from_status = 'running' AND e.to_status = 'pending'
-                                        AND e.attempts >= prev.attempts))
-                    AS failed,
-                percentile_cont(0.5) WITHIN GROUP (ORDER BY p.ms) AS pickup_p50_ms,
-                percentile_cont(0.99) WITHIN GROUP (ORDER BY p.ms) AS pickup_p99_ms
+/// The bucket of a raw read's event: whole `$2` seconds before now.
+const SECONDS_AGO: &str = "(floor(EXTRACT(EPOCH FROM now() - e.at) / $2) * $2)::bigint";
+/// A raw read's events: those of the last `$1` seconds.
+const RECENT: &str = "e.at > now() - make_interval(secs => $1)";
+
+/// The history's events that `window` keeps (a condition on `e`), each in its `bucket` (an
+/// expression of `e.at`), with what the charts count them by: its statuses and attempts, the
+/// attempts of the task's event before it (`prev_attempts`, for claims and returns to pending)
+/// and, for a first claim, its pickup wait (`ms`). One walk for the raw read and the rollup's
+/// fold ([`super::rollup`]), so that a folded minute counts what a raw read of it would.
+pub(super) fn history_sql(bucket: &str, window: &str) -> String {
+    format!(
+        "SELECT {bucket} AS bucket, e.from_status, e.to_status, e.attempts,
+                prev.attempts AS prev_attempts, p.ms
          FROM task_events e
          -- The task's event before this one (for a claim: when it became pending).
          LEFT JOIN LATERAL (
@@ -366,9 +352,54 @@ async fn throughput_read(
              WHERE e.to_status = 'running' AND prev.from_status IS NULL AND prev.at IS NOT NULL
                AND t.id = e.task_id
          ) p ON true
-         WHERE e.at > now() - make_interval(secs => $1)
-         GROUP BY 1 ORDER BY 1",
-        )
+         WHERE {window}"
+    )
+}
+
+/// The charts' counts over [`history_sql`]'s rows. A failure charges its attempt, so a snooze
+/// or a hand-back (which refund it) are not failures.
+pub(super) const TRANSITION_COUNTS: &str = "
+    count(*) FILTER (WHERE from_status IS NULL) AS created,
+    count(*) FILTER (WHERE to_status = 'running') AS started,
+    count(*) FILTER (WHERE to_status = 'succeeded') AS succeeded,
+    count(*) FILTER (WHERE to_status = 'dead'
+                        OR (from_status = 'running' AND to_status = 'pending'
+                            AND attempts >= prev_attempts)) AS failed";
+
+/// Each queue's net moves into pending and running (entered minus left) per `bucket` of the
+/// history that `window` keeps, by the history joined to its tasks (the history of a task
+/// deleted since is not counted). Shared by the raw read and the rollup's fold.
+pub(super) fn queue_moves_sql(bucket: &str, window: &str) -> String {
+    format!(
+        "SELECT {bucket} AS bucket, t.queue,
+                sum((e.to_status = 'pending')::int
+                    - (e.from_status IS NOT DISTINCT FROM 'pending')::int)::bigint AS pending,
+                sum((e.to_status = 'running')::int
+                    - (e.from_status IS NOT DISTINCT FROM 'running')::int)::bigint AS running
+         FROM task_events e JOIN tasks t ON t.id = e.task_id
+         WHERE {window}
+         GROUP BY 1, 2"
+    )
+}
+
+async fn throughput_read(
+    conn: &mut Db,
+    window_seconds: i64,
+    bucket_seconds: i64,
+) -> Result<Vec<ThroughputBucket>> {
+    let span = leasehold::db_span!("SELECT", "task_events");
+    async move {
+        diesel::sql_query(format!(
+            "SELECT bucket AS seconds_ago,
+                        count(*) FILTER (WHERE to_status = 'running') AS claimed,
+                        count(*) FILTER (WHERE to_status = 'succeeded') AS completed,
+                        {TRANSITION_COUNTS},
+                        percentile_cont(0.5) WITHIN GROUP (ORDER BY ms) AS pickup_p50_ms,
+                        percentile_cont(0.99) WITHIN GROUP (ORDER BY ms) AS pickup_p99_ms
+                 FROM ({}) e
+                 GROUP BY 1 ORDER BY 1",
+            history_sql(SECONDS_AGO, RECENT)
+        ))
         .bind::<BigInt, _>(window_seconds)
         .bind::<BigInt, _>(bucket_seconds)
         .load(conn)

@@ -25,7 +25,9 @@ use diesel_async::{AsyncConnection, RunQueryDsl};
 use leasehold::server::db::OneRow;
 use tracing::Instrument;
 
-use super::read::{QueueMoves, THROUGHPUT_TIMEOUT};
+use super::read::{
+    QueueMoves, THROUGHPUT_TIMEOUT, TRANSITION_COUNTS, history_sql, queue_moves_sql,
+};
 use super::{Db, Result};
 
 /// The pickup histogram's resolution: bins per doubling of `1 + ms`. Reading a bin as its
@@ -45,36 +47,15 @@ const FOLD_CHUNK_MINUTES: i32 = 15;
 const HORIZON_MARGIN: &str = "5 seconds";
 
 /// The charts' counts per minute of the history in `[$1, $2)` (`$2` NULL: to its end), as
-/// `task_throughput_minutes` holds them. `failed`: a failure charges its attempt, so a snooze or
-/// a hand-back (which refund it) are not failures. A first claim's pickup is its wait from when
-/// its task was due (created, or its requested schedule if later); only the claim right after
-/// the create counts, as a claim after a retry or a snooze would add the time the task spent
-/// elsewhere.
+/// `task_throughput_minutes` holds them: the raw read's walk and counts
+/// ([`history_sql`], [`TRANSITION_COUNTS`]), with the first claims' pickups in histograms.
 fn minutes_sql() -> String {
     format!(
-        "WITH e AS MATERIALIZED (
-             SELECT date_trunc('minute', e.at) AS minute, e.from_status, e.to_status,
-                    e.attempts, prev.attempts AS prev_attempts, p.ms
-             FROM task_events e
-             -- The task's event before this one (for a claim: when it became pending).
-             LEFT JOIN LATERAL (
-                 SELECT b.at, b.from_status, b.attempts FROM task_events b
-                 WHERE b.task_id = e.task_id AND b.id < e.id
-                 ORDER BY b.id DESC LIMIT 1
-             ) prev ON e.to_status IN ('running', 'pending')
-             LEFT JOIN LATERAL (
-                 SELECT greatest(0, EXTRACT(EPOCH FROM e.at - greatest(prev.at,
-                            COALESCE(t.requested_scheduled_at, prev.at))) * 1000)::float8 AS ms
-                 FROM tasks t
-                 WHERE e.to_status = 'running' AND prev.from_status IS NULL
-                   AND prev.at IS NOT NULL AND t.id = e.task_id
-             ) p ON true
-             WHERE e.at >= $1 AND ($2::timestamptz IS NULL OR e.at < $2)
-         ),
+        "WITH e AS MATERIALIZED ({}),
          bins AS (
              SELECT minute, array_agg(bin ORDER BY bin) AS pickup_bins,
                     array_agg(n ORDER BY bin) AS pickup_counts
-             FROM (SELECT minute,
+             FROM (SELECT bucket AS minute,
                           floor({PICKUP_BINS_PER_DOUBLING} * ln(1 + ms) / ln(2))::int AS bin,
                           count(*) AS n
                    FROM e WHERE ms IS NOT NULL GROUP BY 1, 2) b
@@ -83,30 +64,26 @@ fn minutes_sql() -> String {
          SELECT c.minute, c.created, c.started, c.succeeded, c.failed,
                 COALESCE(b.pickup_bins, '{{}}') AS pickup_bins,
                 COALESCE(b.pickup_counts, '{{}}') AS pickup_counts
-         FROM (SELECT minute,
-                      count(*) FILTER (WHERE from_status IS NULL) AS created,
-                      count(*) FILTER (WHERE to_status = 'running') AS started,
-                      count(*) FILTER (WHERE to_status = 'succeeded') AS succeeded,
-                      count(*) FILTER (WHERE to_status = 'dead'
-                                          OR (from_status = 'running' AND to_status = 'pending'
-                                              AND attempts >= prev_attempts)) AS failed
-               FROM e GROUP BY minute) c
-         LEFT JOIN bins b USING (minute)"
+         FROM (SELECT bucket AS minute, {TRANSITION_COUNTS} FROM e GROUP BY bucket) c
+         LEFT JOIN bins b USING (minute)",
+        history_sql(MINUTE, FOLDED)
     )
 }
 
-/// Each queue's net moves into pending and running per minute of the history in `[$1, $2)`
-/// (entered minus left), by the history joined to its tasks: a task deleted before its minute
-/// is folded is not counted (nor by a read of the raw history); once folded, it stays.
-const QUEUE_MINUTES: &str = "
-    SELECT date_trunc('minute', e.at) AS minute, t.queue,
-           sum((e.to_status = 'pending')::int
-               - (e.from_status IS NOT DISTINCT FROM 'pending')::int)::bigint AS pending,
-           sum((e.to_status = 'running')::int
-               - (e.from_status IS NOT DISTINCT FROM 'running')::int)::bigint AS running
-    FROM task_events e JOIN tasks t ON t.id = e.task_id
-    WHERE e.at >= $1 AND ($2::timestamptz IS NULL OR e.at < $2)
-    GROUP BY 1, 2";
+/// A fold's bucket: the event's minute.
+const MINUTE: &str = "date_trunc('minute', e.at)";
+/// A fold's events: those in `[$1, $2)` (`$2` NULL: to the history's end).
+const FOLDED: &str = "e.at >= $1 AND ($2::timestamptz IS NULL OR e.at < $2)";
+
+/// Each queue's net moves per minute of the history in `[$1, $2)`, as `task_queue_minutes`
+/// holds them: a task deleted before its minute is folded is not counted (nor by a read of the
+/// raw history); once folded, it stays.
+fn queue_minutes_sql() -> String {
+    format!(
+        "SELECT bucket AS minute, queue, pending, running FROM ({}) moved",
+        queue_moves_sql(MINUTE, FOLDED)
+    )
+}
 
 #[derive(QueryableByName)]
 struct Bounds {
@@ -174,7 +151,8 @@ pub async fn fold_history(conn: &mut Db) -> Result<Fold> {
             .execute(conn)
             .await?;
             diesel::sql_query(format!(
-                "INSERT INTO task_queue_minutes (minute, queue, pending, running) {QUEUE_MINUTES}"
+                "INSERT INTO task_queue_minutes (minute, queue, pending, running) {}",
+                queue_minutes_sql()
             ))
             .bind::<Timestamptz, _>(bounds.start)
             .bind::<Nullable<Timestamptz>, _>(Some(through))
@@ -301,13 +279,14 @@ pub async fn throughput_minutes(
         .instrument(span)
         .await?;
         let span = leasehold::db_span!("SELECT", "task_queue_minutes");
+        let queue_minutes = queue_minutes_sql();
         let moves: Vec<QueueMoves> = diesel::sql_query(format!(
             "SELECT queue, (minutes_ago / $5 * $5 * 60)::bigint AS seconds_ago,
                     sum(pending)::bigint AS pending, sum(running)::bigint AS running
              FROM (SELECT queue, {minutes_ago} AS minutes_ago, pending, running
                    FROM task_queue_minutes WHERE minute >= $3 AND minute < $4
                    UNION ALL
-                   SELECT queue, {minutes_ago}, pending, running FROM ({QUEUE_MINUTES}) tail
+                   SELECT queue, {minutes_ago}, pending, running FROM ({queue_minutes}) tail
                   ) m
              GROUP BY 1, 2
              UNION ALL
