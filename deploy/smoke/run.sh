@@ -322,7 +322,7 @@ done
 [ "$open" = 0 ] || fail "$open tasks still pending or running 90 s after the restart"
 report=$(psql_tasks "SELECT count(*),
     count(*) FILTER (WHERE status <> 'succeeded'),
-    count(*) FILTER (WHERE (SELECT count(*) FROM task_events e
+    count(*) FILTER (WHERE (SELECT count(*) FROM task_transitions e
                             WHERE e.task_id = t.id AND e.to_status = 'running') <> 1)
   FROM tasks t")
 IFS='|' read -r total unfinished rerun <<<"$report"

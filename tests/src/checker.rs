@@ -1,5 +1,6 @@
-//! The invariant checker: proves from the history the services record (tables `lease_events`
-//! and `task_events`, written by triggers in the same transaction as each change) that a run kept
+//! The invariant checker: proves from the history the services record (`lease_events`, written
+//! by a trigger, and `task_events`, written by each transition's own statement; both in the same
+//! transaction as the change they record) that a run kept
 //! The invariants of `docs/design.md`. It reports every violation with its evidence rather than stopping at the
 //! first. Both databases must share one server (one clock), as they do in the tests.
 
@@ -303,7 +304,7 @@ pub async fn check(lease_db: &str, task_db: Option<&str>, all_final: bool) -> Re
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let task_events: Vec<TaskEvent> = diesel::sql_query(
-        "SELECT at, task_id, to_status, processor, fence FROM task_events ORDER BY id",
+        "SELECT at, task_id, to_status, processor, fence FROM task_transitions ORDER BY id, ord",
     )
     .load(&mut tasks_conn)
     .await

@@ -10,8 +10,8 @@ pub const EVENTS_PER_TASK: f64 = 3.2;
 
 /// Writes `tasks` finished tasks into queues `synthetic-0` to `synthetic-6`, created at random
 /// over the `span` (a PostgreSQL interval, such as `1 day`) that ends `until` (another interval)
-/// before now, with their history. The history's trigger is off for the insert (the session
-/// replicates), so the events carry the past times given here. Returns the events written.
+/// before now, with their history (one row per task and transition), carrying the past times
+/// given here. The session replicates, so no notification trigger fires for the insert. Returns the events written.
 pub async fn synthesize_history(database_url: &str, tasks: u64, span: &str, until: &str) -> u64 {
     let mut conn = AsyncPgConnection::establish(database_url).await.unwrap();
     diesel::sql_query("SET session_replication_role = replica")
@@ -29,23 +29,29 @@ pub async fn synthesize_history(database_url: &str, tasks: u64, span: &str, unti
                     at0, at0, at0, '{{}}'
              FROM (SELECT g, now() - interval '{until}' - random() * interval '{span}' AS at0
                    FROM generate_series(1, {tasks}) g) s
-             RETURNING id, created_at AS at0, attempts
+             RETURNING id, queue, created_at AS at0, attempts
          )
-         INSERT INTO task_events (at, task_id, from_status, to_status, processor, fence, attempts)
-         SELECT at0 + ev.after, id, ev.from_status, ev.to_status, ev.processor, ev.fence,
-                ev.attempts
-         FROM (SELECT id, at0, attempts,
+         INSERT INTO task_events (at, queue, from_status, to_status, processor, charged,
+                                  task_ids, fences, attempts, pickup_ms)
+         SELECT at0 + ev.after, queue, ev.from_status, ev.to_status, ev.processor, ev.charged,
+                ARRAY[id], ARRAY[ev.fence], ARRAY[ev.attempts],
+                CASE WHEN ev.first THEN ARRAY[EXTRACT(EPOCH FROM pickup) * 1000] END
+         FROM (SELECT id, queue, at0, attempts,
                       make_interval(secs => 5 * random() ^ 3) AS pickup,
                       make_interval(secs => 2 * random()) AS run
                FROM made) m
          CROSS JOIN LATERAL (VALUES
-             (interval '0', NULL, 'pending', NULL, NULL::bigint, 0, true),
-             (pickup, 'pending', 'running', 'synthetic', 1, 1, true),
-             (pickup + run, 'running', 'succeeded', 'synthetic', 1, 1, m.attempts = 1),
-             (pickup + run, 'running', 'pending', 'synthetic', 1, 1, m.attempts = 2),
-             (pickup + 2 * run, 'pending', 'running', 'synthetic', 2, 2, m.attempts = 2),
-             (pickup + 3 * run, 'running', 'succeeded', 'synthetic', 2, 2, m.attempts = 2)
-         ) ev(after, from_status, to_status, processor, fence, attempts, happened)
+             (interval '0', NULL, 'pending', NULL, NULL::bigint, 0, true, false, true),
+             (pickup, 'pending', 'running', 'synthetic', 1, 1, true, true, true),
+             (pickup + run, 'running', 'succeeded', 'synthetic', 1, 1, true, false,
+              m.attempts = 1),
+             (pickup + run, 'running', 'pending', 'synthetic', 1, 1, true, false, m.attempts = 2),
+             (pickup + 2 * run, 'pending', 'running', 'synthetic', 2, 2, true, false,
+              m.attempts = 2),
+             (pickup + 3 * run, 'running', 'succeeded', 'synthetic', 2, 2, true, false,
+              m.attempts = 2)
+         ) ev(after, from_status, to_status, processor, fence, attempts, charged, first,
+              happened)
          WHERE ev.happened
          ORDER BY id, ev.after"
     ))

@@ -424,7 +424,7 @@ async fn ctrl_c_stops_clients_first_so_no_task_runs_twice() {
     .await;
     assert_eq!(again.interrupt_and_wait().await, 0, "{}", again.tail());
     let mut runs: HashMap<i64, usize> = HashMap::new();
-    for event in rows(&db, "leasehold_tasks.task_events").await {
+    for event in rows(&db, "leasehold_tasks.task_transitions").await {
         if event["to_status"] == "running" {
             *runs.entry(event["task_id"].as_i64().unwrap()).or_default() += 1;
         }

@@ -20,13 +20,13 @@ async fn schedule_of(replica: &Service, name: &str) -> Value {
 }
 
 /// The ticks that made tasks in `queue` (seconds since the epoch), oldest first, each with the
-/// number of `task_events` rows that record its task's creation.
+/// number of history entries that record its task's creation.
 async fn ticks(task_db: &str, queue: &str) -> Vec<(f64, i64)> {
     query(
         task_db,
         &format!(
             "SELECT extract(epoch FROM t.scheduled_at)::float8 AS at,
-                    (SELECT count(*) FROM task_events e
+                    (SELECT count(*) FROM task_transitions e
                       WHERE e.task_id = t.id AND e.from_status IS NULL) AS created
              FROM tasks t WHERE t.queue = '{queue}' ORDER BY t.scheduled_at, t.id"
         ),

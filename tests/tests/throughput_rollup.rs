@@ -21,19 +21,8 @@ fn raw_buckets_sql(window_minutes: i64, bucket_minutes: i64) -> String {
              SELECT (greatest(0, EXTRACT(EPOCH FROM date_trunc('minute', now())
                                                     - date_trunc('minute', e.at)) / 60)::bigint
                      / {bucket_minutes}) AS bucket,
-                    e.from_status, e.to_status, e.attempts, prev.attempts AS prev_attempts, p.ms
-             FROM task_events e
-             LEFT JOIN LATERAL (
-                 SELECT b.at, b.from_status, b.attempts FROM task_events b
-                 WHERE b.task_id = e.task_id AND b.id < e.id ORDER BY b.id DESC LIMIT 1
-             ) prev ON e.to_status IN ('running', 'pending')
-             LEFT JOIN LATERAL (
-                 SELECT greatest(0, EXTRACT(EPOCH FROM e.at - greatest(prev.at,
-                            COALESCE(t.requested_scheduled_at, prev.at))) * 1000)::float8 AS ms
-                 FROM tasks t
-                 WHERE e.to_status = 'running' AND prev.from_status IS NULL
-                   AND prev.at IS NOT NULL AND t.id = e.task_id
-             ) p ON true
+                    e.from_status, e.to_status, e.charged, e.pickup_ms AS ms
+             FROM task_transitions e
              WHERE e.at >= date_trunc('minute', now())
                            - make_interval(mins => {window_minutes} - 1)
          )
@@ -43,7 +32,7 @@ fn raw_buckets_sql(window_minutes: i64, bucket_minutes: i64) -> String {
                 count(*) FILTER (WHERE to_status = 'succeeded') AS succeeded,
                 count(*) FILTER (WHERE to_status = 'dead'
                                     OR (from_status = 'running' AND to_status = 'pending'
-                                        AND attempts >= prev_attempts)) AS failed,
+                                        AND charged)) AS failed,
                 percentile_disc(0.5) WITHIN GROUP (ORDER BY ms) AS p50,
                 percentile_disc(0.99) WITHIN GROUP (ORDER BY ms) AS p99,
                 date_trunc('minute', now())::text AS minute
@@ -51,11 +40,11 @@ fn raw_buckets_sql(window_minutes: i64, bucket_minutes: i64) -> String {
     )
 }
 
-/// Each queue's net moves per bucket from the raw history joined to its tasks, and its counts
-/// now (`seconds_ago` null).
+/// Each queue's net moves per bucket from the raw history, one per task and transition, and
+/// its counts now (`seconds_ago` null).
 fn raw_moves_sql(window_minutes: i64, bucket_minutes: i64) -> String {
     format!(
-        "SELECT t.queue,
+        "SELECT e.queue,
                 (greatest(0, EXTRACT(EPOCH FROM date_trunc('minute', now())
                                                 - date_trunc('minute', e.at)) / 60)::bigint
                  / {bucket_minutes} * {bucket_minutes} * 60) AS seconds_ago,
@@ -63,7 +52,7 @@ fn raw_moves_sql(window_minutes: i64, bucket_minutes: i64) -> String {
                     - (e.from_status IS NOT DISTINCT FROM 'pending')::int) AS pending,
                 sum((e.to_status = 'running')::int
                     - (e.from_status IS NOT DISTINCT FROM 'running')::int) AS running
-         FROM task_events e JOIN tasks t ON t.id = e.task_id
+         FROM task_transitions e
          WHERE e.at >= date_trunc('minute', now()) - make_interval(mins => {window_minutes} - 1)
          GROUP BY 1, 2
          UNION ALL
@@ -288,8 +277,14 @@ async fn a_minute_is_folded_only_once_no_open_transaction_can_still_record_in_it
     .await;
     let mut open = AsyncPgConnection::establish(&task_db).await.unwrap();
     diesel::sql_query("BEGIN").execute(&mut open).await.unwrap();
+    // A create as task-service writes one: the task and its history in one statement.
     diesel::sql_query(
-        "INSERT INTO tasks (task_data, queue, max_attempts) VALUES ('{}', 'late', 3)",
+        "WITH moved AS (
+             INSERT INTO tasks (task_data, queue, max_attempts) VALUES ('{}', 'late', 3)
+             RETURNING id, queue, fence, attempts
+         )
+         INSERT INTO task_events (at, queue, to_status, task_ids, fences, attempts)
+         SELECT now(), queue, 'pending', ARRAY[id], ARRAY[fence], ARRAY[attempts] FROM moved",
     )
     .execute(&mut open)
     .await
@@ -298,7 +293,7 @@ async fn a_minute_is_folded_only_once_no_open_transaction_can_still_record_in_it
         &task_db,
         "SELECT min(xact_start)::text AS at FROM pg_stat_activity
          WHERE datname = current_database() AND xact_start IS NOT NULL
-           AND query LIKE 'INSERT INTO tasks%'",
+           AND query LIKE 'WITH moved AS (%INSERT INTO tasks%'",
     )
     .await[0]["at"]
         .as_str()

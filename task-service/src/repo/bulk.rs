@@ -7,7 +7,7 @@ use diesel::sql_types::{Array, BigInt, Nullable};
 use diesel_async::RunQueryDsl;
 use tracing::Instrument;
 
-use super::{COLUMNS, Db, Result, TaskFilter, TaskRow};
+use super::{COLUMNS, Db, Result, TaskFilter, TaskRow, event, history};
 
 /// Which tasks a bulk operation touches: those its [`TaskFilter`] keeps (as a listing with the
 /// same filter shows them) and, given `ids`, of those ids; oldest id first, at most `limit`,
@@ -19,12 +19,13 @@ pub struct BulkFilter<'a> {
     pub limit: i64,
 }
 
-/// The matching ids, locked: the task filter's values, then the ids and the limit.
-fn matching() -> String {
+/// The matching tasks' `columns`, locked: the task filter's values, then the ids and the
+/// limit.
+fn matching(columns: &str) -> String {
     let conditions = TaskFilter::sql(1);
     let [ids, limit] = [0, 1].map(|i| format!("${}", TaskFilter::VALUES + 1 + i));
     format!(
-        "SELECT id FROM tasks
+        "SELECT {columns} FROM tasks
          WHERE {conditions} AND ({ids}::bigint[] IS NULL OR id = ANY({ids}))
          ORDER BY id LIMIT {limit}
          FOR UPDATE SKIP LOCKED"
@@ -44,14 +45,20 @@ fn bound<'f>(sql: String, filter: &'f BulkFilter<'_>) -> BoxedSqlQuery<'f, Pg, S
 /// operator's retry does).
 pub async fn retry_matching(conn: &mut Db, filter: &BulkFilter<'_>) -> Result<Vec<TaskRow>> {
     let span = leasehold::db_span!("UPDATE", "tasks");
-    let matching = matching();
+    let matching = matching("id, status");
     let query = bound(
         format!(
-            "UPDATE tasks SET status = 'pending', attempts = 0, scheduled_at = now(),
-             processed_at = NULL, must_heartbeat_before = NULL, cancel_requested = false,
-             updated_at = now()
-         WHERE id IN ({matching})
-         RETURNING {COLUMNS}"
+            "WITH b(before_id, before_status) AS ({matching}),
+             moved AS (
+                 UPDATE tasks SET status = 'pending', attempts = 0, scheduled_at = now(),
+                        processed_at = NULL, must_heartbeat_before = NULL,
+                        cancel_requested = false, updated_at = now()
+                 FROM b WHERE id = before_id
+                 RETURNING {COLUMNS}, {from}
+             ), {history}
+             SELECT * FROM moved",
+            from = event("before_status"),
+            history = history("true"),
         ),
         filter,
     );
@@ -62,16 +69,24 @@ pub async fn retry_matching(conn: &mut Db, filter: &BulkFilter<'_>) -> Result<Ve
 /// heartbeat (as one cancel does). A running task already marked is not touched again.
 pub async fn cancel_matching(conn: &mut Db, filter: &BulkFilter<'_>) -> Result<Vec<TaskRow>> {
     let span = leasehold::db_span!("UPDATE", "tasks");
-    let matching = matching();
+    let matching = matching("id, status");
     let query = bound(
         format!(
-            "UPDATE tasks SET
-             status = CASE WHEN status = 'pending' THEN 'cancelled' ELSE status END,
-             processed_at = CASE WHEN status = 'pending' THEN now() ELSE processed_at END,
-             cancel_requested = cancel_requested OR status = 'running',
-             updated_at = now()
-         WHERE id IN ({matching}) AND NOT (status = 'running' AND cancel_requested)
-         RETURNING {COLUMNS}"
+            "WITH b(before_id, before_status) AS ({matching}),
+             moved AS (
+                 UPDATE tasks SET
+                        status = CASE WHEN status = 'pending' THEN 'cancelled' ELSE status END,
+                        processed_at = CASE WHEN status = 'pending' THEN now()
+                                            ELSE processed_at END,
+                        cancel_requested = cancel_requested OR status = 'running',
+                        updated_at = now()
+                 FROM b WHERE id = before_id AND NOT (status = 'running' AND cancel_requested)
+                 RETURNING {COLUMNS}, {from}
+             ), {history}
+             SELECT * FROM moved",
+            from = event("before_status"),
+            // A running task is only marked: it has not moved.
+            history = history("from_status IS DISTINCT FROM status"),
         ),
         filter,
     );
@@ -81,7 +96,7 @@ pub async fn cancel_matching(conn: &mut Db, filter: &BulkFilter<'_>) -> Result<V
 /// Finished tasks deleted (their history stays until retention prunes it).
 pub async fn delete_matching(conn: &mut Db, filter: &BulkFilter<'_>) -> Result<Vec<TaskRow>> {
     let span = leasehold::db_span!("DELETE", "tasks");
-    let matching = matching();
+    let matching = matching("id");
     let query = bound(
         format!("DELETE FROM tasks WHERE id IN ({matching}) RETURNING {COLUMNS}"),
         filter,

@@ -3,13 +3,14 @@
 
 use chrono::{DateTime, Utc};
 use diesel::QueryableByName;
-use diesel::sql_types::{Array, BigInt, Integer, Nullable, Text, Timestamptz};
+use diesel::sql_types::{Array, BigInt, Bool, Integer, Nullable, Text, Timestamptz};
 use diesel_async::RunQueryDsl;
 use leasehold::api::Secret;
 use leasehold::server::db::Cache;
+use leasehold::tasks::TaskStatus;
 use tracing::Instrument;
 
-use super::{COLUMNS, Db, Result, TaskRow};
+use super::{COLUMNS, Db, Result, TaskRow, event, history};
 
 /// Keeps a claim off the tasks of paused queues. The paused queues are read once per statement
 /// (an init plan), so the claim keeps walking its ordered index; a paused queue's tasks are
@@ -77,7 +78,7 @@ pub async fn take_lapsed(
     let span = leasehold::db_span!("UPDATE", "tasks");
     async move {
         diesel::sql_query(format!(
-            "WITH cancelled AS (
+            "WITH moved AS (
              UPDATE tasks SET status = 'cancelled', processed_at = now(), updated_at = now()
              WHERE id IN (SELECT id FROM tasks
                           WHERE status = 'running' AND must_heartbeat_before <= now()
@@ -86,8 +87,8 @@ pub async fn take_lapsed(
                           ORDER BY must_heartbeat_before
                           LIMIT $2
                           FOR UPDATE SKIP LOCKED)
-             RETURNING {COLUMNS}
-         ), claimable AS (
+             RETURNING {COLUMNS}, {from_running}
+         ), {history}, claimable AS (
              SELECT {COLUMNS} FROM tasks
              WHERE status = 'running' AND must_heartbeat_before <= now()
                AND ($1::text IS NULL OR queue = $1) {NOT_PAUSED}
@@ -104,9 +105,11 @@ pub async fn take_lapsed(
              LIMIT GREATEST($3 - (SELECT count(*) FROM claimable), 0)
              FOR UPDATE SKIP LOCKED
          )
-         SELECT * FROM cancelled
+         SELECT {COLUMNS} FROM moved
          UNION ALL SELECT * FROM claimable
-         UNION ALL SELECT * FROM exhausted"
+         UNION ALL SELECT * FROM exhausted",
+            from_running = event("'running'"),
+            history = history("true"),
         ))
         .bind::<Nullable<Text>, _>(queue)
         .bind::<BigInt, _>(limit)
@@ -127,15 +130,20 @@ pub async fn cancel_lapsed(conn: &mut Db, queue: Option<&str>, batch: i64) -> Re
     let span = leasehold::db_span!("UPDATE", "tasks");
     async move {
         diesel::sql_query(format!(
-            "UPDATE tasks SET status = 'cancelled', processed_at = now(), updated_at = now()
-         WHERE id IN (SELECT id FROM tasks
-                      WHERE status = 'running' AND must_heartbeat_before <= now()
-                        AND ($1::text IS NULL OR queue = $1)
-                        AND cancel_requested
-                      ORDER BY must_heartbeat_before
-                      LIMIT $2
-                      FOR UPDATE SKIP LOCKED)
-         RETURNING {COLUMNS}"
+            "WITH moved AS (
+                 UPDATE tasks SET status = 'cancelled', processed_at = now(), updated_at = now()
+                 WHERE id IN (SELECT id FROM tasks
+                              WHERE status = 'running' AND must_heartbeat_before <= now()
+                                AND ($1::text IS NULL OR queue = $1)
+                                AND cancel_requested
+                              ORDER BY must_heartbeat_before
+                              LIMIT $2
+                              FOR UPDATE SKIP LOCKED)
+                 RETURNING {COLUMNS}, {from_running}
+             ), {history}
+             SELECT * FROM moved",
+            from_running = event("'running'"),
+            history = history("true"),
         ))
         .bind::<Nullable<Text>, _>(queue)
         .bind::<BigInt, _>(batch)
@@ -347,6 +355,11 @@ pub async fn lock_candidates(conn: &mut Db, ids: &[i64]) -> Result<Vec<TaskRow>>
 #[derive(Debug)]
 pub struct Claim<'a> {
     pub id: i64,
+    /// The status the task is claimed from (pending, or running with its lease run out), as
+    /// the caller locked it in this transaction: for the history.
+    pub from: TaskStatus,
+    /// The task was never claimed before: its wait is a pickup, for the charts.
+    pub first: bool,
     pub processor: &'a str,
     pub fence: i64,
     pub lease_secret: Option<&'a Secret>,
@@ -370,24 +383,42 @@ pub async fn mark_claimed(conn: &mut Db, claims: &[Claim<'_>]) -> Result<Vec<Tas
             .collect();
         let expiries: Vec<DateTime<Utc>> = claims.iter().map(|c| c.lease_expiry).collect();
         let starts: Vec<Option<DateTime<Utc>>> = claims.iter().map(|c| c.started_at).collect();
+        let froms: Vec<&str> = claims.iter().map(|c| c.from.as_str()).collect();
+        let firsts: Vec<bool> = claims.iter().map(|c| c.first).collect();
+        // The claim is recorded at the task's start: the claim's `now()`, except for
+        // rate-limited queues, whose claims record the moment they read the bucket (after the
+        // queue's lock was granted, so later than `now()`): the history then shows the times the
+        // bucket was spent at, and the invariant checker judges the rate by them.
         diesel::sql_query(format!(
-        "UPDATE tasks SET status = 'running', processor = c.claim_processor, fence = c.claim_fence,
-                lease_secret = c.claim_secret, attempts = attempts + 1,
-                started_at = coalesce(c.claim_start, now()), last_heartbeat_at = now(),
-                must_heartbeat_before = c.claim_expiry, updated_at = now()
-         FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::timestamptz[],
-                     $6::timestamptz[])
-              AS c(claim_id, claim_processor, claim_fence, claim_secret, claim_expiry,
-                   claim_start)
-         WHERE id = c.claim_id
-         RETURNING {COLUMNS}"
-    ))
+            "WITH moved AS (
+             UPDATE tasks SET status = 'running', processor = c.claim_processor,
+                    fence = c.claim_fence, lease_secret = c.claim_secret,
+                    attempts = attempts + 1, started_at = coalesce(c.claim_start, now()),
+                    last_heartbeat_at = now(), must_heartbeat_before = c.claim_expiry,
+                    updated_at = now()
+             FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::timestamptz[],
+                         $6::timestamptz[], $7::text[], $8::bool[])
+                  AS c(claim_id, claim_processor, claim_fence, claim_secret, claim_expiry,
+                       claim_start, claim_from, claim_first)
+             WHERE id = c.claim_id
+             RETURNING {COLUMNS}, c.claim_from AS from_status,
+                       greatest(now(), started_at) AS event_at, true AS charged,
+                       CASE WHEN c.claim_first THEN greatest(0, EXTRACT(EPOCH FROM
+                           greatest(now(), started_at)
+                           - greatest(created_at, coalesce(requested_scheduled_at, created_at)))
+                           * 1000)::float8 END AS pickup_ms
+         ), {history}
+         SELECT * FROM moved",
+            history = history("true"),
+        ))
         .bind::<Array<BigInt>, _>(&ids)
         .bind::<Array<Text>, _>(&processors)
         .bind::<Array<BigInt>, _>(&fences)
         .bind::<Array<Nullable<Text>>, _>(&secrets)
         .bind::<Array<Timestamptz>, _>(&expiries)
         .bind::<Array<Nullable<Timestamptz>>, _>(&starts)
+        .bind::<Array<Text>, _>(&froms)
+        .bind::<Array<Bool>, _>(&firsts)
         .load(conn)
         .await
     }

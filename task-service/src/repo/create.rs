@@ -8,7 +8,7 @@ use diesel_async::RunQueryDsl;
 use leasehold::server::db::{Cache, OneRow};
 use tracing::Instrument;
 
-use super::{COLUMNS, Db, Result, TaskRow};
+use super::{COLUMNS, Db, Result, TaskRow, event, history};
 
 /// What `POST /api/tasks` inserts, validated.
 #[derive(Debug, Clone)]
@@ -27,11 +27,16 @@ pub async fn insert(conn: &mut Db, task: &NewTask) -> Result<Option<TaskRow>> {
     let span = leasehold::db_span!("INSERT", "tasks");
     async move {
         diesel::sql_query(format!(
-            "INSERT INTO tasks (task_data, scheduled_at, requested_scheduled_at, queue, priority,
-                            max_attempts, idempotency_key, concurrency_key)
-         VALUES ($1, COALESCE($2, now()), COALESCE($2, now()), $3, $4, $5, $6, $7)
-         ON CONFLICT (idempotency_key) DO NOTHING
-         RETURNING {COLUMNS}"
+            "WITH moved AS (
+                 INSERT INTO tasks (task_data, scheduled_at, requested_scheduled_at, queue,
+                                    priority, max_attempts, idempotency_key, concurrency_key)
+                 VALUES ($1, COALESCE($2, now()), COALESCE($2, now()), $3, $4, $5, $6, $7)
+                 ON CONFLICT (idempotency_key) DO NOTHING
+                 RETURNING {COLUMNS}, {created}
+             ), {history}
+             SELECT * FROM moved",
+            created = event("NULL"),
+            history = history("true"),
         ))
         .bind::<Jsonb, _>(&task.task_data)
         .bind::<Nullable<Timestamptz>, _>(task.scheduled_at)
@@ -82,16 +87,18 @@ pub async fn insert_many(conn: &mut Db, tasks: &[&NewTask]) -> Result<Vec<Insert
                                            max_attempts, idempotency_key, concurrency_key, ord)
                  ORDER BY i.ord
              ),
-             stored AS (
+             moved AS (
                  INSERT INTO tasks (id, task_data, scheduled_at, requested_scheduled_at, queue,
                                     priority, max_attempts, idempotency_key, concurrency_key)
                  SELECT id, task_data, COALESCE(scheduled_at, now()), COALESCE(scheduled_at, now()),
                         queue, priority, max_attempts, idempotency_key, concurrency_key
                  FROM input ORDER BY ord
                  ON CONFLICT (idempotency_key) DO NOTHING
-                 RETURNING {COLUMNS}
-             )
-             SELECT input.ord, stored.* FROM stored JOIN input USING (id)"
+                 RETURNING {COLUMNS}, {created}
+             ), {history}
+             SELECT input.ord, moved.* FROM moved JOIN input USING (id)",
+            created = event("NULL"),
+            history = history("true"),
         ))
         .bind::<Array<Jsonb>, _>(data)
         .bind::<Array<Nullable<Timestamptz>>, _>(scheduled)
@@ -128,7 +135,7 @@ pub async fn insert_generated(
              SELECT running FROM generator_settings WHERE id = 1 FOR NO KEY UPDATE
          ), at AS (
              SELECT clock_timestamp() AS now FROM gate WHERE gate.running
-         ), inserted AS (
+         ), moved AS (
              INSERT INTO tasks (task_data, scheduled_at, requested_scheduled_at, queue, priority,
                                 max_attempts, idempotency_key, concurrency_key, created_at,
                                 updated_at)
@@ -136,12 +143,14 @@ pub async fn insert_generated(
                     at.now
              FROM at WHERE at.now < $7
              ON CONFLICT (idempotency_key) DO NOTHING
-             RETURNING {COLUMNS}
-         ), counted AS (
-             UPDATE generator_settings SET produced = produced + (SELECT count(*) FROM inserted)
+             RETURNING {COLUMNS}, {created}
+         ), {history}, counted AS (
+             UPDATE generator_settings SET produced = produced + (SELECT count(*) FROM moved)
              WHERE id = 1
          )
-         SELECT {COLUMNS} FROM inserted"
+         SELECT * FROM moved",
+            created = event("NULL"),
+            history = history("true"),
         ))
         .bind::<Jsonb, _>(&task.task_data)
         .bind::<Nullable<Timestamptz>, _>(task.scheduled_at)

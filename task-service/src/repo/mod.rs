@@ -122,6 +122,48 @@ impl TaskRow {
     }
 }
 
+/// What a transition's statement returns after [`COLUMNS`] for its history ([`history`]), with
+/// the status its tasks left (`from`, an SQL expression; NULL for a create): the moment the
+/// transition is recorded at, whether a return to pending charged the attempt, and the pickup
+/// wait of a first claim. A statement that records more than this writes its own.
+fn event(from: &str) -> String {
+    format!(
+        "{from}::text AS from_status, now() AS event_at, true AS charged, \
+         NULL::float8 AS pickup_ms"
+    )
+}
+
+/// The statuses of the tasks `which` keeps (a condition on `id`) before the
+/// statement that reads them, as `before_id` and `before_status`: a transition joins it to
+/// record the status its tasks left. A statement reads one snapshot, so this sees the rows as
+/// they were before its own update (they are locked by the caller's transaction, so nothing
+/// else changed them since it checked them).
+fn before(which: &str) -> String {
+    format!("(SELECT id AS before_id, status AS before_status FROM tasks WHERE {which}) b")
+}
+
+/// The history of the transition the CTE `moved` made: one `task_events` row per group of its
+/// rows that moved alike (moment, queue, from and to status, processor), naming the group's
+/// tasks with their fences and attempts, for the rows `only` (a condition on them) keeps. The
+/// statement that makes a transition writes it as one more CTE, so history costs a row per
+/// group, not a trigger call per task, and nothing else (a heartbeat) pays for it. `moved`
+/// returns [`COLUMNS`] and the columns of [`event`].
+fn history(only: &str) -> String {
+    format!(
+        "history AS (
+             INSERT INTO task_events (at, queue, from_status, to_status, processor, charged,
+                                      task_ids, fences, attempts, pickup_ms)
+             SELECT event_at, queue, from_status, status, processor, charged,
+                    array_agg(id ORDER BY id), array_agg(fence ORDER BY id),
+                    array_agg(attempts ORDER BY id),
+                    CASE WHEN bool_or(pickup_ms IS NOT NULL)
+                         THEN array_agg(pickup_ms ORDER BY id) END
+             FROM moved WHERE {only}
+             GROUP BY event_at, queue, from_status, status, processor, charged
+         )"
+    )
+}
+
 const COLUMNS: &str = "id, task_data, queue, priority, status, scheduled_at, processor, fence, \
     attempts, max_attempts, last_heartbeat_at, must_heartbeat_before, started_at, processed_at, \
     task_output, last_error, cancel_requested, idempotency_key, created_at, updated_at, \

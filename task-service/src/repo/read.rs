@@ -296,7 +296,8 @@ pub struct QueueMoves {
 
 /// Each queue with tasks pending or running now, or moved in the window: its counts now, and
 /// per bucket the net number of tasks that entered pending and running (entered minus left), by
-/// the history joined to its tasks (the history of a task deleted since is not counted).
+/// the history (which names each move's queue, so a task deleted since still counts: it was
+/// there then).
 async fn queue_moves(
     conn: &mut Db,
     window_seconds: i64,
@@ -326,32 +327,18 @@ const SECONDS_AGO: &str = "(floor(EXTRACT(EPOCH FROM now() - e.at) / $2) * $2)::
 /// A raw read's events: those of the last `$1` seconds.
 const RECENT: &str = "e.at > now() - make_interval(secs => $1)";
 
-/// The history's events that `window` keeps (a condition on `e`), each in its `bucket` (an
-/// expression of `e.at`), with what the charts count them by: its statuses and attempts, the
-/// attempts of the task's event before it (`prev_attempts`, for claims and returns to pending)
-/// and, for a first claim, its pickup wait (`ms`). One walk for the raw read and the rollup's
-/// fold ([`super::rollup`]), so that a folded minute counts what a raw read of it would.
+/// The history's transitions, one per task ([`task_transitions`]), that `window` keeps (a
+/// condition on `e`), each in its `bucket` (an expression of `e.at`), with what the charts
+/// count them by: their statuses, whether a return to pending charged the attempt, and a first
+/// claim's pickup wait (`ms`). The transitions record all of it themselves, so no event is
+/// looked up by another. One walk for the raw read and the rollup's fold ([`super::rollup`]),
+/// so that a folded minute counts what a raw read of it would.
+///
+/// [`task_transitions`]: ../../../migrations/2026-11-27-000116_task_history_per_statement/up.sql
 pub(super) fn history_sql(bucket: &str, window: &str) -> String {
     format!(
-        "SELECT {bucket} AS bucket, e.from_status, e.to_status, e.attempts,
-                prev.attempts AS prev_attempts, p.ms
-         FROM task_events e
-         -- The task's event before this one (for a claim: when it became pending).
-         LEFT JOIN LATERAL (
-             SELECT b.at, b.from_status, b.attempts FROM task_events b
-             WHERE b.task_id = e.task_id AND b.id < e.id
-             ORDER BY b.id DESC LIMIT 1
-         ) prev ON e.to_status IN ('running', 'pending')
-         -- A first claim's wait, from when its task was due (created, or its requested schedule
-         -- if later) to the claim. Only the claim right after the create counts: a claim after a
-         -- retry, a snooze or an operator's retry would add the time the task spent elsewhere.
-         LEFT JOIN LATERAL (
-             SELECT greatest(0, EXTRACT(EPOCH FROM e.at - greatest(prev.at,
-                        COALESCE(t.requested_scheduled_at, prev.at))) * 1000)::float8 AS ms
-             FROM tasks t
-             WHERE e.to_status = 'running' AND prev.from_status IS NULL AND prev.at IS NOT NULL
-               AND t.id = e.task_id
-         ) p ON true
+        "SELECT {bucket} AS bucket, e.from_status, e.to_status, e.charged, e.pickup_ms AS ms
+         FROM task_transitions e
          WHERE {window}"
     )
 }
@@ -363,21 +350,21 @@ pub(super) const TRANSITION_COUNTS: &str = "
     count(*) FILTER (WHERE to_status = 'running') AS started,
     count(*) FILTER (WHERE to_status = 'succeeded') AS succeeded,
     count(*) FILTER (WHERE to_status = 'dead'
-                        OR (from_status = 'running' AND to_status = 'pending'
-                            AND attempts >= prev_attempts)) AS failed";
+                        OR (from_status = 'running' AND to_status = 'pending' AND charged))
+        AS failed";
 
 /// Each queue's net moves into pending and running (entered minus left) per `bucket` of the
-/// history that `window` keeps, by the history joined to its tasks (the history of a task
-/// deleted since is not counted). Shared by the raw read and the rollup's fold.
+/// history that `window` keeps: each history row counts as many moves as it names tasks.
+/// Shared by the raw read and the rollup's fold.
 pub(super) fn queue_moves_sql(bucket: &str, window: &str) -> String {
     format!(
-        "SELECT {bucket} AS bucket, t.queue,
-                sum((e.to_status = 'pending')::int
-                    - (e.from_status IS NOT DISTINCT FROM 'pending')::int)::bigint AS pending,
-                sum((e.to_status = 'running')::int
-                    - (e.from_status IS NOT DISTINCT FROM 'running')::int)::bigint AS running
-         FROM task_events e JOIN tasks t ON t.id = e.task_id
-         WHERE {window}
+        "SELECT {bucket} AS bucket, e.queue,
+                sum(cardinality(e.task_ids) * ((e.to_status = 'pending')::int
+                    - (e.from_status IS NOT DISTINCT FROM 'pending')::int))::bigint AS pending,
+                sum(cardinality(e.task_ids) * ((e.to_status = 'running')::int
+                    - (e.from_status IS NOT DISTINCT FROM 'running')::int))::bigint AS running
+         FROM task_events e
+         WHERE {window} AND e.queue IS NOT NULL
          GROUP BY 1, 2"
     )
 }
@@ -461,9 +448,14 @@ pub struct TaskEvent {
 pub async fn events(conn: &mut Db, task_id: i64) -> Result<Vec<TaskEvent>> {
     let span = leasehold::db_span!("SELECT", "task_events");
     async move {
+        // The containment finds the task's rows by their index; the unnest picks its place.
         diesel::sql_query(
-            "SELECT at, from_status, to_status, processor, fence, attempts
-         FROM task_events WHERE task_id = $1 ORDER BY id LIMIT 1000",
+            "SELECT e.at, e.from_status, e.to_status, e.processor, u.fence, u.attempts
+             FROM task_events e
+             CROSS JOIN LATERAL unnest(e.task_ids, e.fences, e.attempts)
+                 AS u(task_id, fence, attempts)
+             WHERE e.task_ids @> ARRAY[$1::bigint] AND u.task_id = $1
+             ORDER BY e.id LIMIT 1000",
         )
         .bind::<BigInt, _>(task_id)
         .load(conn)

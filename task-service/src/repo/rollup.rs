@@ -76,8 +76,7 @@ const MINUTE: &str = "date_trunc('minute', e.at)";
 const FOLDED: &str = "e.at >= $1 AND ($2::timestamptz IS NULL OR e.at < $2)";
 
 /// Each queue's net moves per minute of the history in `[$1, $2)`, as `task_queue_minutes`
-/// holds them: a task deleted before its minute is folded is not counted (nor by a read of the
-/// raw history); once folded, it stays.
+/// holds them.
 fn queue_minutes_sql() -> String {
     format!(
         "SELECT bucket AS minute, queue, pending, running FROM ({}) moved",

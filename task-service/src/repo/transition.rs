@@ -9,7 +9,7 @@ use leasehold::server::db::{Cache, OneRow};
 use leasehold::tasks::TaskStatus;
 use tracing::Instrument;
 
-use super::{COLUMNS, Db, Result, TaskRow};
+use super::{COLUMNS, Db, Result, TaskRow, before, event, history};
 
 /// The task, locked for the rest of the transaction.
 pub async fn lock(conn: &mut Db, id: i64) -> Result<Option<TaskRow>> {
@@ -84,13 +84,19 @@ pub async fn mark_succeeded_many(
         let ids: Vec<i64> = done.iter().map(|(id, _)| *id).collect();
         let outputs: Vec<&serde_json::Value> = done.iter().map(|(_, output)| *output).collect();
         let rows: Vec<Completed> = diesel::sql_query(format!(
-        "UPDATE tasks SET status = 'succeeded', processed_at = now(), last_heartbeat_at = now(),
-                task_output = c.done_output, updated_at = now()
-         FROM unnest($1::bigint[], $2::jsonb[]) AS c(done_id, done_output)
-         WHERE id = c.done_id
-         RETURNING {COLUMNS},
-                   COALESCE(EXTRACT(EPOCH FROM now() - started_at), 0)::float8 AS took"
-    ))
+            "WITH moved AS (
+                 UPDATE tasks SET status = 'succeeded', processed_at = now(),
+                        last_heartbeat_at = now(), task_output = c.done_output, updated_at = now()
+                 FROM unnest($1::bigint[], $2::jsonb[]) AS c(done_id, done_output), {BEFORE}
+                 WHERE id = c.done_id AND before_id = id
+                 RETURNING {COLUMNS}, {from},
+                           COALESCE(EXTRACT(EPOCH FROM now() - started_at), 0)::float8 AS took
+             ), {history}
+             SELECT * FROM moved",
+            BEFORE = before("id = ANY($1)"),
+            from = event("before_status"),
+            history = history("true"),
+        ))
         .bind::<Array<BigInt>, _>(&ids)
         .bind::<Array<Jsonb>, _>(&outputs)
         .load(conn)
@@ -111,10 +117,17 @@ pub async fn mark_final(
     let span = leasehold::db_span!("UPDATE", "tasks");
     async move {
         diesel::sql_query(format!(
-            "UPDATE tasks SET status = $2, processed_at = now(),
-                last_error = COALESCE($3, last_error), updated_at = now()
-         WHERE id = $1
-         RETURNING {COLUMNS}"
+            "WITH moved AS (
+                 UPDATE tasks SET status = $2, processed_at = now(),
+                        last_error = COALESCE($3, last_error), updated_at = now()
+                 FROM {BEFORE}
+                 WHERE id = $1 AND before_id = id
+                 RETURNING {COLUMNS}, {from}
+             ), {history}
+             SELECT * FROM moved",
+            BEFORE = before("id = $1"),
+            from = event("before_status"),
+            history = history("true"),
         ))
         .bind::<BigInt, _>(id)
         .bind::<Text, _>(status.as_str())
@@ -139,13 +152,20 @@ pub async fn mark_retry(
     let span = leasehold::db_span!("UPDATE", "tasks");
     async move {
         diesel::sql_query(format!(
-            "UPDATE tasks SET status = 'pending', processor = NULL,
-                scheduled_at = now() + make_interval(secs => $3),
-                attempts = CASE WHEN $4 THEN greatest(attempts - 1, 0) ELSE attempts END,
-                last_error = coalesce($2, last_error), must_heartbeat_before = NULL,
-                updated_at = now()
-         WHERE id = $1
-         RETURNING {COLUMNS}"
+            "WITH moved AS (
+                 UPDATE tasks SET status = 'pending', processor = NULL,
+                        scheduled_at = now() + make_interval(secs => $3),
+                        attempts = CASE WHEN $4 THEN greatest(attempts - 1, 0) ELSE attempts END,
+                        last_error = coalesce($2, last_error), must_heartbeat_before = NULL,
+                        updated_at = now()
+                 FROM {BEFORE}
+                 WHERE id = $1 AND before_id = id
+                 RETURNING {COLUMNS}, before_status AS from_status, now() AS event_at,
+                           NOT $4 AS charged, NULL::float8 AS pickup_ms
+             ), {history}
+             SELECT * FROM moved",
+            BEFORE = before("id = $1"),
+            history = history("true"),
         ))
         .bind::<BigInt, _>(id)
         .bind::<Nullable<Text>, _>(error)
@@ -181,11 +201,18 @@ pub async fn requeue_dead(conn: &mut Db, id: i64) -> Result<TaskRow> {
     let span = leasehold::db_span!("UPDATE", "tasks");
     async move {
         diesel::sql_query(format!(
-            "UPDATE tasks SET status = 'pending', attempts = 0, scheduled_at = now(),
-                processed_at = NULL, must_heartbeat_before = NULL, cancel_requested = false,
-                updated_at = now()
-         WHERE id = $1
-         RETURNING {COLUMNS}"
+            "WITH moved AS (
+                 UPDATE tasks SET status = 'pending', attempts = 0, scheduled_at = now(),
+                        processed_at = NULL, must_heartbeat_before = NULL,
+                        cancel_requested = false, updated_at = now()
+                 FROM {BEFORE}
+                 WHERE id = $1 AND before_id = id
+                 RETURNING {COLUMNS}, {from}
+             ), {history}
+             SELECT * FROM moved",
+            BEFORE = before("id = $1"),
+            from = event("before_status"),
+            history = history("true"),
         ))
         .bind::<BigInt, _>(id)
         .cached()

@@ -303,8 +303,14 @@ impl<'w> Round<'w> {
                 return Ok(());
             }
         };
-        let mut to_claim: Vec<(usize, i64, Lease, Option<chrono::DateTime<chrono::Utc>>)> =
-            Vec::new();
+        // Each claim's request, its task (id, status, never claimed), lease and start.
+        #[allow(clippy::type_complexity)]
+        let mut to_claim: Vec<(
+            usize,
+            (i64, TaskStatus, bool),
+            Lease,
+            Option<chrono::DateTime<chrono::Utc>>,
+        )> = Vec::new();
         for ((task, resource), owner) in candidates.into_iter().zip(resources).zip(owners) {
             let take = |leases: &mut Vec<Lease>| {
                 let at = leases.iter().position(|l| l.resource == resource)?;
@@ -342,20 +348,29 @@ impl<'w> Round<'w> {
                 self.exhausted.push((row, holder.clone(), lease));
             } else {
                 self.taken[owner] += 1;
-                to_claim.push((owner, task.id, lease, limits.started_at(&task)));
+                to_claim.push((
+                    owner,
+                    (task.id, task.status, task.fence.is_none()),
+                    lease,
+                    limits.started_at(&task),
+                ));
             }
         }
         if !to_claim.is_empty() {
             let claims: Vec<repo::Claim<'_>> = to_claim
                 .iter()
-                .map(|(owner, id, lease, started_at)| repo::Claim {
-                    id: *id,
-                    processor: &self.wants[*owner].processor,
-                    fence: lease.fence,
-                    lease_secret: lease.secret.as_ref(),
-                    lease_expiry: lease.expires_at,
-                    started_at: *started_at,
-                })
+                .map(
+                    |(owner, (id, from, first), lease, started_at)| repo::Claim {
+                        id: *id,
+                        from: *from,
+                        first: *first,
+                        processor: &self.wants[*owner].processor,
+                        fence: lease.fence,
+                        lease_secret: lease.secret.as_ref(),
+                        lease_expiry: lease.expires_at,
+                        started_at: *started_at,
+                    },
+                )
                 .collect();
             let mut rows: std::collections::HashMap<i64, TaskRow> =
                 repo::mark_claimed(conn, &claims)
@@ -364,7 +379,7 @@ impl<'w> Round<'w> {
                     .map(|row| (row.id, row))
                     .collect();
             // Each request's tasks in the order the candidates came: priority, then schedule.
-            for (owner, id, _, _) in &to_claim {
+            for (owner, (id, _, _), _, _) in &to_claim {
                 if let Some(row) = rows.remove(id) {
                     self.claimed[*owner].push(row);
                 }

@@ -25,21 +25,10 @@ const RAW_DAY: &str = "
            count(*) FILTER (WHERE e.from_status IS NULL) AS created,
            count(*) FILTER (WHERE e.to_status = 'dead'
                                OR (e.from_status = 'running' AND e.to_status = 'pending'
-                                   AND e.attempts >= prev.attempts)) AS failed,
-           percentile_cont(0.5) WITHIN GROUP (ORDER BY p.ms) AS pickup_p50_ms,
-           percentile_cont(0.99) WITHIN GROUP (ORDER BY p.ms) AS pickup_p99_ms
-    FROM task_events e
-    LEFT JOIN LATERAL (
-        SELECT b.at, b.from_status, b.attempts FROM task_events b
-        WHERE b.task_id = e.task_id AND b.id < e.id ORDER BY b.id DESC LIMIT 1
-    ) prev ON e.to_status IN ('running', 'pending')
-    LEFT JOIN LATERAL (
-        SELECT greatest(0, EXTRACT(EPOCH FROM e.at - greatest(prev.at,
-                   COALESCE(t.requested_scheduled_at, prev.at))) * 1000)::float8 AS ms
-        FROM tasks t
-        WHERE e.to_status = 'running' AND prev.from_status IS NULL AND prev.at IS NOT NULL
-          AND t.id = e.task_id
-    ) p ON true
+                                   AND e.charged)) AS failed,
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY e.pickup_ms) AS pickup_p50_ms,
+           percentile_cont(0.99) WITHIN GROUP (ORDER BY e.pickup_ms) AS pickup_p99_ms
+    FROM task_transitions e
     WHERE e.at > now() - make_interval(secs => $1)
     GROUP BY 1 ORDER BY 1";
 

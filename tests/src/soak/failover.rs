@@ -430,7 +430,7 @@ pub(super) async fn missing_writes(lease_db: &str, task_db: &str, ledger: &Ledge
     let events = crate::query(
         task_db,
         &format!(
-            "SELECT task_id, fence, to_status FROM task_events WHERE processor = '{LEDGER_WORKER}'"
+            "SELECT task_id, fence, to_status FROM task_transitions WHERE processor = '{LEDGER_WORKER}'"
         ),
     )
     .await;
