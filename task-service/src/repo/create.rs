@@ -31,7 +31,7 @@ pub async fn insert(conn: &mut Db, task: &NewTask) -> Result<Option<TaskRow>> {
                  INSERT INTO tasks (task_data, scheduled_at, requested_scheduled_at, queue,
                                     priority, max_attempts, idempotency_key, concurrency_key)
                  VALUES ($1, COALESCE($2, now()), COALESCE($2, now()), $3, $4, $5, $6, $7)
-                 ON CONFLICT (idempotency_key) DO NOTHING
+                 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
                  RETURNING {COLUMNS}, {created}
              ), {history}
              SELECT * FROM moved",
@@ -93,7 +93,7 @@ pub async fn insert_many(conn: &mut Db, tasks: &[&NewTask]) -> Result<Vec<Insert
                  SELECT id, task_data, COALESCE(scheduled_at, now()), COALESCE(scheduled_at, now()),
                         queue, priority, max_attempts, idempotency_key, concurrency_key
                  FROM input ORDER BY ord
-                 ON CONFLICT (idempotency_key) DO NOTHING
+                 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
                  RETURNING {COLUMNS}, {created}
              ), {history}
              SELECT input.ord, moved.* FROM moved JOIN input USING (id)",
@@ -142,7 +142,7 @@ pub async fn insert_generated(
              SELECT $1, COALESCE($2, at.now), COALESCE($2, at.now), $3, $4, $5, $6, $8, at.now,
                     at.now
              FROM at WHERE at.now < $7
-             ON CONFLICT (idempotency_key) DO NOTHING
+             ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
              RETURNING {COLUMNS}, {created}
          ), {history}, counted AS (
              UPDATE generator_settings SET produced = produced + (SELECT count(*) FROM moved)

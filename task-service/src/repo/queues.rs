@@ -95,8 +95,9 @@ struct QueueName {
 
 /// Up to `limit` names of queues that have tasks or settings, past `after` in name order
 /// (backwards when `descending`). The tasks' queues are found by a loose index scan of
-/// `tasks_queue_status_idx` (one descent per queue, however many tasks each has), so a page
-/// costs its own length, not the number of tasks or of queues.
+/// `tasks_queue_status_idx` and `tasks_running_idx` side by side (the first holds the tasks not
+/// running, the second the running ones; one descent of each per queue, however many tasks
+/// each has), so a page costs its own length, not the number of tasks or of queues.
 pub async fn queue_names(
     conn: &mut Db,
     after: Option<&str>,
@@ -104,21 +105,31 @@ pub async fn queue_names(
     limit: i64,
 ) -> Result<Vec<String>> {
     let span = leasehold::db_span!("SELECT", "tasks");
-    let (past, order) = if descending {
-        ("<", "DESC")
+    let (past, order, next) = if descending {
+        ("<", "DESC", "greatest")
     } else {
-        (">", "ASC")
+        (">", "ASC", "least")
     };
+    // The next queue name past `$from`: of the tasks not running and of the running ones, the
+    // nearer (`least`/`greatest` pass over a side that has none).
+    let step = |from: &str| {
+        format!(
+            "{next}((SELECT t.queue FROM tasks t WHERE t.status <> 'running' AND {from}
+                     ORDER BY t.queue {order} LIMIT 1),
+                    (SELECT t.queue FROM tasks t WHERE t.status = 'running' AND {from}
+                     ORDER BY t.queue {order} LIMIT 1))"
+        )
+    };
+    let first = step(&format!("($1::text IS NULL OR t.queue {past} $1)"));
+    let then = step(&format!("t.queue {past} used.queue"));
     async move {
         // Planned with its parameters (not cached), so that without a cursor the `IS NULL`
         // branch folds away and each probe is a plain index descent.
         let names: Vec<QueueName> = diesel::sql_query(format!(
             "WITH RECURSIVE used(queue) AS (
-                 (SELECT queue FROM tasks WHERE $1::text IS NULL OR queue {past} $1
-                  ORDER BY queue {order} LIMIT 1)
+                 SELECT {first}
                  UNION ALL
-                 SELECT (SELECT t.queue FROM tasks t WHERE t.queue {past} used.queue
-                         ORDER BY t.queue {order} LIMIT 1)
+                 SELECT {then}
                  FROM used WHERE used.queue IS NOT NULL
              )
              SELECT queue FROM (

@@ -157,13 +157,19 @@ pub async fn counts(conn: &mut Db) -> Result<Vec<QueueCount>> {
     .await
 }
 
-/// [`counts`] of the named queues only: one index range of `tasks_queue_status_idx` each.
+/// [`counts`] of the named queues only: one index range each of `tasks_queue_status_idx` (the
+/// tasks not running) and `tasks_running_idx` (the running ones).
 pub async fn counts_of(conn: &mut Db, queues: &[String]) -> Result<Vec<QueueCount>> {
     let span = leasehold::db_span!("SELECT", "tasks");
     async move {
         diesel::sql_query(
-            "SELECT queue, status, count(*) AS count FROM tasks WHERE queue = ANY($1)
-             GROUP BY queue, status",
+            "SELECT queue, status, count(*) AS count FROM tasks
+             WHERE queue = ANY($1) AND status <> 'running'
+             GROUP BY queue, status
+             UNION ALL
+             SELECT queue, 'running', count(*) FROM tasks
+             WHERE queue = ANY($1) AND status = 'running'
+             GROUP BY queue",
         )
         .bind::<Array<Text>, _>(queues)
         .load(conn)
