@@ -188,8 +188,12 @@ struct TaskEvent {
     to_status: String,
     #[diesel(sql_type = Nullable<Text>)]
     processor: Option<String>,
+    /// The task's own fence (its claim counter).
     #[diesel(sql_type = Nullable<BigInt>)]
     fence: Option<i64>,
+    /// The fence of the lease that covered the claim.
+    #[diesel(sql_type = Nullable<BigInt>)]
+    lease_fence: Option<i64>,
 }
 
 #[derive(QueryableByName)]
@@ -304,7 +308,8 @@ pub async fn check(lease_db: &str, task_db: Option<&str>, all_final: bool) -> Re
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let task_events: Vec<TaskEvent> = diesel::sql_query(
-        "SELECT at, task_id, to_status, processor, fence FROM task_transitions ORDER BY id, ord",
+        "SELECT at, task_id, to_status, processor, fence, lease_fence FROM task_transitions
+         ORDER BY id, ord",
     )
     .load(&mut tasks_conn)
     .await
@@ -348,11 +353,11 @@ pub async fn check(lease_db: &str, task_db: Option<&str>, all_final: bool) -> Re
             // Superseded: a newer lease on the task had been acquired before the completion.
             if let Some(newer) = terms.get(&format!("task:{id}")).and_then(|list| {
                 list.iter()
-                    .find(|t| Some(t.fence) > completion.fence && t.start < completion.at)
+                    .find(|t| Some(t.fence) > completion.lease_fence && t.start < completion.at)
             }) {
                 report.violated(Invariant::NotSuperseded, format!(
-                    "task {id} completed under fence {:?} at {} after fence {} ({}) was acquired at {}",
-                    completion.fence, completion.at, newer.fence, newer.holder, newer.start
+                    "task {id} completed under lease fence {:?} at {} after fence {} ({}) was acquired at {}",
+                    completion.lease_fence, completion.at, newer.fence, newer.holder, newer.start
                 ));
             }
         }
@@ -466,7 +471,7 @@ fn check_running_limits(
             }
             report.checked(invariant);
             let start = leases
-                .and_then(|list| list.iter().find(|t| Some(t.fence) == claim.fence))
+                .and_then(|list| list.iter().find(|t| Some(t.fence) == claim.lease_fence))
                 .map_or(claim.at, |t| t.start);
             entry.1.push((start, 1, task.id));
             if let Some(next) = events.get(index + 1) {

@@ -71,4 +71,4 @@ pub use process::{ChildGuard, binary, descendants, kill_process_tree};
 pub use service::{
     Answer, Service, free_port, free_port_block, lease_client, log_dir, task_client,
 };
-pub use sql::{execute, query, snapshot, try_execute};
+pub use sql::{execute, query, revert_tasks_schema, snapshot, try_execute};

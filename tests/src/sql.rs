@@ -52,3 +52,39 @@ pub async fn query(database_url: &str, sql: &str) -> Vec<serde_json::Value> {
         .map(|r| serde_json::from_str(&r.json).unwrap())
         .collect()
 }
+
+/// Takes a migrated tasks database back to the schema of the release before the migration
+/// `first` (its directory's name): runs the `down.sql` of it and of every later migration,
+/// newest first, and forgets that they ran, so that the next `migrate` upgrades it again as it
+/// would upgrade a database that release left. Tests of upgrades start here.
+pub async fn revert_tasks_schema(database_url: &str, first: &str) {
+    use diesel_async::SimpleAsyncConnection;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../task-service/migrations");
+    let mut names: Vec<String> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.as_str() >= first)
+        .collect();
+    assert!(
+        names.iter().any(|name| name == first),
+        "no migration {first}"
+    );
+    names.sort();
+    let mut conn = AsyncPgConnection::establish(database_url).await.unwrap();
+    for name in names.iter().rev() {
+        let down = std::fs::read_to_string(root.join(name).join("down.sql")).unwrap();
+        let version: String = name
+            .split('_')
+            .next()
+            .unwrap()
+            .chars()
+            .filter(char::is_ascii_digit)
+            .collect();
+        conn.batch_execute(&format!(
+            "{down}
+             DELETE FROM __diesel_schema_migrations WHERE version = '{version}';"
+        ))
+        .await
+        .unwrap_or_else(|err| panic!("reverting {name}: {err}"));
+    }
+}

@@ -76,7 +76,7 @@ async fn the_quick_benchmark_produces_every_figure() {
             assert!(
                 cost.statements
                     .iter()
-                    .any(|s| !s.nested && s.query.contains("UPDATE tasks SET status = 'running'")),
+                    .any(|s| !s.nested && s.query.contains("processor = c.claim_processor")),
                 "{cost:?}"
             );
             assert!(

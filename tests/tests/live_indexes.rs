@@ -70,7 +70,8 @@ async fn a_database_upgraded_to_live_indexes_answers_every_read_as_before() {
     let lease_db = fresh_database().await;
     let task_db = fresh_database().await;
     task_service::migrate(&task_db).await.unwrap();
-    // The indexes as the release before had them.
+    // The indexes as the release before had them (the later migrations do not touch them,
+    // and the services of this release need them: only this one is undone).
     let mut conn = AsyncPgConnection::establish(&task_db).await.unwrap();
     conn.batch_execute(&format!(
         "{}

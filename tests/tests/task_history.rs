@@ -230,12 +230,11 @@ async fn a_database_upgraded_from_per_row_history_answers_as_before() {
     // A life for tasks in every status, made by the release before (its history by trigger):
     // the migration is reverted, the service's work replayed by SQL as that release's
     // statements made it, and the database upgraded again.
+    tests::revert_tasks_schema(&task_db, "2026-11-27-000116_task_history_per_statement").await;
     let mut conn = AsyncPgConnection::establish(&task_db).await.unwrap();
-    conn.batch_execute(&format!(
-        "{}
-         DELETE FROM __diesel_schema_migrations WHERE version = '20261127000116';
-         INSERT INTO tasks (task_data, queue, max_attempts, requested_scheduled_at)
-         SELECT '{{}}', 'q' || (g % 2), 3, now() FROM generate_series(1, 6) g;
+    conn.batch_execute(
+        "INSERT INTO tasks (task_data, queue, max_attempts, requested_scheduled_at)
+         SELECT '{}', 'q' || (g % 2), 3, now() FROM generate_series(1, 6) g;
          UPDATE tasks SET status = 'running', processor = 'w', fence = id, attempts = 1,
                 started_at = now(), must_heartbeat_before = now() + interval '1 hour'
           WHERE id <= 5;
@@ -249,12 +248,9 @@ async fn a_database_upgraded_from_per_row_history_answers_as_before() {
                 attempts = 0
           WHERE id = 5;
          -- A task deleted since: its history stays, without a queue.
-         INSERT INTO tasks (id, task_data, max_attempts) VALUES (100, '{{}}', 3);
+         INSERT INTO tasks (id, task_data, max_attempts) VALUES (100, '{}', 3);
          DELETE FROM tasks WHERE id = 100;",
-        include_str!(
-            "../../task-service/migrations/2026-11-27-000116_task_history_per_statement/down.sql"
-        )
-    ))
+    )
     .await
     .unwrap();
     let before_rows = query(

@@ -361,22 +361,22 @@ pub struct Claim<'a> {
     /// The task was never claimed before: its wait is a pickup, for the charts.
     pub first: bool,
     pub processor: &'a str,
-    pub fence: i64,
+    pub lease_fence: i64,
     pub lease_secret: Option<&'a Secret>,
     pub lease_expiry: DateTime<Utc>,
     /// When the task is recorded to have started; none: the claim's `now()`.
     pub started_at: Option<DateTime<Utc>>,
 }
 
-/// Records claims, one statement for all: one more attempt each, owned by its processor under
-/// its fence until its lease's expiry. Rows come back in no particular order.
+/// Records claims, one statement for all: one more attempt each, and one more claim (the task's
+/// fence), owned by its processor under its lease (fence and secret) until the lease's expiry. Rows come back in no particular order.
 pub async fn mark_claimed(conn: &mut Db, claims: &[Claim<'_>]) -> Result<Vec<TaskRow>> {
     let span = leasehold::db_span!("UPDATE", "tasks");
     span.record("db.operation.batch.size", claims.len());
     async move {
         let ids: Vec<i64> = claims.iter().map(|c| c.id).collect();
         let processors: Vec<&str> = claims.iter().map(|c| c.processor).collect();
-        let fences: Vec<i64> = claims.iter().map(|c| c.fence).collect();
+        let fences: Vec<i64> = claims.iter().map(|c| c.lease_fence).collect();
         let secrets: Vec<Option<&str>> = claims
             .iter()
             .map(|c| c.lease_secret.map(Secret::expose))
@@ -392,7 +392,8 @@ pub async fn mark_claimed(conn: &mut Db, claims: &[Claim<'_>]) -> Result<Vec<Tas
         diesel::sql_query(format!(
             "WITH moved AS (
              UPDATE tasks SET status = 'running', processor = c.claim_processor,
-                    fence = c.claim_fence, lease_secret = c.claim_secret,
+                    fence = coalesce(fence, 0) + 1, lease_fence = c.claim_fence,
+                    lease_secret = c.claim_secret,
                     attempts = attempts + 1, started_at = coalesce(c.claim_start, now()),
                     last_heartbeat_at = now(), must_heartbeat_before = c.claim_expiry,
                     updated_at = now()

@@ -79,6 +79,7 @@ pub struct TaskRow {
     pub scheduled_at: DateTime<Utc>,
     #[diesel(sql_type = Nullable<Text>)]
     pub processor: Option<String>,
+    /// The task's own fence: its claim counter, one higher for every claim of the task.
     #[diesel(sql_type = Nullable<BigInt>)]
     pub fence: Option<i64>,
     #[diesel(sql_type = Integer)]
@@ -105,9 +106,12 @@ pub struct TaskRow {
     pub created_at: DateTime<Utc>,
     #[diesel(sql_type = Timestamptz)]
     pub updated_at: DateTime<Utc>,
-    /// The secret of the lease of the claim in `fence` (see the migration that added it).
+    /// The secret of the lease of the current claim (see the migration that added it).
     #[diesel(sql_type = Nullable<Text>)]
     pub lease_secret: Option<Secret>,
+    /// The fence of the lease of the current claim.
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub lease_fence: Option<i64>,
     #[diesel(sql_type = Nullable<Text>)]
     pub concurrency_key: Option<String>,
 }
@@ -116,7 +120,7 @@ impl TaskRow {
     /// What renew and release present for this task's current lease.
     pub fn lease_proof(&self) -> Proof<'_> {
         Proof {
-            fence: self.fence,
+            fence: self.lease_fence,
             secret: self.lease_secret.as_ref().map(Secret::expose),
         }
     }
@@ -144,7 +148,7 @@ fn before(which: &str) -> String {
 
 /// The history of the transition the CTE `moved` made: one `task_events` row per group of its
 /// rows that moved alike (moment, queue, from and to status, processor), naming the group's
-/// tasks with their fences and attempts, for the rows `only` (a condition on them) keeps. The
+/// tasks with their fences, attempts and lease fences, for the rows `only` (a condition on them) keeps. The
 /// statement that makes a transition writes it as one more CTE, so history costs a row per
 /// group, not a trigger call per task, and nothing else (a heartbeat) pays for it. `moved`
 /// returns [`COLUMNS`] and the columns of [`event`].
@@ -152,10 +156,10 @@ fn history(only: &str) -> String {
     format!(
         "history AS (
              INSERT INTO task_events (at, queue, from_status, to_status, processor, charged,
-                                      task_ids, fences, attempts, pickup_ms)
+                                      task_ids, fences, attempts, lease_fences, pickup_ms)
              SELECT event_at, queue, from_status, status, processor, charged,
                     array_agg(id ORDER BY id), array_agg(fence ORDER BY id),
-                    array_agg(attempts ORDER BY id),
+                    array_agg(attempts ORDER BY id), array_agg(lease_fence ORDER BY id),
                     CASE WHEN bool_or(pickup_ms IS NOT NULL)
                          THEN array_agg(pickup_ms ORDER BY id) END
              FROM moved WHERE {only}
@@ -167,4 +171,4 @@ fn history(only: &str) -> String {
 const COLUMNS: &str = "id, task_data, queue, priority, status, scheduled_at, processor, fence, \
     attempts, max_attempts, last_heartbeat_at, must_heartbeat_before, started_at, processed_at, \
     task_output, last_error, cancel_requested, idempotency_key, created_at, updated_at, \
-    lease_secret, concurrency_key";
+    lease_secret, concurrency_key, lease_fence";

@@ -320,7 +320,7 @@ impl<'w> Round<'w> {
                 lease
             } else if let Some(lease) = take(&mut answer.extended) {
                 // The same name already works on it under this fence: not handed out twice.
-                if task.fence == Some(lease.fence) {
+                if task.lease_fence == Some(lease.fence) {
                     continue;
                 }
                 lease
@@ -365,7 +365,7 @@ impl<'w> Round<'w> {
                         from: *from,
                         first: *first,
                         processor: &self.wants[*owner].processor,
-                        fence: lease.fence,
+                        lease_fence: lease.fence,
                         lease_secret: lease.secret.as_ref(),
                         lease_expiry: lease.expires_at,
                         started_at: *started_at,

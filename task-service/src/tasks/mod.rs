@@ -221,6 +221,7 @@ mod fixtures {
             updated_at: epoch,
             lease_secret: None,
             concurrency_key: None,
+            lease_fence: fence,
         }
     }
 }
