@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use leasehold::api::{
-    AcquireLease, AcquireLeases, OneLease, ReleaseLease, ReleaseLeases, ReleasedLeases, RenewLease,
+    AcquireLease, AcquireLeases, CheckLeases, CheckedLeases, OneLease, ReleaseLease, ReleaseLeases,
+    ReleasedLeases, RenewLease,
 };
 use leasehold::server::auth::{Role, locked};
 use leasehold::server::http::{
@@ -69,6 +70,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                     .route(locked(web::post().to(release_many), Role::Leaseholder))
                     .default_service(web::to(method_not_allowed)),
             )
+            .service(
+                web::resource("/batch/check")
+                    .route(locked(web::post().to(check_many), Role::Leaseholder))
+                    .default_service(web::to(method_not_allowed)),
+            )
             .service(get_only("/active", listing(Listing::Active)))
             .service(get_only("/expired", listing(Listing::Expired)))
             .service(get_only("/renewed", listing(Listing::Renewed)))
@@ -129,6 +135,13 @@ async fn release_many(
     let results =
         leases::release_many(&mut conn, state.secrets, &state.metrics, &body.leases).await?;
     Ok(HttpResponse::Ok().json(ReleasedLeases { results }))
+}
+
+/// Where each acquisition stands, in one read (see [`leases::check_many`]).
+async fn check_many(state: State, body: web::Json<CheckLeases>) -> Result<HttpResponse, ApiError> {
+    let mut conn = db::connection(&state.pool).await?;
+    let results = leases::check_many(&mut conn, &body.leases).await?;
+    Ok(HttpResponse::Ok().json(CheckedLeases { results }))
 }
 
 async fn renew(state: State, body: web::Json<RenewLease>) -> Result<HttpResponse, ApiError> {

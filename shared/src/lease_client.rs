@@ -14,8 +14,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::api::{
-    AcquireLease, AcquireLeases, AcquiredLeases, ErrorBody, Lease, LeasePage, Proof, ReleaseLease,
-    ReleaseLeases, ReleasedLeases, RenewLease, Secret,
+    AcquireLease, AcquireLeases, AcquiredLeases, CheckLeases, CheckedLeases, ErrorBody, Lease,
+    LeaseCheck, LeasePage, LeaseRef, Proof, ReleaseLease, ReleaseLeases, ReleasedLeases,
+    RenewLease, Secret,
 };
 
 // The operators' calls (list, read by id, revoke), in a file of their own.
@@ -348,6 +349,30 @@ impl LeaseClient {
                 )),
             })
             .collect())
+    }
+
+    /// Where each acquisition `(resource, fence)` stands, in one read
+    /// (`POST /api/leases/batch/check`, at most [`crate::api::MAX_BATCH_RESOURCES`]), in order.
+    pub async fn check_many(&self, leases: &[(&str, i64)]) -> Result<Vec<LeaseCheck>, LeaseError> {
+        let body = CheckLeases {
+            leases: leases
+                .iter()
+                .map(|(resource, fence)| LeaseRef {
+                    resource: (*resource).to_owned(),
+                    fence: *fence,
+                })
+                .collect(),
+        };
+        let (_, answer): (_, CheckedLeases) = self
+            .call(
+                reqwest::Method::POST,
+                "/api/leases/batch/check",
+                &[],
+                Some(&body),
+            )
+            .await
+            .map_err(|(status, err)| refusal("(batch)", status, err))?;
+        Ok(answer.results)
     }
 
     /// The unexpired, unreleased lease on `resource`, if any.

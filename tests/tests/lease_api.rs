@@ -1372,3 +1372,109 @@ async fn a_batch_acquire_stores_its_metadata_as_a_single_acquire_does() {
     }
     assert_eq!(snapshot(&db, "leases").await, before);
 }
+
+/// A check reads where each acquisition stands, by resource and fence, and writes nothing: held
+/// while it lives, then released, revoked, superseded, expired or missing, each told apart.
+#[tokio::test]
+async fn a_batch_check_tells_where_each_acquisition_stands_and_writes_nothing() {
+    use leasehold::api::LeaseStanding;
+    let db = fresh_database().await;
+    let svc = Service::lease_service(&db, &[]).await;
+    let client = leasehold::LeaseClient::new(svc.base_url());
+    let acquire = |resource: &'static str, ttl: u64| {
+        let client = client.clone();
+        async move {
+            client
+                .acquire(resource, "h", Some(Duration::from_secs(ttl)))
+                .await
+                .unwrap()
+        }
+    };
+    let held = acquire("held", 60).await;
+    let released = acquire("released", 60).await;
+    client
+        .release("released", "h", released.proof())
+        .await
+        .unwrap();
+    let revoked = acquire("revoked", 60).await;
+    let answer = svc
+        .post(&format!("/api/leases/{}/revoke", revoked.id), &json!({}))
+        .await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    let old = acquire("taken", 1).await;
+    let expired = acquire("expired", 1).await;
+    eventually(
+        Duration::from_secs(10),
+        "the short leases to expire",
+        || {
+            let client = client.clone();
+            async move { client.current("expired").await.unwrap().is_none() }
+        },
+    )
+    .await;
+    let newer = client
+        .acquire("taken", "other", Some(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    assert!(newer.fence > old.fence);
+
+    let before = snapshot(&db, "leases").await;
+    let events = snapshot(&db, "lease_events").await;
+    let checks = client
+        .check_many(&[
+            ("held", held.fence),
+            ("released", released.fence),
+            ("revoked", revoked.fence),
+            ("taken", old.fence),
+            ("taken", newer.fence),
+            ("expired", expired.fence),
+            ("nothing", 1),
+        ])
+        .await
+        .unwrap();
+    let standings: Vec<(&str, LeaseStanding)> = checks
+        .iter()
+        .map(|c| (c.resource.as_str(), c.standing))
+        .collect();
+    assert_eq!(
+        standings,
+        vec![
+            ("held", LeaseStanding::Held),
+            ("released", LeaseStanding::Released),
+            ("revoked", LeaseStanding::Revoked),
+            ("taken", LeaseStanding::Superseded),
+            ("taken", LeaseStanding::Held),
+            ("expired", LeaseStanding::Expired),
+            ("nothing", LeaseStanding::Missing),
+        ]
+    );
+    assert_eq!(checks[0].expires_at, Some(held.expires_at));
+    assert_eq!(checks[0].takeover_at, Some(held.expires_at));
+    assert_eq!(checks[3].takeover_at, None);
+    assert_eq!(
+        snapshot(&db, "leases").await,
+        before,
+        "a check wrote a lease"
+    );
+    assert_eq!(snapshot(&db, "lease_events").await, events);
+
+    // Refused as a whole: no leases, too many, a bad name, a field it does not know.
+    let too_many: Vec<Value> = (0..101)
+        .map(|i| json!({"resource": format!("r{i}"), "fence": 1}))
+        .collect();
+    for (body, code) in [
+        (json!({"leases": []}), "invalid_batch"),
+        (json!({"leases": too_many}), "invalid_batch"),
+        (
+            json!({"leases": [{"resource": "", "fence": 1}]}),
+            "invalid_field",
+        ),
+        (
+            json!({"leases": [{"resource": "a", "fence": 1, "holder": "h"}]}),
+            "invalid_field",
+        ),
+    ] {
+        let refused = svc.post("/api/leases/batch/check", &body).await;
+        assert_eq!((refused.status, refused.code()), (400, code), "{body}");
+    }
+}

@@ -4,12 +4,13 @@
 //! One module per operation, as mini-redis's `src/cmd/` has one per command, so that a change to
 //! how a lease is renewed is made, reviewed and tested in `renew` without reading how one is
 //! acquired: `acquire` (single, reentrant, batch), `renew`, `release` (single, by id, batch),
-//! `revoke` and `read` (one lease, a listing, the database's health). What they share lives here (the policies, the API view of a row, the read a
+//! `revoke`, `check` (where acquisitions stand, for a lease covering many pieces of work) and `read` (one lease, a listing, the database's health). What they share lives here (the policies, the API view of a row, the read a
 //! statement's leftovers are judged against), in `refusal` (why a row a statement did not change
 //! refuses the request) and in `groups` (the coalescers single requests are served through). The
 //! re-exports keep the paths the HTTP layer and the sweeper use, so the split changes no caller.
 
 mod acquire;
+mod check;
 mod groups;
 pub mod read;
 mod refusal;
@@ -28,6 +29,7 @@ use crate::error::ApiError;
 use crate::repo::{self, LeaseRow, Release, Renewal};
 
 pub use acquire::acquire_many;
+pub use check::check_many;
 pub use groups::Groups;
 pub use read::get;
 pub use release::release_many;
