@@ -270,6 +270,10 @@ pub struct ClaimTasks {
     /// clients send none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait_ms: Option<u64>,
+    /// The claiming worker process's liveness lease, to cover the tasks it gets (see
+    /// [`crate::workers::ClaimantLease`]); without it, each task takes a lease of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<crate::workers::ClaimantLease>,
 }
 
 /// `PUT /api/tasks/{id}/heartbeat`.

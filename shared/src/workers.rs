@@ -16,6 +16,18 @@ pub fn resource(id: &str) -> String {
     format!("{RESOURCE_PREFIX}{id}")
 }
 
+/// A worker process's liveness lease, as a claim names it (`POST /api/tasks/next`, field
+/// `worker`) to have the tasks it gets covered by that lease rather than by a lease each: the
+/// process's id and the fence its last beat was answered with. Its heartbeats and completions
+/// then prove that one lease, and once it lapses, is taken anew or is revoked, every task it
+/// covers is lost to the process.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimantLease {
+    pub id: String,
+    pub fence: i64,
+}
+
 /// What every worker liveness lease's resource starts with.
 pub const RESOURCE_PREFIX: &str = "worker:";
 

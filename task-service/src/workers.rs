@@ -142,7 +142,7 @@ pub async fn gone(engine: &Engine, id: &str, gone: &WorkerGone) -> Result<(), Ap
 }
 
 /// A worker id, whose lease's resource (`worker:<id>`) must be a valid resource name.
-fn check_id(id: &str) -> Result<(), ApiError> {
+pub(crate) fn check_id(id: &str) -> Result<(), ApiError> {
     validate_name_within(
         "id",
         id,

@@ -194,6 +194,9 @@ struct TaskEvent {
     /// The fence of the lease that covered the claim.
     #[diesel(sql_type = Nullable<BigInt>)]
     lease_fence: Option<i64>,
+    /// The shared lease that covered the claim (a worker process's); none: the task's own.
+    #[diesel(sql_type = Nullable<Text>)]
+    lease_resource: Option<String>,
 }
 
 #[derive(QueryableByName)]
@@ -308,8 +311,8 @@ pub async fn check(lease_db: &str, task_db: Option<&str>, all_final: bool) -> Re
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let task_events: Vec<TaskEvent> = diesel::sql_query(
-        "SELECT at, task_id, to_status, processor, fence, lease_fence FROM task_transitions
-         ORDER BY id, ord",
+        "SELECT at, task_id, to_status, processor, fence, lease_fence, lease_resource
+         FROM task_transitions ORDER BY id, ord",
     )
     .load(&mut tasks_conn)
     .await
@@ -350,13 +353,18 @@ pub async fn check(lease_db: &str, task_db: Option<&str>, all_final: bool) -> Re
                     completion.processor, completion.fence, claim.processor, claim.fence
                 ));
             }
-            // Superseded: a newer lease on the task had been acquired before the completion.
-            if let Some(newer) = terms.get(&format!("task:{id}")).and_then(|list| {
+            // Superseded: a newer lease on the resource that covered the claim (the task's own,
+            // or its worker process's) had been acquired before the completion.
+            let covering = completion
+                .lease_resource
+                .clone()
+                .unwrap_or_else(|| format!("task:{id}"));
+            if let Some(newer) = terms.get(&covering).and_then(|list| {
                 list.iter()
                     .find(|t| Some(t.fence) > completion.lease_fence && t.start < completion.at)
             }) {
                 report.violated(Invariant::NotSuperseded, format!(
-                    "task {id} completed under lease fence {:?} at {} after fence {} ({}) was acquired at {}",
+                    "task {id} completed under {covering} fence {:?} at {} after fence {} ({}) was acquired at {}",
                     completion.lease_fence, completion.at, newer.fence, newer.holder, newer.start
                 ));
             }

@@ -46,7 +46,7 @@ async fn stack(endpoint: &str) -> (Service, Service, Service) {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn one_trace_follows_a_claim_from_worker_to_task_service_to_lease_service() {
+async fn one_trace_follows_each_call_from_worker_to_task_service_to_lease_service() {
     let receiver = OtlpReceiver::start();
     let (leases, tasks, worker) = stack(&receiver.endpoint()).await;
     // The test's own calls go through the typed client, which sends no trace context here (the
@@ -63,7 +63,8 @@ async fn one_trace_follows_a_claim_from_worker_to_task_service_to_lease_service(
     let id = created.id.to_string();
 
     // The claim: the worker's root span carries the task id; its trace holds task-service's
-    // and lease-service's spans, linked parent to child across both HTTP hops.
+    // spans, linked parent to child across the HTTP hop. The task is covered by the worker
+    // process's lease, so the claim calls no lease-service; the completion does (below).
     let mut claim_trace = Vec::new();
     eventually(
         Duration::from_secs(15),
@@ -98,11 +99,9 @@ async fn one_trace_follows_a_claim_from_worker_to_task_service_to_lease_service(
             };
             let done = has("worker", &|s| s.kind == CLIENT)
                 && has("task-service", &|s| s.kind == SERVER)
-                && has("task-service", &|s| s.kind == CLIENT)
                 && has("task-service", &|s| s.name == "claim tasks")
                 && has("task-service", &db("SELECT"))
-                && has("lease-service", &|s| s.kind == SERVER)
-                && has("lease-service", &db("INSERT"));
+                && has("task-service", &db("UPDATE"));
             async move { done }
         },
     )
@@ -162,7 +161,49 @@ async fn one_trace_follows_a_claim_from_worker_to_task_service_to_lease_service(
     );
     assert!(claim.attributes.contains_key("task.fence"));
 
-    let lease_server = claim_trace
+    assert!(claim_trace.iter().any(|s| s.service == "task-service"
+        && s.attributes.get("db.operation.name").map(String::as_str) == Some("SELECT")));
+    assert!(
+        !claim_trace.iter().any(|s| s.service == "lease-service"),
+        "a claim covered by the process's lease calls lease-service"
+    );
+
+    // The completion is a trace of its own, tagged with the task and its final status, and it
+    // crosses both hops: task-service proves the process's lease with lease-service, reading.
+    let mut completion_trace = Vec::new();
+    eventually(Duration::from_secs(15), "the completion's spans", || {
+        let spans = receiver.spans();
+        completion_trace = spans
+            .iter()
+            .find(|s| {
+                s.service == "task-service"
+                    && s.name == "complete task"
+                    && s.attributes.get("task.id") == Some(&id)
+                    && s.attributes.get("task.status").map(String::as_str) == Some("succeeded")
+            })
+            .map(|completion| {
+                spans
+                    .iter()
+                    .filter(|s| s.trace_id == completion.trace_id)
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        let found = completion_trace.iter().any(|s| {
+            s.service == "lease-service"
+                && s.attributes.get("db.system.name").map(String::as_str) == Some("postgresql")
+        }) && completion_trace
+            .iter()
+            .any(|s| s.service == "lease-service" && s.kind == SERVER);
+        async move { found }
+    })
+    .await;
+    let by_id: HashMap<&str, &ReceivedSpan> = completion_trace
+        .iter()
+        .map(|s| (s.span_id.as_str(), s))
+        .collect();
+    let parent = |span: &ReceivedSpan| by_id.get(span.parent_span_id.as_str()).copied();
+    let lease_server = completion_trace
         .iter()
         .find(|s| s.service == "lease-service" && s.kind == SERVER)
         .expect("lease-service's server span");
@@ -171,8 +212,8 @@ async fn one_trace_follows_a_claim_from_worker_to_task_service_to_lease_service(
             .attributes
             .get("http.route")
             .map(String::as_str),
-        Some("/api/leases/batch"),
-        "a claim acquires its tasks' leases in one batch call"
+        Some("/api/leases/batch/check"),
+        "a completion proves the process's lease with one read"
     );
     let lease_caller =
         parent(lease_server).expect("lease-service's span has a parent in task-service");
@@ -180,7 +221,7 @@ async fn one_trace_follows_a_claim_from_worker_to_task_service_to_lease_service(
         (lease_caller.service.as_str(), lease_caller.kind),
         ("task-service", CLIENT)
     );
-    let database = claim_trace
+    let database = completion_trace
         .iter()
         .find(|s| {
             s.service == "lease-service"
@@ -192,22 +233,8 @@ async fn one_trace_follows_a_claim_from_worker_to_task_service_to_lease_service(
             .attributes
             .get("db.operation.name")
             .map(String::as_str),
-        Some("INSERT")
+        Some("SELECT")
     );
-    assert!(claim_trace.iter().any(|s| s.service == "task-service"
-        && s.attributes.get("db.operation.name").map(String::as_str) == Some("SELECT")));
-
-    // The completion is a trace of its own, tagged with the task and its final status.
-    eventually(Duration::from_secs(10), "the completion's spans", || {
-        let found = receiver.spans().iter().any(|s| {
-            s.service == "task-service"
-                && s.name == "complete task"
-                && s.attributes.get("task.id") == Some(&id)
-                && s.attributes.get("task.status").map(String::as_str) == Some("succeeded")
-        });
-        async move { found }
-    })
-    .await;
 
     // Logs: JSON lines inside a span carry its trace and span ids.
     let log = tasks.log_text();
@@ -279,13 +306,15 @@ async fn metrics_equal_the_workload_and_an_unreachable_collector_slows_nothing()
         ),
         50.0
     );
+    // The worker process's liveness lease covers every task it claims: one acquisition, and
+    // no lease taken or released per task.
     let lease_metrics = leases.metrics().await;
     assert_eq!(
         metric_sum(&lease_metrics, r#"lease_acquisitions_total{kind="new"}"#),
-        50.0 + 1.0,
-        "the tasks' leases and the worker's liveness lease"
+        1.0,
+        "the worker's liveness lease only"
     );
-    assert_eq!(metric_sum(&lease_metrics, "lease_releases_total"), 50.0);
+    assert_eq!(metric_sum(&lease_metrics, "lease_releases_total"), 0.0);
     let worker_metrics = worker.metrics().await;
     assert_eq!(
         metric_sum(&worker_metrics, "worker_tasks_claimed_total"),

@@ -54,6 +54,8 @@ pub(crate) struct LeaseState {
     /// a failed heartbeat is retried for at least another half TTL before the lease runs out.
     interval: Duration,
     reason: Mutex<Option<String>>,
+    /// The loss was task-service's answer (409), not this worker's own deadline.
+    refused: std::sync::atomic::AtomicBool,
     /// Cancelled when the lease is lost.
     pub(crate) lost: CancellationToken,
 }
@@ -66,6 +68,7 @@ impl LeaseState {
             deadline: LeaseDeadline::new(claim_sent, ttl, LeaseDeadline::default_margin(ttl)),
             interval: configured_interval.min(ttl / 2),
             reason: Mutex::new(None),
+            refused: std::sync::atomic::AtomicBool::new(false),
             lost: CancellationToken::new(),
         }
     }
@@ -105,6 +108,19 @@ impl LeaseState {
             }
         }
         self.lost.cancel();
+    }
+
+    /// Lost because task-service refused a heartbeat (the claim is no longer this worker's).
+    pub(crate) fn lose_refused(&self, reason: String) {
+        self.refused
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.lose(reason);
+    }
+
+    /// Whether task-service refused the claim, rather than this worker giving it up when no
+    /// heartbeat was confirmed in time.
+    pub(crate) fn was_refused(&self) -> bool {
+        self.refused.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub(crate) fn reason(&self) -> String {
@@ -188,7 +204,7 @@ pub(crate) async fn keep_alive(
             }
             Err(err) if err.is_loss() => {
                 ctx.metrics.heartbeats.with_label_values(&["refused"]).inc();
-                lease.lose(format!("heartbeat refused: {err}"));
+                lease.lose_refused(format!("heartbeat refused: {err}"));
                 return;
             }
             Err(err) => {

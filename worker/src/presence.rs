@@ -3,16 +3,18 @@
 //! version, queue, slots, busy slots and tasks done. Three missed beats and its lease lapses:
 //! operators see it as lost. On a clean stop it says so (`DELETE /api/workers/{id}`) and shows
 //! as stopped at once. A change of its busy slots brings the next beat forward (at most one a
-//! second), so the picture follows the work. A beat that fails only costs the picture: tasks
-//! never wait on it.
+//! second), so the picture follows the work. The same lease covers the tasks the process claims
+//! once a beat was answered (their claims name it): its tasks take no lease of their own, and
+//! if the lease lapses (the process paused past its TTL) they are lost to it together. A beat
+//! that fails only costs that: claims then take a lease per task, and tasks never wait on it.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use leasehold::api::Secret;
 use leasehold::task_client::{CallError, TaskClient};
-use leasehold::workers::{MAX_TTL_SECONDS, WorkerBeat, WorkerGone, WorkerInfo};
+use leasehold::workers::{ClaimantLease, MAX_TTL_SECONDS, WorkerBeat, WorkerGone, WorkerInfo};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Settings;
@@ -20,7 +22,7 @@ use crate::config::Settings;
 /// The longest between two beats, whatever the heartbeat interval: task-service refuses a
 /// liveness lease longer than [`MAX_TTL_SECONDS`].
 const MAX_BEAT_INTERVAL: Duration = Duration::from_secs(60);
-/// Beats a process may miss before it counts as lost.
+/// Beats a process may miss before it counts as lost (unless the task lease TTL is longer).
 const MISSED_BEATS: u32 = 3;
 
 /// The soonest a change of load brings the next beat forward to, after the last one.
@@ -31,6 +33,18 @@ const MIN_BEAT_SPACING: Duration = Duration::from_secs(1);
 pub(crate) struct Load {
     busy: AtomicU32,
     pub(crate) done: AtomicU64,
+    /// The fence of the liveness lease the last answered beat renewed or took (0: none known):
+    /// claims name it, so that the tasks they get are covered by it, not by a lease each.
+    lease_fence: AtomicI64,
+    /// The task lease TTL task-service claims with (`leaseTtlMs`, 0 until a claim answered):
+    /// the liveness lease, which covers the tasks, lasts at least as long, so that the process's
+    /// tasks are as safe from a few missed beats as a task under a lease of its own is from a
+    /// few missed heartbeats.
+    task_lease_ttl_ms: AtomicU64,
+    /// Set once the first beat was answered or failed: the claim loop waits for it, so that a
+    /// process's claims are covered by its lease from the first one, not by chance.
+    first_beat_over: AtomicBool,
+    first_beat: tokio::sync::Notify,
     /// Signalled when the busy slots change, so the picture follows within a second or so
     /// rather than a heartbeat interval.
     changed: tokio::sync::Notify,
@@ -39,6 +53,49 @@ pub(crate) struct Load {
 impl Load {
     fn busy(&self) -> u32 {
         self.busy.load(Ordering::Relaxed)
+    }
+
+    /// The process's liveness lease for a claim to name, once a beat was answered.
+    pub(crate) fn claimant_lease(&self, id: &str) -> Option<ClaimantLease> {
+        let fence = self.lease_fence.load(Ordering::Relaxed);
+        (fence > 0).then(|| ClaimantLease {
+            id: id.to_owned(),
+            fence,
+        })
+    }
+
+    /// Waits until the first beat was answered or failed.
+    pub(crate) async fn first_beat_over(&self) {
+        loop {
+            let notified = self.first_beat.notified();
+            if self.first_beat_over.load(Ordering::Acquire) {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    fn end_first_beat(&self) {
+        self.first_beat_over.store(true, Ordering::Release);
+        self.first_beat.notify_waiters();
+    }
+
+    /// Keeps the task lease TTL a claim answered with.
+    pub(crate) fn learn_task_lease_ttl(&self, ttl: Duration) {
+        let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        self.task_lease_ttl_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// The liveness lease's TTL in whole seconds: `missed` beats of `every`, and at least the
+    /// task lease TTL claims answered with, within what task-service grants.
+    fn lease_ttl_seconds(&self, every: Duration, missed: u32) -> i64 {
+        let task_ttl = Duration::from_millis(self.task_lease_ttl_ms.load(Ordering::Relaxed));
+        let ttl = (every * missed)
+            .max(task_ttl)
+            .min(Duration::from_secs(MAX_TTL_SECONDS.unsigned_abs()));
+        i64::try_from(ttl.as_secs_f64().ceil() as u64)
+            .unwrap_or(MAX_TTL_SECONDS)
+            .max(1)
     }
 
     pub(crate) fn set_busy(&self, busy: usize) {
@@ -58,8 +115,6 @@ pub(crate) async fn announce(
     stop: CancellationToken,
 ) {
     let every = settings.heartbeat_interval.min(MAX_BEAT_INTERVAL);
-    let ttl = (every * MISSED_BEATS).min(Duration::from_secs(MAX_TTL_SECONDS.unsigned_abs()));
-    let ttl_seconds = i64::try_from(ttl.as_secs().max(1)).unwrap_or(1);
     let host = leasehold::identity::host_name("unknown");
     let concurrency = u32::try_from(settings.concurrency).unwrap_or(u32::MAX);
     let id = settings.worker_id.as_str();
@@ -83,13 +138,15 @@ pub(crate) async fn announce(
                 busy: load.busy().min(concurrency),
                 done: load.done.load(Ordering::Relaxed),
             },
-            ttl_seconds,
+            ttl_seconds: load.lease_ttl_seconds(every, MISSED_BEATS),
             fence,
             secret: Some(secret.clone()),
         };
-        match client.worker_beat(id, &beat).await {
+        let answer = client.worker_beat(id, &beat).await;
+        match answer {
             Ok(lease) => {
                 fence = Some(lease.fence);
+                load.lease_fence.store(lease.fence, Ordering::Relaxed);
                 if let Some(given) = lease.secret {
                     secret = given;
                 }
@@ -102,13 +159,16 @@ pub(crate) async fn announce(
                 status: 404 | 405, ..
             }) => {
                 tracing::info!("task-service does not know worker processes; not announcing");
+                load.end_first_beat();
                 return;
             }
             Err(err) => {
                 tracing::warn!(error = %err, "worker beat refused; trying again at the next");
                 fence = None;
+                load.lease_fence.store(0, Ordering::Relaxed);
             }
         }
+        load.end_first_beat();
         let beaten = tokio::time::Instant::now();
         tokio::select! {
             () = stop.cancelled() => break,
@@ -121,6 +181,8 @@ pub(crate) async fn announce(
             }
         }
     }
+    // Claims from here on take a lease per task: this one is about to end.
+    load.lease_fence.store(0, Ordering::Relaxed);
     if let Some(fence) = fence {
         let gone = WorkerGone {
             instance,
@@ -130,5 +192,26 @@ pub(crate) async fn announce(
         if let Err(err) = client.worker_gone(id, &gone).await {
             tracing::debug!(error = %err, "could not say the worker stopped; its lease will lapse");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_liveness_lease_lasts_three_beats_and_at_least_a_task_lease() {
+        let load = Load::default();
+        let beat = Duration::from_millis(500);
+        // Three beats of half a second, rounded up.
+        assert_eq!(load.lease_ttl_seconds(beat, MISSED_BEATS), 2);
+        load.learn_task_lease_ttl(Duration::from_secs(30));
+        assert_eq!(load.lease_ttl_seconds(beat, MISSED_BEATS), 30);
+        assert_eq!(
+            load.lease_ttl_seconds(Duration::from_secs(60), MISSED_BEATS),
+            180
+        );
+        load.learn_task_lease_ttl(Duration::from_secs(3600));
+        assert_eq!(load.lease_ttl_seconds(beat, MISSED_BEATS), MAX_TTL_SECONDS);
     }
 }

@@ -148,6 +148,13 @@ async fn claim_loop<H: TaskHandler>(
     let mut idle = Backoff::new(settings.poll_min, settings.poll_max).waits();
     // Lowered if task-service refuses our batch size.
     let mut max_batch = MAX_CLAIM_BATCH;
+    // The first claim waits for the process's first beat (answered or failed), so that its
+    // tasks are covered by the process's lease whenever task-service grants one.
+    tokio::select! {
+        biased;
+        () = &mut shutdown => return,
+        () = ctx.load.first_beat_over() => {}
+    }
     loop {
         while let Some(joined) = running.try_join_next() {
             runner_ended(&ctx, joined);
@@ -167,11 +174,13 @@ async fn claim_loop<H: TaskHandler>(
         let batch = free.min(max_batch);
         let limit = (batch > 1).then(|| i64::try_from(batch).unwrap_or(1));
         let sent = Instant::now();
-        let mut claim = std::pin::pin!(ctx.client.claim_waiting(
+        let covered_by = ctx.load.claimant_lease(&settings.worker_id);
+        let mut claim = std::pin::pin!(ctx.client.claim_covered(
             &settings.worker_id,
             settings.queue.as_deref(),
             limit,
             settings.claim_wait,
+            covered_by.as_ref(),
         ));
         let mut stopping = false;
         // A claim already sent is finished even when shutdown comes meanwhile, and what it
@@ -200,6 +209,9 @@ async fn claim_loop<H: TaskHandler>(
                 idle.reset();
                 for task in tasks {
                     ctx.metrics.claimed.inc();
+                    if let Some(ttl) = task.lease_ttl() {
+                        ctx.load.learn_task_lease_ttl(ttl);
+                    }
                     // The lease was taken no earlier than the round that claimed the task, which
                     // began `waited` after task-service received the claim.
                     let leased_from = (sent + task.waited()).min(Instant::now());

@@ -95,6 +95,9 @@ pub(crate) async fn process<H: TaskHandler>(
                 reason = %lease.reason(),
                 "lost task {id}: work cancelled; it will not be completed by this worker"
             );
+            if !lease.was_refused() {
+                give_up(&ctx, id, fence, &lease.reason()).await;
+            }
         }
         Outcome::HandBack => hand_back_task(&ctx, id, fence, &lease).await,
         Outcome::Done(result) => {
@@ -116,6 +119,28 @@ pub(crate) async fn process<H: TaskHandler>(
                 }
             }
         }
+    }
+}
+
+/// Hands back a task this worker gave up because no heartbeat was confirmed in time, as a
+/// failure of the attempt, with one request. A task covered by the process's liveness lease is
+/// kept from every other worker while the process lives, so it would otherwise wait for the
+/// process to end; a task under a lease of its own gets it back sooner than its lease's expiry.
+/// If task-service cannot be reached, the process's beats fail too and its lease lapses; if the
+/// claim is no longer this worker's, the request is refused and changes nothing.
+async fn give_up(ctx: &Ctx, id: i64, fence: Option<i64>, reason: &str) {
+    let processor = ctx.settings.worker_id.as_str();
+    let message = truncate(
+        &format!("the worker gave the task up: {reason}"),
+        MAX_ERROR_CHARS,
+    );
+    match ctx
+        .client
+        .fail(id, processor, fence, &message, true, false)
+        .await
+    {
+        Ok(_) => tracing::info!(task_id = id, fence, "handed task {id} back as failed"),
+        Err(err) => tracing::debug!(task_id = id, error = %err, "could not hand task {id} back"),
     }
 }
 

@@ -14,7 +14,7 @@ use crate::tasks::{
     ClaimTasks, CompleteItem, CompleteTask, CompleteTasks, CompletedTasks, FailTask, Heartbeat,
     MAX_CLAIM_WAIT_MS, SnoozeTask, Task,
 };
-use crate::workers::{WorkerBeat, WorkerGone, WorkerLease};
+use crate::workers::{ClaimantLease, WorkerBeat, WorkerGone, WorkerLease};
 
 impl TaskClient {
     /// `POST /api/tasks/next`: the tasks claimed (none when nothing is due). Without `limit` the
@@ -39,12 +39,28 @@ impl TaskClient {
         limit: Option<i64>,
         wait: Duration,
     ) -> Result<Vec<Task>, CallError> {
+        self.claim_covered(processor, queue, limit, wait, None)
+            .await
+    }
+
+    /// [`TaskClient::claim_waiting`], with the tasks covered by the worker process's liveness
+    /// lease `worker` (the id it beats under and the fence of its last answered beat) rather
+    /// than by a lease each.
+    pub async fn claim_covered(
+        &self,
+        processor: &str,
+        queue: Option<&str>,
+        limit: Option<i64>,
+        wait: Duration,
+        worker: Option<&ClaimantLease>,
+    ) -> Result<Vec<Task>, CallError> {
         let wait = wait.min(Duration::from_millis(MAX_CLAIM_WAIT_MS));
         let body = ClaimTasks {
             processor: processor.to_owned(),
             queue: queue.map(str::to_owned),
             limit,
             wait_ms: (!wait.is_zero()).then(|| u64::try_from(wait.as_millis()).unwrap_or(0)),
+            worker: worker.cloned(),
         };
         let span = tracing::info_span!(
             parent: None,

@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 use diesel::QueryableByName;
-use diesel::sql_types::{Array, BigInt, Bool, Integer, Nullable, Text, Timestamptz};
+use diesel::sql_types::{Array, BigInt, Bool, Double, Integer, Nullable, Text, Timestamptz};
 use diesel_async::RunQueryDsl;
 use leasehold::api::Secret;
 use leasehold::server::db::Cache;
@@ -350,8 +350,10 @@ pub async fn lock_candidates(conn: &mut Db, ids: &[i64]) -> Result<Vec<TaskRow>>
     .await
 }
 
-/// One claim to record: the task, its processor, the fence and secret of its new lease, the
-/// lease's expiry.
+/// One claim to record: the task, its processor, and the lease that covers the claim: the
+/// task's own new lease (its fence, secret and expiry), or a shared one (a worker process's,
+/// named with its fence; the claim then records a hint of the expiry, [`mark_claimed`]'s
+/// `hint`, since lease-service was not asked).
 #[derive(Debug)]
 pub struct Claim<'a> {
     pub id: i64,
@@ -361,16 +363,25 @@ pub struct Claim<'a> {
     /// The task was never claimed before: its wait is a pickup, for the charts.
     pub first: bool,
     pub processor: &'a str,
+    /// The shared lease that covers the claim; none: the task's own.
+    pub lease_resource: Option<&'a str>,
     pub lease_fence: i64,
     pub lease_secret: Option<&'a Secret>,
-    pub lease_expiry: DateTime<Utc>,
+    /// The task's own lease's expiry; none for a shared lease.
+    pub lease_expiry: Option<DateTime<Utc>>,
     /// When the task is recorded to have started; none: the claim's `now()`.
     pub started_at: Option<DateTime<Utc>>,
 }
 
 /// Records claims, one statement for all: one more attempt each, and one more claim (the task's
-/// fence), owned by its processor under its lease (fence and secret) until the lease's expiry. Rows come back in no particular order.
-pub async fn mark_claimed(conn: &mut Db, claims: &[Claim<'_>]) -> Result<Vec<TaskRow>> {
+/// fence), owned by its processor under its lease until the lease's expiry (for a shared lease,
+/// `hint` from now: past it, a claim asks lease-service whether the lease still lives). Rows
+/// come back in no particular order.
+pub async fn mark_claimed(
+    conn: &mut Db,
+    claims: &[Claim<'_>],
+    hint: std::time::Duration,
+) -> Result<Vec<TaskRow>> {
     let span = leasehold::db_span!("UPDATE", "tasks");
     span.record("db.operation.batch.size", claims.len());
     async move {
@@ -381,7 +392,8 @@ pub async fn mark_claimed(conn: &mut Db, claims: &[Claim<'_>]) -> Result<Vec<Tas
             .iter()
             .map(|c| c.lease_secret.map(Secret::expose))
             .collect();
-        let expiries: Vec<DateTime<Utc>> = claims.iter().map(|c| c.lease_expiry).collect();
+        let expiries: Vec<Option<DateTime<Utc>>> = claims.iter().map(|c| c.lease_expiry).collect();
+        let resources: Vec<Option<&str>> = claims.iter().map(|c| c.lease_resource).collect();
         let starts: Vec<Option<DateTime<Utc>>> = claims.iter().map(|c| c.started_at).collect();
         let froms: Vec<&str> = claims.iter().map(|c| c.from.as_str()).collect();
         let firsts: Vec<bool> = claims.iter().map(|c| c.first).collect();
@@ -393,14 +405,16 @@ pub async fn mark_claimed(conn: &mut Db, claims: &[Claim<'_>]) -> Result<Vec<Tas
             "WITH moved AS (
              UPDATE tasks SET status = 'running', processor = c.claim_processor,
                     fence = coalesce(fence, 0) + 1, lease_fence = c.claim_fence,
-                    lease_secret = c.claim_secret,
+                    lease_secret = c.claim_secret, lease_resource = c.claim_resource,
                     attempts = attempts + 1, started_at = coalesce(c.claim_start, now()),
-                    last_heartbeat_at = now(), must_heartbeat_before = c.claim_expiry,
+                    last_heartbeat_at = now(),
+                    must_heartbeat_before = coalesce(c.claim_expiry,
+                                                     now() + make_interval(secs => $10)),
                     updated_at = now()
              FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::timestamptz[],
-                         $6::timestamptz[], $7::text[], $8::bool[])
+                         $6::timestamptz[], $7::text[], $8::bool[], $9::text[])
                   AS c(claim_id, claim_processor, claim_fence, claim_secret, claim_expiry,
-                       claim_start, claim_from, claim_first)
+                       claim_start, claim_from, claim_first, claim_resource)
              WHERE id = c.claim_id
              RETURNING {COLUMNS}, c.claim_from AS from_status,
                        greatest(now(), started_at) AS event_at, true AS charged,
@@ -416,10 +430,12 @@ pub async fn mark_claimed(conn: &mut Db, claims: &[Claim<'_>]) -> Result<Vec<Tas
         .bind::<Array<Text>, _>(&processors)
         .bind::<Array<BigInt>, _>(&fences)
         .bind::<Array<Nullable<Text>>, _>(&secrets)
-        .bind::<Array<Timestamptz>, _>(&expiries)
+        .bind::<Array<Nullable<Timestamptz>>, _>(&expiries)
         .bind::<Array<Nullable<Timestamptz>>, _>(&starts)
         .bind::<Array<Text>, _>(&froms)
         .bind::<Array<Bool>, _>(&firsts)
+        .bind::<Array<Nullable<Text>>, _>(&resources)
+        .bind::<Double, _>(hint.as_secs_f64())
         .load(conn)
         .await
     }

@@ -112,6 +112,10 @@ pub struct TaskRow {
     /// The fence of the lease of the current claim.
     #[diesel(sql_type = Nullable<BigInt>)]
     pub lease_fence: Option<i64>,
+    /// The lease that covers the current claim when it is shared (a worker process's
+    /// `worker:<id>`); none: the task's own lease.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub lease_resource: Option<String>,
     #[diesel(sql_type = Nullable<Text>)]
     pub concurrency_key: Option<String>,
 }
@@ -147,7 +151,7 @@ fn before(which: &str) -> String {
 }
 
 /// The history of the transition the CTE `moved` made: one `task_events` row per group of its
-/// rows that moved alike (moment, queue, from and to status, processor), naming the group's
+/// rows that moved alike (moment, queue, from and to status, processor, covering lease), naming the group's
 /// tasks with their fences, attempts and lease fences, for the rows `only` (a condition on them) keeps. The
 /// statement that makes a transition writes it as one more CTE, so history costs a row per
 /// group, not a trigger call per task, and nothing else (a heartbeat) pays for it. `moved`
@@ -156,14 +160,15 @@ fn history(only: &str) -> String {
     format!(
         "history AS (
              INSERT INTO task_events (at, queue, from_status, to_status, processor, charged,
-                                      task_ids, fences, attempts, lease_fences, pickup_ms)
-             SELECT event_at, queue, from_status, status, processor, charged,
+                                      lease_resource, task_ids, fences, attempts, lease_fences,
+                                      pickup_ms)
+             SELECT event_at, queue, from_status, status, processor, charged, lease_resource,
                     array_agg(id ORDER BY id), array_agg(fence ORDER BY id),
                     array_agg(attempts ORDER BY id), array_agg(lease_fence ORDER BY id),
                     CASE WHEN bool_or(pickup_ms IS NOT NULL)
                          THEN array_agg(pickup_ms ORDER BY id) END
              FROM moved WHERE {only}
-             GROUP BY event_at, queue, from_status, status, processor, charged
+             GROUP BY event_at, queue, from_status, status, processor, charged, lease_resource
          )"
     )
 }
@@ -171,4 +176,4 @@ fn history(only: &str) -> String {
 const COLUMNS: &str = "id, task_data, queue, priority, status, scheduled_at, processor, fence, \
     attempts, max_attempts, last_heartbeat_at, must_heartbeat_before, started_at, processed_at, \
     task_output, last_error, cancel_requested, idempotency_key, created_at, updated_at, \
-    lease_secret, concurrency_key, lease_fence";
+    lease_secret, concurrency_key, lease_fence, lease_resource";

@@ -12,16 +12,18 @@ use leasehold::api::Lease;
 use leasehold::server::ApiError;
 use leasehold::tasks::{MAX_CLAIM, TaskStatus};
 
-use super::Engine;
 use super::limits::Limits;
 use super::refusal::credentials_refused;
+use super::{Engine, cover};
 use crate::repo::{self, Db, TaskRow};
 
-/// One claim request's part in a claim group: who claims, and at most how many tasks.
+/// One claim request's part in a claim group: who claims, at most how many tasks, and the
+/// worker process's lease that is to cover them (resource and fence), if it named one.
 #[derive(Debug, Clone)]
 pub struct Want {
     pub processor: String,
     pub limit: i64,
+    pub lease: Option<(String, i64)>,
 }
 
 /// How many waiting claims, from the front, go in one group: their limits add up to at most
@@ -165,9 +167,11 @@ pub async fn claim_group(
             .dead
             .with_label_values(&[row.queue.as_str(), "attempts_exhausted"])
             .inc();
-        engine
-            .release_after_commit(row.id, holder, lease.proof())
-            .await;
+        if let Some(lease) = lease {
+            engine
+                .release_after_commit(row.id, holder, lease.proof())
+                .await;
+        }
     }
     end_cancelled(engine, &cancelled).await;
     Ok(claimed)
@@ -187,9 +191,7 @@ pub async fn end_cancelled(engine: &Engine, cancelled: &[TaskRow]) {
             "task cancelled: its worker stopped heartbeating after the cancellation was asked for"
         );
         if let Some(processor) = row.processor.as_deref() {
-            engine
-                .release_after_commit(row.id, processor, row.lease_proof())
-                .await;
+            engine.release_own_after_commit(row, processor).await;
         }
     }
 }
@@ -200,8 +202,9 @@ struct Round<'w> {
     claimed: Vec<Vec<TaskRow>>,
     /// Tasks each request has claimed.
     taken: Vec<i64>,
-    /// Tasks marked dead, with their holder and the lease to release after commit.
-    exhausted: Vec<(TaskRow, String, Lease)>,
+    /// Tasks marked dead, with their holder and the lease of their own to release after
+    /// commit (none when a shared lease covered the proof).
+    exhausted: Vec<(TaskRow, String, Option<Lease>)>,
     /// Lapsed tasks whose cancellation was asked for, ended as cancelled.
     cancelled: Vec<TaskRow>,
     unavailable: Option<String>,
@@ -226,8 +229,16 @@ impl<'w> Round<'w> {
         self.taken.iter().sum()
     }
 
-    /// Hands each candidate, in order, to the first request with room left, asks lease-service
-    /// for every candidate's lease at once, and records the answers.
+    /// Hands each candidate, in order, to the first request with room left, makes sure the claim
+    /// it replaces is over, covers each by a lease and records the claims.
+    ///
+    /// A request that names its worker process's lease has its tasks covered by that lease: no
+    /// lease is taken for them. Any other request takes a lease of each task's own, all in one
+    /// lease-service call. A lapsed task (running, its lease's recorded expiry passed) is handed
+    /// out only once lease-service says its last claim's lease is over: its own lease is taken
+    /// (as a request without a shared lease does anyway), or the lease is checked (when it was a
+    /// shared lease, or the new claim needs no lease of the task's own). A lease that still
+    /// keeps others off postpones the task to when it may be taken over.
     async fn grant(
         &mut self,
         conn: &mut Db,
@@ -245,12 +256,11 @@ impl<'w> Round<'w> {
             .zip(&self.taken)
             .map(|(want, taken)| want.limit - taken)
             .collect();
-        let mut owners: Vec<usize> = Vec::with_capacity(candidates.len());
-        let mut kept: Vec<TaskRow> = Vec::with_capacity(candidates.len());
+        let mut owned: Vec<(TaskRow, usize)> = Vec::with_capacity(candidates.len());
         for task in candidates {
             let owner = if exhausted(&task) {
-                // Its lease is taken only to prove that its last attempt is over, then it is
-                // marked dead: no request's room is spent on it.
+                // Its last claim is only proven over, then it is marked dead: no request's room
+                // is spent on it.
                 room.iter().position(|left| *left > 0).unwrap_or(0)
             } else {
                 let Some(owner) = room.iter().position(|left| *left > 0) else {
@@ -259,18 +269,156 @@ impl<'w> Round<'w> {
                 room[owner] -= 1;
                 owner
             };
-            owners.push(owner);
-            kept.push(task);
+            owned.push((task, owner));
         }
-        let candidates = kept;
-        if candidates.is_empty() {
+        let owned = self.prove_lapsed_over(conn, engine, owned).await?;
+        let (shared, own): (Vec<_>, Vec<_>) = owned
+            .into_iter()
+            .partition(|(_, owner)| self.wants[*owner].lease.is_some());
+        let mut to_claim = self
+            .take_own_leases(conn, engine, own, limits, granted)
+            .await?;
+        for (task, owner) in shared {
+            let holder = &self.wants[owner].processor;
+            if exhausted(&task) {
+                let row = mark_exhausted(conn, &task).await?;
+                self.exhausted.push((row, holder.clone(), None));
+                continue;
+            }
+            let Some((resource, fence)) = self.wants[owner].lease.clone() else {
+                continue;
+            };
+            self.taken[owner] += 1;
+            to_claim.push(ToClaim {
+                owner,
+                task: (task.id, task.status, task.fence.is_none()),
+                cover: Cover::Shared { resource, fence },
+                started_at: limits.started_at(&task),
+            });
+        }
+        if to_claim.is_empty() {
             return Ok(());
         }
-        // One call and one commit in lease-service for the whole group.
-        let resources: Vec<String> = candidates.iter().map(|t| engine.resource(t.id)).collect();
-        let holders: Vec<String> = owners
+        let claims: Vec<repo::Claim<'_>> = to_claim
             .iter()
-            .map(|owner| self.wants[*owner].processor.clone())
+            .map(|claim| {
+                let (id, from, first) = claim.task;
+                let (lease_resource, lease_fence, lease_secret, lease_expiry) = match &claim.cover {
+                    Cover::Own(lease) => (
+                        None,
+                        lease.fence,
+                        lease.secret.as_ref(),
+                        Some(lease.expires_at),
+                    ),
+                    Cover::Shared { resource, fence } => {
+                        (Some(resource.as_str()), *fence, None, None)
+                    }
+                };
+                repo::Claim {
+                    id,
+                    from,
+                    first,
+                    processor: &self.wants[claim.owner].processor,
+                    lease_resource,
+                    lease_fence,
+                    lease_secret,
+                    lease_expiry,
+                    started_at: claim.started_at,
+                }
+            })
+            .collect();
+        let mut rows: std::collections::HashMap<i64, TaskRow> =
+            repo::mark_claimed(conn, &claims, engine.lease_ttl)
+                .await?
+                .into_iter()
+                .map(|row| (row.id, row))
+                .collect();
+        // Each request's tasks in the order the candidates came: priority, then schedule.
+        for claim in &to_claim {
+            if let Some(row) = rows.remove(&claim.task.0) {
+                self.claimed[claim.owner].push(row);
+            }
+        }
+        Ok(())
+    }
+
+    /// Keeps the candidates whose last claim is over, of those no acquisition of the task's own
+    /// lease will prove so: lapsed tasks whose last claim was covered by a shared lease, or that
+    /// go to a request with a shared lease. Their leases are checked in one call; one that still
+    /// keeps others off postpones its task. If lease-service cannot answer, they wait for the
+    /// next claim.
+    async fn prove_lapsed_over(
+        &mut self,
+        conn: &mut Db,
+        engine: &Engine,
+        owned: Vec<(TaskRow, usize)>,
+    ) -> Result<Vec<(TaskRow, usize)>, ApiError> {
+        let needs_check = |task: &TaskRow, owner: usize| {
+            task.status == TaskStatus::Running
+                && (cover::shared(task).is_some() || self.wants[owner].lease.is_some())
+        };
+        let last_lease = |task: &TaskRow| match cover::shared(task) {
+            Some((resource, fence)) => (resource.to_owned(), fence),
+            None => (engine.resource(task.id), task.lease_fence.unwrap_or(0)),
+        };
+        let leases: Vec<(String, i64)> = owned
+            .iter()
+            .filter(|(task, owner)| needs_check(task, *owner))
+            .map(|(task, _)| last_lease(task))
+            .collect();
+        if leases.is_empty() {
+            return Ok(owned);
+        }
+        let asked: Vec<(&str, i64)> = leases.iter().map(|(r, f)| (r.as_str(), *f)).collect();
+        let checks = match cover::check(engine, &asked).await {
+            Ok(checks) => checks,
+            Err(err) => {
+                self.lease_call_failed(engine, err);
+                return Ok(owned
+                    .into_iter()
+                    .filter(|(task, owner)| !needs_check(task, *owner))
+                    .collect());
+            }
+        };
+        let mut checks = checks.into_iter();
+        let mut over = Vec::with_capacity(owned.len());
+        for (task, owner) in owned {
+            if !needs_check(&task, owner) {
+                over.push((task, owner));
+                continue;
+            }
+            let Some(check) = checks.next() else { continue };
+            if check.standing.keeps_others_off() {
+                if let Some(until) = check.takeover_at {
+                    repo::postpone_lapse(conn, task.id, until).await?;
+                }
+                continue;
+            }
+            over.push((task, owner));
+        }
+        Ok(over)
+    }
+
+    /// Takes a lease of each task's own for the candidates of requests without a shared lease,
+    /// in one lease-service call, and says which to claim under which lease; marks dead the
+    /// exhausted whose last attempt the acquisition proved over.
+    async fn take_own_leases(
+        &mut self,
+        conn: &mut Db,
+        engine: &Engine,
+        own: Vec<(TaskRow, usize)>,
+        limits: &Limits,
+        granted: &std::sync::Mutex<Vec<(i64, String, Lease)>>,
+    ) -> Result<Vec<ToClaim>, ApiError> {
+        let mut to_claim = Vec::new();
+        if own.is_empty() {
+            return Ok(to_claim);
+        }
+        // One call and one commit in lease-service for the whole group.
+        let resources: Vec<String> = own.iter().map(|(t, _)| engine.resource(t.id)).collect();
+        let holders: Vec<String> = own
+            .iter()
+            .map(|(_, owner)| self.wants[*owner].processor.clone())
             .collect();
         let mut answer = match engine
             .leases
@@ -281,37 +429,12 @@ impl<'w> Round<'w> {
                 engine.lease_ttl_verdict.accept();
                 answer
             }
-            Err(LeaseError::Rejected { code, error, .. }) if code == "invalid_ttl" => {
-                self.misconfigured =
-                    Some(engine.lease_ttl_verdict.reject(engine.lease_ttl, &error));
-                return Ok(());
-            }
-            Err(LeaseError::Unavailable(reason)) => {
-                self.unavailable = Some(reason);
-                return Ok(());
-            }
-            Err(
-                err @ LeaseError::Rejected {
-                    status: 401 | 403, ..
-                },
-            ) => {
-                self.unavailable = Some(credentials_refused(&err));
-                return Ok(());
-            }
-            Err(other) => {
-                tracing::warn!(error = %other, "lease-service refused a batch of task leases");
-                return Ok(());
+            Err(err) => {
+                self.lease_call_failed(engine, err);
+                return Ok(to_claim);
             }
         };
-        // Each claim's request, its task (id, status, never claimed), lease and start.
-        #[allow(clippy::type_complexity)]
-        let mut to_claim: Vec<(
-            usize,
-            (i64, TaskStatus, bool),
-            Lease,
-            Option<chrono::DateTime<chrono::Utc>>,
-        )> = Vec::new();
-        for ((task, resource), owner) in candidates.into_iter().zip(resources).zip(owners) {
+        for ((task, owner), resource) in own.into_iter().zip(resources) {
             let take = |leases: &mut Vec<Lease>| {
                 let at = leases.iter().position(|l| l.resource == resource)?;
                 Some(leases.swap_remove(at))
@@ -338,55 +461,64 @@ impl<'w> Round<'w> {
                 .unwrap_or_else(PoisonError::into_inner)
                 .push((task.id, holder.clone(), lease.clone()));
             if exhausted(&task) {
-                let reason = format!(
-                    "attempts exhausted: the lease of attempt {} of {} ran out (processor {:?} stopped heartbeating)",
-                    task.attempts,
-                    task.max_attempts,
-                    task.processor.as_deref().unwrap_or("?")
-                );
-                let row = repo::mark_final(conn, task.id, TaskStatus::Dead, Some(&reason)).await?;
-                self.exhausted.push((row, holder.clone(), lease));
+                let row = mark_exhausted(conn, &task).await?;
+                self.exhausted.push((row, holder.clone(), Some(lease)));
             } else {
                 self.taken[owner] += 1;
-                to_claim.push((
+                to_claim.push(ToClaim {
                     owner,
-                    (task.id, task.status, task.fence.is_none()),
-                    lease,
-                    limits.started_at(&task),
-                ));
+                    task: (task.id, task.status, task.fence.is_none()),
+                    cover: Cover::Own(lease),
+                    started_at: limits.started_at(&task),
+                });
             }
         }
-        if !to_claim.is_empty() {
-            let claims: Vec<repo::Claim<'_>> = to_claim
-                .iter()
-                .map(
-                    |(owner, (id, from, first), lease, started_at)| repo::Claim {
-                        id: *id,
-                        from: *from,
-                        first: *first,
-                        processor: &self.wants[*owner].processor,
-                        lease_fence: lease.fence,
-                        lease_secret: lease.secret.as_ref(),
-                        lease_expiry: lease.expires_at,
-                        started_at: *started_at,
-                    },
-                )
-                .collect();
-            let mut rows: std::collections::HashMap<i64, TaskRow> =
-                repo::mark_claimed(conn, &claims)
-                    .await?
-                    .into_iter()
-                    .map(|row| (row.id, row))
-                    .collect();
-            // Each request's tasks in the order the candidates came: priority, then schedule.
-            for (owner, (id, _, _), _, _) in &to_claim {
-                if let Some(row) = rows.remove(id) {
-                    self.claimed[*owner].push(row);
-                }
-            }
-        }
-        Ok(())
+        Ok(to_claim)
     }
+
+    /// Records why a lease-service call of this round failed: no claim of it succeeds then.
+    fn lease_call_failed(&mut self, engine: &Engine, err: LeaseError) {
+        match err {
+            LeaseError::Rejected { code, error, .. } if code == "invalid_ttl" => {
+                self.misconfigured =
+                    Some(engine.lease_ttl_verdict.reject(engine.lease_ttl, &error));
+            }
+            LeaseError::Unavailable(reason) => self.unavailable = Some(reason),
+            err @ LeaseError::Rejected {
+                status: 401 | 403, ..
+            } => self.unavailable = Some(credentials_refused(&err)),
+            other => {
+                tracing::warn!(error = %other, "lease-service refused a claim's lease call");
+            }
+        }
+    }
+}
+
+/// The lease a claim is recorded under.
+enum Cover {
+    /// A lease of the task's own, just acquired.
+    Own(Lease),
+    /// The claiming worker process's lease, as its request named it.
+    Shared { resource: String, fence: i64 },
+}
+
+/// One claim to record: its request, its task (id, status, never claimed), its lease and start.
+struct ToClaim {
+    owner: usize,
+    task: (i64, TaskStatus, bool),
+    cover: Cover,
+    started_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// Marks dead a task whose last attempt's lease ran out: it is never handed out again.
+async fn mark_exhausted(conn: &mut Db, task: &TaskRow) -> Result<TaskRow, ApiError> {
+    let reason = format!(
+        "attempts exhausted: the lease of attempt {} of {} ran out (processor {:?} stopped heartbeating)",
+        task.attempts,
+        task.max_attempts,
+        task.processor.as_deref().unwrap_or("?")
+    );
+    Ok(repo::mark_final(conn, task.id, TaskStatus::Dead, Some(&reason)).await?)
 }
 
 /// A task that has used all its attempts: it is never handed out again.
@@ -417,6 +549,7 @@ mod tests {
             .map(|&limit| Want {
                 processor: "w".to_owned(),
                 limit,
+                lease: None,
             })
             .collect()
     }

@@ -1,10 +1,12 @@
 //! Completing tasks (`PUT /api/tasks/{id}/complete` and the batch `PUT /api/tasks/complete`).
-//! Releasing the task's lease is the final proof of ownership, so a completion costs a
-//! lease-service call made while the row is locked; single completions are gathered into groups
+//! Releasing the task's own lease (or checking the worker process's lease that covers it) is the
+//! final proof of ownership, so a completion costs a lease-service call made while the row is
+//! locked; single completions are gathered into groups
 //! ([`CompletionGroups`]) that share one transaction and one batch release, and a batch request
 //! is one such group. Each completion is still judged exactly as it would be alone.
 
 use diesel_async::AsyncConnection;
+use leasehold::LeaseError;
 use leasehold::api::Proof;
 use leasehold::server::{ApiError, check_batch_size, first_duplicate, validate_name};
 use leasehold::tasks::{
@@ -15,7 +17,7 @@ use tracing::field::Empty;
 use super::refusal::{lease_refusal, task_not_found};
 use super::transition::{check_owner, finish};
 use super::validate::check_size;
-use super::{CompletionGroups, Engine, Transition};
+use super::{CompletionGroups, Engine, Transition, cover};
 use crate::repo::{self, Db, TaskRow};
 
 /// One completion in a group: who completes which task, with what output.
@@ -190,53 +192,31 @@ pub async fn complete_group(
             if releasing.is_empty() {
                 return Ok(outcomes);
             }
-            let leases: Vec<(String, String, Proof<'_>)> = releasing
-                .iter()
-                .map(|(index, task)| {
-                    (
-                        engine.resource(task.id),
-                        completions[*index].processor.clone(),
-                        task.lease_proof(),
-                    )
-                })
-                .collect();
-            match engine.leases.release_many(&leases).await {
-                Err(err) => {
-                    let refusal = lease_refusal(engine, "complete", err);
-                    for (index, _) in &releasing {
-                        outcomes[*index] = Some(Err(refusal.clone()));
-                    }
+            let proofs = prove_ends(engine, completions, &releasing).await;
+            let mut succeeded: Vec<(usize, i64)> = Vec::new();
+            for ((index, task), proof) in releasing.iter().zip(proofs) {
+                match proof {
+                    Ok(()) => succeeded.push((*index, task.id)),
+                    Err(err) => outcomes[*index] = Some(Err(err)),
                 }
-                Ok(answers) => {
-                    let mut succeeded: Vec<(usize, i64)> = Vec::new();
-                    for ((index, task), answer) in releasing.iter().zip(answers) {
-                        match answer {
-                            Err(err) => {
-                                outcomes[*index] =
-                                    Some(Err(lease_refusal(engine, "complete", err)));
-                            }
-                            Ok(_) => succeeded.push((*index, task.id)),
-                        }
-                    }
-                    let done: Vec<(i64, &serde_json::Value)> = succeeded
-                        .iter()
-                        .map(|(index, id)| (*id, &completions[*index].item.task_output))
-                        .collect();
-                    let rows = if done.is_empty() {
-                        Vec::new()
-                    } else {
-                        repo::mark_succeeded_many(conn, &done).await?
-                    };
-                    for (row, took) in rows {
-                        engine
-                            .metrics
-                            .claim_to_complete
-                            .with_label_values(&[row.queue.as_str()])
-                            .observe(took);
-                        if let Some((index, _)) = succeeded.iter().find(|(_, id)| *id == row.id) {
-                            outcomes[*index] = Some(Ok(Transition::Done(row)));
-                        }
-                    }
+            }
+            let done: Vec<(i64, &serde_json::Value)> = succeeded
+                .iter()
+                .map(|(index, id)| (*id, &completions[*index].item.task_output))
+                .collect();
+            let rows = if done.is_empty() {
+                Vec::new()
+            } else {
+                repo::mark_succeeded_many(conn, &done).await?
+            };
+            for (row, took) in rows {
+                engine
+                    .metrics
+                    .claim_to_complete
+                    .with_label_values(&[row.queue.as_str()])
+                    .observe(took);
+                if let Some((index, _)) = succeeded.iter().find(|(_, id)| *id == row.id) {
+                    outcomes[*index] = Some(Ok(Transition::Done(row)));
                 }
             }
             Ok(outcomes)
@@ -254,6 +234,72 @@ pub async fn complete_group(
             })
         })
         .collect())
+}
+
+/// The final proof of ownership of each task a group completes, in order: the tasks under a
+/// lease of their own release it (one batch), those under a shared lease (their worker
+/// process's) have it checked (one read for every such task), both while the rows are locked.
+/// Each failed proof is the refusal its completion answers with.
+async fn prove_ends(
+    engine: &Engine,
+    completions: &[Completion],
+    releasing: &[(usize, TaskRow)],
+) -> Vec<Result<(), ApiError>> {
+    let refused = |err| lease_refusal(engine, "complete", err);
+    let mut proofs: Vec<Option<Result<(), ApiError>>> = releasing.iter().map(|_| None).collect();
+    let (shared, own): (Vec<usize>, Vec<usize>) =
+        (0..releasing.len()).partition(|at| cover::shared(&releasing[*at].1).is_some());
+    if !own.is_empty() {
+        let leases: Vec<(String, String, Proof<'_>)> = own
+            .iter()
+            .map(|at| {
+                let (index, task) = &releasing[*at];
+                (
+                    engine.resource(task.id),
+                    completions[*index].processor.clone(),
+                    task.lease_proof(),
+                )
+            })
+            .collect();
+        match engine.leases.release_many(&leases).await {
+            Ok(answers) => {
+                for (at, answer) in own.iter().zip(answers) {
+                    proofs[*at] = Some(answer.map(drop).map_err(refused));
+                }
+            }
+            Err(err) => {
+                let refusal = refused(err);
+                for at in &own {
+                    proofs[*at] = Some(Err(refusal.clone()));
+                }
+            }
+        }
+    }
+    if !shared.is_empty() {
+        let leases: Vec<(&str, i64)> = shared
+            .iter()
+            .filter_map(|at| cover::shared(&releasing[*at].1))
+            .collect();
+        match cover::check(engine, &leases).await {
+            Ok(checks) => {
+                for (at, check) in shared.iter().zip(checks) {
+                    proofs[*at] = Some(cover::verdict(&check).map_err(refused));
+                }
+            }
+            Err(err) => {
+                let refusal = refused(err);
+                for at in &shared {
+                    proofs[*at] = Some(Err(refusal.clone()));
+                }
+            }
+        }
+    }
+    proofs
+        .into_iter()
+        .map(|proof| {
+            proof.unwrap_or_else(|| Err(refused(LeaseError::Unavailable("not proven".to_owned()))))
+        })
+        .collect()
 }
 
 #[cfg(test)]

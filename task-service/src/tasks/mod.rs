@@ -19,6 +19,8 @@
 //! * `claim`: claim requests, gathered by queue into one transaction and one lease batch;
 //! * `limits`: the queues' concurrency limits, judged in the claim's transaction;
 //! * `complete`: completions, single or batched, judged in groups;
+//! * `cover`: the lease that covers a claim (the task's own, or its worker process's), and its
+//!   check;
 //! * `groups`: how claims and completions are gathered into groups (built once, the same way);
 //! * `transition`: heartbeat, fail, retry and cancel, and the ownership check they share;
 //! * `read`: one task, its history, listings, counts, gauges and the dashboard's overview;
@@ -32,6 +34,7 @@
 mod bulk;
 mod claim;
 mod complete;
+mod cover;
 mod create;
 pub mod create_many;
 mod groups;
@@ -108,6 +111,16 @@ impl Engine {
     /// is locked (releases after commit, the generator's lease, the sweeper's singleton).
     pub fn leases_retrying(&self) -> LeaseClient {
         self.leases.clone().with_retry(RetryPolicy::default())
+    }
+
+    /// Releases the task's own lease after the transaction that ended it committed (a shared
+    /// lease, its worker process's, is the process's to end). A failure only means the lease
+    /// runs out by itself.
+    async fn release_own_after_commit(&self, row: &TaskRow, processor: &str) {
+        if cover::shared(row).is_none() {
+            self.release_after_commit(row.id, processor, row.lease_proof())
+                .await;
+        }
     }
 
     /// Releases a lease after the transaction that ended its task committed. A failure only
@@ -222,6 +235,7 @@ mod fixtures {
             lease_secret: None,
             concurrency_key: None,
             lease_fence: fence,
+            lease_resource: None,
         }
     }
 }

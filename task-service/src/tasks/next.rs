@@ -40,9 +40,24 @@ pub fn want(request: &ClaimTasks) -> Result<(Want, Duration), ApiError> {
             format!("wait_ms must be at most {MAX_CLAIM_WAIT_MS}, got {wait_ms}"),
         ));
     }
+    let lease = match &request.worker {
+        None => None,
+        Some(worker) => {
+            crate::workers::check_id(&worker.id)?;
+            if worker.fence < 1 {
+                return Err(ApiError::invalid(
+                    "invalid_fence",
+                    "worker.fence",
+                    format!("a lease's fence is at least 1, got {}", worker.fence),
+                ));
+            }
+            Some((leasehold::workers::resource(&worker.id), worker.fence))
+        }
+    };
     let want = Want {
         processor: request.processor.clone(),
         limit,
+        lease,
     };
     Ok((want, Duration::from_millis(wait_ms)))
 }
@@ -125,6 +140,7 @@ mod tests {
             queue: None,
             limit,
             wait_ms,
+            worker: None,
         }
     }
 

@@ -8,13 +8,14 @@
 use std::time::Duration;
 
 use diesel_async::AsyncConnection;
+use leasehold::LeaseError;
 use leasehold::server::{ApiError, validate_name};
 use leasehold::tasks::{FailTask, Heartbeat, MAX_SNOOZE_SECONDS, SnoozeTask, Task, TaskStatus};
 use tracing::field::Empty;
 
 use super::refusal::{finished, lease_refusal};
 use super::validate::MAX_ERROR_BYTES;
-use super::{Engine, Transition, locked, to_api};
+use super::{Engine, Transition, cover, locked, to_api};
 use crate::repo::{self, Db, TaskRow};
 
 /// Locks the task for a transition by its worker: refused unless `processor` (with `fence`)
@@ -57,21 +58,80 @@ pub async fn heartbeat(
                 Ok(task) => task,
                 Err(cancelled) => return Ok((cancelled, None)),
             };
-            let lease = engine
-                .leases
-                .renew(&engine.resource(id), processor, task.lease_proof(), None)
-                .await
-                .map_err(|err| lease_refusal(engine, "heartbeat", err))?;
-            let row = repo::record_heartbeat(conn, id, lease.expires_at).await?;
-            Ok((Transition::Done(row), Some(lease.ttl_seconds)))
+            let (expiry, ttl) = keep_alive(engine, &task, processor).await?;
+            let row = repo::record_heartbeat(conn, id, expiry).await?;
+            Ok((Transition::Done(row), Some(ttl)))
         })
         .await?;
     let task = finish(engine, outcome, processor).await?;
-    // The renewed lease keeps its own TTL: the answer says which, for the worker's deadline.
-    Ok(match ttl.and_then(|seconds| u64::try_from(seconds).ok()) {
-        Some(seconds) => task.with_lease_ttl(Duration::from_secs(seconds)),
+    // The answer says how long the lease lasts from here, for the worker's deadline.
+    Ok(match ttl {
+        Some(ttl) => task.with_lease_ttl(ttl),
         None => task,
     })
+}
+
+/// A heartbeat's proof that the claim's lease lives, and until when (the database's clock) no
+/// one else may take the task, with how long the worker's lease lasts from now: the task's own
+/// lease is renewed; a shared one (its worker process's, which the process's own beats renew)
+/// is checked.
+async fn keep_alive(
+    engine: &Engine,
+    task: &TaskRow,
+    processor: &str,
+) -> Result<(chrono::DateTime<chrono::Utc>, Duration), ApiError> {
+    let refused = |err| lease_refusal(engine, "heartbeat", err);
+    let Some(lease) = cover::shared(task) else {
+        let lease = engine
+            .leases
+            .renew(
+                &engine.resource(task.id),
+                processor,
+                task.lease_proof(),
+                None,
+            )
+            .await
+            .map_err(refused)?;
+        let ttl = Duration::from_secs(u64::try_from(lease.ttl_seconds).unwrap_or(0));
+        return Ok((lease.expires_at, ttl));
+    };
+    let checks = cover::check(engine, &[lease]).await.map_err(refused)?;
+    let Some(check) = checks.first() else {
+        return Err(refused(LeaseError::Unavailable("no answer".to_owned())));
+    };
+    cover::verdict(check).map_err(refused)?;
+    let until = check
+        .takeover_at
+        .or(check.expires_at)
+        .ok_or_else(|| ApiError::Internal(format!("a held lease without an expiry: {check:?}")))?;
+    let left = Duration::from_millis(u64::try_from(check.expires_in_ms.unwrap_or(0)).unwrap_or(0));
+    Ok((until, left))
+}
+
+/// The proof at the end of a worker's work on the task (a failure, a snooze): the task's own
+/// lease is released (only its current holder can); a shared one is checked.
+async fn prove_end(
+    engine: &Engine,
+    task: &TaskRow,
+    processor: &str,
+    operation: &str,
+) -> Result<(), ApiError> {
+    let refused = |err| lease_refusal(engine, operation, err);
+    match cover::shared(task) {
+        None => engine
+            .leases
+            .release(&engine.resource(task.id), processor, task.lease_proof())
+            .await
+            .map(drop)
+            .map_err(refused),
+        Some(lease) => {
+            let checks = cover::check(engine, &[lease]).await.map_err(refused)?;
+            match checks.first() {
+                Some(check) => cover::verdict(check).map_err(refused),
+                None => Err(refused(LeaseError::Unavailable("no answer".to_owned()))),
+            }
+        }
+    }
 }
 
 #[tracing::instrument(name = "fail task", skip_all, fields(
@@ -102,11 +162,7 @@ pub async fn fail(
                 Ok(task) => task,
                 Err(cancelled) => return Ok(cancelled),
             };
-            engine
-                .leases
-                .release(&engine.resource(id), processor, task.lease_proof())
-                .await
-                .map_err(|err| lease_refusal(engine, "fail", err))?;
+            prove_end(engine, &task, processor, "fail").await?;
             let queue = task.queue.as_str();
             let row = if request.requeue {
                 engine
@@ -190,11 +246,7 @@ pub async fn snooze(
                 Ok(task) => task,
                 Err(cancelled) => return Ok(cancelled),
             };
-            engine
-                .leases
-                .release(&engine.resource(id), processor, task.lease_proof())
-                .await
-                .map_err(|err| lease_refusal(engine, "snooze", err))?;
+            prove_end(engine, &task, processor, "snooze").await?;
             Ok(Transition::Done(
                 repo::mark_retry(conn, id, None, request.seconds, true).await?,
             ))
@@ -286,9 +338,7 @@ pub(super) async fn finish(
                 .cancelled
                 .with_label_values(&[row.queue.as_str()])
                 .inc();
-            engine
-                .release_after_commit(row.id, processor, row.lease_proof())
-                .await;
+            engine.release_own_after_commit(&row, processor).await;
             Err(ApiError::Conflict {
                 code: "cancelled",
                 message: format!("task {} was cancelled; stop working on it", row.id),

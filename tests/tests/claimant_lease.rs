@@ -1,0 +1,372 @@
+//! One lease per claimant: a worker process that names its liveness lease (`worker:<id>`) in
+//! its claims gets tasks covered by that lease, and no lease is taken per task. Each task still
+//! has a fence of its own that rises with every claim; once the process's lease lapses, is taken
+//! anew or is revoked, every task it covers is refused to the process (409) and can be claimed
+//! again, while cancelling one task still stops only that task.
+#![allow(clippy::unwrap_used)]
+
+use serde_json::{Value, json};
+use tests::{Service, execute, fresh_database, query, snapshot};
+
+struct Stack {
+    lease_db: String,
+    task_db: String,
+    leases: Service,
+    tasks: Service,
+}
+
+async fn stack() -> Stack {
+    let lease_db = fresh_database().await;
+    let task_db = fresh_database().await;
+    let leases = Service::lease_service(&lease_db, &[]).await;
+    let tasks = Service::task_service(&task_db, &leases.base_url(), &[]).await;
+    Stack {
+        lease_db,
+        task_db,
+        leases,
+        tasks,
+    }
+}
+
+const SECRET: &str = "0123456789abcdef0123456789abcdef";
+
+impl Stack {
+    /// A worker process's beat under `id` (run `instance`), with `ttl_seconds`; the fence of its
+    /// liveness lease.
+    async fn beat(&self, id: &str, instance: &str, ttl_seconds: i64, fence: Option<i64>) -> i64 {
+        let mut body = json!({
+            "instance": instance,
+            "info": {"host": "h", "version": "v", "concurrency": 8, "busy": 0, "done": 0},
+            "ttl_seconds": ttl_seconds,
+            "secret": SECRET,
+        });
+        if let Some(fence) = fence {
+            body["fence"] = json!(fence);
+        }
+        let answer = self.tasks.put(&format!("/api/workers/{id}"), &body).await;
+        assert_eq!(answer.status, 200, "{:?}", answer.body);
+        answer.body["fence"].as_i64().unwrap()
+    }
+
+    async fn create(&self, n: usize) -> Vec<i64> {
+        let items: Vec<Value> = (0..n).map(|i| json!({"task_data": {"n": i}})).collect();
+        let answer = self
+            .tasks
+            .post("/api/tasks/batch", &json!({ "tasks": items }))
+            .await;
+        assert_eq!(answer.status, 200, "{:?}", answer.body);
+        answer.body["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["task"]["id"].as_i64().unwrap())
+            .collect()
+    }
+
+    /// Claims up to `limit` tasks as `processor`, covered by `worker` (id, fence) when given.
+    async fn claim(&self, processor: &str, limit: i64, worker: Option<(&str, i64)>) -> Vec<Value> {
+        let mut body = json!({"processor": processor, "limit": limit});
+        if let Some((id, fence)) = worker {
+            body["worker"] = json!({"id": id, "fence": fence});
+        }
+        let answer = self.tasks.post("/api/tasks/next", &body).await;
+        if answer.status == 200 {
+            // The sample's answer when nothing is due.
+            assert_eq!(answer.body["message"], "No tasks available");
+            return Vec::new();
+        }
+        assert_eq!(answer.status, 202, "{:?}", answer.body);
+        answer.body.as_array().unwrap().clone()
+    }
+
+    async fn act(&self, task: &Value, processor: &str, what: &str) -> tests::Answer {
+        let id = &task["id"];
+        let mut body = json!({"processor": processor, "fence": task["fence"]});
+        match what {
+            "complete" => body["task_output"] = json!({}),
+            "fail" => body["error"] = json!("boom"),
+            "snooze" => body["seconds"] = json!(60),
+            _ => {}
+        }
+        self.tasks
+            .put(&format!("/api/tasks/{id}/{what}"), &body)
+            .await
+    }
+
+    /// The leases lease-service holds on tasks' own resources.
+    async fn task_leases(&self) -> usize {
+        query(
+            &self.lease_db,
+            "SELECT count(*) AS n FROM leases WHERE resource LIKE 'task:%'",
+        )
+        .await[0]["n"]
+            .as_i64()
+            .unwrap() as usize
+    }
+
+    /// Makes every running task look lapsed to the next claim (its recorded expiry passed),
+    /// as if its hint ran out: only lease-service's answer then decides.
+    async fn hints_run_out(&self) {
+        execute(
+            &self.task_db,
+            "UPDATE tasks SET must_heartbeat_before = now() - interval '1 second'
+             WHERE status = 'running'",
+        )
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn tasks_claimed_under_a_worker_lease_take_no_lease_of_their_own() {
+    let s = stack().await;
+    let fence = s.beat("w1", "run-1", 60, None).await;
+    s.create(4).await;
+    let lease_writes = snapshot(&s.lease_db, "lease_events").await.len();
+
+    let claimed = s.claim("w1", 4, Some(("w1", fence))).await;
+    assert_eq!(claimed.len(), 4);
+    for task in &claimed {
+        assert_eq!(task["fence"], 1, "a first claim: {task}");
+    }
+    // One of them heartbeats, then all complete, two in one request.
+    let beat = s.act(&claimed[0], "w1", "heartbeat").await;
+    assert_eq!(beat.status, 202, "{:?}", beat.body);
+    assert!(
+        beat.body["leaseTtlMs"].as_u64().unwrap() > 0,
+        "{:?}",
+        beat.body
+    );
+    for task in &claimed[..2] {
+        let done = s.act(task, "w1", "complete").await;
+        assert_eq!(done.status, 202, "{:?}", done.body);
+    }
+    let batch: Vec<Value> = claimed[2..]
+        .iter()
+        .map(|t| json!({"id": t["id"], "fence": t["fence"], "task_output": {}}))
+        .collect();
+    let done = s
+        .tasks
+        .put(
+            "/api/tasks/complete",
+            &json!({"processor": "w1", "tasks": batch}),
+        )
+        .await;
+    assert_eq!(done.status, 200, "{:?}", done.body);
+    for result in done.body["results"].as_array().unwrap() {
+        assert_eq!(result["status"], 202, "{result}");
+    }
+
+    // lease-service wrote nothing for the tasks: no lease, no lease event.
+    assert_eq!(s.task_leases().await, 0);
+    assert_eq!(
+        snapshot(&s.lease_db, "lease_events").await.len(),
+        lease_writes,
+        "a claim, heartbeat or completion under a worker lease wrote to lease-service"
+    );
+    // The history names the lease of the claim's group: one row for the four.
+    let claims = query(
+        &s.task_db,
+        "SELECT lease_resource, cardinality(task_ids) AS n, lease_fences[1] AS lease_fence
+         FROM task_events WHERE to_status = 'running'",
+    )
+    .await;
+    assert_eq!(
+        claims,
+        vec![json!({"lease_resource": "worker:w1", "n": 4, "lease_fence": fence})]
+    );
+}
+
+#[tokio::test]
+async fn revoking_a_worker_lease_fences_every_task_it_covers() {
+    let s = stack().await;
+    let fence = s.beat("w1", "run-1", 60, None).await;
+    s.create(3).await;
+    let claimed = s.claim("w1", 3, Some(("w1", fence))).await;
+    let lease = s
+        .leases
+        .get("/api/leases/active?resource=worker:w1")
+        .await
+        .body["leases"][0]
+        .clone();
+    let revoked = s
+        .leases
+        .post(&format!("/api/leases/{}/revoke", lease["id"]), &json!({}))
+        .await;
+    assert_eq!(revoked.status, 200, "{:?}", revoked.body);
+    for (task, what) in claimed.iter().zip(["heartbeat", "complete", "fail"]) {
+        let refused = s.act(task, "w1", what).await;
+        assert_eq!(
+            (refused.status, refused.code()),
+            (409, "lease_revoked"),
+            "{what}: {:?}",
+            refused.body
+        );
+    }
+    // Once their hints run out, another worker takes them over, each under a higher fence.
+    s.hints_run_out().await;
+    let other = s.claim("w2", 3, None).await;
+    assert_eq!(other.len(), 3, "{other:?}");
+    for task in &other {
+        assert_eq!(task["fence"], 2, "{task}");
+        let done = s.act(task, "w2", "complete").await;
+        assert_eq!(done.status, 202, "{:?}", done.body);
+    }
+}
+
+#[tokio::test]
+async fn a_lapsed_worker_lease_loses_its_tasks_and_a_live_one_keeps_them() {
+    let s = stack().await;
+    let fence = s.beat("w1", "run-1", 60, None).await;
+    s.create(2).await;
+    let claimed = s.claim("w1", 2, Some(("w1", fence))).await;
+
+    // The hints ran out, but the worker's lease lives: nobody takes its tasks, and their
+    // recorded expiry moves to the lease's.
+    s.hints_run_out().await;
+    assert_eq!(s.claim("w2", 2, None).await, Vec::<Value>::new());
+    let hints = query(
+        &s.task_db,
+        "SELECT count(*) AS n FROM tasks WHERE must_heartbeat_before > now()",
+    )
+    .await;
+    assert_eq!(hints[0]["n"], 2, "postponed to the worker lease's expiry");
+
+    // The process is paused past its lease: its lease lapses (expired by lease-service's
+    // clock), and a claim of another worker process takes its tasks, under its own lease.
+    execute(
+        &s.lease_db,
+        "UPDATE leases SET expires_at = now() - interval '1 second' WHERE resource = 'worker:w1'",
+    )
+    .await;
+    s.hints_run_out().await;
+    let fence2 = s.beat("w2", "run-2", 60, None).await;
+    let taken = s.claim("w2", 2, Some(("w2", fence2))).await;
+    assert_eq!(taken.len(), 2, "{taken:?}");
+    // The first process wakes: its beat takes its lease anew, under a new fence; its old
+    // claims are refused, the new owner's are not.
+    let renewed = s.beat("w1", "run-1", 60, Some(fence)).await;
+    assert!(renewed > fence);
+    for task in &claimed {
+        let refused = s.act(task, "w1", "complete").await;
+        assert_eq!(
+            (refused.status, refused.code()),
+            (409, "lease_lost"),
+            "{:?}",
+            refused.body
+        );
+    }
+    for task in &taken {
+        let done = s.act(task, "w2", "complete").await;
+        assert_eq!(done.status, 202, "{:?}", done.body);
+    }
+}
+
+#[tokio::test]
+async fn a_worker_lease_taken_anew_refuses_the_claims_made_under_the_old_one() {
+    let s = stack().await;
+    let old = s.beat("w1", "run-1", 60, None).await;
+    s.create(2).await;
+    let claimed = s.claim("w1", 2, Some(("w1", old))).await;
+    // The process's lease ends (it said it stopped) and a new run takes it anew.
+    let gone = s
+        .tasks
+        .delete(
+            "/api/workers/w1",
+            &json!({"instance": "run-1", "fence": old, "secret": SECRET}),
+        )
+        .await;
+    assert_eq!(gone.status, 204, "{:?}", gone.body);
+    let new = s.beat("w1", "run-2", 60, None).await;
+    assert!(new > old);
+    for (task, what) in claimed.iter().zip(["heartbeat", "snooze"]) {
+        let refused = s.act(task, "w1", what).await;
+        assert_eq!(
+            (refused.status, refused.code()),
+            (409, "lease_lost"),
+            "{what}: {:?}",
+            refused.body
+        );
+    }
+}
+
+#[tokio::test]
+async fn cancelling_one_task_of_a_worker_stops_only_that_task() {
+    let s = stack().await;
+    let fence = s.beat("w1", "run-1", 60, None).await;
+    s.create(2).await;
+    let claimed = s.claim("w1", 2, Some(("w1", fence))).await;
+    let cancelled = s
+        .tasks
+        .post(
+            &format!("/api/tasks/{}/cancel", claimed[0]["id"]),
+            &json!({}),
+        )
+        .await;
+    assert_eq!(cancelled.status, 202, "{:?}", cancelled.body);
+    let stopped = s.act(&claimed[0], "w1", "heartbeat").await;
+    assert_eq!((stopped.status, stopped.code()), (409, "cancelled"));
+    let going = s.act(&claimed[1], "w1", "heartbeat").await;
+    assert_eq!(going.status, 202, "{:?}", going.body);
+    let done = s.act(&claimed[1], "w1", "complete").await;
+    assert_eq!(done.status, 202, "{:?}", done.body);
+    // The worker's lease still lives: the cancellation ended one task, not the lease.
+    let lease = s.leases.get("/api/leases/active?resource=worker:w1").await;
+    assert_eq!(lease.body["leases"].as_array().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_task_whose_own_lease_is_held_is_not_taken_over_by_a_worker_lease_claim() {
+    let s = stack().await;
+    s.create(1).await;
+    // The sample's way: a claim without a worker lease takes the task's own lease.
+    let first = s.claim("anon", 1, None).await;
+    assert_eq!(s.task_leases().await, 1);
+    s.hints_run_out().await;
+    let fence = s.beat("w1", "run-1", 60, None).await;
+    assert_eq!(
+        s.claim("w1", 1, Some(("w1", fence))).await,
+        Vec::<Value>::new()
+    );
+    // Its own lease released by a failure (a retry at once), the worker's claim takes it.
+    let failed = s
+        .tasks
+        .put(
+            &format!("/api/tasks/{}/fail", first[0]["id"]),
+            &json!({"processor": "anon", "fence": first[0]["fence"], "error": "x", "requeue": true}),
+        )
+        .await;
+    assert_eq!(failed.status, 202, "{:?}", failed.body);
+    let taken = s.claim("w1", 1, Some(("w1", fence))).await;
+    assert_eq!(taken.len(), 1);
+    assert_eq!(taken[0]["fence"], 2);
+}
+
+#[tokio::test]
+async fn a_claim_naming_a_bad_worker_lease_is_refused_and_claims_nothing() {
+    let s = stack().await;
+    s.create(1).await;
+    for (worker, code) in [
+        (json!({"id": "", "fence": 1}), "invalid_field"),
+        (json!({"id": "w", "fence": 0}), "invalid_fence"),
+        (
+            json!({"id": "w", "fence": 1, "extra": true}),
+            "invalid_field",
+        ),
+        (json!({"id": "w"}), "missing_field"),
+    ] {
+        let refused = s
+            .tasks
+            .post(
+                "/api/tasks/next",
+                &json!({"processor": "w", "worker": worker}),
+            )
+            .await;
+        assert_eq!((refused.status, refused.code()), (400, code), "{worker}");
+    }
+    let pending = query(
+        &s.task_db,
+        "SELECT count(*) AS n FROM tasks WHERE status = 'pending'",
+    )
+    .await;
+    assert_eq!(pending[0]["n"], 1);
+}
