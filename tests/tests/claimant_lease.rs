@@ -2,7 +2,8 @@
 //! its claims gets tasks covered by that lease, and no lease is taken per task. Each task still
 //! has a fence of its own that rises with every claim; once the process's lease lapses, is taken
 //! anew or is revoked, every task it covers is refused to the process (409) and can be claimed
-//! again, while cancelling one task still stops only that task.
+//! again, while cancelling one task still stops only that task. A task stays its process's only
+//! while its heartbeats go on too.
 #![allow(clippy::unwrap_used)]
 
 use serde_json::{Value, json};
@@ -214,36 +215,63 @@ async fn revoking_a_worker_lease_fences_every_task_it_covers() {
 }
 
 #[tokio::test]
-async fn a_lapsed_worker_lease_loses_its_tasks_and_a_live_one_keeps_them() {
+async fn a_task_whose_heartbeats_stop_is_taken_over_even_while_its_process_lives() {
     let s = stack().await;
     let fence = s.beat("w1", "run-1", 60, None).await;
     s.create(2).await;
     let claimed = s.claim("w1", 2, Some(("w1", fence))).await;
-
-    // The hints ran out, but the worker's lease lives: nobody takes its tasks, and their
-    // recorded expiry moves to the lease's.
+    // The process heartbeats its first task; the second's claim answer never reached it, so
+    // nothing heartbeats that one. Once a task lease TTL passed for both, the first's heartbeat
+    // moves its expiry on, and only the second is taken, though the process's lease lives.
     s.hints_run_out().await;
-    assert_eq!(s.claim("w2", 2, None).await, Vec::<Value>::new());
-    let hints = query(
-        &s.task_db,
-        "SELECT count(*) AS n FROM tasks WHERE must_heartbeat_before > now()",
-    )
-    .await;
-    assert_eq!(hints[0]["n"], 2, "postponed to the worker lease's expiry");
+    let beat = s.act(&claimed[0], "w1", "heartbeat").await;
+    assert_eq!(beat.status, 202, "{:?}", beat.body);
+    let taken = s.claim("w2", 2, None).await;
+    assert_eq!(taken.len(), 1, "{taken:?}");
+    assert_eq!(taken[0]["id"], claimed[1]["id"]);
+    assert_eq!(taken[0]["fence"], 2);
+    let late = s.act(&claimed[1], "w1", "complete").await;
+    assert_eq!(
+        (late.status, late.code()),
+        (409, "lease_lost"),
+        "{:?}",
+        late.body
+    );
+    for (task, processor) in [(&claimed[0], "w1"), (&taken[0], "w2")] {
+        let done = s.act(task, processor, "complete").await;
+        assert_eq!(done.status, 202, "{:?}", done.body);
+    }
+}
 
+#[tokio::test]
+async fn a_lapsed_worker_lease_loses_every_task_it_covers() {
+    let s = stack().await;
+    let fence = s.beat("w1", "run-1", 60, None).await;
+    s.create(2).await;
+    let claimed = s.claim("w1", 2, Some(("w1", fence))).await;
     // The process is paused past its lease: its lease lapses (expired by lease-service's
-    // clock), and a claim of another worker process takes its tasks, under its own lease.
+    // clock). Every task it covers is refused to it, heartbeats included.
     execute(
         &s.lease_db,
         "UPDATE leases SET expires_at = now() - interval '1 second' WHERE resource = 'worker:w1'",
     )
     .await;
+    for task in &claimed {
+        let refused = s.act(task, "w1", "heartbeat").await;
+        assert_eq!(
+            (refused.status, refused.code()),
+            (409, "lease_lost"),
+            "{:?}",
+            refused.body
+        );
+    }
+    // Their expiry passes; another process takes them under its own lease.
     s.hints_run_out().await;
     let fence2 = s.beat("w2", "run-2", 60, None).await;
     let taken = s.claim("w2", 2, Some(("w2", fence2))).await;
     assert_eq!(taken.len(), 2, "{taken:?}");
     // The first process wakes: its beat takes its lease anew, under a new fence; its old
-    // claims are refused, the new owner's are not.
+    // claims stay refused, the new owner's are not.
     let renewed = s.beat("w1", "run-1", 60, Some(fence)).await;
     assert!(renewed > fence);
     for task in &claimed {

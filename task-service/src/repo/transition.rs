@@ -43,20 +43,26 @@ pub async fn lock_many(conn: &mut Db, ids: &[i64]) -> Result<Vec<TaskRow>> {
     .await
 }
 
+/// Records a heartbeat: the claim lives until `expiry` (its own lease's), or, for a claim under
+/// a shared lease, for `hint` from now.
 pub async fn record_heartbeat(
     conn: &mut Db,
     id: i64,
-    lease_expiry: DateTime<Utc>,
+    expiry: Option<DateTime<Utc>>,
+    hint: std::time::Duration,
 ) -> Result<TaskRow> {
     let span = leasehold::db_span!("UPDATE", "tasks");
     async move {
         diesel::sql_query(format!(
-        "UPDATE tasks SET last_heartbeat_at = now(), must_heartbeat_before = $2, updated_at = now()
+            "UPDATE tasks SET last_heartbeat_at = now(),
+                must_heartbeat_before = coalesce($2, now() + make_interval(secs => $3)),
+                updated_at = now()
          WHERE id = $1
          RETURNING {COLUMNS}"
-    ))
+        ))
         .bind::<BigInt, _>(id)
-        .bind::<Timestamptz, _>(lease_expiry)
+        .bind::<Nullable<Timestamptz>, _>(expiry)
+        .bind::<Double, _>(hint.as_secs_f64())
         .cached()
         .get_one(conn)
         .await

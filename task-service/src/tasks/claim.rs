@@ -343,10 +343,16 @@ impl<'w> Round<'w> {
     }
 
     /// Keeps the candidates whose last claim is over, of those no acquisition of the task's own
-    /// lease will prove so: lapsed tasks whose last claim was covered by a shared lease, or that
+    /// lease will prove so: lapsed tasks whose last claim was under a lease of their own and that
     /// go to a request with a shared lease. Their leases are checked in one call; one that still
     /// keeps others off postpones its task. If lease-service cannot answer, they wait for the
     /// next claim.
+    ///
+    /// A lapsed task whose last claim was under a shared lease (a worker process's) is over
+    /// once its heartbeats stopped for a task lease TTL (its recorded expiry passed), whether or
+    /// not the process's lease lives: its worker counts its own deadline from the same TTL and
+    /// gives the task up by then, and a task whose claim answer never reached its worker would
+    /// otherwise be kept for as long as the process lives.
     async fn prove_lapsed_over(
         &mut self,
         conn: &mut Db,
@@ -355,12 +361,10 @@ impl<'w> Round<'w> {
     ) -> Result<Vec<(TaskRow, usize)>, ApiError> {
         let needs_check = |task: &TaskRow, owner: usize| {
             task.status == TaskStatus::Running
-                && (cover::shared(task).is_some() || self.wants[owner].lease.is_some())
+                && cover::shared(task).is_none()
+                && self.wants[owner].lease.is_some()
         };
-        let last_lease = |task: &TaskRow| match cover::shared(task) {
-            Some((resource, fence)) => (resource.to_owned(), fence),
-            None => (engine.resource(task.id), task.lease_fence.unwrap_or(0)),
-        };
+        let last_lease = |task: &TaskRow| (engine.resource(task.id), task.lease_fence.unwrap_or(0));
         let leases: Vec<(String, i64)> = owned
             .iter()
             .filter(|(task, owner)| needs_check(task, *owner))

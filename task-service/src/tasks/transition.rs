@@ -59,7 +59,7 @@ pub async fn heartbeat(
                 Err(cancelled) => return Ok((cancelled, None)),
             };
             let (expiry, ttl) = keep_alive(engine, &task, processor).await?;
-            let row = repo::record_heartbeat(conn, id, expiry).await?;
+            let row = repo::record_heartbeat(conn, id, expiry, engine.lease_ttl).await?;
             Ok((Transition::Done(row), Some(ttl)))
         })
         .await?;
@@ -71,15 +71,18 @@ pub async fn heartbeat(
     })
 }
 
-/// A heartbeat's proof that the claim's lease lives, and until when (the database's clock) no
-/// one else may take the task, with how long the worker's lease lasts from now: the task's own
-/// lease is renewed; a shared one (its worker process's, which the process's own beats renew)
-/// is checked.
+/// A heartbeat's proof that the claim's lease lives, with when the claim runs out (none: the
+/// task lease TTL from now, by the database's clock) and how long the worker may count on it
+/// from here. The task's own lease is renewed, and the claim runs out with it. A shared lease
+/// (its worker process's, which the process's own beats renew) is checked, and the claim runs
+/// out a task lease TTL after this heartbeat, or sooner with the shared lease: a process's task
+/// stays its own only while both its heartbeats and its process's lease go on, so a task whose
+/// claim answer never reached its worker is not kept by the process's lease.
 async fn keep_alive(
     engine: &Engine,
     task: &TaskRow,
     processor: &str,
-) -> Result<(chrono::DateTime<chrono::Utc>, Duration), ApiError> {
+) -> Result<(Option<chrono::DateTime<chrono::Utc>>, Duration), ApiError> {
     let refused = |err| lease_refusal(engine, "heartbeat", err);
     let Some(lease) = cover::shared(task) else {
         let lease = engine
@@ -93,19 +96,16 @@ async fn keep_alive(
             .await
             .map_err(refused)?;
         let ttl = Duration::from_secs(u64::try_from(lease.ttl_seconds).unwrap_or(0));
-        return Ok((lease.expires_at, ttl));
+        return Ok((Some(lease.expires_at), ttl));
     };
     let checks = cover::check(engine, &[lease]).await.map_err(refused)?;
     let Some(check) = checks.first() else {
         return Err(refused(LeaseError::Unavailable("no answer".to_owned())));
     };
     cover::verdict(check).map_err(refused)?;
-    let until = check
-        .takeover_at
-        .or(check.expires_at)
-        .ok_or_else(|| ApiError::Internal(format!("a held lease without an expiry: {check:?}")))?;
-    let left = Duration::from_millis(u64::try_from(check.expires_in_ms.unwrap_or(0)).unwrap_or(0));
-    Ok((until, left))
+    let lease_left =
+        Duration::from_millis(u64::try_from(check.expires_in_ms.unwrap_or(0)).unwrap_or(0));
+    Ok((None, engine.lease_ttl.min(lease_left)))
 }
 
 /// The proof at the end of a worker's work on the task (a failure, a snooze): the task's own
