@@ -128,6 +128,13 @@ async fn every_answer_of_both_services_is_camel_case() {
         json!({"leases": [{"resource": "b1", "holder": "h"}]}),
     )
     .await;
+    walk.call(
+        l,
+        "POST",
+        "/api/leases/batch/check",
+        json!({"leases": [{"resource": "b2", "fence": 1}]}),
+    )
+    .await;
     for path in [
         "/api/leases",
         "/api/leases/active",

@@ -88,6 +88,12 @@ async fn lease_service_write_routes_need_the_leaseholder_role_and_revoke_the_ope
         ),
         (
             "POST",
+            "/api/leases/batch/check".to_owned(),
+            json!({"leases": [{"resource": "r", "fence": 1}]}),
+            "leaseholder",
+        ),
+        (
+            "POST",
             format!("/api/leases/{id}/revoke"),
             json!({}),
             "operator",

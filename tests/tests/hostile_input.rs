@@ -395,7 +395,8 @@ async fn task_service_survives_generated_hostile_requests() {
     let create = json!({"task_data": {"sleep_duration_seconds": 1}, "queue": "q", "priority": 1,
                         "max_attempts": 3, "idempotency_key": "k", "scheduled_at": "2030-01-01T00:00:00Z"});
     let batch = json!({"tasks": [create.clone(), {"task_data": {}}]});
-    let next = json!({"processor": "p", "queue": "q", "limit": 2});
+    let next =
+        json!({"processor": "p", "queue": "q", "limit": 2, "worker": {"id": "w", "fence": 1}});
     let update = json!({"processor": "p", "fence": 1, "task_output": {"ok": true}, "error": "e",
                         "retryable": true, "requeue": false});
     let start = json!({"rate_per_second": 1.0, "min_sleep_seconds": 0.0, "max_sleep_seconds": 1.0});
@@ -808,6 +809,11 @@ async fn lease_service_survives_hostile_query_strings_and_content_types() {
             "POST",
             "/api/leases/batch/release",
             json!({"leases": [{"resource": "a", "holder": "h"}]}),
+        ),
+        (
+            "POST",
+            "/api/leases/batch/check",
+            json!({"leases": [{"resource": "a", "fence": 1}]}),
         ),
     ];
     let strategy = prop_oneof![
