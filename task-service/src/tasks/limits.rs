@@ -45,6 +45,9 @@ pub struct Limits {
     held_back: BTreeMap<String, String>,
     /// Queues whose limit kept this claim from taking what it asked for, and which limit.
     pub bound: Vec<(String, &'static str)>,
+    /// The database's clock once the limited queues' rows were locked: the claim counted their
+    /// running tasks from then on, so its tasks of those queues are recorded to start then.
+    locked_at: Option<DateTime<Utc>>,
 }
 
 #[derive(Debug)]
@@ -70,6 +73,12 @@ impl Limits {
         let named = queue.map(|q| [q]);
         let limits = repo::lock_limits(conn, named.as_ref().map(|q| &q[..])).await?;
         let mut this = Limits::default();
+        if limits
+            .iter()
+            .any(|l| l.concurrency_limit.is_some() || l.key_concurrency_limit.is_some())
+        {
+            this.locked_at = Some(repo::clock(conn).await?);
+        }
         for limit in &limits {
             if let Some(most) = limit.key_concurrency_limit {
                 this.keyed.insert(
@@ -327,9 +336,19 @@ impl Limits {
 
     /// When `task`, if this claim starts it, is recorded to have started: the moment its
     /// queue's bucket was read, for tasks of rate-limited queues (so the history shows the
-    /// times the bucket was spent at); none (the claim's `now()`) for the others.
+    /// times the bucket was spent at); the moment the queue's row was locked, for tasks of
+    /// queues with a concurrency limit (the claim counted their running tasks from then, often
+    /// after waiting for the claim before it, so the history must not show an earlier start
+    /// than the count it was judged by); none (the claim's `now()`) for the others.
     pub fn started_at(&self, task: &TaskRow) -> Option<DateTime<Utc>> {
-        self.tokens.get(&task.queue).map(|bucket| bucket.at)
+        self.tokens
+            .get(&task.queue)
+            .map(|bucket| bucket.at)
+            .or_else(|| {
+                (self.rooms.contains_key(&task.queue) || self.keyed.contains_key(&task.queue))
+                    .then_some(self.locked_at)
+                    .flatten()
+            })
     }
 
     /// Where each key-limited queue's next claim starts its walk: after the key furthest along
