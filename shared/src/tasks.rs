@@ -302,6 +302,26 @@ pub struct CompleteTask {
 pub struct CompleteTasks {
     pub processor: String,
     pub tasks: Vec<CompleteItem>,
+    /// Claim the next tasks in the same request and transaction, as `POST /api/tasks/next`
+    /// would with these fields (it never waits): a worker that finishes a task and wants another
+    /// makes one request, not two. The answer's `claimed` holds them; a task-service that
+    /// predates this field answers without `claimed`, and the worker then claims on its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<ClaimNext>,
+}
+
+/// What a [`CompleteTasks`] claims after its completions: the fields of a [`ClaimTasks`] but
+/// the wait, for the same processor.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimNext {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    /// At most this many tasks (1 to [`MAX_CLAIM`]); one when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<crate::workers::ClaimantLease>,
 }
 
 /// One completion of a [`CompleteTasks`].
@@ -318,6 +338,25 @@ pub struct CompleteItem {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CompletedTasks {
     pub results: Vec<ItemResult>,
+    /// The tasks claimed after the completions, when the request asked for them (`next`):
+    /// possibly none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claimed: Option<Vec<Task>>,
+    /// Why that claim got nothing, when it was refused as a whole (lease-service unavailable,
+    /// say) while the completions were judged.
+    #[serde(
+        default,
+        rename = "claimRefused",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub claim_refused: Option<ItemError>,
+}
+
+/// A refusal inside a 200 answer: the status the request would have got alone, and its body.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ItemError {
+    pub status: u16,
+    pub error: crate::api::ErrorBody,
 }
 
 /// One completion's outcome: the task (status 202), or the refusal it would have got alone

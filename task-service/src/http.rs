@@ -248,14 +248,23 @@ async fn next(state: State, body: web::Json<ClaimTasks>) -> Result<HttpResponse,
     })
 }
 
-/// 200 with one result per completion (each with its own status: 202, 409, 404, ...).
+/// 200 with one result per completion (each with its own status: 202, 409, 404, ...), and the
+/// tasks claimed after them when the request asked for its `next` ones.
 async fn complete_many(
     state: State,
     body: web::Json<CompleteTasks>,
 ) -> Result<HttpResponse, ApiError> {
+    if let Some(next) = &body.next {
+        let answer = tasks::complete_then_claim(&state.claims, &state.engine, &body, next).await?;
+        return Ok(HttpResponse::Ok().json(answer));
+    }
     let mut conn = db::connection(&state.pool).await?;
     let results = tasks::complete_many(&mut conn, &state.engine, &body).await?;
-    Ok(HttpResponse::Ok().json(CompletedTasks { results }))
+    Ok(HttpResponse::Ok().json(CompletedTasks {
+        results,
+        claimed: None,
+        claim_refused: None,
+    }))
 }
 
 async fn heartbeat(

@@ -60,6 +60,7 @@ mod postgres;
 mod process;
 mod service;
 mod sql;
+mod stack;
 
 pub use helpers::{
     all_tasks_final, create_new, eventually, metric_sum, new_task, pg_auto_failover_available,
@@ -72,3 +73,4 @@ pub use service::{
     Answer, Service, free_port, free_port_block, lease_client, log_dir, task_client,
 };
 pub use sql::{execute, query, revert_tasks_schema, snapshot, try_execute};
+pub use stack::Stack;

@@ -419,10 +419,15 @@ async fn task_service_survives_generated_hostile_requests() {
                 format!("/api/tasks/{id}/{action}"),
                 body
             )),
-        body(
-            json!({"processor": "p", "tasks": [{"id": 1, "fence": 1, "task_output": {}},
-                                                 {"id": 2, "task_output": null}]})
-        )
+        prop_oneof![
+            body(
+                json!({"processor": "p", "tasks": [{"id": 1, "fence": 1, "task_output": {}},
+                                                     {"id": 2, "task_output": null}]})
+            ),
+            // A completion that claims the next tasks in the same transaction.
+            body(json!({"processor": "p", "tasks": [{"id": 1, "fence": 1}],
+                        "next": {"queue": "q", "limit": 2, "worker": {"id": "w", "fence": 1}}})),
+        ]
         .prop_map(|body| Target::json("PUT", "/api/tasks/complete", body)),
         id_segment().prop_map(|id| Target::json("GET", format!("/api/tasks/{id}"), Vec::new())),
         (

@@ -168,8 +168,9 @@ async fn one_trace_follows_each_call_from_worker_to_task_service_to_lease_servic
         "a claim covered by the process's lease calls lease-service"
     );
 
-    // The completion is a trace of its own, tagged with the task and its final status, and it
-    // crosses both hops: task-service proves the process's lease with lease-service, reading.
+    // The completion is a trace of its own, tagged with the task, and it crosses both hops:
+    // task-service proves the process's lease with lease-service, reading. The worker's one slot
+    // is busy until then, so the completion carries its next claim.
     let mut completion_trace = Vec::new();
     eventually(Duration::from_secs(15), "the completion's spans", || {
         let spans = receiver.spans();
@@ -177,9 +178,8 @@ async fn one_trace_follows_each_call_from_worker_to_task_service_to_lease_servic
             .iter()
             .find(|s| {
                 s.service == "task-service"
-                    && s.name == "complete task"
-                    && s.attributes.get("task.id") == Some(&id)
-                    && s.attributes.get("task.status").map(String::as_str) == Some("succeeded")
+                    && s.name == "complete tasks and claim"
+                    && s.attributes.get("task.ids") == Some(&id)
             })
             .map(|completion| {
                 spans

@@ -1,16 +1,23 @@
-//! Completions, gathered into batches the way a database gathers commits.
+//! Completions, gathered into batches the way a database gathers commits, and carried by the
+//! next claim when one is about to be sent.
 //!
-//! Every runner hands its completion to one [`Completer`] and awaits its own answer. The
-//! completer sends at once whatever has arrived: one completion alone goes to
-//! `PUT /{id}/complete` as before; several that arrived while the previous request was in
-//! flight go together to `PUT /api/tasks/complete`, which costs task-service one transaction and
-//! lease-service one call for all of them. Under light load nothing waits; under heavy load the
-//! batches grow by themselves. A runner's retry logic is unchanged: each answer is that task's
-//! own, exactly what its single request would have got.
+//! Every runner hands its completion to one [`Completer`] and awaits its own answer. Where it
+//! goes depends on what the claim loop is doing:
+//! - waiting for a free slot, or idle between claims: the completion frees a slot, so the claim
+//!   loop takes it ([`Riders`]) and sends it with its claim of the next tasks, in one
+//!   `PUT /api/tasks/complete` with `next`: one request and one transaction in task-service
+//!   where a completion and a claim took two of each;
+//! - with a claim in flight (which may wait for work), or stopping: it is sent on its own, at
+//!   once. One completion alone goes to `PUT /{id}/complete`; several that arrived while the
+//!   previous request was in flight go together to `PUT /api/tasks/complete`.
+//!
+//! Under light load nothing waits; under heavy load the batches grow by themselves. A runner's
+//! retry logic is unchanged: each answer is that task's own, exactly what its single request
+//! would have got.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
-use leasehold::tasks::{CompleteItem, Task};
+use leasehold::tasks::{ClaimNext, CompleteItem, Task};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
@@ -21,15 +28,27 @@ pub const MAX_COMPLETION_BATCH: usize = leasehold::tasks::MAX_COMPLETE_BATCH;
 
 type Answer = Result<Option<Task>, CallError>;
 
-struct Pending {
+/// One completion waiting to be sent, and where its answer goes.
+pub(crate) struct Pending {
     item: CompleteItem,
     reply: oneshot::Sender<Answer>,
 }
 
-/// The front of the batching loop; the loop ends when this is dropped.
+/// Where completions go while the claim loop takes them: closed (`None`) once it stops.
+type Gate = Arc<Mutex<Option<mpsc::UnboundedSender<Pending>>>>;
+
+/// The front of the completion paths; the standalone loop ends when every clone is dropped.
 #[derive(Debug, Clone)]
 pub struct Completer {
-    queue: mpsc::UnboundedSender<Pending>,
+    alone: mpsc::UnboundedSender<Pending>,
+    riders: Gate,
+}
+
+/// The claim loop's end of the completions: those that ride its next claim.
+pub(crate) struct Riders {
+    incoming: mpsc::UnboundedReceiver<Pending>,
+    gate: Gate,
+    alone: mpsc::UnboundedSender<Pending>,
 }
 
 impl std::fmt::Debug for Pending {
@@ -41,11 +60,25 @@ impl std::fmt::Debug for Pending {
 }
 
 impl Completer {
-    /// Starts the loop that sends `processor`'s completions through `client`.
-    pub fn start(client: Arc<TaskClient>, processor: String) -> Completer {
-        let (queue, incoming) = mpsc::unbounded_channel();
+    /// Starts the loop that sends `processor`'s completions on their own through `client`;
+    /// the [`Riders`] are the claim loop's.
+    pub(crate) fn start(client: Arc<TaskClient>, processor: String) -> (Completer, Riders) {
+        let (alone, incoming) = mpsc::unbounded_channel();
         tokio::spawn(send_batches(client, processor, incoming));
-        Completer { queue }
+        let (to_claims, riding) = mpsc::unbounded_channel();
+        let gate = Arc::new(Mutex::new(Some(to_claims)));
+        let riders = Riders {
+            incoming: riding,
+            gate: gate.clone(),
+            alone: alone.clone(),
+        };
+        (
+            Completer {
+                alone,
+                riders: gate,
+            },
+            riders,
+        )
     }
 
     /// Completes task `id` (with `fence`, if known), as `PUT /{id}/complete` would.
@@ -56,7 +89,18 @@ impl Completer {
             task_output,
             fence,
         };
-        if self.queue.send(Pending { item, reply }).is_err() {
+        let pending = Pending { item, reply };
+        // Under the gate's lock, so that the claim loop, closing it, sees every rider it let in.
+        let unsent = {
+            let gate = self.riders.lock().unwrap_or_else(PoisonError::into_inner);
+            match gate.as_ref() {
+                Some(claims) => claims.send(pending).err().map(|returned| returned.0),
+                None => Some(pending),
+            }
+        };
+        if let Some(pending) = unsent
+            && self.alone.send(pending).is_err()
+        {
             return Err(CallError::Transient(
                 "the completion sender has stopped".to_owned(),
             ));
@@ -67,6 +111,98 @@ impl Completer {
             ))
         })
     }
+}
+
+impl Riders {
+    /// The next completion handed in; never resolves once none can come.
+    pub(crate) async fn next(&mut self) -> Pending {
+        match self.incoming.recv().await {
+            Some(pending) => pending,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// `first` and the completions waiting behind it, up to one request's worth.
+    pub(crate) fn gather(&mut self, first: Pending) -> Vec<Pending> {
+        let mut batch = vec![first];
+        while batch.len() < MAX_COMPLETION_BATCH
+            && let Ok(more) = self.incoming.try_recv()
+        {
+            batch.push(more);
+        }
+        batch
+    }
+
+    /// Sends a completion on its own, now: no claim can take it soon.
+    pub(crate) fn send_alone(&self, pending: Pending) {
+        if let Err(returned) = self.alone.send(pending) {
+            let _ = returned.0.reply.send(Err(CallError::Transient(
+                "the completion sender has stopped".to_owned(),
+            )));
+        }
+    }
+
+    /// Stops taking completions: those already handed in, and every later one, go on their own.
+    pub(crate) fn close(mut self) {
+        self.gate
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        while let Ok(pending) = self.incoming.try_recv() {
+            self.send_alone(pending);
+        }
+    }
+
+    /// Sends `riders` with a claim of the next tasks (`next`) in one request, and answers each
+    /// rider. The claimed tasks; `None` when nothing was claimed for want of an answer (the
+    /// exchange failed, or task-service predates `next`): the caller then claims as usual.
+    pub(crate) async fn carry(
+        client: &TaskClient,
+        processor: &str,
+        riders: Vec<Pending>,
+        next: ClaimNext,
+    ) -> Option<Result<Vec<Task>, CallError>> {
+        let (items, replies): (Vec<CompleteItem>, Vec<oneshot::Sender<Answer>>) =
+            riders.into_iter().map(|p| (p.item, p.reply)).unzip();
+        let (answers, claimed) = match client
+            .complete_then_claim(processor, items, Some(next))
+            .await
+        {
+            Ok((answers, claimed)) => (Ok(answers), claimed),
+            Err(err) => (Err(err), None),
+        };
+        if reply_each(replies, answers) {
+            claimed
+        } else {
+            None
+        }
+    }
+}
+
+/// Answers each completion of a batch with its result, in order, or all with the failure of the
+/// whole exchange. False when the batch was not answered item by item.
+fn reply_each(
+    replies: Vec<oneshot::Sender<Answer>>,
+    answers: Result<Vec<Answer>, CallError>,
+) -> bool {
+    let count = replies.len();
+    let failure = match answers {
+        Ok(answers) if answers.len() == count => {
+            for (reply, answer) in replies.into_iter().zip(answers) {
+                let _ = reply.send(answer);
+            }
+            return true;
+        }
+        Ok(answers) => CallError::Transient(format!(
+            "task-service answered {} results for {count} completions",
+            answers.len()
+        )),
+        Err(err) => err,
+    };
+    for reply in replies {
+        let _ = reply.send(Err(failure.clone()));
+    }
+    false
 }
 
 async fn send_batches(
@@ -92,27 +228,6 @@ async fn send_batches(
         }
         let (items, replies): (Vec<CompleteItem>, Vec<oneshot::Sender<Answer>>) =
             batch.into_iter().map(|p| (p.item, p.reply)).unzip();
-        let count = items.len();
-        match client.complete_many(&processor, items).await {
-            Ok(answers) if answers.len() == count => {
-                for (reply, answer) in replies.into_iter().zip(answers) {
-                    let _ = reply.send(answer);
-                }
-            }
-            Ok(answers) => {
-                let reason = format!(
-                    "task-service answered {} results for {count} completions",
-                    answers.len()
-                );
-                for reply in replies {
-                    let _ = reply.send(Err(CallError::Transient(reason.clone())));
-                }
-            }
-            Err(err) => {
-                for reply in replies {
-                    let _ = reply.send(Err(err.clone()));
-                }
-            }
-        }
+        reply_each(replies, client.complete_many(&processor, items).await);
     }
 }

@@ -41,7 +41,7 @@ use tokio::time::{Instant, sleep, sleep_until};
 use tokio_util::sync::CancellationToken;
 
 use crate::chaos;
-use crate::completions::Completer;
+use crate::completions::{Completer, Pending, Riders};
 use crate::config::{Settings, WorkerConfig};
 use crate::handler::TaskHandler;
 use crate::metrics::{Metrics, MetricsServer};
@@ -49,6 +49,7 @@ use crate::presence::{self, Load};
 use crate::task_run::process;
 use leasehold::retry::Backoff;
 use leasehold::task_client::{CallError, TaskClient};
+use leasehold::tasks::{ClaimNext, Task};
 
 // Kept reachable where it always was: it is part of the worker's public surface.
 pub use crate::task_run::MAX_ERROR_CHARS;
@@ -98,7 +99,7 @@ pub async fn run_with_settings<H: TaskHandler>(
     );
     chaos::announce(&settings);
     let client = Arc::new(client);
-    let completer = Completer::start(client.clone(), settings.worker_id.clone());
+    let (completer, riders) = Completer::start(client.clone(), settings.worker_id.clone());
     let load = Arc::new(Load::default());
     let stop_presence = CancellationToken::new();
     let presence = tokio::spawn(presence::announce(
@@ -114,7 +115,7 @@ pub async fn run_with_settings<H: TaskHandler>(
         metrics,
         load,
     });
-    claim_loop(ctx, Arc::new(handler), shutdown).await;
+    claim_loop(ctx, Arc::new(handler), riders, shutdown).await;
     // Said once every task is finished or handed back: the process is gone.
     stop_presence.cancel();
     let _ = presence.await;
@@ -136,166 +137,300 @@ pub(crate) struct Ctx {
     pub(crate) load: Arc<Load>,
 }
 
+/// What the claim loop keeps between its claims.
+struct Claiming<H> {
+    ctx: Arc<Ctx>,
+    handler: Arc<H>,
+    running: JoinSet<()>,
+    /// Cancelled when the grace period is over: unfinished tasks are handed back.
+    hand_back: CancellationToken,
+    /// Lowered if task-service refuses our batch size.
+    max_batch: usize,
+}
+
+impl<H: TaskHandler> Claiming<H> {
+    /// The free slots, counting as free those of `finishing` runners whose completions the next
+    /// claim carries: their work is over.
+    fn free(&self, finishing: usize) -> usize {
+        (self.ctx.settings.concurrency + finishing).saturating_sub(self.running.len())
+    }
+
+    /// A claim's `limit` for `free` slots: none for one, as the sample asks.
+    fn limit(&self, free: usize) -> Option<i64> {
+        let batch = free.min(self.max_batch);
+        (batch > 1).then(|| i64::try_from(batch).unwrap_or(1))
+    }
+
+    /// Starts a runner for each claimed task; `sent` is when the claim was sent.
+    fn start(&mut self, tasks: Vec<Task>, sent: Instant) {
+        let ctx = &self.ctx;
+        ctx.metrics
+            .claim_requests
+            .with_label_values(&["claimed"])
+            .inc();
+        for task in tasks {
+            ctx.metrics.claimed.inc();
+            if let Some(ttl) = task.lease_ttl() {
+                ctx.load.learn_task_lease_ttl(ttl);
+            }
+            // The lease was taken no earlier than the round that claimed the task, which began
+            // `waited` after task-service received the claim.
+            let leased_from = (sent + task.waited()).min(Instant::now());
+            self.running.spawn(process(
+                ctx.clone(),
+                self.handler.clone(),
+                task,
+                leased_from,
+                self.hand_back.clone(),
+            ));
+        }
+    }
+
+    fn reap(&mut self) {
+        while let Some(joined) = self.running.try_join_next() {
+            runner_ended(&self.ctx, joined);
+        }
+        self.ctx.load.set_busy(self.running.len());
+    }
+
+    /// Sends `riders` (completions of runners whose work is over) with a claim for the slots
+    /// free once they end. True when it claimed (tasks or none); false when the claim must be
+    /// made as usual (the exchange failed, or task-service does not claim with completions).
+    async fn carry(&mut self, riders: Vec<Pending>) -> bool {
+        let settings = &self.ctx.settings;
+        let next = ClaimNext {
+            queue: settings.queue.clone(),
+            limit: self.limit(self.free(riders.len())),
+            worker: self.ctx.load.claimant_lease(&settings.worker_id),
+        };
+        let sent = Instant::now();
+        let claimed =
+            Riders::carry(&self.ctx.client, &settings.worker_id, riders, next.clone()).await;
+        match claimed {
+            Some(Ok(tasks)) if !tasks.is_empty() => {
+                self.start(tasks, sent);
+                true
+            }
+            Some(Ok(_)) => {
+                self.ctx
+                    .metrics
+                    .claim_requests
+                    .with_label_values(&["empty"])
+                    .inc();
+                true
+            }
+            Some(Err(err)) => {
+                self.refused(&err, next.limit);
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Records a failed claim; lowers the batch size if task-service refused it.
+    fn refused(&mut self, err: &CallError, limit: Option<i64>) {
+        let batch = limit.and_then(|l| usize::try_from(l).ok()).unwrap_or(1);
+        if err.code() == Some("invalid_limit") && batch > 1 {
+            self.max_batch = batch / 2;
+            tracing::warn!(
+                error = %err,
+                limit = batch,
+                next_limit = self.max_batch,
+                "task-service refused the claim's limit; asking for fewer tasks at a time"
+            );
+            return;
+        }
+        self.ctx
+            .metrics
+            .claim_requests
+            .with_label_values(&["error"])
+            .inc();
+        match err {
+            CallError::Transient(_) => {
+                tracing::warn!(error = %err, "claim failed; backing off");
+            }
+            CallError::Refused { .. } => {
+                tracing::error!(error = %err, "task-service refused the claim; backing off");
+            }
+        }
+    }
+}
+
 async fn claim_loop<H: TaskHandler>(
     ctx: Arc<Ctx>,
     handler: Arc<H>,
+    mut riders: Riders,
     shutdown: impl Future<Output = ()>,
 ) {
-    let settings = &ctx.settings;
     let mut shutdown = std::pin::pin!(shutdown);
-    let hand_back = CancellationToken::new();
-    let mut running: JoinSet<()> = JoinSet::new();
-    let mut idle = Backoff::new(settings.poll_min, settings.poll_max).waits();
-    // Lowered if task-service refuses our batch size.
-    let mut max_batch = MAX_CLAIM_BATCH;
+    let mut idle = Backoff::new(ctx.settings.poll_min, ctx.settings.poll_max).waits();
+    let mut claiming = Claiming {
+        ctx: ctx.clone(),
+        handler,
+        running: JoinSet::new(),
+        hand_back: CancellationToken::new(),
+        max_batch: MAX_CLAIM_BATCH,
+    };
     // The first claim waits for the process's first beat (answered or failed), so that its
     // tasks are covered by the process's lease whenever task-service grants one.
     tokio::select! {
         biased;
-        () = &mut shutdown => return,
+        () = &mut shutdown => {
+            riders.close();
+            return;
+        }
         () = ctx.load.first_beat_over() => {}
     }
     loop {
-        while let Some(joined) = running.try_join_next() {
-            runner_ended(&ctx, joined);
-        }
-        ctx.load.set_busy(running.len());
-        let free = settings.concurrency.saturating_sub(running.len());
-        if free == 0 {
+        claiming.reap();
+        if claiming.free(0) == 0 {
+            // Every slot is busy: the next completion frees one, and carries the next claim.
             tokio::select! {
                 biased;
                 () = &mut shutdown => break,
-                Some(joined) = running.join_next() => {
-                    runner_ended(&ctx, joined);
-                    continue;
-                }
-            }
-        }
-        let batch = free.min(max_batch);
-        let limit = (batch > 1).then(|| i64::try_from(batch).unwrap_or(1));
-        let sent = Instant::now();
-        let covered_by = ctx.load.claimant_lease(&settings.worker_id);
-        let mut claim = std::pin::pin!(ctx.client.claim_covered(
-            &settings.worker_id,
-            settings.queue.as_deref(),
-            limit,
-            settings.claim_wait,
-            covered_by.as_ref(),
-        ));
-        let mut stopping = false;
-        // A claim already sent is finished even when shutdown comes meanwhile, and what it
-        // brings is run within the grace period like any task in flight: dropping the request
-        // could leave a task leased to nobody until its lease lapsed, and handing it back would
-        // make a stop bounce work that a moment earlier it would have done.
-        let result = tokio::select! {
-            biased;
-            () = &mut shutdown => {
-                stopping = true;
-                tracing::info!(
-                    wait_ms = u64::try_from(settings.claim_wait.as_millis()).unwrap_or(u64::MAX),
-                    "shutting down: waiting for the claim in flight, whose tasks will still run"
-                );
-                claim.await
-            }
-            result = &mut claim => result,
-        };
-        let answered = result.is_ok();
-        match result {
-            Ok(tasks) if !tasks.is_empty() => {
-                ctx.metrics
-                    .claim_requests
-                    .with_label_values(&["claimed"])
-                    .inc();
-                idle.reset();
-                for task in tasks {
-                    ctx.metrics.claimed.inc();
-                    if let Some(ttl) = task.lease_ttl() {
-                        ctx.load.learn_task_lease_ttl(ttl);
+                Some(joined) = claiming.running.join_next() => runner_ended(&ctx, joined),
+                first = riders.next() => {
+                    let riders = riders.gather(first);
+                    if claiming.carry(riders).await {
+                        idle.reset();
                     }
-                    // The lease was taken no earlier than the round that claimed the task, which
-                    // began `waited` after task-service received the claim.
-                    let leased_from = (sent + task.waited()).min(Instant::now());
-                    running.spawn(process(
-                        ctx.clone(),
-                        handler.clone(),
-                        task,
-                        leased_from,
-                        hand_back.clone(),
-                    ));
                 }
-                if stopping {
-                    break;
-                }
-                continue; // poll again at once
             }
-            Ok(_) => {
-                ctx.metrics
-                    .claim_requests
-                    .with_label_values(&["empty"])
-                    .inc();
-                tracing::debug!("no task due");
-            }
-            Err(err) if err.code() == Some("invalid_limit") && batch > 1 && !stopping => {
-                max_batch = batch / 2;
-                tracing::warn!(
-                    error = %err,
-                    limit = batch,
-                    next_limit = max_batch,
-                    "task-service refused the claim's limit; asking for fewer tasks at a time"
-                );
+            continue;
+        }
+        match claim(&mut claiming, &mut riders, &mut shutdown).await {
+            Claim::Stopping => break,
+            Claim::Again => {
+                idle.reset();
                 continue;
             }
-            Err(err) => {
-                ctx.metrics
-                    .claim_requests
-                    .with_label_values(&["error"])
-                    .inc();
-                match &err {
-                    CallError::Transient(_) => {
-                        tracing::warn!(error = %err, "claim failed; backing off");
-                    }
-                    CallError::Refused { .. } => {
-                        tracing::error!(error = %err, "task-service refused the claim; backing off");
-                    }
-                }
-            }
-        }
-        if stopping {
-            break;
-        }
-        // An empty answer after a long wait is news enough: claim again at once. One that came
-        // at once (a task-service without wake-ups, or one stopping) or a failure backs off.
-        if answered && !settings.claim_wait.is_zero() && sent.elapsed() >= settings.claim_wait / 2 {
-            idle.reset();
-            continue;
+            Claim::BackOff => {}
         }
         let delay = idle.next_delay();
         tokio::select! {
             biased;
             () = &mut shutdown => break,
-            Some(joined) = running.join_next() => {
+            Some(joined) = claiming.running.join_next() => {
                 runner_ended(&ctx, joined);
                 idle.reset(); // a slot is free: poll again at once
+            }
+            first = riders.next() => {
+                let riders = riders.gather(first);
+                if claiming.carry(riders).await {
+                    idle.reset();
+                }
             }
             () = sleep(delay) => {}
         }
     }
+    riders.close();
+    stop(&ctx, claiming).await;
+}
 
+/// What the claim loop does after a claim.
+enum Claim {
+    /// Claim again at once.
+    Again,
+    /// Wait a little (an empty answer that came at once, or a failure).
+    BackOff,
+    /// Shutdown came: claim no more.
+    Stopping,
+}
+
+/// One claim for the free slots, waiting for work up to `CLAIM_WAIT_MS`. Completions that come
+/// meanwhile go on their own: the claim may wait long.
+async fn claim<H: TaskHandler>(
+    claiming: &mut Claiming<H>,
+    riders: &mut Riders,
+    shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
+) -> Claim {
+    let ctx = claiming.ctx.clone();
+    let settings = &ctx.settings;
+    let limit = claiming.limit(claiming.free(0));
+    let sent = Instant::now();
+    let covered_by = ctx.load.claimant_lease(&settings.worker_id);
+    let mut request = std::pin::pin!(ctx.client.claim_covered(
+        &settings.worker_id,
+        settings.queue.as_deref(),
+        limit,
+        settings.claim_wait,
+        covered_by.as_ref(),
+    ));
+    let mut stopping = false;
+    // A claim already sent is finished even when shutdown comes meanwhile, and what it brings is
+    // run within the grace period like any task in flight: dropping the request could leave a
+    // task leased to nobody until its lease lapsed, and handing it back would make a stop bounce
+    // work that a moment earlier it would have done.
+    let result = loop {
+        tokio::select! {
+            biased;
+            () = shutdown.as_mut(), if !stopping => {
+                stopping = true;
+                tracing::info!(
+                    wait_ms = u64::try_from(settings.claim_wait.as_millis()).unwrap_or(u64::MAX),
+                    "shutting down: waiting for the claim in flight, whose tasks will still run"
+                );
+            }
+            result = &mut request => break result,
+            pending = riders.next() => riders.send_alone(pending),
+        }
+    };
+    let answered = result.is_ok();
+    match result {
+        Ok(tasks) if !tasks.is_empty() => {
+            claiming.start(tasks, sent);
+            return if stopping {
+                Claim::Stopping
+            } else {
+                Claim::Again
+            };
+        }
+        Ok(_) => {
+            ctx.metrics
+                .claim_requests
+                .with_label_values(&["empty"])
+                .inc();
+            tracing::debug!("no task due");
+        }
+        Err(err) => {
+            let lowered = err.code() == Some("invalid_limit") && limit.is_some();
+            claiming.refused(&err, limit);
+            if lowered && !stopping {
+                return Claim::Again;
+            }
+        }
+    }
+    if stopping {
+        return Claim::Stopping;
+    }
+    // An empty answer after a long wait is news enough: claim again at once. One that came at
+    // once (a task-service without wake-ups, or one stopping) or a failure backs off.
+    if answered && !settings.claim_wait.is_zero() && sent.elapsed() >= settings.claim_wait / 2 {
+        return Claim::Again;
+    }
+    Claim::BackOff
+}
+
+/// After the claim loop: lets in-flight tasks finish within the grace period, then hands back
+/// the rest.
+async fn stop<H: TaskHandler>(ctx: &Ctx, mut claiming: Claiming<H>) {
+    let settings = &ctx.settings;
+    let running = &mut claiming.running;
     tracing::info!(
         in_flight = running.len(),
         grace_seconds = settings.shutdown_grace.as_secs_f64(),
         "shutting down: no longer claiming; letting in-flight tasks finish"
     );
-    drain(&ctx, &mut running, Instant::now() + settings.shutdown_grace).await;
+    drain(ctx, running, Instant::now() + settings.shutdown_grace).await;
     if !running.is_empty() {
         tracing::warn!(
             tasks = running.len(),
             "grace period over: cancelling unfinished tasks and handing them back"
         );
-        hand_back.cancel();
+        claiming.hand_back.cancel();
         drain(
-            &ctx,
-            &mut running,
+            ctx,
+            running,
             Instant::now() + HAND_BACK_TIMEOUT + settings.request_timeout * 2,
         )
         .await;

@@ -11,8 +11,8 @@ use tracing::Instrument;
 use super::{CallError, TaskClient};
 use crate::ErrorBody;
 use crate::tasks::{
-    ClaimTasks, CompleteItem, CompleteTask, CompleteTasks, CompletedTasks, FailTask, Heartbeat,
-    MAX_CLAIM_WAIT_MS, SnoozeTask, Task,
+    ClaimNext, ClaimTasks, CompleteItem, CompleteTask, CompleteTasks, CompletedTasks, FailTask,
+    Heartbeat, MAX_CLAIM_WAIT_MS, SnoozeTask, Task,
 };
 use crate::workers::{ClaimantLease, WorkerBeat, WorkerGone, WorkerLease};
 
@@ -135,17 +135,39 @@ impl TaskClient {
         processor: &str,
         tasks: Vec<CompleteItem>,
     ) -> Result<Vec<Result<Option<Task>, CallError>>, CallError> {
+        Ok(self.complete_then_claim(processor, tasks, None).await?.0)
+    }
+
+    /// [`TaskClient::complete_many`] that also claims the next tasks (`next`), in the same
+    /// request and transaction. Besides the completions' results: the claimed tasks (possibly
+    /// none), the claim's refusal as a whole, or `None` when nothing was claimed because
+    /// `next` was not asked, or task-service predates it (the caller then claims on its own).
+    pub async fn complete_then_claim(
+        &self,
+        processor: &str,
+        tasks: Vec<CompleteItem>,
+        next: Option<ClaimNext>,
+    ) -> Result<
+        (
+            Vec<Result<Option<Task>, CallError>>,
+            Option<Result<Vec<Task>, CallError>>,
+        ),
+        CallError,
+    > {
         let ids: Vec<String> = tasks.iter().map(|t| t.id.to_string()).collect();
         let span = tracing::info_span!(
             parent: None,
             "tasks",
-            otel.name = "complete tasks",
+            otel.name = if next.is_some() { "complete tasks and claim" } else { "complete tasks" },
             task.ids = %ids.join(","),
             task.processor = %processor,
+            task.claimed = tracing::field::Empty,
         );
+        let asked = next.is_some();
         let body = CompleteTasks {
             processor: processor.to_owned(),
             tasks,
+            next,
         };
         let answer: CompletedTasks = self
             .send(
@@ -154,33 +176,31 @@ impl TaskClient {
                 &[],
                 Some(&body),
             )
-            .instrument(span)
+            .instrument(span.clone())
             .await?
             .read("a batch completion")?;
-        Ok(answer
+        let results = answer
             .results
             .into_iter()
             .map(|result| {
                 if (200..300).contains(&result.status) {
-                    return Ok(result.task);
-                }
-                let error = result
-                    .error
-                    .unwrap_or_else(|| ErrorBody::new("unknown", ""));
-                if result.status >= 500 || result.status == 429 {
-                    Err(CallError::Transient(format!(
-                        "task-service answered {} ({}: {})",
-                        result.status, error.code, error.error
-                    )))
+                    Ok(result.task)
                 } else {
-                    Err(CallError::Refused {
-                        status: result.status,
-                        code: error.code,
-                        error: error.error,
-                    })
+                    Err(refusal(result.status, result.error))
                 }
             })
-            .collect())
+            .collect();
+        let claimed = match (asked, answer.claimed, answer.claim_refused) {
+            (false, _, _) => None,
+            (true, _, Some(refused)) => Some(Err(refusal(refused.status, Some(refused.error)))),
+            (true, Some(claimed), None) => {
+                let ids: Vec<String> = claimed.iter().map(|t| t.id.to_string()).collect();
+                span.record("task.claimed", ids.join(","));
+                Some(Ok(claimed))
+            }
+            (true, None, None) => None,
+        };
+        Ok((results, claimed))
     }
 
     /// `PUT /api/tasks/{id}/fail`. `requeue` hands the task back without charging the attempt.
@@ -276,6 +296,24 @@ fn parse_claim(bytes: &[u8]) -> Result<Vec<Task>, CallError> {
         other => Err(CallError::Transient(format!(
             "unexpected claim answer: {other}"
         ))),
+    }
+}
+
+/// The error of a refusal reported inside an answer (a batch item's, or a claim's): transient
+/// for 5xx and 429, as the exchange itself would count it.
+fn refusal(status: u16, error: Option<ErrorBody>) -> CallError {
+    let error = error.unwrap_or_else(|| ErrorBody::new("unknown", ""));
+    if status >= 500 || status == 429 {
+        CallError::Transient(format!(
+            "task-service answered {status} ({}: {})",
+            error.code, error.error
+        ))
+    } else {
+        CallError::Refused {
+            status,
+            code: error.code,
+            error: error.error,
+        }
     }
 }
 

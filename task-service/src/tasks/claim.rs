@@ -10,31 +10,48 @@ use diesel_async::AsyncConnection;
 use leasehold::LeaseError;
 use leasehold::api::Lease;
 use leasehold::server::ApiError;
-use leasehold::tasks::{MAX_CLAIM, TaskStatus};
+use leasehold::tasks::{CompleteItem, MAX_CLAIM, MAX_COMPLETE_BATCH, TaskStatus};
 
+use super::complete::{self, Completion};
 use super::limits::Limits;
 use super::refusal::credentials_refused;
-use super::{Engine, cover};
+use super::{Engine, Transition, cover};
 use crate::repo::{self, Db, TaskRow};
 
-/// One claim request's part in a claim group: who claims, at most how many tasks, and the
-/// worker process's lease that is to cover them (resource and fence), if it named one.
+/// One claim request's part in a claim group: who claims, at most how many tasks, the worker
+/// process's lease that is to cover them (resource and fence), if it named one, and the tasks
+/// it completes first (`PUT /api/tasks/complete` with `next`), if any.
 #[derive(Debug, Clone)]
 pub struct Want {
     pub processor: String,
     pub limit: i64,
     pub lease: Option<(String, i64)>,
+    pub completions: Vec<CompleteItem>,
+}
+
+/// What one claim request got from its group: its tasks, or why the claim got none as a whole
+/// (lease-service unavailable or refusing the TTL), and the verdict on each completion it
+/// carried, in its order.
+#[derive(Debug)]
+pub struct Claimed {
+    pub tasks: Result<Vec<TaskRow>, ApiError>,
+    pub completed: Vec<Result<Transition, ApiError>>,
 }
 
 /// How many waiting claims, from the front, go in one group: their limits add up to at most
-/// [`MAX_CLAIM`], one statement's and one lease batch's worth.
+/// [`MAX_CLAIM`], one statement's and one lease batch's worth, the completions they carry to
+/// at most [`MAX_COMPLETE_BATCH`], and no task is completed twice in one group (a repeat waits
+/// for the next group, and is judged after the first).
 pub fn claims_per_group(wants: &[Want]) -> usize {
-    let mut total = 0;
+    let (mut total, mut completions) = (0, 0);
+    let mut seen = std::collections::HashSet::new();
     wants
         .iter()
         .take_while(|want| {
             total += want.limit;
-            total <= MAX_CLAIM
+            completions += want.completions.len();
+            let distinct = want.completions.iter().all(|item| seen.insert(item.id));
+            total <= MAX_CLAIM && completions <= MAX_COMPLETE_BATCH && distinct
         })
         .count()
 }
@@ -65,6 +82,11 @@ pub fn claims_per_group(wants: &[Want]) -> usize {
 /// (its worker stopped heartbeating, so nobody will end it otherwise) in the same statement
 /// that reads the lapsed tasks ([`repo::take_lapsed`]), and its lease is released after commit.
 ///
+/// Completions carried by the claims are judged first, in the same transaction, each exactly as
+/// [`complete::complete_group`] would judge it: a completed task's place in a limited queue is
+/// free for the claim that follows. A claim refused as a whole (lease-service unavailable, or
+/// refusing the TTL) takes nothing, but its transaction still commits the completions.
+///
 /// If the transaction fails after leases were granted, they are released at once.
 #[tracing::instrument(name = "claim group", skip_all, fields(
     task.queue = queue.unwrap_or(""),
@@ -75,12 +97,26 @@ pub async fn claim_group(
     engine: &Engine,
     queue: Option<&str>,
     wants: &[Want],
-) -> Result<Vec<Vec<TaskRow>>, ApiError> {
+) -> Result<Vec<Claimed>, ApiError> {
     let total: i64 = wants.iter().map(|want| want.limit).sum();
+    let completions: Vec<Completion> = wants
+        .iter()
+        .flat_map(|want| {
+            want.completions.iter().map(|item| Completion {
+                processor: want.processor.clone(),
+                item: item.clone(),
+            })
+        })
+        .collect();
     // Leases granted inside the transaction, to release should it fail.
     let granted = std::sync::Mutex::new(Vec::new());
     let outcome = conn
         .transaction::<_, ApiError, _>(async |conn| {
+            let completed = if completions.is_empty() {
+                Vec::new()
+            } else {
+                complete::judge(conn, engine, &completions).await?
+            };
             let mut round = Round::new(wants);
             repo::claim_by_index_order(conn).await?;
             let mut limits = Limits::lock(conn, queue).await?;
@@ -105,27 +141,28 @@ pub async fn claim_group(
             }
             let started: Vec<&TaskRow> = round.claimed.iter().flatten().collect();
             limits.settle(conn, &started).await?;
-            if round.taken() == 0
-                && let Some(err) = round.misconfigured
-            {
-                return Err(err);
-            }
-            if round.taken() == 0
-                && let Some(reason) = round.unavailable
-            {
-                return Err(ApiError::Unavailable(format!(
+            let refused = match (round.taken(), round.misconfigured, round.unavailable) {
+                (0, Some(err), _) => Some(err),
+                (0, None, Some(reason)) => Some(ApiError::Unavailable(format!(
                     "lease-service unavailable: {reason}"
-                )));
+                ))),
+                _ => None,
+            };
+            if let Some(err) = refused.as_ref().filter(|_| completions.is_empty()) {
+                // Nothing to keep: as if the group had not run.
+                return Err(err.clone());
             }
             Ok((
                 round.claimed,
+                refused,
+                completed,
                 round.exhausted,
                 round.cancelled,
                 limits.bound,
             ))
         })
         .await;
-    let (claimed, exhausted, cancelled, bound) = match outcome {
+    let (claimed, refused, completed, exhausted, cancelled, bound) = match outcome {
         Ok(done) => done,
         Err(err) => {
             let granted =
@@ -174,7 +211,18 @@ pub async fn claim_group(
         }
     }
     end_cancelled(engine, &cancelled).await;
-    Ok(claimed)
+    let mut completed = completed.into_iter();
+    Ok(wants
+        .iter()
+        .zip(claimed)
+        .map(|(want, tasks)| Claimed {
+            tasks: match &refused {
+                Some(err) => Err(err.clone()),
+                None => Ok(tasks),
+            },
+            completed: completed.by_ref().take(want.completions.len()).collect(),
+        })
+        .collect())
 }
 
 /// After the commit that ended lapsed tasks as cancelled: counts them, and releases their
@@ -554,6 +602,7 @@ mod tests {
                 processor: "w".to_owned(),
                 limit,
                 lease: None,
+                completions: Vec::new(),
             })
             .collect()
     }

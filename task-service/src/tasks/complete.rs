@@ -21,7 +21,7 @@ use super::{CompletionGroups, Engine, Transition, cover};
 use crate::repo::{self, Db, TaskRow};
 
 /// One completion in a group: who completes which task, with what output.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Completion {
     pub processor: String,
     pub item: CompleteItem,
@@ -71,13 +71,20 @@ pub async fn complete(
 
 /// A worker's completions of several tasks (`PUT /api/tasks/complete`): one group. Each item is
 /// answered with its own status; only a request that is wrong as a whole, or a database
-/// failure, fails the request.
+/// failure, fails the request. (With `next`, [`super::complete_then_claim`] serves it.)
 #[tracing::instrument(name = "complete tasks", skip_all, fields(task.processor = %request.processor))]
 pub async fn complete_many(
     conn: &mut Db,
     engine: &Engine,
     request: &CompleteTasks,
 ) -> Result<Vec<ItemResult>, ApiError> {
+    let completions = checked(request)?;
+    let outcomes = complete_group(conn, engine, &completions).await?;
+    Ok(item_results(engine, &completions, outcomes).await)
+}
+
+/// A batch completion's completions, once the request as a whole is known to be well formed.
+pub(super) fn checked(request: &CompleteTasks) -> Result<Vec<Completion>, ApiError> {
     validate_name("processor", &request.processor)?;
     check_batch_size(
         "tasks",
@@ -92,15 +99,22 @@ pub async fn complete_many(
             format!("task {id} is listed twice"),
         ));
     }
-    let completions: Vec<Completion> = request
+    Ok(request
         .tasks
         .iter()
         .map(|item| Completion {
             processor: request.processor.clone(),
             item: item.clone(),
         })
-        .collect();
-    let outcomes = complete_group(conn, engine, &completions).await?;
+        .collect())
+}
+
+/// Each completion's answer, in order, as `PUT /{id}/complete` would have given it alone.
+pub(super) async fn item_results(
+    engine: &Engine,
+    completions: &[Completion],
+    outcomes: Vec<Result<Transition, ApiError>>,
+) -> Vec<ItemResult> {
     let mut results = Vec::with_capacity(completions.len());
     for (completion, outcome) in completions.iter().zip(outcomes) {
         let id = completion.item.id;
@@ -119,7 +133,7 @@ pub async fn complete_many(
             },
         });
     }
-    Ok(results)
+    results
 }
 
 /// What a completion's transition answers: the task, or the refusal; counts completions.
@@ -153,75 +167,78 @@ pub async fn complete_group(
     engine: &Engine,
     completions: &[Completion],
 ) -> Result<Vec<Result<Transition, ApiError>>, ApiError> {
+    let ids: Vec<String> = completions.iter().map(|c| c.item.id.to_string()).collect();
+    tracing::Span::current().record("task.ids", ids.join(","));
+    conn.transaction::<_, ApiError, _>(async |conn| judge(conn, engine, completions).await)
+        .await
+}
+
+/// [`complete_group`]'s work inside a transaction that is already open: a claim group that
+/// carries completions (`PUT /api/tasks/complete` with `next`) judges them this way before it
+/// claims, in its own transaction.
+pub(super) async fn judge(
+    conn: &mut Db,
+    engine: &Engine,
+    completions: &[Completion],
+) -> Result<Vec<Result<Transition, ApiError>>, ApiError> {
     let ids: Vec<i64> = completions.iter().map(|c| c.item.id).collect();
-    tracing::Span::current().record(
-        "task.ids",
-        ids.iter().map(i64::to_string).collect::<Vec<_>>().join(","),
-    );
-    let outcomes = conn
-        .transaction::<_, ApiError, _>(async |conn| {
-            let mut locked: std::collections::HashMap<i64, TaskRow> = repo::lock_many(conn, &ids)
-                .await?
-                .into_iter()
-                .map(|row| (row.id, row))
-                .collect();
-            let mut outcomes: Vec<Option<Result<Transition, ApiError>>> =
-                completions.iter().map(|_| None).collect();
-            let mut releasing: Vec<(usize, TaskRow)> = Vec::new();
-            for (index, completion) in completions.iter().enumerate() {
-                let item = &completion.item;
-                let verdict = match check_size("task_output", &item.task_output) {
+    let mut locked: std::collections::HashMap<i64, TaskRow> = repo::lock_many(conn, &ids)
+        .await?
+        .into_iter()
+        .map(|row| (row.id, row))
+        .collect();
+    let mut outcomes: Vec<Option<Result<Transition, ApiError>>> =
+        completions.iter().map(|_| None).collect();
+    let mut releasing: Vec<(usize, TaskRow)> = Vec::new();
+    for (index, completion) in completions.iter().enumerate() {
+        let item = &completion.item;
+        let verdict = match check_size("task_output", &item.task_output) {
+            Err(err) => Err(err),
+            Ok(()) => match locked.remove(&item.id) {
+                None => Err(task_not_found(item.id)),
+                Some(task) => match check_owner(&task, &completion.processor, item.fence) {
                     Err(err) => Err(err),
-                    Ok(()) => match locked.remove(&item.id) {
-                        None => Err(task_not_found(item.id)),
-                        Some(task) => match check_owner(&task, &completion.processor, item.fence) {
-                            Err(err) => Err(err),
-                            Ok(()) if task.cancel_requested => Ok(Transition::Cancelled(
-                                repo::mark_final(conn, task.id, TaskStatus::Cancelled, None)
-                                    .await?,
-                            )),
-                            Ok(()) => {
-                                releasing.push((index, task));
-                                continue;
-                            }
-                        },
-                    },
-                };
-                outcomes[index] = Some(verdict);
+                    Ok(()) if task.cancel_requested => Ok(Transition::Cancelled(
+                        repo::mark_final(conn, task.id, TaskStatus::Cancelled, None).await?,
+                    )),
+                    Ok(()) => {
+                        releasing.push((index, task));
+                        continue;
+                    }
+                },
+            },
+        };
+        outcomes[index] = Some(verdict);
+    }
+    if !releasing.is_empty() {
+        let proofs = prove_ends(engine, completions, &releasing).await;
+        let mut succeeded: Vec<(usize, i64)> = Vec::new();
+        for ((index, task), proof) in releasing.iter().zip(proofs) {
+            match proof {
+                Ok(()) => succeeded.push((*index, task.id)),
+                Err(err) => outcomes[*index] = Some(Err(err)),
             }
-            if releasing.is_empty() {
-                return Ok(outcomes);
+        }
+        let done: Vec<(i64, &serde_json::Value)> = succeeded
+            .iter()
+            .map(|(index, id)| (*id, &completions[*index].item.task_output))
+            .collect();
+        let rows = if done.is_empty() {
+            Vec::new()
+        } else {
+            repo::mark_succeeded_many(conn, &done).await?
+        };
+        for (row, took) in rows {
+            engine
+                .metrics
+                .claim_to_complete
+                .with_label_values(&[row.queue.as_str()])
+                .observe(took);
+            if let Some((index, _)) = succeeded.iter().find(|(_, id)| *id == row.id) {
+                outcomes[*index] = Some(Ok(Transition::Done(row)));
             }
-            let proofs = prove_ends(engine, completions, &releasing).await;
-            let mut succeeded: Vec<(usize, i64)> = Vec::new();
-            for ((index, task), proof) in releasing.iter().zip(proofs) {
-                match proof {
-                    Ok(()) => succeeded.push((*index, task.id)),
-                    Err(err) => outcomes[*index] = Some(Err(err)),
-                }
-            }
-            let done: Vec<(i64, &serde_json::Value)> = succeeded
-                .iter()
-                .map(|(index, id)| (*id, &completions[*index].item.task_output))
-                .collect();
-            let rows = if done.is_empty() {
-                Vec::new()
-            } else {
-                repo::mark_succeeded_many(conn, &done).await?
-            };
-            for (row, took) in rows {
-                engine
-                    .metrics
-                    .claim_to_complete
-                    .with_label_values(&[row.queue.as_str()])
-                    .observe(took);
-                if let Some((index, _)) = succeeded.iter().find(|(_, id)| *id == row.id) {
-                    outcomes[*index] = Some(Ok(Transition::Done(row)));
-                }
-            }
-            Ok(outcomes)
-        })
-        .await?;
+        }
+    }
     Ok(completions
         .iter()
         .zip(outcomes)

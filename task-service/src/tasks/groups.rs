@@ -7,14 +7,13 @@
 use leasehold::server::ApiError;
 use leasehold::server::coalesce::{self, Coalescer};
 
-use super::claim::{Want, claim_group, claims_per_group};
+use super::claim::{Claimed, Want, claim_group, claims_per_group};
 use super::complete::{Completion, complete_group, completions_per_group};
 use super::{Engine, Transition};
 use crate::db::{self, DbPool};
-use crate::repo::TaskRow;
 
 /// Claim requests gathered by queue into [`claim_group`]s.
-pub type ClaimGroups = Coalescer<Option<String>, Want, Result<Vec<TaskRow>, ApiError>>;
+pub type ClaimGroups = Coalescer<Option<String>, Want, Result<Claimed, ApiError>>;
 
 /// Single completions gathered into groups of [`complete_group`].
 pub type CompletionGroups = Coalescer<(), Completion, Result<Transition, ApiError>>;

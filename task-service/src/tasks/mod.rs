@@ -19,6 +19,8 @@
 //! * `claim`: claim requests, gathered by queue into one transaction and one lease batch;
 //! * `limits`: the queues' concurrency limits, judged in the claim's transaction;
 //! * `complete`: completions, single or batched, judged in groups;
+//! * `complete_then_claim`: completions that ask for the next tasks, in one request and one
+//!   transaction with the claim;
 //! * `cover`: the lease that covers a claim (the task's own, or its worker process's), and its
 //!   check;
 //! * `groups`: how claims and completions are gathered into groups (built once, the same way);
@@ -34,6 +36,7 @@
 mod bulk;
 mod claim;
 mod complete;
+mod complete_then_claim;
 mod cover;
 mod create;
 pub mod create_many;
@@ -59,8 +62,9 @@ use crate::repo::{self, Db, TaskRow};
 use leasehold::server::wakeups::Wakeups;
 
 pub use bulk::{cancel_many, delete_many, retry_many};
-pub use claim::{Want, claim_group, claims_per_group, end_cancelled};
+pub use claim::{Claimed, Want, claim_group, claims_per_group, end_cancelled};
 pub use complete::{Completion, complete, complete_group, complete_many, completions_per_group};
+pub use complete_then_claim::complete_then_claim;
 pub use create::{Created, create};
 pub use create_many::create_many;
 pub use groups::{ClaimGroups, CompletionGroups, claim_groups, completion_groups};

@@ -8,10 +8,11 @@ use std::time::Duration;
 
 use leasehold::server::{ApiError, validate_name, validate_name_within};
 use leasehold::tasks::{ClaimTasks, MAX_CLAIM, MAX_CLAIM_WAIT_MS, MAX_QUEUE_BYTES, Task};
+use leasehold::workers::ClaimantLease;
 use tokio::time::Instant;
 use tracing::field::Empty;
 
-use super::claim::Want;
+use super::claim::{Claimed, Want};
 use super::{ClaimGroups, Engine, to_api};
 use crate::repo::TaskRow;
 
@@ -20,18 +21,12 @@ pub const WAKEUP_CHANNEL: &str = "leasehold_tasks";
 
 /// Checks a claim request; what it wants, and how long it may wait for it.
 pub fn want(request: &ClaimTasks) -> Result<(Want, Duration), ApiError> {
-    validate_name("processor", &request.processor)?;
-    if let Some(queue) = &request.queue {
-        validate_name_within("queue", queue, MAX_QUEUE_BYTES)?;
-    }
-    let limit = request.limit.unwrap_or(1);
-    if !(1..=MAX_CLAIM).contains(&limit) {
-        return Err(ApiError::invalid(
-            "invalid_limit",
-            "limit",
-            format!("limit must be between 1 and {MAX_CLAIM}, got {limit}"),
-        ));
-    }
+    let want = want_of(
+        &request.processor,
+        request.queue.as_deref(),
+        request.limit,
+        request.worker.as_ref(),
+    )?;
     let wait_ms = request.wait_ms.unwrap_or(0);
     if wait_ms > MAX_CLAIM_WAIT_MS {
         return Err(ApiError::invalid(
@@ -40,7 +35,30 @@ pub fn want(request: &ClaimTasks) -> Result<(Want, Duration), ApiError> {
             format!("wait_ms must be at most {MAX_CLAIM_WAIT_MS}, got {wait_ms}"),
         ));
     }
-    let lease = match &request.worker {
+    Ok((want, Duration::from_millis(wait_ms)))
+}
+
+/// Checks what a claim asks for, whether it comes alone or after completions
+/// ([`leasehold::tasks::ClaimNext`]).
+pub fn want_of(
+    processor: &str,
+    queue: Option<&str>,
+    limit: Option<i64>,
+    worker: Option<&ClaimantLease>,
+) -> Result<Want, ApiError> {
+    validate_name("processor", processor)?;
+    if let Some(queue) = queue {
+        validate_name_within("queue", queue, MAX_QUEUE_BYTES)?;
+    }
+    let limit = limit.unwrap_or(1);
+    if !(1..=MAX_CLAIM).contains(&limit) {
+        return Err(ApiError::invalid(
+            "invalid_limit",
+            "limit",
+            format!("limit must be between 1 and {MAX_CLAIM}, got {limit}"),
+        ));
+    }
+    let lease = match worker {
         None => None,
         Some(worker) => {
             crate::workers::check_id(&worker.id)?;
@@ -54,12 +72,12 @@ pub fn want(request: &ClaimTasks) -> Result<(Want, Duration), ApiError> {
             Some((leasehold::workers::resource(&worker.id), worker.fence))
         }
     };
-    let want = Want {
-        processor: request.processor.clone(),
+    Ok(Want {
+        processor: processor.to_owned(),
         limit,
         lease,
-    };
-    Ok((want, Duration::from_millis(wait_ms)))
+        completions: Vec::new(),
+    })
 }
 
 /// Claims due tasks for one request, in a group with the claims that arrive with it. With
@@ -103,19 +121,27 @@ pub async fn claim(
     }
     let ids: Vec<String> = claimed.iter().map(|row| row.id.to_string()).collect();
     span.record("task.ids", ids.join(","));
-    Ok(claimed
-        .into_iter()
+    // A holder counts its lease from its request's send instant: one that waited must count
+    // from the round that took the task, which began this long after arrival.
+    Ok(answered(
+        engine,
+        claimed,
+        (!wait.is_zero()).then_some(waited),
+    ))
+}
+
+/// The claimed rows as the API answers them: each with the task lease's TTL and, for a claim
+/// that waited, how long it waited before the round that took it.
+pub fn answered(engine: &Engine, rows: Vec<TaskRow>, waited: Option<Duration>) -> Vec<Task> {
+    rows.into_iter()
         .map(|row| {
             let task = to_api(row).with_lease_ttl(engine.lease_ttl);
-            // A holder counts its lease from its request's send instant: one that waited must
-            // count from the round that took the task, which began this long after arrival.
-            if wait.is_zero() {
-                task
-            } else {
-                task.with_waited(waited)
+            match waited {
+                Some(waited) => task.with_waited(waited),
+                None => task,
             }
         })
-        .collect())
+        .collect()
 }
 
 async fn claim_once(
@@ -123,8 +149,17 @@ async fn claim_once(
     request: &ClaimTasks,
     want: Want,
 ) -> Result<Vec<TaskRow>, ApiError> {
+    submit(claims, request.queue.clone(), want).await?.tasks
+}
+
+/// Hands one claim to its queue's group and waits for its part of the answer.
+pub async fn submit(
+    claims: &ClaimGroups,
+    queue: Option<String>,
+    want: Want,
+) -> Result<Claimed, ApiError> {
     claims
-        .submit(request.queue.clone(), want)
+        .submit(queue, want)
         .await
         .unwrap_or_else(|| Err(ApiError::Internal("the claim group failed".to_owned())))
 }

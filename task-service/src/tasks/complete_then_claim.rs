@@ -1,0 +1,65 @@
+//! `PUT /api/tasks/complete` with `next`: a worker's completions and its claim of the next
+//! tasks in one request and one transaction. A one-slot worker that finishes a task and wants
+//! another makes one request where it made two, and task-service commits once where it
+//! committed twice. The claim joins its queue's claim group like any claim ([`super::claim`]),
+//! and the group judges the completions it carries before it claims, each exactly as
+//! `PUT /{id}/complete` would judge it alone. It never waits: the completions' answers must not
+//! wait for work to come.
+
+use leasehold::server::ApiError;
+use leasehold::tasks::{ClaimNext, CompleteTasks, CompletedTasks, ItemError};
+use tracing::field::Empty;
+
+use super::complete::{checked, item_results};
+use super::next::{answered, submit, want_of};
+use super::{ClaimGroups, Engine};
+
+/// Judges `request`'s completions, then claims what `next` asks for, in one transaction.
+#[tracing::instrument(name = "complete tasks and claim", skip_all, fields(
+    task.processor = %request.processor,
+    task.queue = next.queue.as_deref().unwrap_or(""),
+    task.ids = Empty,
+    task.claimed = Empty,
+))]
+pub async fn complete_then_claim(
+    claims: &ClaimGroups,
+    engine: &Engine,
+    request: &CompleteTasks,
+    next: &ClaimNext,
+) -> Result<CompletedTasks, ApiError> {
+    let completions = checked(request)?;
+    let span = tracing::Span::current();
+    span.record("task.ids", ids(completions.iter().map(|c| c.item.id)));
+    let mut want = want_of(
+        &request.processor,
+        next.queue.as_deref(),
+        next.limit,
+        next.worker.as_ref(),
+    )?;
+    want.completions = completions.iter().map(|c| c.item.clone()).collect();
+    let claimed = submit(claims, next.queue.clone(), want).await?;
+    let results = item_results(engine, &completions, claimed.completed).await;
+    let (claimed, claim_refused) = match claimed.tasks {
+        Ok(rows) => {
+            span.record("task.claimed", ids(rows.iter().map(|row| row.id)));
+            (answered(engine, rows, None), None)
+        }
+        Err(err) => (
+            Vec::new(),
+            Some(ItemError {
+                status: actix_web::ResponseError::status_code(&err).as_u16(),
+                error: err.body(),
+            }),
+        ),
+    };
+    Ok(CompletedTasks {
+        results,
+        claimed: Some(claimed),
+        claim_refused,
+    })
+}
+
+/// Task ids as a span records them, so that a search by id finds the exchange.
+fn ids(ids: impl Iterator<Item = i64>) -> String {
+    ids.map(|id| id.to_string()).collect::<Vec<_>>().join(",")
+}
