@@ -95,7 +95,7 @@ async fn counters(url: &str) -> Counters {
 }
 
 /// How many statements of a run [`Cost::statements`] lists.
-const TOP_STATEMENTS: i64 = 8;
+const TOP_STATEMENTS: i64 = 12;
 
 #[derive(QueryableByName)]
 struct StatementRow {
@@ -107,6 +107,8 @@ struct StatementRow {
     calls: f64,
     #[diesel(sql_type = Double)]
     exec_ms: f64,
+    #[diesel(sql_type = Double)]
+    plan_ms: f64,
 }
 
 /// One statement's share of a run: execution time and calls per task.
@@ -119,6 +121,8 @@ pub struct StatementCost {
     pub nested: bool,
     pub calls_per_task: f64,
     pub exec_us_per_task: f64,
+    /// Planning, apart from execution: a statement not kept prepared is planned at every call.
+    pub plan_us_per_task: f64,
 }
 
 /// What the report says when the cluster cannot tell where its time goes.
@@ -154,16 +158,16 @@ async fn reset_statements(url: &str) -> bool {
             .is_ok()
 }
 
-/// The statements that took the most execution time since [`reset_statements`], in all the
+/// The statements that took the most planning and execution time since [`reset_statements`], in all the
 /// cluster's databases, less the meter's own readings.
 async fn top_statements(url: &str, tasks: u64) -> Vec<StatementCost> {
     let mut conn = connect(url).await;
     let rows: Vec<StatementRow> = diesel::sql_query(
         "SELECT left(regexp_replace(query, '\\s+', ' ', 'g'), 120) AS query, toplevel,
-                calls::float8 AS calls, total_exec_time AS exec_ms
+                calls::float8 AS calls, total_exec_time AS exec_ms, total_plan_time AS plan_ms
          FROM pg_stat_statements
          WHERE query NOT LIKE '%pg_stat_statements%' AND query NOT LIKE '%pg_current_wal_lsn%'
-         ORDER BY total_exec_time DESC LIMIT $1",
+         ORDER BY total_exec_time + total_plan_time DESC LIMIT $1",
     )
     .bind::<BigInt, _>(TOP_STATEMENTS)
     .load(&mut conn)
@@ -183,6 +187,7 @@ async fn top_statements(url: &str, tasks: u64) -> Vec<StatementCost> {
             nested: !row.toplevel,
             calls_per_task: row.calls / tasks,
             exec_us_per_task: row.exec_ms * 1000.0 / tasks,
+            plan_us_per_task: row.plan_ms * 1000.0 / tasks,
         })
         .collect()
 }

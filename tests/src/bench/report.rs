@@ -167,17 +167,21 @@ impl Report {
                 out,
                 "\n### where PostgreSQL's time goes: the statements that took the most, per task (pg_stat_statements; nested: run by a trigger, and counted in its statement too)\n"
             );
-            let _ = writeln!(out, "| run | statement | µs per task | calls per task |");
-            let _ = writeln!(out, "|---|---|---:|---:|");
+            let _ = writeln!(
+                out,
+                "| run | statement | µs per task | planning µs per task | calls per task |"
+            );
+            let _ = writeln!(out, "|---|---|---:|---:|---:|");
             for c in profiled {
                 for s in &c.statements {
                     let _ = writeln!(
                         out,
-                        "| {} | {}`{}` | {:.1} | {:.3} |",
+                        "| {} | {}`{}` | {:.1} | {:.1} | {:.3} |",
                         c.run,
                         if s.nested { "(nested) " } else { "" },
                         s.query.replace('|', "\\|").replace('`', "'"),
                         s.exec_us_per_task,
+                        s.plan_us_per_task,
                         s.calls_per_task
                     );
                 }

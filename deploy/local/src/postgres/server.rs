@@ -143,11 +143,13 @@ impl PrivatePostgres {
         }
         // A benchmark's cluster tells where its time goes, statement by statement, when the
         // extension is installed (Debian's postgresql-15 ships it); nested statements (those
-        // of triggers) too, so a trigger's share is seen apart from its statement's.
+        // of triggers) too, so a trigger's share is seen apart from its statement's, and the
+        // planning of each statement apart from its execution.
         if self.durable && !persistent && self.has_library("pg_stat_statements") {
             command
                 .args(["-c", "shared_preload_libraries=pg_stat_statements"])
-                .args(["-c", "pg_stat_statements.track=all"]);
+                .args(["-c", "pg_stat_statements.track=all"])
+                .args(["-c", "pg_stat_statements.track_planning=on"]);
         }
         command.stdout(log).stderr(log_err);
         // Kept data deserves a checkpoint; a test cluster's is thrown away.
