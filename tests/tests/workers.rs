@@ -321,6 +321,78 @@ async fn sigterm_hands_unfinished_work_back_and_exits_zero() {
     assert_eq!(claim.body["id"].as_i64(), Some(long), "claimable at once");
 }
 
+/// Under load a worker claims ahead (`WORKER_PREFETCH`): a task claimed ahead is heartbeaten
+/// from its claim, so it stays the worker's however long the slot stays busy (longer than a
+/// lease here), and starts when the slot frees; at a stop, the one not started goes back at
+/// once, its attempt not charged, while the one at work finishes within the grace period.
+#[tokio::test]
+async fn tasks_claimed_ahead_are_kept_until_started_and_go_back_unstarted_at_a_stop() {
+    let s = stack("2").await;
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(s.create(json!({"sleep_duration_seconds": 3})).await);
+    }
+    let [first, second, third] = [ids[0], ids[1], ids[2]];
+    let mut worker = s
+        .worker(
+            "ahead",
+            "2",
+            &[
+                ("WORKER_CONCURRENCY", "1"),
+                ("WORKER_PREFETCH", "1"),
+                ("SHUTDOWN_GRACE_SECONDS", "10"),
+            ],
+        )
+        .await;
+    eventually(
+        Duration::from_secs(10),
+        "one at work, one claimed ahead",
+        || async {
+            s.task(first).await["status"] == "running"
+                && s.task(second).await["status"] == "running"
+        },
+    )
+    .await;
+    // The first takes 3 s, longer than a 2 s lease: the second, claimed ahead, must be kept
+    // by its heartbeats meanwhile; the third is claimed ahead once the first is done.
+    eventually(
+        Duration::from_secs(15),
+        "the first done, the third claimed",
+        || async {
+            s.task(first).await["status"] == "succeeded"
+                && s.task(third).await["status"] == "running"
+        },
+    )
+    .await;
+    let kept = s.task(second).await;
+    assert_eq!(
+        (kept["status"].as_str(), kept["fence"].as_i64()),
+        (Some("running"), Some(1)),
+        "the task claimed ahead was never taken over: {kept}"
+    );
+    assert_eq!(worker.terminate(Duration::from_secs(15)).await, Some(0));
+    let done = s.task(second).await;
+    assert_eq!(
+        (
+            done["status"].as_str(),
+            done["attempts"].as_i64(),
+            done["fence"].as_i64()
+        ),
+        (Some("succeeded"), Some(1), Some(1)),
+        "the task at work finished within the grace period, claimed once: {done}"
+    );
+    let back = s.task(third).await;
+    assert_eq!(back["status"], "pending", "{back}");
+    assert_eq!(back["attempts"], 0, "the attempt is not charged: {back}");
+    assert!(
+        worker
+            .log_text()
+            .contains(&format!("handed back task {third}")),
+        "{}",
+        worker.log_tail()
+    );
+}
+
 /// A stop that comes while a claim waits in task-service does not bounce what that claim then
 /// brings: the task runs within the grace period, once, and is not handed back.
 #[tokio::test]

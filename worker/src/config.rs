@@ -85,6 +85,14 @@ pub struct WorkerConfig {
     #[arg(long, env = "WORKER_CONCURRENCY", default_value_t = defaults::CONCURRENCY)]
     pub concurrency: usize,
 
+    /// Under load (a claim came back with all it asked for), tasks claimed ahead of the free
+    /// slots, at most WORKER_CONCURRENCY: each starts the moment a slot frees, without waiting
+    /// for a claim, and is heartbeaten from its claim on like a running one. At shutdown those
+    /// not started are handed back at once, their attempt not charged. 0 (the default) claims
+    /// only for free slots: a task claimed ahead waits here while another worker might be idle.
+    #[arg(long, env = "WORKER_PREFETCH", default_value_t = 0)]
+    pub prefetch: usize,
+
     /// Seconds between heartbeats of a task (fractions allowed). A task whose lease is shorter
     /// than twice this (task-service's TASK_LEASE_TTL_SECONDS, which every claim answer
     /// carries) is heartbeaten every half TTL instead. The worker has no lease TTL setting of its
@@ -158,6 +166,8 @@ pub struct Settings {
     pub worker_id: String,
     pub queue: Option<String>,
     pub concurrency: usize,
+    /// Tasks claimed ahead of the free slots under load (at most `concurrency`).
+    pub prefetch: usize,
     pub heartbeat_interval: Duration,
     /// Timeout of each HTTP request: min(5 s, heartbeat interval / 2).
     pub request_timeout: Duration,
@@ -182,6 +192,7 @@ impl WorkerConfig {
             worker_id: None,
             queue: None,
             concurrency: defaults::CONCURRENCY,
+            prefetch: 0,
             heartbeat_interval_seconds: defaults::HEARTBEAT_INTERVAL_SECONDS,
             poll_min_ms: defaults::POLL_MIN_MS,
             poll_max_ms: defaults::POLL_MAX_MS,
@@ -211,6 +222,12 @@ impl WorkerConfig {
             return Err(ConfigError(format!(
                 "WORKER_CONCURRENCY ({}) must be between 1 and {MAX_CONCURRENCY}",
                 self.concurrency
+            )));
+        }
+        if self.prefetch > self.concurrency {
+            return Err(ConfigError(format!(
+                "WORKER_PREFETCH ({}) must be at most WORKER_CONCURRENCY ({})",
+                self.prefetch, self.concurrency
             )));
         }
         if !self.heartbeat_interval_seconds.is_finite()
@@ -280,6 +297,7 @@ impl WorkerConfig {
             worker_id,
             queue: self.queue.clone(),
             concurrency: self.concurrency,
+            prefetch: self.prefetch,
             heartbeat_interval,
             request_timeout: (heartbeat_interval / 2).min(Duration::from_secs(5)),
             poll_min: Duration::from_millis(self.poll_min_ms),
@@ -432,6 +450,16 @@ mod tests {
         let mut config = config();
         config.concurrency = 0;
         assert!(error(&config).contains("WORKER_CONCURRENCY"));
+    }
+
+    #[test]
+    fn prefetch_is_bounded_by_the_slots() {
+        let mut config = config();
+        config.concurrency = 4;
+        config.prefetch = 4;
+        assert!(config.validate().is_ok());
+        config.prefetch = 5;
+        assert!(error(&config).contains("WORKER_PREFETCH"));
     }
 
     #[test]

@@ -3,7 +3,10 @@
 //! # A task's life in the worker
 //!
 //! 1. The claimer asks task-service for as many tasks as there are free slots (no `limit` when
-//!    one slot is free, as the sample does), and starts one runner per task.
+//!    one slot is free, as the sample does), and starts one runner per task. Under load (the
+//!    last claim got all it asked for) it also claims up to `WORKER_PREFETCH` tasks ahead: their
+//!    runners heartbeat at once and start the work when a slot frees, with no claim between.
+//!    A claim due while every slot is busy rides on the next completion ([`crate::completions`]).
 //! 2. The runner starts the handler and, beside it, a heartbeat loop that sends
 //!    `PUT /{id}/heartbeat` with the task's fence every `HEARTBEAT_INTERVAL_SECONDS`, or every
 //!    half lease TTL if that is shorter.
@@ -22,7 +25,8 @@
 //!    answer drops the task. Completions that are ready at the same moment travel together in
 //!    one `PUT /api/tasks/complete` ([`crate::completions`]), each still answered on its own.
 //! 6. On shutdown the claimer sends no new claim; one already sent is awaited (at most
-//!    `CLAIM_WAIT_MS`) and its tasks run like the others. Runners get `SHUTDOWN_GRACE_SECONDS`
+//!    `CLAIM_WAIT_MS`) and its tasks run like the others. Tasks claimed ahead that have not
+//!    started are handed back at once (`fail` + `requeue: true`, no attempt charged). Runners get `SHUTDOWN_GRACE_SECONDS`
 //!    to finish; then the rest are cancelled and handed back with `fail` + `requeue: true`, so
 //!    they are claimable again at once and no attempt is charged.
 //!
@@ -36,6 +40,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::Context;
+use tokio::sync::Semaphore;
 use tokio::task::{JoinError, JoinSet};
 use tokio::time::{Instant, sleep, sleep_until};
 use tokio_util::sync::CancellationToken;
@@ -46,7 +51,7 @@ use crate::config::{Settings, WorkerConfig};
 use crate::handler::TaskHandler;
 use crate::metrics::{Metrics, MetricsServer};
 use crate::presence::{self, Load};
-use crate::task_run::process;
+use crate::task_run::{HandBack, process};
 use leasehold::retry::Backoff;
 use leasehold::task_client::{CallError, TaskClient};
 use leasehold::tasks::{ClaimNext, Task};
@@ -109,6 +114,7 @@ pub async fn run_with_settings<H: TaskHandler>(
         stop_presence.clone(),
     ));
     let ctx = Arc::new(Ctx {
+        slots: Arc::new(Semaphore::new(settings.concurrency)),
         settings,
         client,
         completer,
@@ -135,6 +141,8 @@ pub(crate) struct Ctx {
     pub(crate) metrics: Metrics,
     /// Busy slots and tasks done, for the process's beats ([`presence`]).
     pub(crate) load: Arc<Load>,
+    /// The slots (`WORKER_CONCURRENCY`): a claimed task's work starts once it holds one.
+    pub(crate) slots: Arc<Semaphore>,
 }
 
 /// What the claim loop keeps between its claims.
@@ -142,17 +150,34 @@ struct Claiming<H> {
     ctx: Arc<Ctx>,
     handler: Arc<H>,
     running: JoinSet<()>,
-    /// Cancelled when the grace period is over: unfinished tasks are handed back.
-    hand_back: CancellationToken,
+    /// When claimed tasks are handed back: those not started at shutdown, the rest once the
+    /// grace period is over.
+    hand_back: HandBack,
     /// Lowered if task-service refuses our batch size.
     max_batch: usize,
+    /// The last claim came back with all it asked for: there is more work than slots, so
+    /// tasks are claimed ahead (`WORKER_PREFETCH`).
+    under_load: bool,
 }
 
 impl<H: TaskHandler> Claiming<H> {
-    /// The free slots, counting as free those of `finishing` runners whose completions the next
-    /// claim carries: their work is over.
+    /// The tasks to claim now: the free slots, plus the tasks claimed ahead while under load,
+    /// counting as free the slots of `finishing` runners whose completions the next claim
+    /// carries (their work is over).
     fn free(&self, finishing: usize) -> usize {
-        (self.ctx.settings.concurrency + finishing).saturating_sub(self.running.len())
+        let settings = &self.ctx.settings;
+        let ahead = if self.under_load {
+            settings.prefetch
+        } else {
+            0
+        };
+        (settings.concurrency + ahead + finishing).saturating_sub(self.running.len())
+    }
+
+    /// Notes whether a claim for `limit` tasks that got `got` shows more work than slots.
+    fn answered(&mut self, limit: Option<i64>, got: usize) {
+        let asked = limit.and_then(|l| usize::try_from(l).ok()).unwrap_or(1);
+        self.under_load = got >= asked;
     }
 
     /// A claim's `limit` for `free` slots: none for one, as the sample asks.
@@ -206,6 +231,9 @@ impl<H: TaskHandler> Claiming<H> {
         let sent = Instant::now();
         let claimed =
             Riders::carry(&self.ctx.client, &settings.worker_id, riders, next.clone()).await;
+        if let Some(Ok(tasks)) = &claimed {
+            self.answered(next.limit, tasks.len());
+        }
         match claimed {
             Some(Ok(tasks)) if !tasks.is_empty() => {
                 self.start(tasks, sent);
@@ -268,8 +296,9 @@ async fn claim_loop<H: TaskHandler>(
         ctx: ctx.clone(),
         handler,
         running: JoinSet::new(),
-        hand_back: CancellationToken::new(),
+        hand_back: HandBack::default(),
         max_batch: MAX_CLAIM_BATCH,
+        under_load: false,
     };
     // The first claim waits for the process's first beat (answered or failed), so that its
     // tasks are covered by the process's lease whenever task-service grants one.
@@ -284,7 +313,8 @@ async fn claim_loop<H: TaskHandler>(
     loop {
         claiming.reap();
         if claiming.free(0) == 0 {
-            // Every slot is busy: the next completion frees one, and carries the next claim.
+            // Every slot is busy (and the tasks claimed ahead wait): the next completion frees
+            // one, and carries the next claim.
             tokio::select! {
                 biased;
                 () = &mut shutdown => break,
@@ -376,6 +406,9 @@ async fn claim<H: TaskHandler>(
         }
     };
     let answered = result.is_ok();
+    if let Ok(tasks) = &result {
+        claiming.answered(limit, tasks.len());
+    }
     match result {
         Ok(tasks) if !tasks.is_empty() => {
             claiming.start(tasks, sent);
@@ -415,6 +448,8 @@ async fn claim<H: TaskHandler>(
 /// the rest.
 async fn stop<H: TaskHandler>(ctx: &Ctx, mut claiming: Claiming<H>) {
     let settings = &ctx.settings;
+    // Tasks claimed ahead that have not started go back at once: nobody here will start them.
+    claiming.hand_back.unstarted.cancel();
     let running = &mut claiming.running;
     tracing::info!(
         in_flight = running.len(),
@@ -427,7 +462,7 @@ async fn stop<H: TaskHandler>(ctx: &Ctx, mut claiming: Claiming<H>) {
             tasks = running.len(),
             "grace period over: cancelling unfinished tasks and handing them back"
         );
-        claiming.hand_back.cancel();
+        claiming.hand_back.all.cancel();
         drain(
             ctx,
             running,

@@ -34,13 +34,24 @@ enum Outcome {
     Done(Result<crate::handler::TaskResult, Box<dyn Any + Send>>),
 }
 
-/// Works on one claimed task, from start to its final answer (or loss).
+/// When a claimed task is handed back instead of finished.
+#[derive(Clone, Default)]
+pub(crate) struct HandBack {
+    /// The grace period is over: every unfinished task.
+    pub(crate) all: CancellationToken,
+    /// Shutdown began: the tasks claimed ahead that have not started.
+    pub(crate) unstarted: CancellationToken,
+}
+
+/// Works on one claimed task, from its claim to its final answer (or loss). It starts once one
+/// of the process's slots is free: at once, unless it was claimed ahead (`WORKER_PREFETCH`);
+/// meanwhile it is heartbeaten like a running one.
 pub(crate) async fn process<H: TaskHandler>(
     ctx: Arc<Ctx>,
     handler: Arc<H>,
     task: Task,
     claim_sent: Instant,
-    hand_back: CancellationToken,
+    hand_back: HandBack,
 ) {
     let id = task.id;
     let fence = task.fence;
@@ -74,13 +85,30 @@ pub(crate) async fn process<H: TaskHandler>(
     let crash_at = chaos_crash_at(settings, &task);
 
     let cancel = CancellationToken::new();
-    let work = AssertUnwindSafe(handler.handle(task, cancel.clone())).catch_unwind();
+    // A free slot comes before a stop: a task a claim brings while the worker stops runs if a
+    // slot is free for it, and only one that would wait for a slot goes back.
     let outcome = tokio::select! {
         biased;
         () = lease.lost.cancelled() => Outcome::Lost,
-        () = hand_back.cancelled() => Outcome::HandBack,
-        () = sleep_until_some(crash_at) => crash(id, fence),
-        result = work => Outcome::Done(result),
+        slot = ctx.slots.clone().acquire_owned() => match slot {
+            Ok(slot) => {
+                let work = AssertUnwindSafe(handler.handle(task, cancel.clone())).catch_unwind();
+                let outcome = tokio::select! {
+                    biased;
+                    () = lease.lost.cancelled() => Outcome::Lost,
+                    () = hand_back.all.cancelled() => Outcome::HandBack,
+                    () = sleep_until_some(crash_at) => crash(id, fence),
+                    result = work => Outcome::Done(result),
+                };
+                // The work is over: the slot goes to the next task while this one's answer
+                // travels.
+                drop(slot);
+                outcome
+            }
+            Err(_) => Outcome::HandBack,
+        },
+        () = hand_back.all.cancelled() => Outcome::HandBack,
+        () = hand_back.unstarted.cancelled() => Outcome::HandBack,
     };
     // The handler is finished or its future was just dropped; tell anything it started, too.
     cancel.cancel();

@@ -113,6 +113,7 @@ pub(super) async fn end_to_end(bench: &Bench, options: &BenchOptions, report: &m
         ));
 
         let concurrency = slots.to_string();
+        let prefetch = if options.prefetch { slots } else { 0 }.to_string();
         let mut running = Vec::new();
         for w in 0..workers {
             let id = format!("bench-{}-{w}", queue);
@@ -120,6 +121,7 @@ pub(super) async fn end_to_end(bench: &Bench, options: &BenchOptions, report: &m
                 ("WORKER_ID", id.as_str()),
                 ("WORKER_QUEUE", queue.as_str()),
                 ("WORKER_CONCURRENCY", concurrency.as_str()),
+                ("WORKER_PREFETCH", prefetch.as_str()),
                 ("POLL_MIN_MS", "5"),
                 ("POLL_MAX_MS", "50"),
                 ("RUST_LOG", "warn"),

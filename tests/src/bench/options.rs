@@ -18,6 +18,9 @@ pub struct BenchOptions {
     /// tasks as there are free slots; completions ready together go in one request).
     pub workers: usize,
     pub batch_concurrency: usize,
+    /// Under load, each end-to-end worker claims ahead as many tasks as it has slots
+    /// (`WORKER_PREFETCH`).
+    pub prefetch: bool,
     /// Samples of the wake-up latencies (idle pickup, lease handover), taken one at a time.
     pub pickup_samples: usize,
     /// Pending tasks in the claim comparison's backlogs (the sample's table and Leasehold's).
@@ -52,6 +55,7 @@ impl BenchOptions {
             single_workers: 32,
             workers: 8,
             batch_concurrency: 32,
+            prefetch: true,
             pickup_samples: 200,
             backlog_sizes: vec![10_000, 1_000_000],
             growth_sizes: vec![10_000, 100_000, 1_000_000],
@@ -76,6 +80,7 @@ impl BenchOptions {
             single_workers: 2,
             workers: 2,
             batch_concurrency: 8,
+            prefetch: true,
             pickup_samples: 10,
             backlog_sizes: vec![300, 1_000],
             growth_sizes: vec![1_000, 3_000],

@@ -56,6 +56,10 @@ struct Cli {
     /// Events of history in the last day for the dashboard charts (charts).
     #[arg(long)]
     chart_events: Option<u64>,
+    /// End-to-end workers claim no task ahead of their free slots (WORKER_PREFETCH=0); by
+    /// default each claims ahead up to its slots under load.
+    #[arg(long)]
+    no_prefetch: bool,
     /// Run only these sections, comma-separated: leases, contention, e2e, peers, sample, growth,
     /// memory, charts, reads (default: all).
     #[arg(long, value_delimiter = ',', value_parser = ["leases", "contention", "e2e", "peers", "sample", "growth", "memory", "charts", "reads"])]
@@ -112,6 +116,7 @@ async fn main() -> anyhow::Result<()> {
     if let Some(n) = cli.chart_events {
         options.chart_events = n;
     }
+    options.prefetch = !cli.no_prefetch;
     options.sections = cli.only;
     eprintln!("bench: {options:?}");
     let report = bench::run(&options).await;
