@@ -218,14 +218,23 @@ impl<H: TaskHandler> Claiming<H> {
         self.ctx.load.set_busy(self.running.len());
     }
 
-    /// Sends `riders` (completions of runners whose work is over) with a claim for the slots
-    /// free once they end. True when it claimed (tasks or none); false when the claim must be
+    /// Sends `first` and the completions waiting behind it (of runners whose work is over) with
+    /// a claim for the slots free once they end. True when it claimed (tasks or none); false when the claim must be
     /// made as usual (the exchange failed, or task-service does not claim with completions).
-    async fn carry(&mut self, riders: Vec<Pending>) -> bool {
+    async fn carry(&mut self, waiting: &mut Riders, first: Pending) -> bool {
+        let riders = waiting.gather(first);
         let settings = &self.ctx.settings;
+        let free = self.free(riders.len());
+        if free == 0 {
+            // Tasks claimed ahead fill the slots these free: nothing to claim.
+            for rider in riders {
+                waiting.send_alone(rider);
+            }
+            return false;
+        }
         let next = ClaimNext {
             queue: settings.queue.clone(),
-            limit: self.limit(self.free(riders.len())),
+            limit: self.limit(free),
             worker: self.ctx.load.claimant_lease(&settings.worker_id),
         };
         let sent = Instant::now();
@@ -320,8 +329,7 @@ async fn claim_loop<H: TaskHandler>(
                 () = &mut shutdown => break,
                 Some(joined) = claiming.running.join_next() => runner_ended(&ctx, joined),
                 first = riders.next() => {
-                    let riders = riders.gather(first);
-                    if claiming.carry(riders).await {
+                    if claiming.carry(&mut riders, first).await {
                         idle.reset();
                     }
                 }
@@ -345,8 +353,7 @@ async fn claim_loop<H: TaskHandler>(
                 idle.reset(); // a slot is free: poll again at once
             }
             first = riders.next() => {
-                let riders = riders.gather(first);
-                if claiming.carry(riders).await {
+                if claiming.carry(&mut riders, first).await {
                     idle.reset();
                 }
             }

@@ -113,7 +113,14 @@ pub(super) async fn end_to_end(bench: &Bench, options: &BenchOptions, report: &m
         ));
 
         let concurrency = slots.to_string();
-        let prefetch = if options.prefetch { slots } else { 0 }.to_string();
+        // Batched workers claim ahead up to their slots; a one-slot worker's completion already
+        // carries its next claim, and a claim ahead would be sent alone while its task runs.
+        let prefetch = if options.prefetch && slots > 1 {
+            slots
+        } else {
+            0
+        }
+        .to_string();
         let mut running = Vec::new();
         for w in 0..workers {
             let id = format!("bench-{}-{w}", queue);

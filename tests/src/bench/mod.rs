@@ -17,7 +17,7 @@
 //!   nothing: single claims (32 one-slot workers, so every claim and every completion is a
 //!   request for one task, the completion carrying the next claim) or batched claims (8 workers
 //!   of 32 slots, each claim asking for the free slots at once, completions ready together sent
-//!   together), each worker claiming ahead up to its slots under load (`WORKER_PREFETCH`;
+//!   together, each batched worker claiming ahead up to its slots under load (`WORKER_PREFETCH`;
 //!   `--no-prefetch` turns it off); throughput and
 //!   claim-to-complete latency from the database's own timestamps; then single tasks created
 //!   at half the single-claim rate, each from its creation to its start. Each run is metered
