@@ -122,6 +122,11 @@ impl Riders {
         }
     }
 
+    /// A completion already handed in, if any.
+    pub(crate) fn try_next(&mut self) -> Option<Pending> {
+        self.incoming.try_recv().ok()
+    }
+
     /// `first` and the completions waiting behind it, up to one request's worth.
     pub(crate) fn gather(&mut self, first: Pending) -> Vec<Pending> {
         let mut batch = vec![first];

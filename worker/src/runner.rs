@@ -36,7 +36,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -115,6 +115,7 @@ pub async fn run_with_settings<H: TaskHandler>(
     ));
     let ctx = Arc::new(Ctx {
         slots: Arc::new(Semaphore::new(settings.concurrency)),
+        unstarted: AtomicUsize::new(0),
         settings,
         client,
         completer,
@@ -141,8 +142,12 @@ pub(crate) struct Ctx {
     pub(crate) metrics: Metrics,
     /// Busy slots and tasks done, for the process's beats ([`presence`]).
     pub(crate) load: Arc<Load>,
-    /// The slots (`WORKER_CONCURRENCY`): a claimed task's work starts once it holds one.
+    /// The slots (`WORKER_CONCURRENCY`): a claimed task's work starts once it holds one, and
+    /// frees it when the work is over, before its answer is sent.
     pub(crate) slots: Arc<Semaphore>,
+    /// Claimed tasks whose work has not started: waiting for a slot (claimed ahead), or just
+    /// claimed.
+    pub(crate) unstarted: AtomicUsize,
 }
 
 /// What the claim loop keeps between its claims.
@@ -161,17 +166,21 @@ struct Claiming<H> {
 }
 
 impl<H: TaskHandler> Claiming<H> {
-    /// The tasks to claim now: the free slots, plus the tasks claimed ahead while under load,
-    /// counting as free the slots of `finishing` runners whose completions the next claim
-    /// carries (their work is over).
-    fn free(&self, finishing: usize) -> usize {
-        let settings = &self.ctx.settings;
+    /// The tasks to claim now: the slots no task works in or waits for, plus the tasks claimed
+    /// ahead while under load. A task whose work is over holds no slot, even while its answer
+    /// travels (the next claim may carry it).
+    fn free(&self) -> usize {
+        let ctx = &self.ctx;
+        let settings = &ctx.settings;
         let ahead = if self.under_load {
             settings.prefetch
         } else {
             0
         };
-        (settings.concurrency + ahead + finishing).saturating_sub(self.running.len())
+        let idle = ctx.slots.available_permits().min(settings.concurrency);
+        let working = settings.concurrency - idle;
+        let unstarted = ctx.unstarted.load(Ordering::Acquire);
+        (settings.concurrency + ahead).saturating_sub(working + unstarted)
     }
 
     /// Notes whether a claim for `limit` tasks that got `got` shows more work than slots.
@@ -201,6 +210,7 @@ impl<H: TaskHandler> Claiming<H> {
             // The lease was taken no earlier than the round that claimed the task, which began
             // `waited` after task-service received the claim.
             let leased_from = (sent + task.waited()).min(Instant::now());
+            ctx.unstarted.fetch_add(1, Ordering::AcqRel);
             self.running.spawn(process(
                 ctx.clone(),
                 self.handler.clone(),
@@ -224,7 +234,7 @@ impl<H: TaskHandler> Claiming<H> {
     async fn carry(&mut self, waiting: &mut Riders, first: Pending) -> bool {
         let riders = waiting.gather(first);
         let settings = &self.ctx.settings;
-        let free = self.free(riders.len());
+        let free = self.free();
         if free == 0 {
             // Tasks claimed ahead fill the slots these free: nothing to claim.
             for rider in riders {
@@ -321,7 +331,14 @@ async fn claim_loop<H: TaskHandler>(
     }
     loop {
         claiming.reap();
-        if claiming.free(0) == 0 {
+        // A completion already waiting carries the claim, rather than go alone beside it.
+        if let Some(first) = riders.try_next() {
+            if claiming.carry(&mut riders, first).await {
+                idle.reset();
+            }
+            continue;
+        }
+        if claiming.free() == 0 {
             // Every slot is busy (and the tasks claimed ahead wait): the next completion frees
             // one, and carries the next claim.
             tokio::select! {
@@ -383,7 +400,7 @@ async fn claim<H: TaskHandler>(
 ) -> Claim {
     let ctx = claiming.ctx.clone();
     let settings = &ctx.settings;
-    let limit = claiming.limit(claiming.free(0));
+    let limit = claiming.limit(claiming.free());
     let sent = Instant::now();
     let covered_by = ctx.load.claimant_lease(&settings.worker_id);
     let mut request = std::pin::pin!(ctx.client.claim_covered(

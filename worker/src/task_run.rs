@@ -10,6 +10,7 @@ use std::any::Any;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures_util::FutureExt;
@@ -87,11 +88,13 @@ pub(crate) async fn process<H: TaskHandler>(
     let cancel = CancellationToken::new();
     // A free slot comes before a stop: a task a claim brings while the worker stops runs if a
     // slot is free for it, and only one that would wait for a slot goes back.
+    let mut unstarted = Some(Unstarted(&ctx.unstarted));
     let outcome = tokio::select! {
         biased;
         () = lease.lost.cancelled() => Outcome::Lost,
         slot = ctx.slots.clone().acquire_owned() => match slot {
             Ok(slot) => {
+                unstarted.take();
                 let work = AssertUnwindSafe(handler.handle(task, cancel.clone())).catch_unwind();
                 let outcome = tokio::select! {
                     biased;
@@ -110,6 +113,7 @@ pub(crate) async fn process<H: TaskHandler>(
         () = hand_back.all.cancelled() => Outcome::HandBack,
         () = hand_back.unstarted.cancelled() => Outcome::HandBack,
     };
+    drop(unstarted);
     // The handler is finished or its future was just dropped; tell anything it started, too.
     cancel.cancel();
 
@@ -147,6 +151,15 @@ pub(crate) async fn process<H: TaskHandler>(
                 }
             }
         }
+    }
+}
+
+/// Counts a claimed task as not started until dropped (its work starts, or it never will).
+struct Unstarted<'a>(&'a AtomicUsize);
+
+impl Drop for Unstarted<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
