@@ -110,8 +110,14 @@ impl Stack {
             ("SHUTDOWN_GRACE_SECONDS", "3"),
         ];
         let mut workers = Vec::new();
-        for _ in 0..options.workers {
-            workers.push(Service::worker(&task_proxy.base_url(), &worker_env).await);
+        for n in 0..options.workers {
+            // Every second worker claims ahead under load (its tasks wait for a slot, heartbeaten,
+            // and go back unstarted when it stops), so the faults meet both kinds.
+            let mut env = worker_env.to_vec();
+            if n % 2 == 1 {
+                env.push(("WORKER_PREFETCH", "3"));
+            }
+            workers.push(Service::worker(&task_proxy.base_url(), &env).await);
         }
         let generator_env = [
             ("AUTH_TOKEN", tokens::GENERATOR),
