@@ -71,8 +71,10 @@ pub async fn record_heartbeat(
     .await
 }
 
-/// Marks tasks succeeded with their outputs, in one statement; each row comes back with the
-/// seconds from its claim to its completion, in no particular order.
+/// Marks running tasks succeeded with their outputs, in one statement; each row comes back with
+/// the seconds from its claim to its completion, in no particular order. A completion is only
+/// ever of a running task (its caller checked the locked row), so the history's `from_status`
+/// needs no look at the rows before the update.
 pub async fn mark_succeeded_many(
     conn: &mut Db,
     done: &[(i64, &serde_json::Value)],
@@ -93,14 +95,13 @@ pub async fn mark_succeeded_many(
             "WITH moved AS (
                  UPDATE tasks SET status = 'succeeded', processed_at = now(),
                         last_heartbeat_at = now(), task_output = c.done_output, updated_at = now()
-                 FROM unnest($1::bigint[], $2::jsonb[]) AS c(done_id, done_output), {BEFORE}
-                 WHERE id = c.done_id AND before_id = id
+                 FROM unnest($1::bigint[], $2::jsonb[]) AS c(done_id, done_output)
+                 WHERE id = c.done_id AND status = 'running'
                  RETURNING {COLUMNS}, {from},
                            COALESCE(EXTRACT(EPOCH FROM now() - started_at), 0)::float8 AS took
              ), {history}
              SELECT * FROM moved",
-            BEFORE = before("id = ANY($1)"),
-            from = event("before_status"),
+            from = event("'running'"),
             history = history("true"),
         ))
         .bind::<Array<BigInt>, _>(&ids)
