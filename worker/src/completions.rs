@@ -159,27 +159,35 @@ impl Riders {
     }
 
     /// Sends `riders` with a claim of the next tasks (`next`) in one request, and answers each
-    /// rider. The claimed tasks; `None` when nothing was claimed for want of an answer (the
-    /// exchange failed, or task-service predates `next`): the caller then claims as usual.
+    /// rider. The claimed tasks; `None` when nothing was claimed for want of an answer: the
+    /// caller then claims as usual. Should the exchange fail as a whole (a refusal of the claim
+    /// it carried as much as a timeout), the completions go on their own at once, so that
+    /// nothing about the claim can turn into a verdict on them.
     pub(crate) async fn carry(
+        &self,
         client: &TaskClient,
         processor: &str,
         riders: Vec<Pending>,
         next: ClaimNext,
     ) -> Option<Result<Vec<Task>, CallError>> {
-        let (items, replies): (Vec<CompleteItem>, Vec<oneshot::Sender<Answer>>) =
-            riders.into_iter().map(|p| (p.item, p.reply)).unzip();
-        let (answers, claimed) = match client
+        let items: Vec<CompleteItem> = riders.iter().map(|p| p.item.clone()).collect();
+        match client
             .complete_then_claim(processor, items, Some(next))
             .await
         {
-            Ok((answers, claimed)) => (Ok(answers), claimed),
-            Err(err) => (Err(err), None),
-        };
-        if reply_each(replies, answers) {
-            claimed
-        } else {
-            None
+            Ok((answers, claimed)) => {
+                let replies = riders.into_iter().map(|p| p.reply).collect();
+                reply_each(replies, Ok(answers))
+                    .then_some(claimed)
+                    .flatten()
+            }
+            Err(err) => {
+                tracing::debug!(error = %err, "a completion carrying a claim failed; sending it alone");
+                for rider in riders {
+                    self.send_alone(rider);
+                }
+                None
+            }
         }
     }
 }

@@ -248,8 +248,9 @@ impl<H: TaskHandler> Claiming<H> {
             worker: self.ctx.load.claimant_lease(&settings.worker_id),
         };
         let sent = Instant::now();
-        let claimed =
-            Riders::carry(&self.ctx.client, &settings.worker_id, riders, next.clone()).await;
+        let claimed = waiting
+            .carry(&self.ctx.client, &settings.worker_id, riders, next.clone())
+            .await;
         if let Some(Ok(tasks)) = &claimed {
             self.answered(next.limit, tasks.len());
         }
