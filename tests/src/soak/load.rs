@@ -149,3 +149,31 @@ pub(super) async fn drain(task_url: &str, timeout: Duration) -> Option<Duration>
     }
     None
 }
+
+/// What the tasks table holds that is not finished: pending tasks due now and later (with the
+/// latest due time and how many were tried before), and running ones.
+pub(super) async fn left_over(task_db: &str) -> String {
+    let rows = crate::query(
+        task_db,
+        "SELECT count(*) FILTER (WHERE status = 'pending' AND scheduled_at <= now()) AS due,
+                count(*) FILTER (WHERE status = 'pending' AND scheduled_at > now()) AS later,
+                count(*) FILTER (WHERE status = 'pending' AND attempts > 0) AS retried,
+                count(*) FILTER (WHERE status = 'running') AS running,
+                COALESCE(EXTRACT(EPOCH FROM max(scheduled_at) FILTER (WHERE status = 'pending')
+                                           - now()), 0)::float8 AS last_due_in_seconds
+         FROM tasks WHERE status IN ('pending', 'running')",
+    )
+    .await;
+    match rows.first() {
+        Some(row) => format!(
+            "{} pending due, {} pending due later (the last in {:.0} s), {} of them tried before, \
+             {} running",
+            row["due"],
+            row["later"],
+            row["last_due_in_seconds"].as_f64().unwrap_or(0.0),
+            row["retried"],
+            row["running"]
+        ),
+        None => "the tasks table could not be read".to_owned(),
+    }
+}

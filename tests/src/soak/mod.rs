@@ -178,6 +178,12 @@ pub async fn run(options: SoakOptions) -> Summary {
         fault_errors.push("the generator could not be stopped after the faults".to_owned());
     }
     let drained_in = drain(&task_url, options.drain_timeout).await;
+    // What was left, should the drain run out: due work (too little capacity) or retries not
+    // due yet (backoff longer than the drain) tell different stories.
+    let left = match drained_in {
+        Some(_) => None,
+        None => Some(load::left_over(&stack.task_db).await),
+    };
     // Every replica's pool works again, whether or not it was restarted after PostgreSQL was.
     for replica in stack.lease_replicas.iter().chain(&stack.task_replicas) {
         let replica = replica.lock().await;
@@ -223,6 +229,7 @@ pub async fn run(options: SoakOptions) -> Summary {
         produced: produced.len(),
         lost,
         drained_in,
+        left,
         report,
         failover,
         log_dir,

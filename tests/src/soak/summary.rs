@@ -22,6 +22,8 @@ pub struct Summary {
     pub lost: Vec<i64>,
     /// How long the stack took to finish every task once the faults stopped, if it did.
     pub drained_in: Option<Duration>,
+    /// What the tasks table held when a drain ran out.
+    pub left: Option<String>,
     pub report: Report,
     /// On a formation: the ledger's findings and each fault's cost.
     pub failover: Option<super::FailoverReport>,
@@ -90,8 +92,9 @@ impl fmt::Display for Summary {
             Some(took) => writeln!(f, "drained {took:.1?} after the faults stopped")?,
             None => writeln!(
                 f,
-                "NOT drained within {:?} after the faults stopped",
-                self.options.drain_timeout
+                "NOT drained within {:?} after the faults stopped: {}",
+                self.options.drain_timeout,
+                self.left.as_deref().unwrap_or("(nothing read)")
             )?,
         }
         if let Some(failover) = &self.failover {
