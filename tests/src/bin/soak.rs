@@ -35,7 +35,9 @@ struct Cli {
     /// Tasks per second the soak adds itself (some fail on purpose).
     #[arg(long, default_value_t = 10)]
     producer_rate: u32,
-    /// Seconds the stack may take to finish every task after the faults stop.
+    /// After the faults stop, seconds the stack may go without a task reaching its end while
+    /// some are unfinished (the whole drain: at most this or the faults' duration, whichever is
+    /// longer).
     #[arg(long, default_value_t = 300)]
     drain_timeout_seconds: u64,
     /// Remove acquire's expiry check in lease-service (a test-only switch), to watch the

@@ -134,15 +134,26 @@ pub(super) async fn operator_until_ok(base: &str, call: &OperatorCall, timeout: 
     false
 }
 
-/// Waits until no task is pending or running; how long that took, or `None` on timeout.
-pub(super) async fn drain(task_url: &str, timeout: Duration) -> Option<Duration> {
+/// Waits until no task is pending or running, and says how long that took. A drain that still
+/// finishes tasks is slow, not stuck: it fails once no task has reached an end for `stall`, or
+/// once it has lasted `cap` in all, whichever comes first. (A fixed deadline failed 30-minute
+/// runs whose limited queue, three slots under a rate limit, held a backlog of its own making:
+/// every worker fault holds its slots until the task's lease runs out.)
+pub(super) async fn drain(task_url: &str, stall: Duration, cap: Duration) -> Option<Duration> {
     let tasks = TaskClient::new(vec![task_url.to_owned()], Duration::from_secs(2), None).unwrap();
     let start = Instant::now();
-    while start.elapsed() < timeout {
+    let mut last_progress = Instant::now();
+    let mut ended = 0;
+    while start.elapsed() < cap && last_progress.elapsed() < stall {
         if let Ok(counts) = tasks.counts().await {
             let now = |status: &str| counts.total.get(status).copied().unwrap_or(0);
             if now("pending") == 0 && now("running") == 0 {
                 return Some(start.elapsed());
+            }
+            let finished = now("succeeded") + now("dead") + now("cancelled");
+            if finished > ended {
+                ended = finished;
+                last_progress = Instant::now();
             }
         }
         tokio::time::sleep(Duration::from_millis(250)).await;

@@ -177,7 +177,12 @@ pub async fn run(options: SoakOptions) -> Summary {
     if !operator_until_ok(&task_url, &OperatorCall::Stop, Duration::from_secs(30)).await {
         fault_errors.push("the generator could not be stopped after the faults".to_owned());
     }
-    let drained_in = drain(&task_url, options.drain_timeout).await;
+    let drained_in = drain(
+        &task_url,
+        options.drain_timeout,
+        options.drain_timeout.max(options.duration),
+    )
+    .await;
     // What was left, should the drain run out: due work (too little capacity) or retries not
     // due yet (backoff longer than the drain) tell different stories.
     let left = match drained_in {

@@ -16,7 +16,9 @@ pub struct SoakOptions {
     pub generator_rate: u32,
     /// Tasks per second the soak's own producer adds.
     pub producer_rate: u32,
-    /// How long the stack may take, after the faults stop, to bring every task to an end.
+    /// After the faults stop, how long the stack may go without bringing a task to an end while
+    /// some are unfinished; the whole drain may take at most this or the faults' duration,
+    /// whichever is longer.
     pub drain_timeout: Duration,
     /// Runs lease-service with acquire's expiry check removed (`LEASEHOLD_TEST_BREAK_ACQUIRE`),
     /// to show that the checker catches a broken build.

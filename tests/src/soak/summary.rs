@@ -92,7 +92,8 @@ impl fmt::Display for Summary {
             Some(took) => writeln!(f, "drained {took:.1?} after the faults stopped")?,
             None => writeln!(
                 f,
-                "NOT drained within {:?} after the faults stopped: {}",
+                "NOT drained after the faults stopped (no task ended for {:?}, or the drain \
+                 outlasted the faults): {}",
                 self.options.drain_timeout,
                 self.left.as_deref().unwrap_or("(nothing read)")
             )?,
