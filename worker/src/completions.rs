@@ -129,13 +129,7 @@ impl Riders {
 
     /// `first` and the completions waiting behind it, up to one request's worth.
     pub(crate) fn gather(&mut self, first: Pending) -> Vec<Pending> {
-        let mut batch = vec![first];
-        while batch.len() < MAX_COMPLETION_BATCH
-            && let Ok(more) = self.incoming.try_recv()
-        {
-            batch.push(more);
-        }
-        batch
+        gather(first, &mut self.incoming)
     }
 
     /// Sends a completion on its own, now: no claim can take it soon.
@@ -218,18 +212,24 @@ fn reply_each(
     false
 }
 
+/// `first` and what waits behind it in `incoming`, up to one request's worth.
+fn gather(first: Pending, incoming: &mut mpsc::UnboundedReceiver<Pending>) -> Vec<Pending> {
+    let mut batch = vec![first];
+    while batch.len() < MAX_COMPLETION_BATCH
+        && let Ok(more) = incoming.try_recv()
+    {
+        batch.push(more);
+    }
+    batch
+}
+
 async fn send_batches(
     client: Arc<TaskClient>,
     processor: String,
     mut incoming: mpsc::UnboundedReceiver<Pending>,
 ) {
     while let Some(first) = incoming.recv().await {
-        let mut batch = vec![first];
-        while batch.len() < MAX_COMPLETION_BATCH
-            && let Ok(more) = incoming.try_recv()
-        {
-            batch.push(more);
-        }
+        let batch = gather(first, &mut incoming);
         if batch.len() == 1 {
             for Pending { item, reply } in batch {
                 let answer = client

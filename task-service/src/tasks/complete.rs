@@ -167,8 +167,10 @@ pub async fn complete_group(
     engine: &Engine,
     completions: &[Completion],
 ) -> Result<Vec<Result<Transition, ApiError>>, ApiError> {
-    let ids: Vec<String> = completions.iter().map(|c| c.item.id.to_string()).collect();
-    tracing::Span::current().record("task.ids", ids.join(","));
+    tracing::Span::current().record(
+        "task.ids",
+        super::span_ids(completions.iter().map(|c| c.item.id)),
+    );
     conn.transaction::<_, ApiError, _>(async |conn| judge(conn, engine, completions).await)
         .await
 }

@@ -12,7 +12,7 @@ use tracing::field::Empty;
 
 use super::complete::{checked, item_results};
 use super::next::{answered, submit, want_of};
-use super::{ClaimGroups, Engine};
+use super::{ClaimGroups, Engine, span_ids as ids};
 
 /// Judges `request`'s completions, then claims what `next` asks for, in one transaction.
 #[tracing::instrument(name = "complete tasks and claim", skip_all, fields(
@@ -57,9 +57,4 @@ pub async fn complete_then_claim(
         claimed: Some(claimed),
         claim_refused,
     })
-}
-
-/// Task ids as a span records them, so that a search by id finds the exchange.
-fn ids(ids: impl Iterator<Item = i64>) -> String {
-    ids.map(|id| id.to_string()).collect::<Vec<_>>().join(",")
 }

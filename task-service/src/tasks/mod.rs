@@ -184,6 +184,11 @@ pub fn to_api(row: TaskRow) -> Task {
     }
 }
 
+/// Task ids as a span records them (`task.ids`), so that a search by id finds the exchange.
+fn span_ids(ids: impl Iterator<Item = i64>) -> String {
+    ids.map(|id| id.to_string()).collect::<Vec<_>>().join(",")
+}
+
 /// What the operations' unit tests share: an engine whose lease-service is never reached (the
 /// pure rules make no call), and a task row in a chosen state.
 #[cfg(test)]

@@ -119,8 +119,10 @@ pub async fn claim(
         span.record("task.id", row.id);
         span.record("task.fence", row.fence.unwrap_or_default());
     }
-    let ids: Vec<String> = claimed.iter().map(|row| row.id.to_string()).collect();
-    span.record("task.ids", ids.join(","));
+    span.record(
+        "task.ids",
+        super::span_ids(claimed.iter().map(|row| row.id)),
+    );
     // A holder counts its lease from its request's send instant: one that waited must count
     // from the round that took the task, which began this long after arrival.
     Ok(answered(
