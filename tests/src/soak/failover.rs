@@ -336,8 +336,9 @@ pub(super) fn schedule(rng: &mut StdRng, count: usize) -> Vec<Fault> {
     order
 }
 
-/// The faults and the lost creates on one time line, from the first fault.
-pub(super) fn timeline(injected: &[Injected], lost: &[(i64, Instant)]) -> Vec<String> {
+/// The faults and the lost writes (each said by its label) on one time line, from the first
+/// fault; empty when nothing was lost.
+pub fn timeline(injected: &[Injected], lost: &[(String, Instant)]) -> Vec<String> {
     let Some(start) = injected.first().map(|f| f.injected) else {
         return Vec::new();
     };
@@ -370,11 +371,8 @@ pub(super) fn timeline(injected: &[Injected], lost: &[(i64, Instant)]) -> Vec<St
     if lost.is_empty() {
         return Vec::new();
     }
-    for (id, when) in lost {
-        events.push((
-            *when,
-            format!("{} create of task {id} acknowledged (LOST)", at(*when)),
-        ));
+    for (what, when) in lost {
+        events.push((*when, format!("{} {what} (LOST)", at(*when))));
     }
     events.sort_by_key(|(when, _)| *when);
     events.into_iter().map(|(_, text)| text).collect()

@@ -41,6 +41,7 @@ use stack::Stack;
 
 pub use failover::{
     DATABASE_FAULTS, FailoverReport, FaultCost, Injected, inject as inject_database_fault,
+    timeline as fault_timeline,
 };
 pub use faults::Fault;
 pub use options::SoakOptions;
@@ -203,10 +204,10 @@ pub async fn run(options: SoakOptions) -> Summary {
     let report = checker::check(&stack.lease_db, Some(&stack.task_db), true).await;
     let ids: Vec<i64> = produced.iter().map(|(id, _)| *id).collect();
     let lost = missing_tasks(&stack.task_db, &ids).await;
-    let lost_at: Vec<(i64, Instant)> = produced
+    let lost_at: Vec<(String, Instant)> = produced
         .iter()
         .filter(|(id, _)| lost.contains(id))
-        .copied()
+        .map(|(id, when)| (format!("create of task {id} acknowledged"), *when))
         .collect();
     let failover = match &ledger {
         Some(ledger) => Some(FailoverReport {
