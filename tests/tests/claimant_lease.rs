@@ -94,6 +94,35 @@ impl Stack {
             .await
     }
 
+    /// Completes `tasks` as `processor` in one request that carries the worker's next claim
+    /// (`next.worker`), as the bundled worker does; the answer's per-task `results`.
+    async fn carry(&self, tasks: &[&Value], processor: &str, worker: (&str, i64)) -> Value {
+        let items: Vec<Value> = tasks
+            .iter()
+            .map(|task| json!({"id": task["id"], "fence": task["fence"], "task_output": {}}))
+            .collect();
+        let body = json!({
+            "processor": processor,
+            "tasks": items,
+            "next": {"worker": {"id": worker.0, "fence": worker.1}},
+        });
+        let answer = self.tasks.put("/api/tasks/complete", &body).await;
+        assert_eq!(answer.status, 200, "{:?}", answer.body);
+        assert!(answer.body["claimed"].is_array(), "{:?}", answer.body);
+        answer.body["results"].clone()
+    }
+
+    async fn status(&self, task: &Value) -> String {
+        query(
+            &self.task_db,
+            &format!("SELECT status FROM tasks WHERE id = {}", task["id"]),
+        )
+        .await[0]["status"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
     /// The leases lease-service holds on tasks' own resources.
     async fn task_leases(&self) -> usize {
         query(
@@ -397,4 +426,80 @@ async fn a_claim_naming_a_bad_worker_lease_is_refused_and_claims_nothing() {
     )
     .await;
     assert_eq!(pending[0]["n"], 1);
+}
+
+/// A completion that carries its worker's next claim names the worker's lease, and is judged
+/// in one statement once lease-service has said that lease is held. Every refusal a lone
+/// completion gets still holds for it: the task taken over by another claim, the lease revoked,
+/// the lease taken anew under another fence; and a cancelled task ends cancelled, its worker told
+/// to stop (409 `cancelled`).
+#[tokio::test]
+async fn completions_carrying_a_claim_are_judged_as_lone_ones_are() {
+    let s = stack().await;
+    let fence = s.beat("w1", "run-1", 60, None).await;
+    s.create(4).await;
+    let claimed = s.claim("w1", 4, Some(("w1", fence))).await;
+    assert_eq!(claimed.len(), 4, "{claimed:?}");
+    // The first task's hint runs out and another worker takes it over (fence 2); the second's
+    // cancellation is asked for.
+    execute(
+        &s.task_db,
+        &format!(
+            "UPDATE tasks SET must_heartbeat_before = now() - interval '1 second' WHERE id = {}",
+            claimed[0]["id"]
+        ),
+    )
+    .await;
+    let taken = s.claim("w2", 1, None).await;
+    assert_eq!(taken.len(), 1, "{taken:?}");
+    assert_eq!(taken[0]["id"], claimed[0]["id"]);
+    let cancel = s
+        .tasks
+        .post(
+            &format!("/api/tasks/{}/cancel", claimed[1]["id"]),
+            &json!({}),
+        )
+        .await;
+    assert_eq!(cancel.status, 202, "{:?}", cancel.body);
+
+    let results = s
+        .carry(
+            &[&claimed[0], &claimed[1], &claimed[2]],
+            "w1",
+            ("w1", fence),
+        )
+        .await;
+    assert_eq!(
+        tests::verdicts(&results),
+        vec![(409, "lease_lost"), (409, "cancelled"), (202, "")],
+        "{results:?}"
+    );
+    assert_eq!(results[2]["task"]["status"], "succeeded", "{results:?}");
+    assert_eq!(s.status(&claimed[0]).await, "running");
+    assert_eq!(s.status(&claimed[1]).await, "cancelled");
+
+    // Revoked: the last task is refused, and stays running.
+    let lease = s
+        .leases
+        .get("/api/leases/active?resource=worker:w1")
+        .await
+        .body["leases"][0]
+        .clone();
+    let revoked = s
+        .leases
+        .post(&format!("/api/leases/{}/revoke", lease["id"]), &json!({}))
+        .await;
+    assert_eq!(revoked.status, 200, "{:?}", revoked.body);
+    let results = s.carry(&[&claimed[3]], "w1", ("w1", fence)).await;
+    assert_eq!(
+        tests::verdicts(&results),
+        vec![(409, "lease_revoked")],
+        "{results:?}"
+    );
+    // Taken anew: the new lease is held, but it is not the one the task was claimed under.
+    let renewed = s.beat("w1", "run-2", 60, None).await;
+    assert!(renewed > fence);
+    let results = s.carry(&[&claimed[3]], "w1", ("w1", renewed)).await;
+    assert_eq!(tests::verdicts(&results)[0].0, 409, "{results:?}");
+    assert_eq!(s.status(&claimed[3]).await, "running");
 }

@@ -1,9 +1,10 @@
 //! Query plans on a real PostgreSQL. A claim reads due tasks in index order and stops at its
 //! `LIMIT`, never by sorting a queue's whole backlog, even while the planner's statistics have
 //! not yet seen the queue (a burst of new tasks between two `ANALYZE`s). And no session keeps a
-//! plan that scans a table which has grown since: task-service keeps only key lookups prepared
-//! and plans statements over sets on each call; lease-service keeps all of its statements, in
-//! sessions that price sequential scans out.
+//! plan that scans a table which has grown since: task-service keeps key lookups prepared, and
+//! the claim groups' statements over sets in transactions that price sequential scans out, and
+//! plans its other statements over sets on each call; lease-service keeps all of its
+//! statements, in sessions that price sequential scans out.
 #![allow(clippy::unwrap_used)]
 
 use diesel::QueryableByName;
@@ -226,13 +227,13 @@ async fn lease_statements_stay_prepared_and_never_keep_a_plan_that_scans_a_grown
 }
 
 #[tokio::test]
-async fn task_key_lookups_stay_prepared_and_set_statements_are_planned_on_each_call() {
+async fn task_key_lookups_stay_prepared_and_set_statements_outside_claims_are_planned_on_each_call()
+{
     let task_db = fresh_database().await;
     task_service::migrate(&task_db).await.unwrap();
     let mut conn = AsyncPgConnection::establish(&task_db).await.unwrap();
     for _ in 0..6 {
         repo::find(&mut conn, 1).await.unwrap();
-        repo::lock_due(&mut conn, Some("q"), 10, &[]).await.unwrap();
         repo::lock_many(&mut conn, &[1, 2]).await.unwrap();
     }
     let kept: Vec<String> = prepared_statements(&mut conn)
@@ -245,10 +246,135 @@ async fn task_key_lookups_stay_prepared_and_set_statements_are_planned_on_each_c
         "the lookup by id is kept prepared: {kept:#?}"
     );
     assert!(
-        !kept
+        !kept.iter().any(|s| s.contains("ANY(")),
+        "a set statement that runs outside claim groups was kept prepared: {kept:#?}"
+    );
+}
+
+/// One claim group's statements, as a busy queue runs them: the lapsed, the due (two), their
+/// claims, and their completions carried by the next claim, in a claim group's transaction
+/// (`guarded`: under [`repo::claim_by_index_order`]) or a plain one.
+async fn run_claim_group(conn: &mut AsyncPgConnection, guarded: bool) {
+    let output = serde_json::json!({});
+    conn.transaction::<_, diesel::result::Error, _>(async |conn| {
+        if guarded {
+            repo::claim_by_index_order(conn).await?;
+        }
+        repo::take_lapsed(conn, Some("q"), 2, 2).await?;
+        let due = repo::lock_due(conn, Some("q"), 2, &[]).await?;
+        let claims: Vec<repo::Claim<'_>> = due
             .iter()
-            .any(|s| s.contains("LIMIT") || s.contains("ANY(")),
-        "a set statement was kept prepared: {kept:#?}"
+            .map(|task| repo::Claim {
+                id: task.id,
+                from: task.status,
+                first: true,
+                processor: "w",
+                lease_resource: Some("worker:w"),
+                lease_fence: 1,
+                lease_secret: None,
+                lease_expiry: None,
+                started_at: None,
+            })
+            .collect();
+        let claimed = repo::mark_claimed(conn, &claims, std::time::Duration::from_secs(30)).await?;
+        let done: Vec<repo::Covered<'_>> = claimed
+            .iter()
+            .map(|task| repo::Covered {
+                id: task.id,
+                output: &output,
+                processor: "w",
+                fence: task.fence,
+                lease_resource: "worker:w",
+                lease_fence: 1,
+            })
+            .collect();
+        repo::mark_succeeded_covered(conn, &done).await?;
+        Ok(())
+    })
+    .await
+    .unwrap();
+}
+
+/// Sequential scans of `tasks`, and rows read from it, by one claim group run after the table
+/// grew from a few tasks to 20,000 under the statements the session kept from before.
+async fn claim_scans_after_growth(db: &str, guarded: bool) -> (Scans, Vec<Prepared>) {
+    let mut conn = AsyncPgConnection::establish(db).await.unwrap();
+    // The table is set up by another session, so that its scans are not counted.
+    let mut setup = AsyncPgConnection::establish(db).await.unwrap();
+    for sql in [
+        "ALTER TABLE tasks SET (autovacuum_enabled = false)",
+        "INSERT INTO tasks (task_data, queue, max_attempts)
+         SELECT '{}', 'q', 3 FROM generate_series(1, 20)",
+    ] {
+        diesel::sql_query(sql).execute(&mut setup).await.unwrap();
+    }
+    for _ in 0..8 {
+        run_claim_group(&mut conn, guarded).await;
+    }
+    for sql in [
+        "INSERT INTO tasks (task_data, queue, max_attempts)
+         SELECT '{}', 'q', 3 FROM generate_series(1, 20000)",
+        // Finished, running and lapsed work beside the backlog, as a day of claims leaves.
+        "UPDATE tasks SET status = 'succeeded', processed_at = now() WHERE id % 3 = 0",
+        "UPDATE tasks SET status = 'running', processor = 'w', fence = 1, attempts = 1,
+                          must_heartbeat_before = now() + interval '1 hour'
+         WHERE id % 3 = 1 AND id > 100",
+    ] {
+        diesel::sql_query(sql).execute(&mut setup).await.unwrap();
+    }
+    let scans = conn
+        .transaction::<_, diesel::result::Error, _>(async |conn| {
+            run_claim_group(conn, guarded).await;
+            diesel::sql_query(
+                "SELECT seq_scan, seq_tup_read + COALESCE(idx_tup_fetch, 0) AS rows_read
+             FROM pg_stat_xact_user_tables WHERE relname = 'tasks'",
+            )
+            .get_one(conn)
+            .await
+        })
+        .await
+        .unwrap();
+    (scans, prepared_statements(&mut conn).await)
+}
+
+#[tokio::test]
+async fn claim_group_statements_stay_prepared_and_never_keep_a_plan_that_scans_a_grown_table() {
+    // The hazard is real: the same kept statements in a plain transaction keep plans made
+    // while `tasks` was tiny, and they scan it once it has grown.
+    let task_db = fresh_database().await;
+    task_service::migrate(&task_db).await.unwrap();
+    let (scans, _) = claim_scans_after_growth(&task_db, false).await;
+    assert!(
+        scans.seq_scan > 0,
+        "the set-up no longer reproduces a kept scanning plan"
+    );
+
+    let task_db = fresh_database().await;
+    task_service::migrate(&task_db).await.unwrap();
+    let (scans, kept) = claim_scans_after_growth(&task_db, true).await;
+    // The lapsed, the due, the claims and the completions, by words only each one has.
+    for statement in [
+        "exhausted AS",
+        "LIMIT $2",
+        "claim_processor",
+        "done_lease_fence",
+    ] {
+        assert!(
+            kept.iter().any(|p| p.statement.contains(statement)),
+            "the claim group's statement {statement:?} is not kept prepared: {:#?}",
+            kept.iter().map(|p| &p.statement).collect::<Vec<_>>()
+        );
+    }
+    assert_eq!(
+        scans.seq_scan, 0,
+        "a claim group's kept plan scans the grown tasks table"
+    );
+    // Two tasks claimed and completed, a few index entries stepped over: nothing like the
+    // 20,000 a scan, or a walk of a whole index, reads.
+    assert!(
+        scans.rows_read <= 200,
+        "a claim group's kept plans read {} rows of the grown tasks table",
+        scans.rows_read
     );
 }
 

@@ -17,24 +17,37 @@ use super::{COLUMNS, Db, Result, TaskRow, event, history};
 /// stepped over, never locked.
 const NOT_PAUSED: &str = "AND queue <> ALL (ARRAY(SELECT q.queue FROM queues q WHERE q.paused))";
 
-/// Makes the rest of this transaction's claim queries walk their ordered partial index.
+/// Makes the rest of a claim group's transaction walk indexes: sorting, sequential scans and
+/// JIT compilation are switched off for it, first thing in it.
 ///
-/// Planner statistics lag behind a queue table: right after a burst of inserts into a queue
-/// the statistics have not seen, PostgreSQL estimates one matching row and may prefer reading
-/// every pending row of the queue through `tasks_queue_status_idx` and sorting them, a cost that
-/// grows with the backlog on every claim (measured: 20 ms a claim at 20,000 pending, against
-/// 0.1 ms through the ordered index). A claim reads a `LIMIT` in index order, never a sort, so
-/// sorting is switched off for the claim's transaction only.
+/// Sorting: planner statistics lag behind a queue table. Right after a burst of inserts into a
+/// queue the statistics have not seen, PostgreSQL estimates one matching row and may prefer
+/// reading every pending row of the queue through `tasks_queue_status_idx` and sorting them, a
+/// cost that grows with the backlog on every claim (measured: 20 ms a claim at 20,000 pending,
+/// against 0.1 ms through the ordered index). A claim reads a `LIMIT` in index order, never a
+/// sort.
 ///
-/// JIT compilation is switched off with it. A switched-off sort is priced out, not removed, so
-/// a claim that must still sort a handful of rows (the key walk of [`due_by_key`] does) gets a
-/// plan whose cost passes every JIT threshold, and compiling it took 600 ms a claim (measured:
-/// the benchmark's key-limited queue at 7 claims a second, against 400 without keys).
+/// JIT: a switched-off sort is priced out, not removed, so a claim that must still sort a
+/// handful of rows (the key walk of [`due_by_key`] does) gets a plan whose cost passes every
+/// JIT threshold, and compiling it took 600 ms a claim (measured: the benchmark's key-limited
+/// queue at 7 claims a second, against 400 without keys).
+///
+/// Sequential scans, so that the group's statements over sets of tasks can be kept prepared.
+/// A kept statement may keep its plan: after five runs PostgreSQL may settle on a generic plan
+/// for the rest of the session, made for the table as it was then, and one made while `tasks`
+/// was nearly empty would read it whole ([`leasehold::server::db::Cache`]). With sequential
+/// scans priced out every plan walks an index whatever the table's size when it was made, as
+/// lease-service's sessions do for all of theirs. Kept, the statements are neither parsed and
+/// described in a round trip of their own on each call nor, once generic, planned: a claim
+/// group's time is its round trips, one after another, and planning took about as much of
+/// PostgreSQL's time per task as running the statements.
 #[tracing::instrument(name = "SET LOCAL", level = "debug", skip_all)]
 pub async fn claim_by_index_order(conn: &mut Db) -> Result<()> {
     diesel::sql_query(
-        "SELECT set_config('enable_sort', 'off', true), set_config('jit', 'off', true)",
+        "SELECT set_config('enable_sort', 'off', true), set_config('enable_seqscan', 'off', true),
+                set_config('jit', 'off', true)",
     )
+    .cached()
     .execute(conn)
     .await
     .map(drop)
@@ -114,6 +127,7 @@ pub async fn take_lapsed(
         .bind::<Nullable<Text>, _>(queue)
         .bind::<BigInt, _>(limit)
         .bind::<BigInt, _>(batch_room)
+        .cached()
         .load(conn)
         .await
     }
@@ -171,6 +185,7 @@ pub async fn lock_due(
                 diesel::sql_query(due_sql(true))
                     .bind::<Nullable<Text>, _>(Some(queue))
                     .bind::<BigInt, _>(limit)
+                    .cached()
                     .load(conn)
                     .await
             }
@@ -179,6 +194,7 @@ pub async fn lock_due(
                     .bind::<Nullable<Text>, _>(None::<&str>)
                     .bind::<BigInt, _>(limit)
                     .bind::<Array<Text>, _>(full)
+                    .cached()
                     .load(conn)
                     .await
             }
@@ -436,6 +452,7 @@ pub async fn mark_claimed(
         .bind::<Array<Bool>, _>(&firsts)
         .bind::<Array<Nullable<Text>>, _>(&resources)
         .bind::<Double, _>(hint.as_secs_f64())
+        .cached()
         .load(conn)
         .await
     }

@@ -55,8 +55,8 @@ pub use schedules::{
     replace_schedule, schedule, schedules, set_schedule_paused,
 };
 pub use transition::{
-    lock, lock_many, mark_final, mark_retry, mark_succeeded_many, record_heartbeat, request_cancel,
-    requeue_dead,
+    Covered, lock, lock_many, mark_final, mark_retry, mark_succeeded_covered, mark_succeeded_many,
+    record_heartbeat, request_cancel, requeue_dead,
 };
 
 pub type Db = AsyncPgConnection;

@@ -82,27 +82,11 @@ pub async fn mark_succeeded_many(
     let span = leasehold::db_span!("UPDATE", "tasks");
     span.record("db.operation.batch.size", done.len());
     async move {
-        #[derive(QueryableByName)]
-        struct Completed {
-            #[diesel(embed)]
-            task: TaskRow,
-            #[diesel(sql_type = Double)]
-            took: f64,
-        }
         let ids: Vec<i64> = done.iter().map(|(id, _)| *id).collect();
         let outputs: Vec<&serde_json::Value> = done.iter().map(|(_, output)| *output).collect();
-        let rows: Vec<Completed> = diesel::sql_query(format!(
-            "WITH moved AS (
-                 UPDATE tasks SET status = 'succeeded', processed_at = now(),
-                        last_heartbeat_at = now(), task_output = c.done_output, updated_at = now()
-                 FROM unnest($1::bigint[], $2::jsonb[]) AS c(done_id, done_output)
-                 WHERE id = c.done_id AND status = 'running'
-                 RETURNING {COLUMNS}, {from},
-                           COALESCE(EXTRACT(EPOCH FROM now() - started_at), 0)::float8 AS took
-             ), {history}
-             SELECT * FROM moved",
-            from = event("'running'"),
-            history = history("true"),
+        let rows: Vec<Completed> = diesel::sql_query(succeeded_sql(
+            "unnest($1::bigint[], $2::jsonb[]) AS c(done_id, done_output)",
+            "id = c.done_id AND status = 'running'",
         ))
         .bind::<Array<BigInt>, _>(&ids)
         .bind::<Array<Jsonb>, _>(&outputs)
@@ -112,6 +96,105 @@ pub async fn mark_succeeded_many(
     }
     .instrument(span)
     .await
+}
+
+/// A completion whose claimant's shared lease was already proven held: it may end its task
+/// only if the task is still that claimant's, under that lease.
+#[derive(Debug)]
+pub struct Covered<'a> {
+    pub id: i64,
+    pub output: &'a serde_json::Value,
+    pub processor: &'a str,
+    /// The task's fence, when the completion names it.
+    pub fence: Option<i64>,
+    pub lease_resource: &'a str,
+    pub lease_fence: i64,
+}
+
+/// Marks succeeded, in one statement and without locking them first, the tasks of `done` that
+/// are running, not asked to cancel, claimed by the completion's processor (under its fence, if
+/// named) and covered by the lease it names; the rest are left as they were, for the caller to
+/// judge one by one. What [`lock_many`] and [`mark_succeeded_many`] do in two round trips, when
+/// the ownership check needs nothing but the row: the update's own row lock, with the row
+/// re-read should another transaction change it first, makes the check and the write one.
+///
+/// Kept prepared: it runs only in claim groups, after [`super::claim_by_index_order`].
+pub async fn mark_succeeded_covered(
+    conn: &mut Db,
+    done: &[Covered<'_>],
+) -> Result<Vec<(TaskRow, f64)>> {
+    let span = leasehold::db_span!("UPDATE", "tasks");
+    span.record("db.operation.batch.size", done.len());
+    async move {
+        let ids: Vec<i64> = done.iter().map(|c| c.id).collect();
+        let outputs: Vec<&serde_json::Value> = done.iter().map(|c| c.output).collect();
+        let processors: Vec<&str> = done.iter().map(|c| c.processor).collect();
+        let fences: Vec<Option<i64>> = done.iter().map(|c| c.fence).collect();
+        let resources: Vec<&str> = done.iter().map(|c| c.lease_resource).collect();
+        let lease_fences: Vec<i64> = done.iter().map(|c| c.lease_fence).collect();
+        // The rows are locked, and judged, in the sub-select, in the order of their ids (as
+        // every statement that locks several tasks without skipping does, so that two never
+        // wait for each other), read from the primary key's index with no sort (claim groups
+        // switch sorting off); a row another transaction changed meanwhile is judged as it is
+        // after that change. Both parts find rows only by id: planned once and kept, as a claim
+        // group's statements are, a plan that walked an index of all running tasks would read
+        // every one of them on each call.
+        let rows: Vec<Completed> = diesel::sql_query(succeeded_sql(
+            "(SELECT c.* FROM tasks AS locked
+                   JOIN unnest($1::bigint[], $2::jsonb[], $3::text[], $4::bigint[], $5::text[],
+                               $6::bigint[])
+                        AS c(done_id, done_output, done_processor, done_fence, done_resource,
+                             done_lease_fence)
+                     ON c.done_id = locked.id
+                   WHERE locked.id = ANY($1::bigint[]) AND locked.status = 'running'
+                     AND locked.processor = c.done_processor
+                     AND (c.done_fence IS NULL OR locked.fence = c.done_fence)
+                     AND locked.lease_resource = c.done_resource
+                     AND locked.lease_fence = c.done_lease_fence
+                     AND NOT locked.cancel_requested
+                   ORDER BY locked.id FOR UPDATE OF locked) AS c",
+            "id = c.done_id AND id = ANY($1::bigint[])",
+        ))
+        .bind::<Array<BigInt>, _>(&ids)
+        .bind::<Array<Jsonb>, _>(&outputs)
+        .bind::<Array<Text>, _>(&processors)
+        .bind::<Array<Nullable<BigInt>>, _>(&fences)
+        .bind::<Array<Text>, _>(&resources)
+        .bind::<Array<BigInt>, _>(&lease_fences)
+        .cached()
+        .load(conn)
+        .await?;
+        Ok(rows.into_iter().map(|row| (row.task, row.took)).collect())
+    }
+    .instrument(span)
+    .await
+}
+
+#[derive(QueryableByName)]
+struct Completed {
+    #[diesel(embed)]
+    task: TaskRow,
+    #[diesel(sql_type = Double)]
+    took: f64,
+}
+
+/// The completion statement over the rows of `input` (`c`, with `done_id` and `done_output`),
+/// updating the tasks that meet `filter` (running ones only), with the history of the
+/// transition.
+fn succeeded_sql(input: &str, filter: &str) -> String {
+    format!(
+        "WITH moved AS (
+             UPDATE tasks SET status = 'succeeded', processed_at = now(),
+                    last_heartbeat_at = now(), task_output = c.done_output, updated_at = now()
+             FROM {input}
+             WHERE {filter}
+             RETURNING {COLUMNS}, {from},
+                       COALESCE(EXTRACT(EPOCH FROM now() - started_at), 0)::float8 AS took
+         ), {history}
+         SELECT * FROM moved",
+        from = event("'running'"),
+        history = history("true"),
+    )
 }
 
 /// Ends the task in `status` (`dead` or `cancelled`), recording `error` when given.

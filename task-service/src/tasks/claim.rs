@@ -105,63 +105,70 @@ pub async fn claim_group(
             want.completions.iter().map(|item| Completion {
                 processor: want.processor.clone(),
                 item: item.clone(),
+                lease: want.lease.clone(),
             })
         })
         .collect();
+    // The workers' leases the completions name are checked while the transaction opens, so
+    // that lease-service's answer is no round trip of its own on the group's path.
+    let (proven, mut held) = tokio::sync::oneshot::channel();
+    let prove = async {
+        let _ = proven.send(held_leases(engine, &completions).await);
+    };
     // Leases granted inside the transaction, to release should it fail.
     let granted = std::sync::Mutex::new(Vec::new());
-    let outcome = conn
-        .transaction::<_, ApiError, _>(async |conn| {
-            let completed = if completions.is_empty() {
-                Vec::new()
-            } else {
-                complete::judge(conn, engine, &completions).await?
-            };
-            let mut round = Round::new(wants);
-            repo::claim_by_index_order(conn).await?;
-            let mut limits = Limits::lock(conn, queue).await?;
-            // Lapsed tasks that are only to be ended are taken apart from those to claim, so
-            // that they never fill the places of claimable ones (nor spend a request's room).
-            // One lease-service batch holds the claimable and the exhausted: the exhausted
-            // fill what the claimable left of it.
-            let (cancelled, lapsed) =
-                split_lapsed(repo::take_lapsed(conn, queue, total, MAX_CLAIM).await?);
-            round.cancelled = cancelled;
-            // Lapsed tasks taken again keep the slots they held, but spend tokens; due ones
-            // need both.
-            let lapsed = limits.admit_lapsed(lapsed, exhausted);
-            round.grant(conn, engine, lapsed, &limits, &granted).await?;
-            let room = limits.cap(queue, total - round.taken());
-            if room > 0 {
-                let due = limits.lock_due(conn, queue, room).await?;
-                let admitted = limits.admit(due);
-                round
-                    .grant(conn, engine, admitted, &limits, &granted)
-                    .await?;
-            }
-            let started: Vec<&TaskRow> = round.claimed.iter().flatten().collect();
-            limits.settle(conn, &started).await?;
-            let refused = match (round.taken(), round.misconfigured, round.unavailable) {
-                (0, Some(err), _) => Some(err),
-                (0, None, Some(reason)) => Some(ApiError::Unavailable(format!(
-                    "lease-service unavailable: {reason}"
-                ))),
-                _ => None,
-            };
-            if let Some(err) = refused.as_ref().filter(|_| completions.is_empty()) {
-                // Nothing to keep: as if the group had not run.
-                return Err(err.clone());
-            }
-            Ok((
-                round.claimed,
-                refused,
-                completed,
-                round.exhausted,
-                round.cancelled,
-                limits.bound,
-            ))
-        })
-        .await;
+    let transaction = conn.transaction::<_, ApiError, _>(async |conn| {
+        repo::claim_by_index_order(conn).await?;
+        let completed = if completions.is_empty() {
+            Vec::new()
+        } else {
+            let held = (&mut held).await.unwrap_or_default();
+            complete::judge(conn, engine, &completions, &held).await?
+        };
+        let mut round = Round::new(wants);
+        let mut limits = Limits::lock(conn, queue).await?;
+        // Lapsed tasks that are only to be ended are taken apart from those to claim, so
+        // that they never fill the places of claimable ones (nor spend a request's room).
+        // One lease-service batch holds the claimable and the exhausted: the exhausted
+        // fill what the claimable left of it.
+        let (cancelled, lapsed) =
+            split_lapsed(repo::take_lapsed(conn, queue, total, MAX_CLAIM).await?);
+        round.cancelled = cancelled;
+        // Lapsed tasks taken again keep the slots they held, but spend tokens; due ones
+        // need both.
+        let lapsed = limits.admit_lapsed(lapsed, exhausted);
+        round.grant(conn, engine, lapsed, &limits, &granted).await?;
+        let room = limits.cap(queue, total - round.taken());
+        if room > 0 {
+            let due = limits.lock_due(conn, queue, room).await?;
+            let admitted = limits.admit(due);
+            round
+                .grant(conn, engine, admitted, &limits, &granted)
+                .await?;
+        }
+        let started: Vec<&TaskRow> = round.claimed.iter().flatten().collect();
+        limits.settle(conn, &started).await?;
+        let refused = match (round.taken(), round.misconfigured, round.unavailable) {
+            (0, Some(err), _) => Some(err),
+            (0, None, Some(reason)) => Some(ApiError::Unavailable(format!(
+                "lease-service unavailable: {reason}"
+            ))),
+            _ => None,
+        };
+        if let Some(err) = refused.as_ref().filter(|_| completions.is_empty()) {
+            // Nothing to keep: as if the group had not run.
+            return Err(err.clone());
+        }
+        Ok((
+            round.claimed,
+            refused,
+            completed,
+            round.exhausted,
+            round.cancelled,
+            limits.bound,
+        ))
+    });
+    let ((), outcome) = tokio::join!(prove, transaction);
     let (claimed, refused, completed, exhausted, cancelled, bound) = match outcome {
         Ok(done) => done,
         Err(err) => {
@@ -223,6 +230,31 @@ pub async fn claim_group(
             completed: completed.by_ref().take(want.completions.len()).collect(),
         })
         .collect())
+}
+
+/// The shared leases `completions` name that lease-service says are held; none if it cannot
+/// answer (their completions are then judged the slow way, which asks again and answers the
+/// refusal).
+async fn held_leases(engine: &Engine, completions: &[Completion]) -> Vec<(String, i64)> {
+    let mut named: Vec<&(String, i64)> = completions
+        .iter()
+        .filter_map(|c| c.lease.as_ref())
+        .collect();
+    named.sort_unstable();
+    named.dedup();
+    if named.is_empty() {
+        return Vec::new();
+    }
+    let leases: Vec<(&str, i64)> = named.iter().map(|(r, f)| (r.as_str(), *f)).collect();
+    match cover::check(engine, &leases).await {
+        Ok(checks) => named
+            .into_iter()
+            .zip(checks)
+            .filter(|(_, check)| cover::verdict(check).is_ok())
+            .map(|(lease, _)| lease.clone())
+            .collect(),
+        Err(_) => Vec::new(),
+    }
 }
 
 /// After the commit that ended lapsed tasks as cancelled: counts them, and releases their

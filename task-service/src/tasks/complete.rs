@@ -20,11 +20,15 @@ use super::validate::check_size;
 use super::{CompletionGroups, Engine, Transition, cover};
 use crate::repo::{self, Db, TaskRow};
 
-/// One completion in a group: who completes which task, with what output.
+/// One completion in a group: who completes which task, with what output, and the worker
+/// process's lease its request named (`next.worker`), which should be the one covering the
+/// task: once the group has proven that lease held, the completion is judged in one statement
+/// ([`repo::mark_succeeded_covered`]).
 #[derive(Debug, Clone)]
 pub struct Completion {
     pub processor: String,
     pub item: CompleteItem,
+    pub lease: Option<(String, i64)>,
 }
 
 /// How many waiting completions, from the front, go in one group: at most [`MAX_COMPLETE_BATCH`], and
@@ -60,6 +64,7 @@ pub async fn complete(
             task_output: request.task_output,
             fence: request.fence,
         },
+        lease: None,
     };
     let processor = completion.processor.clone();
     let outcome = groups
@@ -105,6 +110,7 @@ pub(super) fn checked(request: &CompleteTasks) -> Result<Vec<Completion>, ApiErr
         .map(|item| Completion {
             processor: request.processor.clone(),
             item: item.clone(),
+            lease: None,
         })
         .collect())
 }
@@ -171,28 +177,76 @@ pub async fn complete_group(
         "task.ids",
         super::span_ids(completions.iter().map(|c| c.item.id)),
     );
-    conn.transaction::<_, ApiError, _>(async |conn| judge(conn, engine, completions).await)
+    conn.transaction::<_, ApiError, _>(async |conn| judge(conn, engine, completions, &[]).await)
         .await
 }
 
 /// [`complete_group`]'s work inside a transaction that is already open: a claim group that
 /// carries completions (`PUT /api/tasks/complete` with `next`) judges them this way before it
 /// claims, in its own transaction.
+///
+/// `held` are shared leases lease-service has just said are held, checked before any of these
+/// rows was read: a completion naming one of them ends its task in one statement if the row
+/// still shows that claimant under that lease, which is all the slow path checks for such a
+/// task (the lease check proves the same before the update as it would after the row lock:
+/// nothing about the row changes what lease-service says). Every other completion, and one
+/// the statement left alone, is judged the slow way: row locked, owner checked, lease proven.
 pub(super) async fn judge(
     conn: &mut Db,
     engine: &Engine,
     completions: &[Completion],
+    held: &[(String, i64)],
 ) -> Result<Vec<Result<Transition, ApiError>>, ApiError> {
-    let ids: Vec<i64> = completions.iter().map(|c| c.item.id).collect();
-    let mut locked: std::collections::HashMap<i64, TaskRow> = repo::lock_many(conn, &ids)
-        .await?
-        .into_iter()
-        .map(|row| (row.id, row))
-        .collect();
     let mut outcomes: Vec<Option<Result<Transition, ApiError>>> =
         completions.iter().map(|_| None).collect();
+    let covered: Vec<repo::Covered<'_>> = completions
+        .iter()
+        .filter(|c| check_size("task_output", &c.item.task_output).is_ok())
+        .filter_map(|c| {
+            let (resource, fence) = c.lease.as_ref().filter(|lease| held.contains(lease))?;
+            Some(repo::Covered {
+                id: c.item.id,
+                output: &c.item.task_output,
+                processor: &c.processor,
+                fence: c.item.fence,
+                lease_resource: resource,
+                lease_fence: *fence,
+            })
+        })
+        .collect();
+    if !covered.is_empty() {
+        let at: std::collections::HashMap<i64, usize> = completions
+            .iter()
+            .enumerate()
+            .map(|(index, c)| (c.item.id, index))
+            .collect();
+        for (row, took) in repo::mark_succeeded_covered(conn, &covered).await? {
+            observe_completed(engine, &row, took);
+            if let Some(&index) = at.get(&row.id) {
+                outcomes[index] = Some(Ok(Transition::Done(row)));
+            }
+        }
+    }
+    let ids: Vec<i64> = completions
+        .iter()
+        .zip(&outcomes)
+        .filter(|(_, outcome)| outcome.is_none())
+        .map(|(c, _)| c.item.id)
+        .collect();
+    let mut locked: std::collections::HashMap<i64, TaskRow> = if ids.is_empty() {
+        std::collections::HashMap::new()
+    } else {
+        repo::lock_many(conn, &ids)
+            .await?
+            .into_iter()
+            .map(|row| (row.id, row))
+            .collect()
+    };
     let mut releasing: Vec<(usize, TaskRow)> = Vec::new();
     for (index, completion) in completions.iter().enumerate() {
+        if outcomes[index].is_some() {
+            continue;
+        }
         let item = &completion.item;
         let verdict = match check_size("task_output", &item.task_output) {
             Err(err) => Err(err),
@@ -231,11 +285,7 @@ pub(super) async fn judge(
             repo::mark_succeeded_many(conn, &done).await?
         };
         for (row, took) in rows {
-            engine
-                .metrics
-                .claim_to_complete
-                .with_label_values(&[row.queue.as_str()])
-                .observe(took);
+            observe_completed(engine, &row, took);
             if let Some((index, _)) = succeeded.iter().find(|(_, id)| *id == row.id) {
                 outcomes[*index] = Some(Ok(Transition::Done(row)));
             }
@@ -253,6 +303,14 @@ pub(super) async fn judge(
             })
         })
         .collect())
+}
+
+fn observe_completed(engine: &Engine, row: &TaskRow, took: f64) {
+    engine
+        .metrics
+        .claim_to_complete
+        .with_label_values(&[row.queue.as_str()])
+        .observe(took);
 }
 
 /// The final proof of ownership of each task a group completes, in order: the tasks under a
@@ -334,6 +392,7 @@ mod tests {
                     task_output: serde_json::json!({}),
                     fence: None,
                 },
+                lease: None,
             })
             .collect()
     }
