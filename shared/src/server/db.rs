@@ -236,8 +236,9 @@ pub struct Cached<Q>(Q);
 /// scan, and the end-to-end benchmark caught a batch release whose kept plan, made while
 /// `leases` was nearly empty, scanned all 13,000 rows of it on every call. lease-service's
 /// sessions price sequential scans out, so it keeps every statement; task-service keeps key
-/// lookups (a tiny table's scan lasts until autovacuum next analyzes it, which replans) and
-/// plans statements over sets (`unnest`, `ANY`, a `LIMIT` scan) afresh on every call.
+/// lookups (a tiny table's scan lasts until autovacuum next analyzes it, which replans) and the
+/// statements of its claim groups, whose transactions price sequential scans out too, and plans
+/// its other statements over sets (`unnest`, `ANY`, a `LIMIT` scan) afresh on every call.
 pub trait Cache: Sized {
     fn cached(self) -> Cached<Self> {
         Cached(self)
