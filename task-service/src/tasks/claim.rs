@@ -109,66 +109,69 @@ pub async fn claim_group(
             })
         })
         .collect();
-    // The workers' leases the completions name are checked while the transaction opens, so
-    // that lease-service's answer is no round trip of its own on the group's path.
-    let (proven, mut held) = tokio::sync::oneshot::channel();
-    let prove = async {
-        let _ = proven.send(held_leases(engine, &completions).await);
-    };
     // Leases granted inside the transaction, to release should it fail.
     let granted = std::sync::Mutex::new(Vec::new());
-    let transaction = conn.transaction::<_, ApiError, _>(async |conn| {
-        repo::claim_by_index_order(conn).await?;
-        let completed = if completions.is_empty() {
-            Vec::new()
-        } else {
-            let held = (&mut held).await.unwrap_or_default();
-            complete::judge(conn, engine, &completions, &held).await?
-        };
-        let mut round = Round::new(wants);
-        let mut limits = Limits::lock(conn, queue).await?;
-        // Lapsed tasks that are only to be ended are taken apart from those to claim, so
-        // that they never fill the places of claimable ones (nor spend a request's room).
-        // One lease-service batch holds the claimable and the exhausted: the exhausted
-        // fill what the claimable left of it.
-        let (cancelled, lapsed) =
-            split_lapsed(repo::take_lapsed(conn, queue, total, MAX_CLAIM).await?);
-        round.cancelled = cancelled;
-        // Lapsed tasks taken again keep the slots they held, but spend tokens; due ones
-        // need both.
-        let lapsed = limits.admit_lapsed(lapsed, exhausted);
-        round.grant(conn, engine, lapsed, &limits, &granted).await?;
-        let room = limits.cap(queue, total - round.taken());
-        if room > 0 {
-            let due = limits.lock_due(conn, queue, room).await?;
-            let admitted = limits.admit(due);
-            round
-                .grant(conn, engine, admitted, &limits, &granted)
-                .await?;
-        }
-        let started: Vec<&TaskRow> = round.claimed.iter().flatten().collect();
-        limits.settle(conn, &started).await?;
-        let refused = match (round.taken(), round.misconfigured, round.unavailable) {
-            (0, Some(err), _) => Some(err),
-            (0, None, Some(reason)) => Some(ApiError::Unavailable(format!(
-                "lease-service unavailable: {reason}"
-            ))),
-            _ => None,
-        };
-        if let Some(err) = refused.as_ref().filter(|_| completions.is_empty()) {
-            // Nothing to keep: as if the group had not run.
-            return Err(err.clone());
-        }
-        Ok((
-            round.claimed,
-            refused,
-            completed,
-            round.exhausted,
-            round.cancelled,
-            limits.bound,
-        ))
-    });
-    let ((), outcome) = tokio::join!(prove, transaction);
+    let outcome = conn
+        .transaction::<_, ApiError, _>(async |conn| {
+            // The workers' leases the completions name are checked beside the transaction's first
+            // statement, so that lease-service's answer costs no round trip of its own; but only
+            // once the transaction has begun: a completion is recorded at the transaction's
+            // `now()`, and a lease proven held before that moment could have been superseded
+            // before it too (the invariant checker's "not superseded" caught that, under load).
+            let (held, settings) = tokio::join!(
+                held_leases(engine, &completions),
+                repo::claim_by_index_order(conn)
+            );
+            settings?;
+            let completed = if completions.is_empty() {
+                Vec::new()
+            } else {
+                complete::judge(conn, engine, &completions, &held).await?
+            };
+            let mut round = Round::new(wants);
+            let mut limits = Limits::lock(conn, queue).await?;
+            // Lapsed tasks that are only to be ended are taken apart from those to claim, so
+            // that they never fill the places of claimable ones (nor spend a request's room).
+            // One lease-service batch holds the claimable and the exhausted: the exhausted
+            // fill what the claimable left of it.
+            let (cancelled, lapsed) =
+                split_lapsed(repo::take_lapsed(conn, queue, total, MAX_CLAIM).await?);
+            round.cancelled = cancelled;
+            // Lapsed tasks taken again keep the slots they held, but spend tokens; due ones
+            // need both.
+            let lapsed = limits.admit_lapsed(lapsed, exhausted);
+            round.grant(conn, engine, lapsed, &limits, &granted).await?;
+            let room = limits.cap(queue, total - round.taken());
+            if room > 0 {
+                let due = limits.lock_due(conn, queue, room).await?;
+                let admitted = limits.admit(due);
+                round
+                    .grant(conn, engine, admitted, &limits, &granted)
+                    .await?;
+            }
+            let started: Vec<&TaskRow> = round.claimed.iter().flatten().collect();
+            limits.settle(conn, &started).await?;
+            let refused = match (round.taken(), round.misconfigured, round.unavailable) {
+                (0, Some(err), _) => Some(err),
+                (0, None, Some(reason)) => Some(ApiError::Unavailable(format!(
+                    "lease-service unavailable: {reason}"
+                ))),
+                _ => None,
+            };
+            if let Some(err) = refused.as_ref().filter(|_| completions.is_empty()) {
+                // Nothing to keep: as if the group had not run.
+                return Err(err.clone());
+            }
+            Ok((
+                round.claimed,
+                refused,
+                completed,
+                round.exhausted,
+                round.cancelled,
+                limits.bound,
+            ))
+        })
+        .await;
     let (claimed, refused, completed, exhausted, cancelled, bound) = match outcome {
         Ok(done) => done,
         Err(err) => {

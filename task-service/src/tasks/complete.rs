@@ -185,12 +185,14 @@ pub async fn complete_group(
 /// carries completions (`PUT /api/tasks/complete` with `next`) judges them this way before it
 /// claims, in its own transaction.
 ///
-/// `held` are shared leases lease-service has just said are held, checked before any of these
-/// rows was read: a completion naming one of them ends its task in one statement if the row
-/// still shows that claimant under that lease, which is all the slow path checks for such a
-/// task (the lease check proves the same before the update as it would after the row lock:
-/// nothing about the row changes what lease-service says). Every other completion, and one
-/// the statement left alone, is judged the slow way: row locked, owner checked, lease proven.
+/// `held` are shared leases lease-service has said are held, asked after this transaction
+/// began (its `now()` is the moment the completions are recorded at, and a lease must be held
+/// after it) but before any of these rows was read: a completion naming one of them ends its
+/// task in one statement if the row still shows that claimant under that lease, which is all
+/// the slow path checks for such a task (the lease check proves the same before the row lock as
+/// after it: nothing about the row changes what lease-service says). Every other completion,
+/// and one the statement left alone, is judged the slow way: row locked, owner checked, lease
+/// proven.
 pub(super) async fn judge(
     conn: &mut Db,
     engine: &Engine,
