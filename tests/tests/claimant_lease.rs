@@ -503,3 +503,36 @@ async fn completions_carrying_a_claim_are_judged_as_lone_ones_are() {
     assert_eq!(tests::verdicts(&results)[0].0, 409, "{results:?}");
     assert_eq!(s.status(&claimed[3]).await, "running");
 }
+
+/// A claim of one queue reads its lapsed and its due tasks in one statement, the due for the
+/// room the lapsed leave; a lapsed task whose own lease turns out to be held is not taken, and
+/// its place goes to a due task: the claim gets all it asked for that is due.
+#[tokio::test]
+async fn a_lapsed_task_not_taken_leaves_its_place_to_a_due_one() {
+    let s = stack().await;
+    s.create(1).await;
+    let held = s.claim("anon", 1, None).await;
+    assert_eq!(held.len(), 1);
+    s.hints_run_out().await;
+    let due = s.create(3).await;
+    let fence = s.beat("w1", "run-1", 60, None).await;
+    let answer = s
+        .tasks
+        .post(
+            "/api/tasks/next",
+            &json!({"processor": "w1", "queue": "default", "limit": 3,
+                    "worker": {"id": "w1", "fence": fence}}),
+        )
+        .await;
+    assert_eq!(answer.status, 202, "{:?}", answer.body);
+    let mut taken: Vec<i64> = answer
+        .body
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|task| task["id"].as_i64().unwrap())
+        .collect();
+    taken.sort_unstable();
+    assert_eq!(taken, due, "the held one is left, every due one taken");
+    assert_eq!(s.status(&held[0]).await, "running");
+}

@@ -260,8 +260,10 @@ async fn run_claim_group(conn: &mut AsyncPgConnection, guarded: bool) {
         if guarded {
             repo::claim_by_index_order(conn).await?;
         }
-        repo::take_lapsed(conn, Some("q"), 2, 2).await?;
+        repo::take_lapsed(conn, Some("q"), 2, 2, false).await?;
         let due = repo::lock_due(conn, Some("q"), 2, &[]).await?;
+        // The lapsed and the due of a queue without limits, in one statement.
+        repo::take_lapsed(conn, Some("q"), 2, 2, true).await?;
         let claims: Vec<repo::Claim<'_>> = due
             .iter()
             .map(|task| repo::Claim {

@@ -82,14 +82,36 @@ pub async fn plan_generically(conn: &mut Db, generic: bool) -> Result<()> {
 /// used, to be marked dead, never handed out) are locked to fill what is left of `batch_room`.
 /// Each part is oldest first; rows another transaction holds are skipped, never waited for.
 /// Read apart, tasks only to be ended never fill the places of claimable ones.
+///
+/// With `due` (for a claim of one queue without limits, `queue` given), the same statement also
+/// locks the queue's due tasks ([`due_sql`]'s, in its order) for the room the claimable left of
+/// `limit`, coming back `pending`: one round trip where there were two, on the path every claim
+/// group takes.
 pub async fn take_lapsed(
     conn: &mut Db,
     queue: Option<&str>,
     limit: i64,
     batch_room: i64,
+    due: bool,
 ) -> Result<Vec<TaskRow>> {
     let span = leasehold::db_span!("UPDATE", "tasks");
     async move {
+        let (due_part, due_rows) = if due {
+            (
+                format!(
+                    ", due AS (
+             SELECT {COLUMNS} FROM tasks
+             WHERE status = 'pending' AND scheduled_at <= now() AND queue = $1 {NOT_PAUSED}
+             ORDER BY priority DESC, scheduled_at, id
+             LIMIT GREATEST($2 - (SELECT count(*) FROM claimable), 0)
+             FOR UPDATE SKIP LOCKED
+         )"
+                ),
+                "UNION ALL SELECT * FROM due",
+            )
+        } else {
+            (String::new(), "")
+        };
         diesel::sql_query(format!(
             "WITH moved AS (
              UPDATE tasks SET status = 'cancelled', processed_at = now(), updated_at = now()
@@ -117,10 +139,11 @@ pub async fn take_lapsed(
              ORDER BY must_heartbeat_before
              LIMIT GREATEST($3 - (SELECT count(*) FROM claimable), 0)
              FOR UPDATE SKIP LOCKED
-         )
+         ){due_part}
          SELECT {COLUMNS} FROM moved
          UNION ALL SELECT * FROM claimable
-         UNION ALL SELECT * FROM exhausted",
+         UNION ALL SELECT * FROM exhausted
+         {due_rows}",
             from_running = event("'running'"),
             history = history("true"),
         ))

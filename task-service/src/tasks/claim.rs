@@ -134,16 +134,30 @@ pub async fn claim_group(
             // that they never fill the places of claimable ones (nor spend a request's room).
             // One lease-service batch holds the claimable and the exhausted: the exhausted
             // fill what the claimable left of it.
-            let (cancelled, lapsed) =
-                split_lapsed(repo::take_lapsed(conn, queue, total, MAX_CLAIM).await?);
+            // A claim of one queue without limits locks its due tasks in the same statement, for
+            // the room the claimable lapsed ones leave.
+            let with_due = queue.is_some() && limits.is_unlimited();
+            let (cancelled, lapsed, due) =
+                split_lapsed(repo::take_lapsed(conn, queue, total, MAX_CLAIM, with_due).await?);
             round.cancelled = cancelled;
+            let read_due = usize::try_from(total)
+                .unwrap_or(0)
+                .saturating_sub(lapsed.iter().filter(|task| !exhausted(task)).count());
             // Lapsed tasks taken again keep the slots they held, but spend tokens; due ones
             // need both.
             let lapsed = limits.admit_lapsed(lapsed, exhausted);
             round.grant(conn, engine, lapsed, &limits, &granted).await?;
             let room = limits.cap(queue, total - round.taken());
             if room > 0 {
-                let due = limits.lock_due(conn, queue, room).await?;
+                // Read again only when the statement read all the room it had and a lapsed task
+                // was then not taken (its lease still held), which left more room: its own rows
+                // come back among the first, locked already.
+                let more = usize::try_from(room).unwrap_or(0) > due.len() && due.len() >= read_due;
+                let due = if with_due && !more {
+                    due
+                } else {
+                    limits.lock_due(conn, queue, room).await?
+                };
                 let admitted = limits.admit(due);
                 round
                     .grant(conn, engine, admitted, &limits, &granted)
@@ -613,15 +627,19 @@ fn exhausted(task: &TaskRow) -> bool {
     task.attempts >= task.max_attempts
 }
 
-/// [`repo::take_lapsed`]'s rows as (the ones it ended as cancelled, the ones to grant): the
-/// claimable first, then the exhausted, each oldest first as read.
-fn split_lapsed(rows: Vec<TaskRow>) -> (Vec<TaskRow>, Vec<TaskRow>) {
+/// [`repo::take_lapsed`]'s rows as (the ones it ended as cancelled, the lapsed ones to grant,
+/// the due ones it locked): the claimable lapsed first, then the exhausted, each oldest first
+/// as read, and the due in the claim's order.
+fn split_lapsed(rows: Vec<TaskRow>) -> (Vec<TaskRow>, Vec<TaskRow>, Vec<TaskRow>) {
+    let (due, rows): (Vec<TaskRow>, Vec<TaskRow>) = rows
+        .into_iter()
+        .partition(|task| task.status == TaskStatus::Pending);
     let (cancelled, mut lapsed): (Vec<TaskRow>, Vec<TaskRow>) = rows
         .into_iter()
         .partition(|task| task.status == TaskStatus::Cancelled);
     // Stable: each kind keeps the statement's order.
     lapsed.sort_by_key(exhausted);
-    (cancelled, lapsed)
+    (cancelled, lapsed, due)
 }
 
 #[cfg(test)]
@@ -676,10 +694,13 @@ mod tests {
             row(3, TaskStatus::Running, 1),
             row(4, TaskStatus::Running, max),
             row(5, TaskStatus::Running, 1),
+            row(7, TaskStatus::Pending, 0),
+            row(6, TaskStatus::Pending, 0),
         ];
-        let (cancelled, lapsed) = split_lapsed(rows);
+        let (cancelled, lapsed, due) = split_lapsed(rows);
         let ids = |rows: &[TaskRow]| rows.iter().map(|t| t.id).collect::<Vec<_>>();
         assert_eq!(ids(&cancelled), [1]);
         assert_eq!(ids(&lapsed), [3, 5, 2, 4]);
+        assert_eq!(ids(&due), [7, 6], "the due keep the statement's order");
     }
 }

@@ -151,6 +151,12 @@ impl Limits {
         full
     }
 
+    /// Whether no limit binds the queues this claim locked: nothing to count, admit or settle,
+    /// so its due tasks can be locked with its lapsed ones ([`repo::take_lapsed`]).
+    pub fn is_unlimited(&self) -> bool {
+        self.rooms.is_empty() && self.tokens.is_empty() && self.keyed.is_empty()
+    }
+
     /// How many due tasks a claim that wants `wanted` may lock: for a claim of one limited
     /// queue, no more than its room and its tokens.
     pub fn cap(&mut self, queue: Option<&str>, wanted: i64) -> i64 {
