@@ -105,6 +105,18 @@ struct Scans {
     rows_read: i64,
 }
 
+/// Sequential scans of `table` in this transaction, and rows read from it.
+async fn scans_of(conn: &mut AsyncPgConnection, table: &str) -> Scans {
+    diesel::sql_query(
+        "SELECT seq_scan, seq_tup_read + COALESCE(idx_tup_fetch, 0) AS rows_read
+         FROM pg_stat_xact_user_tables WHERE relname = $1",
+    )
+    .bind::<Text, _>(table)
+    .get_one(conn)
+    .await
+    .unwrap()
+}
+
 /// Runs lease-service's group statements (two leases each) the way a busy service does, so that
 /// the session keeps them prepared.
 async fn run_lease_groups(conn: &mut AsyncPgConnection, round: usize) {
@@ -170,12 +182,7 @@ async fn scans_after_growth(conn: &mut AsyncPgConnection) -> (Scans, Vec<Prepare
     let scans = conn
         .transaction::<_, diesel::result::Error, _>(async |conn| {
             run_lease_groups(conn, 100).await;
-            diesel::sql_query(
-                "SELECT seq_scan, seq_tup_read + COALESCE(idx_tup_fetch, 0) AS rows_read
-                 FROM pg_stat_xact_user_tables WHERE relname = 'leases'",
-            )
-            .get_one(conn)
-            .await
+            Ok(scans_of(conn, "leases").await)
         })
         .await
         .unwrap();
@@ -327,12 +334,7 @@ async fn claim_scans_after_growth(db: &str, guarded: bool) -> (Scans, Vec<Prepar
     let scans = conn
         .transaction::<_, diesel::result::Error, _>(async |conn| {
             run_claim_group(conn, guarded).await;
-            diesel::sql_query(
-                "SELECT seq_scan, seq_tup_read + COALESCE(idx_tup_fetch, 0) AS rows_read
-             FROM pg_stat_xact_user_tables WHERE relname = 'tasks'",
-            )
-            .get_one(conn)
-            .await
+            Ok(scans_of(conn, "tasks").await)
         })
         .await
         .unwrap();
@@ -357,6 +359,7 @@ async fn claim_group_statements_stay_prepared_and_never_keep_a_plan_that_scans_a
     // The lapsed, the due, the claims and the completions, by words only each one has.
     for statement in [
         "exhausted AS",
+        "due AS",
         "LIMIT $2",
         "claim_processor",
         "done_lease_fence",

@@ -253,12 +253,11 @@ pub async fn claim_group(
 /// answer (their completions are then judged the slow way, which asks again and answers the
 /// refusal).
 async fn held_leases(engine: &Engine, completions: &[Completion]) -> Vec<(String, i64)> {
-    let mut named: Vec<&(String, i64)> = completions
+    // `cover::check` asks once per distinct lease.
+    let named: Vec<&(String, i64)> = completions
         .iter()
         .filter_map(|c| c.lease.as_ref())
         .collect();
-    named.sort_unstable();
-    named.dedup();
     if named.is_empty() {
         return Vec::new();
     }
