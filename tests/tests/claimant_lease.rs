@@ -531,3 +531,69 @@ async fn a_lapsed_task_not_taken_leaves_its_place_to_a_due_one() {
     assert_eq!(taken, due, "the held one is left, every due one taken");
     assert_eq!(s.status(&held[0]).await, "running");
 }
+
+/// A claim of one queue under a worker's lease claims its due tasks in the statement that finds
+/// them; any other claim records them in a statement of their own. Both must leave the same
+/// task and the same history behind.
+#[tokio::test]
+async fn a_claim_made_where_its_tasks_are_found_is_recorded_as_any_other() {
+    let s = stack().await;
+    let fence = s.beat("w1", "run-1", 60, None).await;
+    let mut recorded = Vec::new();
+    for queue in [Some("default"), None] {
+        let ids = s.create(2).await;
+        let mut body =
+            json!({"processor": "w1", "limit": 2, "worker": {"id": "w1", "fence": fence}});
+        if let Some(queue) = queue {
+            body["queue"] = json!(queue);
+        }
+        let answer = s.tasks.post("/api/tasks/next", &body).await;
+        assert_eq!(answer.status, 202, "{:?}", answer.body);
+        let answered: Vec<Value> = answer.body.as_array().unwrap().clone();
+        assert_eq!(answered.len(), 2, "{answered:?}");
+        let ids = ids
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        let tasks = query(
+            &s.task_db,
+            &format!(
+                "SELECT status, processor, fence, attempts, lease_resource, lease_fence,
+                        lease_secret IS NULL AS no_secret, started_at = last_heartbeat_at AS started,
+                        must_heartbeat_before > now() AS heartbeat_due_later,
+                        round(EXTRACT(EPOCH FROM must_heartbeat_before - last_heartbeat_at))
+                            AS heartbeat_within
+                 FROM tasks WHERE id IN ({ids}) ORDER BY id"
+            ),
+        )
+        .await;
+        let history = query(
+            &s.task_db,
+            &format!(
+                "SELECT from_status, to_status, processor, charged, lease_resource, fences,
+                        attempts, lease_fences, cardinality(pickup_ms) AS pickups,
+                        0 <= ALL(pickup_ms) AS pickups_measured
+                 FROM task_events WHERE task_ids && ARRAY[{ids}]::bigint[] ORDER BY id"
+            ),
+        )
+        .await;
+        recorded.push((answered, tasks, history));
+    }
+    let (in_place, apart) = (&recorded[0], &recorded[1]);
+    for (answered, _, _) in &recorded {
+        for task in answered {
+            assert_eq!(
+                (&task["status"], &task["processor"], &task["fence"]),
+                (&json!("running"), &json!("w1"), &json!(1)),
+                "{task}"
+            );
+        }
+    }
+    assert_eq!(in_place.1, apart.1, "the tasks' rows differ");
+    assert_eq!(in_place.2, apart.2, "the history differs");
+    // One creation row and one claim row each, the claim naming the worker's lease.
+    assert_eq!(in_place.2.len(), 2, "{:?}", in_place.2);
+    assert_eq!(in_place.2[1]["lease_resource"], "worker:w1");
+    assert_eq!(in_place.2[1]["pickups"], 2);
+}

@@ -57,15 +57,17 @@ async fn a_claim_walks_the_due_index_even_when_statistics_have_not_seen_its_queu
         diesel::sql_query(sql).execute(&mut conn).await.unwrap();
     }
 
-    let (unguarded, guarded) = conn
+    let unguarded = conn
         .transaction::<_, diesel::result::Error, _>(async |conn| {
-            let unguarded = claim_plan(conn, "burst", 32).await;
-            repo::claim_by_index_order(conn).await?;
-            let guarded = claim_plan(conn, "burst", 32).await;
-            Ok((unguarded, guarded))
+            Ok(claim_plan(conn, "burst", 32).await)
         })
         .await
         .unwrap();
+    let guarded = repo::in_index_order::<_, diesel::result::Error>(&mut conn, async |conn| {
+        Ok(claim_plan(conn, "burst", 32).await)
+    })
+    .await
+    .unwrap();
 
     // The hazard is real on this PostgreSQL: left to its statistics, the planner sorts the
     // queue's whole backlog on every claim. (Should a future PostgreSQL stop doing so, this
@@ -260,17 +262,39 @@ async fn task_key_lookups_stay_prepared_and_set_statements_outside_claims_are_pl
 
 /// One claim group's statements, as a busy queue runs them: the lapsed, the due (two), their
 /// claims, and their completions carried by the next claim, in a claim group's transaction
-/// (`guarded`: under [`repo::claim_by_index_order`]) or a plain one.
-async fn run_claim_group(conn: &mut AsyncPgConnection, guarded: bool) {
+/// (`guarded`: a [`repo::in_index_order`] transaction, as claim groups run in) or a plain one;
+/// and what the transaction scanned.
+async fn run_claim_group(conn: &mut AsyncPgConnection, guarded: bool) -> Scans {
+    if guarded {
+        repo::in_index_order::<_, diesel::result::Error>(conn, async |conn| {
+            claim_group_statements(conn).await?;
+            Ok(scans_of(conn, "tasks").await)
+        })
+        .await
+    } else {
+        conn.transaction::<_, diesel::result::Error, _>(async |conn| {
+            claim_group_statements(conn).await?;
+            Ok(scans_of(conn, "tasks").await)
+        })
+        .await
+    }
+    .unwrap()
+}
+
+async fn claim_group_statements(conn: &mut AsyncPgConnection) -> diesel::QueryResult<()> {
     let output = serde_json::json!({});
-    conn.transaction::<_, diesel::result::Error, _>(async |conn| {
-        if guarded {
-            repo::claim_by_index_order(conn).await?;
-        }
-        repo::take_lapsed(conn, Some("q"), 2, 2, false).await?;
+    {
+        repo::take_lapsed(conn, Some("q"), 2, 2, None).await?;
         let due = repo::lock_due(conn, Some("q"), 2, &[]).await?;
-        // The lapsed and the due of a queue without limits, in one statement.
-        repo::take_lapsed(conn, Some("q"), 2, 2, true).await?;
+        // The lapsed and the due of a queue without limits, in one statement, one of them
+        // claimed there (its slot's request named its process's lease), one only locked.
+        let slots = repo::Slots {
+            processors: vec!["w", "v"],
+            resources: vec![Some("worker:w"), None],
+            fences: vec![1, 0],
+            hint: std::time::Duration::from_secs(30),
+        };
+        repo::take_lapsed(conn, Some("q"), 2, 2, Some(&slots)).await?;
         let claims: Vec<repo::Claim<'_>> = due
             .iter()
             .map(|task| repo::Claim {
@@ -298,10 +322,8 @@ async fn run_claim_group(conn: &mut AsyncPgConnection, guarded: bool) {
             })
             .collect();
         repo::mark_succeeded_covered(conn, &done).await?;
-        Ok(())
-    })
-    .await
-    .unwrap();
+    }
+    Ok(())
 }
 
 /// Sequential scans of `tasks`, and rows read from it, by one claim group run after the table
@@ -331,13 +353,7 @@ async fn claim_scans_after_growth(db: &str, guarded: bool) -> (Scans, Vec<Prepar
     ] {
         diesel::sql_query(sql).execute(&mut setup).await.unwrap();
     }
-    let scans = conn
-        .transaction::<_, diesel::result::Error, _>(async |conn| {
-            run_claim_group(conn, guarded).await;
-            Ok(scans_of(conn, "tasks").await)
-        })
-        .await
-        .unwrap();
+    let scans = run_claim_group(&mut conn, guarded).await;
     (scans, prepared_statements(&mut conn).await)
 }
 
@@ -400,27 +416,25 @@ async fn a_claim_of_a_key_limited_queue_probes_keys_never_a_keys_backlog() {
     ] {
         diesel::sql_query(sql).execute(&mut conn).await.unwrap();
     }
-    let plan = conn
-        .transaction::<_, diesel::result::Error, _>(async |conn| {
-            repo::claim_by_index_order(conn).await?;
-            let lines: Vec<PlanLine> = diesel::sql_query(format!(
-                "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) {}",
-                repo::DUE_BY_KEY
-            ))
-            .bind::<Text, _>("tenants")
-            .bind::<Nullable<Text>, _>(None::<&str>)
-            .bind::<BigInt, _>(10)
-            .bind::<diesel::sql_types::Integer, _>(5)
-            .load(conn)
-            .await?;
-            Ok(lines
-                .into_iter()
-                .map(|l| l.line)
-                .collect::<Vec<_>>()
-                .join("\n"))
-        })
-        .await
-        .unwrap();
+    let plan = repo::in_index_order::<_, diesel::result::Error>(&mut conn, async |conn| {
+        let lines: Vec<PlanLine> = diesel::sql_query(format!(
+            "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) {}",
+            repo::DUE_BY_KEY
+        ))
+        .bind::<Text, _>("tenants")
+        .bind::<Nullable<Text>, _>(None::<&str>)
+        .bind::<BigInt, _>(10)
+        .bind::<diesel::sql_types::Integer, _>(5)
+        .load(conn)
+        .await?;
+        Ok(lines
+            .into_iter()
+            .map(|l| l.line)
+            .collect::<Vec<_>>()
+            .join("\n"))
+    })
+    .await
+    .unwrap();
     eprintln!("{plan}");
     assert!(
         plan.contains("tasks_due_by_key_idx") && !plan.contains("Seq Scan on tasks"),

@@ -4,7 +4,9 @@
 use chrono::{DateTime, Utc};
 use diesel::QueryableByName;
 use diesel::sql_types::{Array, BigInt, Bool, Double, Integer, Nullable, Text, Timestamptz};
-use diesel_async::RunQueryDsl;
+use diesel_async::{
+    AnsiTransactionManager, RunQueryDsl, SimpleAsyncConnection, TransactionManager,
+};
 use leasehold::api::Secret;
 use leasehold::server::db::Cache;
 use leasehold::tasks::TaskStatus;
@@ -17,8 +19,9 @@ use super::{COLUMNS, Db, Result, TaskRow, event, history};
 /// stepped over, never locked.
 const NOT_PAUSED: &str = "AND queue <> ALL (ARRAY(SELECT q.queue FROM queues q WHERE q.paused))";
 
-/// Makes the rest of a claim group's transaction walk indexes: sorting, sequential scans and
-/// JIT compilation are switched off for it, first thing in it.
+/// Runs `body` in a claim group's transaction, as `conn.transaction(body)` runs it in a plain
+/// one (committed if it returns `Ok`, rolled back otherwise), but one that walks indexes:
+/// sorting, sequential scans and JIT compilation are switched off for it, first thing in it.
 ///
 /// Sorting: planner statistics lag behind a queue table. Right after a burst of inserts into a
 /// queue the statistics have not seen, PostgreSQL estimates one matching row and may prefer
@@ -41,17 +44,43 @@ const NOT_PAUSED: &str = "AND queue <> ALL (ARRAY(SELECT q.queue FROM queues q W
 /// described in a round trip of their own on each call nor, once generic, planned: a claim
 /// group's time is its round trips, one after another, and planning took about as much of
 /// PostgreSQL's time per task as running the statements.
-#[tracing::instrument(name = "SET LOCAL", level = "debug", skip_all)]
-pub async fn claim_by_index_order(conn: &mut Db) -> Result<()> {
-    diesel::sql_query(
-        "SELECT set_config('enable_sort', 'off', true), set_config('enable_seqscan', 'off', true),
-                set_config('jit', 'off', true)",
-    )
-    .cached()
-    .execute(conn)
-    .await
-    .map(drop)
+///
+/// The switches travel with `BEGIN`, in one simple-query message: one round trip opens the
+/// transaction in index order, where `BEGIN` and a statement of settings took two.
+pub async fn in_index_order<R, E>(
+    conn: &mut Db,
+    body: impl AsyncFnOnce(&mut Db) -> std::result::Result<R, E>,
+) -> std::result::Result<R, E>
+where
+    E: From<diesel::result::Error>,
+{
+    if let Err(err) =
+        AnsiTransactionManager::begin_transaction_sql(conn, BEGIN_IN_INDEX_ORDER).await
+    {
+        // Should `BEGIN` have run and a switch failed, the transaction is still open (and
+        // aborted) though the connection's manager counts none: end it before the connection
+        // goes back to the pool.
+        let _ = conn.batch_execute("ROLLBACK").await;
+        return Err(err.into());
+    }
+    match body(conn).await {
+        Ok(value) => {
+            <AnsiTransactionManager as TransactionManager<Db>>::commit_transaction(conn).await?;
+            Ok(value)
+        }
+        Err(err) => {
+            // The body's error is the one to report; a failed rollback leaves the connection
+            // marked broken, and the pool drops it.
+            let _ = <AnsiTransactionManager as TransactionManager<Db>>::rollback_transaction(conn)
+                .await;
+            Err(err)
+        }
+    }
 }
+
+/// [`in_index_order`]'s opening: the transaction, then its switches.
+const BEGIN_IN_INDEX_ORDER: &str =
+    "BEGIN; SET LOCAL enable_sort = off; SET LOCAL enable_seqscan = off; SET LOCAL jit = off";
 
 /// Makes this transaction's prepared statements use their generic plan (`true`), or choose
 /// as PostgreSQL does by default (`false`).
@@ -85,18 +114,22 @@ pub async fn plan_generically(conn: &mut Db, generic: bool) -> Result<()> {
 ///
 /// With `due` (for a claim of one queue without limits, `queue` given), the same statement also
 /// locks the queue's due tasks ([`due_sql`]'s, in its order) for the room the claimable left of
-/// `limit`, coming back `pending`: one round trip where there were two, on the path every claim
-/// group takes.
+/// `limit`, and numbers them by the group's slots that follow the claimable ones' (the first due
+/// task takes slot `claimable + 1`). A due task whose slot's claimant named a shared lease is
+/// claimed under it in this statement, as [`mark_claimed`] records a claim, and comes back
+/// `running` with its slot; the others come back `pending`, locked, to be claimed once leases
+/// of their own are taken. For single claims of workers that name their process's lease, the
+/// statement that finds the work is the one that claims it, as graphile-worker's `get_job` is.
 pub async fn take_lapsed(
     conn: &mut Db,
     queue: Option<&str>,
     limit: i64,
     batch_room: i64,
-    due: bool,
-) -> Result<Vec<TaskRow>> {
+    due: Option<&Slots<'_>>,
+) -> Result<Vec<Taken>> {
     let span = leasehold::db_span!("UPDATE", "tasks");
     async move {
-        let (due_part, due_rows) = if due {
+        let (due_part, moved, due_rows) = if due.is_some() {
             (
                 format!(
                     ", due AS (
@@ -105,15 +138,36 @@ pub async fn take_lapsed(
              ORDER BY priority DESC, scheduled_at, id
              LIMIT GREATEST($2 - (SELECT count(*) FROM claimable), 0)
              FOR UPDATE SKIP LOCKED
-         )"
+         ), slotted AS (
+             SELECT d.id AS slot_id, d.fence IS NULL AS slot_first,
+                    (SELECT count(*) FROM claimable)
+                    + row_number() OVER (ORDER BY d.priority DESC, d.scheduled_at, d.id) AS slot
+             FROM due d
+         ), claimed AS (
+             UPDATE tasks SET {set}
+             FROM slotted s
+             WHERE id = s.slot_id AND ($5::text[])[s.slot] IS NOT NULL
+             RETURNING {COLUMNS}, {claim}, s.slot AS claim_slot
+         ), moved AS (SELECT * FROM cancelled UNION ALL SELECT * FROM claimed)",
+                    set = claim_set(&ClaimFrom {
+                        processor: "($4::text[])[s.slot]",
+                        fence: "($6::bigint[])[s.slot]",
+                        secret: "NULL",
+                        resource: "($5::text[])[s.slot]",
+                        start: "NULL::timestamptz",
+                        expiry: "now() + make_interval(secs => $7)",
+                    }),
+                    claim = claim_event("'pending'::text", "s.slot_first"),
                 ),
-                "UNION ALL SELECT * FROM due",
+                "",
+                "UNION ALL SELECT d.*, NULL::bigint FROM due d JOIN slotted s ON s.slot_id = d.id
+                   WHERE ($5::text[])[s.slot] IS NULL",
             )
         } else {
-            (String::new(), "")
+            (String::new(), ", moved AS (SELECT * FROM cancelled)", "")
         };
-        diesel::sql_query(format!(
-            "WITH moved AS (
+        let query = diesel::sql_query(format!(
+            "WITH cancelled AS (
              UPDATE tasks SET status = 'cancelled', processed_at = now(), updated_at = now()
              WHERE id IN (SELECT id FROM tasks
                           WHERE status = 'running' AND must_heartbeat_before <= now()
@@ -122,8 +176,8 @@ pub async fn take_lapsed(
                           ORDER BY must_heartbeat_before
                           LIMIT $2
                           FOR UPDATE SKIP LOCKED)
-             RETURNING {COLUMNS}, {from_running}
-         ), {history}, claimable AS (
+             RETURNING {COLUMNS}, {from_running}, NULL::bigint AS claim_slot
+         ), claimable AS (
              SELECT {COLUMNS} FROM tasks
              WHERE status = 'running' AND must_heartbeat_before <= now()
                AND ($1::text IS NULL OR queue = $1) {NOT_PAUSED}
@@ -139,23 +193,53 @@ pub async fn take_lapsed(
              ORDER BY must_heartbeat_before
              LIMIT GREATEST($3 - (SELECT count(*) FROM claimable), 0)
              FOR UPDATE SKIP LOCKED
-         ){due_part}
-         SELECT {COLUMNS} FROM moved
-         UNION ALL SELECT * FROM claimable
-         UNION ALL SELECT * FROM exhausted
+         ){due_part}{moved}, {history}
+         SELECT {COLUMNS}, claim_slot FROM moved
+         UNION ALL SELECT *, NULL::bigint FROM claimable
+         UNION ALL SELECT *, NULL::bigint FROM exhausted
          {due_rows}",
             from_running = event("'running'"),
             history = history("true"),
         ))
         .bind::<Nullable<Text>, _>(queue)
         .bind::<BigInt, _>(limit)
-        .bind::<BigInt, _>(batch_room)
-        .cached()
-        .load(conn)
-        .await
+        .bind::<BigInt, _>(batch_room);
+        match due {
+            Some(slots) => {
+                query
+                    .bind::<Array<Text>, _>(&slots.processors)
+                    .bind::<Array<Nullable<Text>>, _>(&slots.resources)
+                    .bind::<Array<BigInt>, _>(&slots.fences)
+                    .bind::<Double, _>(slots.hint.as_secs_f64())
+                    .cached()
+                    .load(conn)
+                    .await
+            }
+            None => query.cached().load(conn).await,
+        }
     }
     .instrument(span)
     .await
+}
+
+/// The claimants of a claim group's slots, in order (slot 1 first): a request with a `limit`
+/// of `n` holds `n` slots. A slot whose claimant named a shared lease (`resources`, and
+/// `fences`) can be claimed by [`take_lapsed`]; `hint` is what [`mark_claimed`] takes.
+#[derive(Debug)]
+pub struct Slots<'a> {
+    pub processors: Vec<&'a str>,
+    pub resources: Vec<Option<&'a str>>,
+    pub fences: Vec<i64>,
+    pub hint: std::time::Duration,
+}
+
+/// A row [`take_lapsed`] came back with, and the slot it was claimed for there, if it was.
+#[derive(Debug, QueryableByName)]
+pub struct Taken {
+    #[diesel(embed)]
+    pub task: TaskRow,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub claim_slot: Option<i64>,
 }
 
 /// Ends as cancelled up to `batch` running tasks (of `queue`, if given) whose cancellation was
@@ -442,28 +526,25 @@ pub async fn mark_claimed(
         // bucket was spent at, and the invariant checker judges the rate by them.
         diesel::sql_query(format!(
             "WITH moved AS (
-             UPDATE tasks SET status = 'running', processor = c.claim_processor,
-                    fence = coalesce(fence, 0) + 1, lease_fence = c.claim_fence,
-                    lease_secret = c.claim_secret, lease_resource = c.claim_resource,
-                    attempts = attempts + 1, started_at = coalesce(c.claim_start, now()),
-                    last_heartbeat_at = now(),
-                    must_heartbeat_before = coalesce(c.claim_expiry,
-                                                     now() + make_interval(secs => $10)),
-                    updated_at = now()
+             UPDATE tasks SET {set}
              FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::timestamptz[],
                          $6::timestamptz[], $7::text[], $8::bool[], $9::text[])
                   AS c(claim_id, claim_processor, claim_fence, claim_secret, claim_expiry,
                        claim_start, claim_from, claim_first, claim_resource)
              WHERE id = c.claim_id
-             RETURNING {COLUMNS}, c.claim_from AS from_status,
-                       greatest(now(), started_at) AS event_at, true AS charged,
-                       CASE WHEN c.claim_first THEN greatest(0, EXTRACT(EPOCH FROM
-                           greatest(now(), started_at)
-                           - greatest(created_at, coalesce(requested_scheduled_at, created_at)))
-                           * 1000)::float8 END AS pickup_ms
+             RETURNING {COLUMNS}, {claim}
          ), {history}
          SELECT * FROM moved",
             history = history("true"),
+            set = claim_set(&ClaimFrom {
+                processor: "c.claim_processor",
+                fence: "c.claim_fence",
+                secret: "c.claim_secret",
+                resource: "c.claim_resource",
+                start: "c.claim_start",
+                expiry: "coalesce(c.claim_expiry, now() + make_interval(secs => $10))",
+            }),
+            claim = claim_event("c.claim_from", "c.claim_first"),
         ))
         .bind::<Array<BigInt>, _>(&ids)
         .bind::<Array<Text>, _>(&processors)
@@ -481,6 +562,49 @@ pub async fn mark_claimed(
     }
     .instrument(span)
     .await
+}
+
+/// Where a claim statement takes each field of a claim from (SQL expressions).
+struct ClaimFrom<'a> {
+    processor: &'a str,
+    fence: &'a str,
+    secret: &'a str,
+    resource: &'a str,
+    /// The recorded start; NULL: the claim's `now()`.
+    start: &'a str,
+    expiry: &'a str,
+}
+
+/// What a claim writes on its task, for [`mark_claimed`] and [`take_lapsed`] alike: one more
+/// attempt and one more claim (the task's own fence), its processor, its lease, its start.
+fn claim_set(from: &ClaimFrom<'_>) -> String {
+    let ClaimFrom {
+        processor,
+        fence,
+        secret,
+        resource,
+        start,
+        expiry,
+    } = from;
+    format!(
+        "status = 'running', processor = {processor},
+         fence = coalesce(fence, 0) + 1, lease_fence = {fence},
+         lease_secret = {secret}, lease_resource = {resource},
+         attempts = attempts + 1, started_at = coalesce({start}, now()),
+         last_heartbeat_at = now(), must_heartbeat_before = {expiry}, updated_at = now()"
+    )
+}
+
+/// The history columns of a claim (see `history` in the parent module): the status it left,
+/// its moment (the start), and for a first claim (`first`) the pickup wait the charts show.
+fn claim_event(from: &str, first: &str) -> String {
+    format!(
+        "{from} AS from_status, greatest(now(), started_at) AS event_at, true AS charged,
+         CASE WHEN {first} THEN greatest(0, EXTRACT(EPOCH FROM
+             greatest(now(), started_at)
+             - greatest(created_at, coalesce(requested_scheduled_at, created_at)))
+             * 1000)::float8 END AS pickup_ms"
+    )
 }
 
 /// A lapsed-looking running task whose lease lease-service says is still held: record the

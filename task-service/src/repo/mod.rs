@@ -28,8 +28,9 @@ mod transition;
 
 pub use bulk::{BulkFilter, cancel_matching, delete_matching, retry_matching};
 pub use claim::{
-    Claim, DUE_BY_KEY, KeyedCandidate, cancel_lapsed, claim_by_index_order, due_by_key, due_sql,
-    lock_candidates, lock_due, mark_claimed, plan_generically, postpone_lapse, take_lapsed,
+    Claim, DUE_BY_KEY, KeyedCandidate, Slots, Taken, cancel_lapsed, due_by_key, due_sql,
+    in_index_order, lock_candidates, lock_due, mark_claimed, plan_generically, postpone_lapse,
+    take_lapsed,
 };
 pub use create::{
     Inserted, KeyedTask, NewTask, clock, find_by_idempotency_key, insert, insert_generated,

@@ -6,7 +6,6 @@
 
 use std::sync::PoisonError;
 
-use diesel_async::AsyncConnection;
 use leasehold::LeaseError;
 use leasehold::api::Lease;
 use leasehold::server::ApiError;
@@ -111,81 +110,88 @@ pub async fn claim_group(
         .collect();
     // Leases granted inside the transaction, to release should it fail.
     let granted = std::sync::Mutex::new(Vec::new());
-    let outcome = conn
-        .transaction::<_, ApiError, _>(async |conn| {
-            // The workers' leases the completions name are checked beside the transaction's first
-            // statement, so that lease-service's answer costs no round trip of its own; but only
-            // once the transaction has begun: a completion is recorded at the transaction's
-            // `now()`, and a lease proven held before that moment could have been superseded
-            // before it too (the invariant checker's "not superseded" caught that, under load).
-            let (held, settings) = tokio::join!(
-                held_leases(engine, &completions),
-                repo::claim_by_index_order(conn)
-            );
-            settings?;
-            let completed = if completions.is_empty() {
-                Vec::new()
+    // The slots a claim of one queue without limits may claim in the statement that finds
+    // its tasks (`repo::take_lapsed`).
+    let slots = queue.is_some().then(|| slots(wants, engine.lease_ttl));
+    let outcome = repo::in_index_order(conn, async |conn| {
+        // The workers' leases the completions name are checked beside the transaction's first
+        // statement, so that lease-service's answer costs no round trip of its own; but only
+        // once the transaction has begun: a completion is recorded at the transaction's
+        // `now()`, and a lease proven held before that moment could have been superseded
+        // before it too (the invariant checker's "not superseded" caught that, under load).
+        let (held, locked) =
+            tokio::join!(held_leases(engine, &completions), Limits::lock(conn, queue));
+        let locked = locked?;
+        let completed = if completions.is_empty() {
+            Vec::new()
+        } else {
+            complete::judge(conn, engine, &completions, &held).await?
+        };
+        let mut round = Round::new(wants);
+        // Counted after the completions, whose slots they free.
+        let mut limits = locked.count(conn).await?;
+        // Lapsed tasks that are only to be ended are taken apart from those to claim, so
+        // that they never fill the places of claimable ones (nor spend a request's room).
+        // One lease-service batch holds the claimable and the exhausted: the exhausted
+        // fill what the claimable left of it.
+        // A claim of one queue without limits locks its due tasks in the same statement, for
+        // the room the claimable lapsed ones leave, and claims those of requests that named
+        // their process's lease.
+        let due_slots = slots.as_ref().filter(|_| limits.is_unlimited());
+        let with_due = due_slots.is_some();
+        let taken =
+            split_lapsed(repo::take_lapsed(conn, queue, total, MAX_CLAIM, due_slots).await?);
+        round.cancelled = taken.cancelled;
+        let read_due = usize::try_from(total)
+            .unwrap_or(0)
+            .saturating_sub(taken.lapsed.iter().filter(|task| !exhausted(task)).count());
+        let got_due = taken.due.len() + taken.claimed.len();
+        // Lapsed tasks taken again keep the slots they held, but spend tokens; due ones
+        // need both. The lapsed fill the group's first slots, the due claimed already
+        // the slots after them.
+        let lapsed = limits.admit_lapsed(taken.lapsed, exhausted);
+        round.grant(conn, engine, lapsed, &limits, &granted).await?;
+        round.record(taken.claimed);
+        let due = taken.due;
+        let room = limits.cap(queue, total - round.taken());
+        if room > 0 {
+            // Read again only when the statement read all the room it had and a lapsed task
+            // was then not taken (its lease still held), which left more room: its own rows
+            // come back among the first, locked already.
+            let more = usize::try_from(room).unwrap_or(0) > due.len() && got_due >= read_due;
+            let due = if with_due && !more {
+                due
             } else {
-                complete::judge(conn, engine, &completions, &held).await?
+                limits.lock_due(conn, queue, room).await?
             };
-            let mut round = Round::new(wants);
-            let mut limits = Limits::lock(conn, queue).await?;
-            // Lapsed tasks that are only to be ended are taken apart from those to claim, so
-            // that they never fill the places of claimable ones (nor spend a request's room).
-            // One lease-service batch holds the claimable and the exhausted: the exhausted
-            // fill what the claimable left of it.
-            // A claim of one queue without limits locks its due tasks in the same statement, for
-            // the room the claimable lapsed ones leave.
-            let with_due = queue.is_some() && limits.is_unlimited();
-            let (cancelled, lapsed, due) =
-                split_lapsed(repo::take_lapsed(conn, queue, total, MAX_CLAIM, with_due).await?);
-            round.cancelled = cancelled;
-            let read_due = usize::try_from(total)
-                .unwrap_or(0)
-                .saturating_sub(lapsed.iter().filter(|task| !exhausted(task)).count());
-            // Lapsed tasks taken again keep the slots they held, but spend tokens; due ones
-            // need both.
-            let lapsed = limits.admit_lapsed(lapsed, exhausted);
-            round.grant(conn, engine, lapsed, &limits, &granted).await?;
-            let room = limits.cap(queue, total - round.taken());
-            if room > 0 {
-                // Read again only when the statement read all the room it had and a lapsed task
-                // was then not taken (its lease still held), which left more room: its own rows
-                // come back among the first, locked already.
-                let more = usize::try_from(room).unwrap_or(0) > due.len() && due.len() >= read_due;
-                let due = if with_due && !more {
-                    due
-                } else {
-                    limits.lock_due(conn, queue, room).await?
-                };
-                let admitted = limits.admit(due);
-                round
-                    .grant(conn, engine, admitted, &limits, &granted)
-                    .await?;
-            }
-            let started: Vec<&TaskRow> = round.claimed.iter().flatten().collect();
-            limits.settle(conn, &started).await?;
-            let refused = match (round.taken(), round.misconfigured, round.unavailable) {
-                (0, Some(err), _) => Some(err),
-                (0, None, Some(reason)) => Some(ApiError::Unavailable(format!(
-                    "lease-service unavailable: {reason}"
-                ))),
-                _ => None,
-            };
-            if let Some(err) = refused.as_ref().filter(|_| completions.is_empty()) {
-                // Nothing to keep: as if the group had not run.
-                return Err(err.clone());
-            }
-            Ok((
-                round.claimed,
-                refused,
-                completed,
-                round.exhausted,
-                round.cancelled,
-                limits.bound,
-            ))
-        })
-        .await;
+            let admitted = limits.admit(due);
+            round
+                .grant(conn, engine, admitted, &limits, &granted)
+                .await?;
+        }
+        let started: Vec<&TaskRow> = round.claimed.iter().flatten().collect();
+        limits.settle(conn, &started).await?;
+        let refused = match (round.taken(), round.misconfigured, round.unavailable) {
+            (0, Some(err), _) => Some(err),
+            (0, None, Some(reason)) => Some(ApiError::Unavailable(format!(
+                "lease-service unavailable: {reason}"
+            ))),
+            _ => None,
+        };
+        if let Some(err) = refused.as_ref().filter(|_| completions.is_empty()) {
+            // Nothing to keep: as if the group had not run.
+            return Err(err.clone());
+        }
+        Ok((
+            round.claimed,
+            refused,
+            completed,
+            round.exhausted,
+            round.cancelled,
+            limits.bound,
+        ))
+    })
+    .await;
     let (claimed, refused, completed, exhausted, cancelled, bound) = match outcome {
         Ok(done) => done,
         Err(err) => {
@@ -323,6 +329,16 @@ impl<'w> Round<'w> {
 
     fn taken(&self) -> i64 {
         self.taken.iter().sum()
+    }
+
+    /// Records the due tasks [`repo::take_lapsed`] claimed for their slots' requests.
+    fn record(&mut self, claimed: Vec<(usize, TaskRow)>) {
+        for (slot, row) in claimed {
+            if let Some(owner) = owner_of(self.wants, slot) {
+                self.taken[owner] += 1;
+                self.claimed[owner].push(row);
+            }
+        }
     }
 
     /// Hands each candidate, in order, to the first request with room left, makes sure the claim
@@ -626,19 +642,69 @@ fn exhausted(task: &TaskRow) -> bool {
     task.attempts >= task.max_attempts
 }
 
-/// [`repo::take_lapsed`]'s rows as (the ones it ended as cancelled, the lapsed ones to grant,
-/// the due ones it locked): the claimable lapsed first, then the exhausted, each oldest first
-/// as read, and the due in the claim's order.
-fn split_lapsed(rows: Vec<TaskRow>) -> (Vec<TaskRow>, Vec<TaskRow>, Vec<TaskRow>) {
-    let (due, rows): (Vec<TaskRow>, Vec<TaskRow>) = rows
-        .into_iter()
-        .partition(|task| task.status == TaskStatus::Pending);
-    let (cancelled, mut lapsed): (Vec<TaskRow>, Vec<TaskRow>) = rows
-        .into_iter()
-        .partition(|task| task.status == TaskStatus::Cancelled);
+/// [`repo::take_lapsed`]'s rows, by what the claim does with them next.
+#[derive(Debug, Default)]
+struct Taken {
+    /// Ended as cancelled.
+    cancelled: Vec<TaskRow>,
+    /// Lapsed, to be granted: the claimable first, then the exhausted, each oldest first.
+    lapsed: Vec<TaskRow>,
+    /// Due, locked, in the claim's order, to be granted.
+    due: Vec<TaskRow>,
+    /// Due, claimed already, with their slots, in slot order.
+    claimed: Vec<(usize, TaskRow)>,
+}
+
+fn split_lapsed(rows: Vec<repo::Taken>) -> Taken {
+    let mut taken = Taken::default();
+    for row in rows {
+        let repo::Taken { task, claim_slot } = row;
+        match (claim_slot, task.status) {
+            (Some(slot), _) => taken
+                .claimed
+                .push((usize::try_from(slot).unwrap_or(0), task)),
+            (None, TaskStatus::Pending) => taken.due.push(task),
+            (None, TaskStatus::Cancelled) => taken.cancelled.push(task),
+            (None, _) => taken.lapsed.push(task),
+        }
+    }
     // Stable: each kind keeps the statement's order.
-    lapsed.sort_by_key(exhausted);
-    (cancelled, lapsed, due)
+    taken.lapsed.sort_by_key(exhausted);
+    taken.claimed.sort_by_key(|(slot, _)| *slot);
+    taken
+}
+
+/// The group's slots, one per task a request may take (a request with a `limit` of `n` holds
+/// `n`, in the group's order), for [`repo::take_lapsed`] to claim the due tasks of those
+/// whose request named its worker process's lease.
+fn slots(wants: &[Want], hint: std::time::Duration) -> repo::Slots<'_> {
+    let mut slots = repo::Slots {
+        processors: Vec::new(),
+        resources: Vec::new(),
+        fences: Vec::new(),
+        hint,
+    };
+    for want in wants {
+        for _ in 0..want.limit {
+            slots.processors.push(want.processor.as_str());
+            slots
+                .resources
+                .push(want.lease.as_ref().map(|(resource, _)| resource.as_str()));
+            slots
+                .fences
+                .push(want.lease.as_ref().map_or(0, |(_, fence)| *fence));
+        }
+    }
+    slots
+}
+
+/// The request that holds `slot` (from 1) of a group ([`slots`]).
+fn owner_of(wants: &[Want], slot: usize) -> Option<usize> {
+    let mut end = 0;
+    wants.iter().position(|want| {
+        end += usize::try_from(want.limit).unwrap_or(0);
+        slot <= end
+    })
 }
 
 #[cfg(test)]
@@ -680,26 +746,51 @@ mod tests {
 
     #[test]
     fn lapsed_rows_split_into_ended_and_claimable_before_exhausted() {
-        let row = |id, status, attempts| {
+        let row = |id, status, attempts, claim_slot| {
             let mut task = fixtures::row(status, Some("w"), Some(1));
             task.id = id;
             task.attempts = attempts;
-            task
+            repo::Taken { task, claim_slot }
         };
         let max = fixtures::row(TaskStatus::Running, None, None).max_attempts;
         let rows = vec![
-            row(1, TaskStatus::Cancelled, 1),
-            row(2, TaskStatus::Running, max),
-            row(3, TaskStatus::Running, 1),
-            row(4, TaskStatus::Running, max),
-            row(5, TaskStatus::Running, 1),
-            row(7, TaskStatus::Pending, 0),
-            row(6, TaskStatus::Pending, 0),
+            row(1, TaskStatus::Cancelled, 1, None),
+            row(2, TaskStatus::Running, max, None),
+            row(3, TaskStatus::Running, 1, None),
+            row(9, TaskStatus::Running, 1, Some(4)),
+            row(4, TaskStatus::Running, max, None),
+            row(5, TaskStatus::Running, 1, None),
+            row(8, TaskStatus::Running, 1, Some(3)),
+            row(7, TaskStatus::Pending, 0, None),
+            row(6, TaskStatus::Pending, 0, None),
         ];
-        let (cancelled, lapsed, due) = split_lapsed(rows);
+        let taken = split_lapsed(rows);
         let ids = |rows: &[TaskRow]| rows.iter().map(|t| t.id).collect::<Vec<_>>();
-        assert_eq!(ids(&cancelled), [1]);
-        assert_eq!(ids(&lapsed), [3, 5, 2, 4]);
-        assert_eq!(ids(&due), [7, 6], "the due keep the statement's order");
+        assert_eq!(ids(&taken.cancelled), [1]);
+        assert_eq!(ids(&taken.lapsed), [3, 5, 2, 4]);
+        assert_eq!(
+            ids(&taken.due),
+            [7, 6],
+            "the due keep the statement's order"
+        );
+        let claimed: Vec<(usize, i64)> = taken.claimed.iter().map(|(s, t)| (*s, t.id)).collect();
+        assert_eq!(claimed, [(3, 8), (4, 9)], "the claimed come in slot order");
+    }
+
+    #[test]
+    fn a_slot_belongs_to_the_request_whose_limit_holds_it() {
+        let wants = wants(&[1, 3, 1]);
+        let owners: Vec<Option<usize>> = (1..=6).map(|slot| owner_of(&wants, slot)).collect();
+        assert_eq!(
+            owners,
+            [Some(0), Some(1), Some(1), Some(1), Some(2), None],
+            "slots from 1, a request's as many as its limit"
+        );
+        let slots = slots(&wants, std::time::Duration::from_secs(1));
+        assert_eq!(slots.processors.len(), 5);
+        assert!(
+            slots.resources.iter().all(Option::is_none),
+            "requests without a lease claim nothing in the statement"
+        );
     }
 }

@@ -67,11 +67,27 @@ struct Bucket {
 }
 
 impl Limits {
-    /// Locks the limited queues a claim of `queue` (or of any queue) may take from, and reads
-    /// their room.
-    pub async fn lock(conn: &mut Db, queue: Option<&str>) -> Result<Limits, ApiError> {
+    /// Locks the limited queues a claim of `queue` (or of any queue) may take from; their room
+    /// is read by [`Locked::count`], in a statement after this one.
+    pub async fn lock(conn: &mut Db, queue: Option<&str>) -> Result<Locked, ApiError> {
         let named = queue.map(|q| [q]);
-        let limits = repo::lock_limits(conn, named.as_ref().map(|q| &q[..])).await?;
+        Ok(Locked(
+            repo::lock_limits(conn, named.as_ref().map(|q| &q[..])).await?,
+        ))
+    }
+}
+
+/// The limited queues' rows a claim locked ([`Limits::lock`]), their room not yet read.
+#[derive(Debug)]
+pub struct Locked(Vec<repo::QueueLimit>);
+
+impl Locked {
+    /// Reads the locked queues' room: their running tasks and their buckets, each in a
+    /// statement of its own after the lock (under READ COMMITTED only a later statement sees
+    /// what a claim that held the lock before committed), and after whatever the claim's
+    /// transaction ended first (the completions it carried), so that their slots are free.
+    pub async fn count(self, conn: &mut Db) -> Result<Limits, ApiError> {
+        let limits = self.0;
         let mut this = Limits::default();
         if limits
             .iter()
@@ -132,7 +148,9 @@ impl Limits {
         }
         Ok(this)
     }
+}
 
+impl Limits {
     /// The limited queues with no room or no token: a claim of every queue steps over their
     /// tasks.
     pub fn full(&self) -> Vec<&str> {
