@@ -138,30 +138,39 @@ pub async fn take_lapsed(
              ORDER BY priority DESC, scheduled_at, id
              LIMIT GREATEST($2 - (SELECT count(*) FROM claimable), 0)
              FOR UPDATE SKIP LOCKED
-         ), slotted AS (
+         ), numbered AS (
              SELECT d.id AS slot_id, d.fence IS NULL AS slot_first,
                     (SELECT count(*) FROM claimable)
                     + row_number() OVER (ORDER BY d.priority DESC, d.scheduled_at, d.id) AS slot
              FROM due d
+         ), slotted AS (
+             -- Each slot's claimant read once: an element of an array of text is found by
+             -- walking the elements before it.
+             SELECT n.*, ($4::text[])[n.slot] AS slot_processor,
+                    ($5::text[])[n.slot] AS slot_resource, ($6::bigint[])[n.slot] AS slot_fence
+             FROM numbered n
          ), claimed AS (
              UPDATE tasks SET {set}
              FROM slotted s
-             WHERE id = s.slot_id AND ($5::text[])[s.slot] IS NOT NULL
+             WHERE id = s.slot_id AND s.slot_resource IS NOT NULL
              RETURNING {COLUMNS}, {claim}, s.slot AS claim_slot
          ), moved AS (SELECT * FROM cancelled UNION ALL SELECT * FROM claimed)",
                     set = claim_set(&ClaimFrom {
-                        processor: "($4::text[])[s.slot]",
-                        fence: "($6::bigint[])[s.slot]",
+                        processor: "s.slot_processor",
+                        fence: "s.slot_fence",
                         secret: "NULL",
-                        resource: "($5::text[])[s.slot]",
+                        resource: "s.slot_resource",
                         start: "NULL::timestamptz",
                         expiry: "now() + make_interval(secs => $7)",
                     }),
                     claim = claim_event("'pending'::text", "s.slot_first"),
                 ),
                 "",
-                "UNION ALL SELECT d.*, NULL::bigint FROM due d JOIN slotted s ON s.slot_id = d.id
-                   WHERE ($5::text[])[s.slot] IS NULL",
+                // The claimed, read once into an array: a join would read them all again for
+                // each due task.
+                "UNION ALL SELECT d.*, NULL::bigint FROM due d
+                   WHERE d.id <> ALL (ARRAY(SELECT slot_id FROM slotted
+                                            WHERE slot_resource IS NOT NULL))",
             )
         } else {
             (String::new(), ", moved AS (SELECT * FROM cancelled)", "")
