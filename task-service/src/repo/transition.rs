@@ -118,7 +118,7 @@ pub struct Covered<'a> {
 /// the ownership check needs nothing but the row: the update's own row lock, with the row
 /// re-read should another transaction change it first, makes the check and the write one.
 ///
-/// Kept prepared: it runs only in claim groups, after [`super::claim_by_index_order`].
+/// Kept prepared: it runs only in claim groups, in [`super::in_index_order`]'s transactions.
 pub async fn mark_succeeded_covered(
     conn: &mut Db,
     done: &[Covered<'_>],
