@@ -103,6 +103,7 @@ pub async fn run(
             metrics.claims_waiting.clone(),
         ),
         schedules_changed: std::sync::Arc::default(),
+        unlimited: tasks::Unlimited::default(),
     };
     tokio::spawn(wakeups::listen(
         database,

@@ -283,46 +283,54 @@ async fn run_claim_group(conn: &mut AsyncPgConnection, guarded: bool) -> Scans {
 
 async fn claim_group_statements(conn: &mut AsyncPgConnection) -> diesel::QueryResult<()> {
     let output = serde_json::json!({});
-    {
-        repo::take_lapsed(conn, Some("q"), 2, 2, None).await?;
-        let due = repo::lock_due(conn, Some("q"), 2, &[]).await?;
-        // The lapsed and the due of a queue without limits, in one statement, one of them
-        // claimed there (its slot's request named its process's lease), one only locked.
-        let slots = repo::Slots {
-            processors: vec!["w", "v"],
-            resources: vec![Some("worker:w"), None],
-            fences: vec![1, 0],
-            hint: std::time::Duration::from_secs(30),
-        };
-        repo::take_lapsed(conn, Some("q"), 2, 2, Some(&slots)).await?;
-        let claims: Vec<repo::Claim<'_>> = due
-            .iter()
-            .map(|task| repo::Claim {
-                id: task.id,
-                from: task.status,
-                first: true,
-                processor: "w",
-                lease_resource: Some("worker:w"),
-                lease_fence: 1,
-                lease_secret: None,
-                lease_expiry: None,
-                started_at: None,
-            })
-            .collect();
-        let claimed = repo::mark_claimed(conn, &claims, std::time::Duration::from_secs(30)).await?;
-        let done: Vec<repo::Covered<'_>> = claimed
-            .iter()
-            .map(|task| repo::Covered {
-                id: task.id,
-                output: &output,
-                processor: "w",
-                fence: task.fence,
-                lease_resource: "worker:w",
-                lease_fence: 1,
-            })
-            .collect();
-        repo::mark_succeeded_covered(conn, &done).await?;
-    }
+    // The lapsed and the due read apart (a claim of a limited queue, or of any queue), and
+    // their claims recorded in a statement of their own.
+    repo::take_lapsed(conn, Some("q"), 2, 2, None).await?;
+    let due = repo::lock_due(conn, Some("q"), 2, &[]).await?;
+    let claims: Vec<repo::Claim<'_>> = due
+        .iter()
+        .map(|task| repo::Claim {
+            id: task.id,
+            from: task.status,
+            first: true,
+            processor: "w",
+            lease_resource: Some("worker:w"),
+            lease_fence: 1,
+            lease_secret: None,
+            lease_expiry: None,
+            started_at: None,
+        })
+        .collect();
+    let mut claimed = repo::mark_claimed(conn, &claims, std::time::Duration::from_secs(30)).await?;
+    // The lapsed and the due of a queue without limits in one statement, which claims the
+    // next due task there (its slot's request named its process's lease) and only locks the
+    // one after (its request did not).
+    let slots = repo::Slots {
+        processors: vec!["w", "v"],
+        resources: vec![Some("worker:w"), None],
+        fences: vec![1, 0],
+        hint: std::time::Duration::from_secs(30),
+    };
+    let taken = repo::take_lapsed(conn, Some("q"), 2, 2, Some(&slots)).await?;
+    claimed.extend(
+        taken
+            .into_iter()
+            .filter(|row| row.claim_slot.is_some())
+            .map(|row| row.task),
+    );
+    // Their completions, carried by the next claim.
+    let done: Vec<repo::Covered<'_>> = claimed
+        .iter()
+        .map(|task| repo::Covered {
+            id: task.id,
+            output: &output,
+            processor: "w",
+            fence: task.fence,
+            lease_resource: "worker:w",
+            lease_fence: 1,
+        })
+        .collect();
+    repo::mark_succeeded_covered(conn, &done).await?;
     Ok(())
 }
 

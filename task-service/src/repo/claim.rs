@@ -4,9 +4,7 @@
 use chrono::{DateTime, Utc};
 use diesel::QueryableByName;
 use diesel::sql_types::{Array, BigInt, Bool, Double, Integer, Nullable, Text, Timestamptz};
-use diesel_async::{
-    AnsiTransactionManager, RunQueryDsl, SimpleAsyncConnection, TransactionManager,
-};
+use diesel_async::{AnsiTransactionManager, RunQueryDsl, TransactionManager};
 use leasehold::api::Secret;
 use leasehold::server::db::Cache;
 use leasehold::tasks::TaskStatus;
@@ -54,14 +52,20 @@ pub async fn in_index_order<R, E>(
 where
     E: From<diesel::result::Error>,
 {
-    if let Err(err) =
-        AnsiTransactionManager::begin_transaction_sql(conn, BEGIN_IN_INDEX_ORDER).await
-    {
-        // Should `BEGIN` have run and a switch failed, the transaction is still open (and
-        // aborted) though the connection's manager counts none: end it before the connection
-        // goes back to the pool.
-        let _ = conn.batch_execute("ROLLBACK").await;
-        return Err(err.into());
+    match AnsiTransactionManager::begin_transaction_sql(conn, BEGIN_IN_INDEX_ORDER).await {
+        Ok(()) => {}
+        // The caller's own transaction goes on as it was.
+        Err(err @ diesel::result::Error::AlreadyInTransaction) => return Err(err.into()),
+        Err(err) => {
+            // `BEGIN` may have run and a switch failed: a transaction would then be open,
+            // aborted, though the connection's manager counts none. Marked in error, the
+            // connection is dropped by the pool, never handed out again.
+            <AnsiTransactionManager as TransactionManager<Db>>::transaction_manager_status_mut(
+                conn,
+            )
+            .set_in_error();
+            return Err(err.into());
+        }
     }
     match body(conn).await {
         Ok(value) => {

@@ -110,26 +110,37 @@ pub async fn claim_group(
         .collect();
     // Leases granted inside the transaction, to release should it fail.
     let granted = std::sync::Mutex::new(Vec::new());
-    // The slots a claim of one queue without limits may claim in the statement that finds
-    // its tasks (`repo::take_lapsed`).
-    let slots = queue.is_some().then(|| slots(wants, engine.lease_ttl));
+    // A queue this replica last found without limits is locked beside the lease check;
+    // any other once the completions are judged (see `Unlimited`).
+    let lock_early = queue.is_some_and(|queue| engine.unlimited.known(queue));
     let outcome = repo::in_index_order(conn, async |conn| {
         // The workers' leases the completions name are checked beside the transaction's first
         // statement, so that lease-service's answer costs no round trip of its own; but only
         // once the transaction has begun: a completion is recorded at the transaction's
         // `now()`, and a lease proven held before that moment could have been superseded
         // before it too (the invariant checker's "not superseded" caught that, under load).
-        let (held, locked) =
-            tokio::join!(held_leases(engine, &completions), Limits::lock(conn, queue));
-        let locked = locked?;
+        let (held, locked) = if lock_early {
+            let (held, locked) =
+                tokio::join!(held_leases(engine, &completions), Limits::lock(conn, queue));
+            (held, Some(locked?))
+        } else {
+            (held_leases(engine, &completions).await, None)
+        };
         let completed = if completions.is_empty() {
             Vec::new()
         } else {
             complete::judge(conn, engine, &completions, &held).await?
         };
         let mut round = Round::new(wants);
+        let locked = match locked {
+            Some(locked) => locked,
+            None => Limits::lock(conn, queue).await?,
+        };
         // Counted after the completions, whose slots they free.
         let mut limits = locked.count(conn).await?;
+        if let Some(queue) = queue {
+            engine.unlimited.learn(queue, limits.is_unlimited());
+        }
         // Lapsed tasks that are only to be ended are taken apart from those to claim, so
         // that they never fill the places of claimable ones (nor spend a request's room).
         // One lease-service batch holds the claimable and the exhausted: the exhausted
@@ -137,10 +148,12 @@ pub async fn claim_group(
         // A claim of one queue without limits locks its due tasks in the same statement, for
         // the room the claimable lapsed ones leave, and claims those of requests that named
         // their process's lease.
-        let due_slots = slots.as_ref().filter(|_| limits.is_unlimited());
+        let due_slots =
+            (queue.is_some() && limits.is_unlimited()).then(|| slots(wants, engine.lease_ttl));
         let with_due = due_slots.is_some();
-        let taken =
-            split_lapsed(repo::take_lapsed(conn, queue, total, MAX_CLAIM, due_slots).await?);
+        let taken = split_lapsed(
+            repo::take_lapsed(conn, queue, total, MAX_CLAIM, due_slots.as_ref()).await?,
+        );
         round.cancelled = taken.cancelled;
         let read_due = usize::try_from(total)
             .unwrap_or(0)

@@ -68,6 +68,7 @@ pub use complete_then_claim::complete_then_claim;
 pub use create::{Created, create};
 pub use create_many::create_many;
 pub use groups::{ClaimGroups, CompletionGroups, claim_groups, completion_groups};
+pub use limits::Unlimited;
 pub use next::{WAKEUP_CHANNEL, claim, want};
 pub use read::{counts, events, get, overview};
 pub use ready::ready;
@@ -98,6 +99,8 @@ pub struct Engine {
     pub wakeups: Wakeups,
     /// Wakes this replica's schedule ticker when a rule here changed a schedule.
     pub schedules_changed: std::sync::Arc<tokio::sync::Notify>,
+    /// The queues this replica's claims last found without limits.
+    pub unlimited: limits::Unlimited,
 }
 
 impl Engine {
@@ -215,6 +218,7 @@ mod fixtures {
                 prometheus::IntGauge::new("waiting", "waiting").unwrap(),
             ),
             schedules_changed: std::sync::Arc::default(),
+            unlimited: limits::Unlimited::default(),
         }
     }
 
