@@ -81,6 +81,33 @@ async fn a_claim_walks_the_due_index_even_when_statistics_have_not_seen_its_queu
         !guarded.contains("Sort") && guarded.contains("tasks_due_by_queue_idx"),
         "a claim's plan sorts or misses the due index:\n{guarded}"
     );
+
+    // The statement that claims a queue's due tasks where it finds them (for workers that name
+    // their process's lease) reads them the same way: what it claims, and the handful of rows
+    // around them, never the queue's backlog.
+    let slots = repo::Slots {
+        processors: vec!["w"; 32],
+        resources: vec![Some("worker:w"); 32],
+        fences: vec![1; 32],
+        hint: std::time::Duration::from_secs(30),
+    };
+    // A session of its own: the set-up's scans, made by this one, may not be counted yet.
+    let mut claimer = AsyncPgConnection::establish(&db).await.unwrap();
+    let (claimed, scans) =
+        repo::in_index_order::<_, diesel::result::Error>(&mut claimer, async |conn| {
+            let taken = repo::take_lapsed(conn, Some("burst"), 32, 32, Some(&slots)).await?;
+            let claimed = taken.iter().filter(|row| row.claim_slot.is_some()).count();
+            Ok((claimed, scans_of(conn, "tasks").await))
+        })
+        .await
+        .unwrap();
+    assert_eq!(claimed, 32);
+    assert_eq!(scans.seq_scan, 0);
+    assert!(
+        scans.rows_read < 500,
+        "claiming 32 due tasks read {} rows of the backlog of 20,000",
+        scans.rows_read
+    );
 }
 
 #[derive(QueryableByName)]
