@@ -137,15 +137,11 @@ pub async fn take_lapsed(
             (
                 format!(
                     ", due AS (
-             SELECT {COLUMNS} FROM tasks
-             WHERE status = 'pending' AND scheduled_at <= now() AND queue = $1 {NOT_PAUSED}
-             ORDER BY priority DESC, scheduled_at, id
-             LIMIT GREATEST($2 - (SELECT count(*) FROM claimable), 0)
-             FOR UPDATE SKIP LOCKED
+             {due}
          ), numbered AS (
              SELECT d.id AS slot_id, d.fence IS NULL AS slot_first,
                     (SELECT count(*) FROM claimable)
-                    + row_number() OVER (ORDER BY d.priority DESC, d.scheduled_at, d.id) AS slot
+                    + row_number() OVER (ORDER BY {DUE_ORDER}) AS slot
              FROM due d
          ), slotted AS (
              -- Each slot's claimant read once: an element of an array of text is found by
@@ -168,6 +164,10 @@ pub async fn take_lapsed(
                         expiry: "now() + make_interval(secs => $7)",
                     }),
                     claim = claim_event("'pending'::text", "s.slot_first"),
+                    due = lock_due_sql(
+                        "AND queue = $1",
+                        "GREATEST($2 - (SELECT count(*) FROM claimable), 0)"
+                    ),
                 ),
                 "",
                 // The claimed, read once into an array: a join would read them all again for
@@ -332,11 +332,20 @@ pub fn due_sql(by_queue: bool) -> String {
     } else {
         "AND $1::text IS NULL AND queue <> ALL($3::text[])"
     };
+    lock_due_sql(filter, "$2")
+}
+
+/// The order claims take due tasks in: priority, then schedule.
+const DUE_ORDER: &str = "priority DESC, scheduled_at, id";
+
+/// Locks up to `limit` (an SQL expression) due tasks that meet `filter`, in [`DUE_ORDER`], for
+/// [`lock_due`] and [`take_lapsed`] alike.
+fn lock_due_sql(filter: &str, limit: &str) -> String {
     format!(
         "SELECT {COLUMNS} FROM tasks
          WHERE status = 'pending' AND scheduled_at <= now() {filter} {NOT_PAUSED}
-         ORDER BY priority DESC, scheduled_at, id
-         LIMIT $2
+         ORDER BY {DUE_ORDER}
+         LIMIT {limit}
          FOR UPDATE SKIP LOCKED"
     )
 }

@@ -697,16 +697,15 @@ fn slots(wants: &[Want], hint: std::time::Duration) -> repo::Slots<'_> {
         fences: Vec::new(),
         hint,
     };
-    for want in wants {
-        for _ in 0..want.limit {
-            slots.processors.push(want.processor.as_str());
-            slots
-                .resources
-                .push(want.lease.as_ref().map(|(resource, _)| resource.as_str()));
-            slots
-                .fences
-                .push(want.lease.as_ref().map_or(0, |(_, fence)| *fence));
-        }
+    let holders = (1..).map_while(|slot| owner_of(wants, slot).map(|owner| &wants[owner]));
+    for want in holders {
+        slots.processors.push(want.processor.as_str());
+        slots
+            .resources
+            .push(want.lease.as_ref().map(|(resource, _)| resource.as_str()));
+        slots
+            .fences
+            .push(want.lease.as_ref().map_or(0, |(_, fence)| *fence));
     }
     slots
 }
