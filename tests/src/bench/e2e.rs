@@ -175,10 +175,13 @@ pub(super) async fn end_to_end(bench: &Bench, options: &BenchOptions, report: &m
         // request at a steady pace, each from its creation to its start.
         if slots == 1 {
             let rate = per_second / 2.0;
-            let (samples, elapsed) = at_rate(bench, &queue, rate, options.phase * 2).await;
+            let (samples, elapsed, busy) = at_rate(bench, &queue, rate, options.phase * 2).await;
             report.figures.push(samples.figure(
                 super::pickup::SECTION,
-                &format!("pickup at half the single-claim rate ({rate:.0}/s): create → start"),
+                &format!(
+                    "pickup at half the single-claim rate ({rate:.0}/s; all cores {:.0} % busy): create → start",
+                    busy * 100.0
+                ),
                 workers,
                 None,
                 elapsed,

@@ -20,7 +20,8 @@
 //!   together, each batched worker claiming ahead up to its slots under load (`WORKER_PREFETCH`;
 //!   `--no-prefetch` turns it off); throughput and
 //!   claim-to-complete latency from the database's own timestamps; then single tasks created
-//!   at half the single-claim rate, each from its creation to its start. Each run is metered
+//!   at half the single-claim rate, each from its creation to its start (with how busy all
+//!   cores were meanwhile, from `/proc/stat`). Each run is metered
 //!   ([`cost`]): CPU per 1,000 tasks by process, WAL bytes, write transactions, commits and WAL
 //!   fsyncs per task.
 //! - **wake-ups**: an idle worker's pickup and a waiting lease acquire's hand-over, one at a time.

@@ -149,15 +149,17 @@ async fn lease_handover(bench: &Bench, samples: usize) -> Samples {
 
 /// Single tasks created at a steady `rate` (one per request, by 8 producers each on its own
 /// clock) for `duration`, into `queue`, whose workers are running; then the creation-to-start
-/// latencies of those tasks (database clock) once all started.
+/// latencies of those tasks (database clock) once all started, and how busy all cores were
+/// meanwhile.
 pub(super) async fn at_rate(
     bench: &Bench,
     queue: &str,
     rate: f64,
     duration: Duration,
-) -> (Samples, Duration) {
+) -> (Samples, Duration, f64) {
     const PRODUCERS: usize = 8;
     let period = Duration::from_secs_f64(PRODUCERS as f64 / rate.max(1.0));
+    let cpu_before = machine_cpu();
     let started = Instant::now();
     let handles: Vec<_> = (0..PRODUCERS)
         .map(|p| {
@@ -195,6 +197,7 @@ pub(super) async fn at_rate(
         }
     }
     let elapsed = started.elapsed();
+    let busy = busy_since(&cpu_before);
     let mut conn = connect(&bench.task_db).await;
     let query = "SELECT EXTRACT(EPOCH FROM started_at - created_at)::float8 * 1000 AS pickup_ms
          FROM tasks WHERE id = ANY($1) AND started_at IS NOT NULL";
@@ -217,5 +220,33 @@ pub(super) async fn at_rate(
             .map(|p| Duration::from_secs_f64(p.pickup_ms.max(0.0) / 1000.0))
             .collect(),
     };
-    (samples, elapsed)
+    (samples, elapsed, busy)
+}
+
+/// The machine's CPU time so far, in clock ticks: (busy, all), from `/proc/stat`'s first line
+/// (busy is everything but idle and I/O wait).
+fn machine_cpu() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let ticks: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|field| field.parse().ok())
+        .collect();
+    let all: u64 = ticks.iter().take(8).sum();
+    let idle = ticks.get(3).copied().unwrap_or(0) + ticks.get(4).copied().unwrap_or(0);
+    (all.saturating_sub(idle), all)
+}
+
+/// The share of all cores' time spent busy since `before` ([`machine_cpu`]), 0 to 1: whether a
+/// phase's latencies are those of a machine with CPU to spare or of queues for a saturated one.
+fn busy_since(before: &(u64, u64)) -> f64 {
+    let after = machine_cpu();
+    let all = after.1.saturating_sub(before.1);
+    if all == 0 {
+        return 0.0;
+    }
+    after.0.saturating_sub(before.0) as f64 / all as f64
 }
