@@ -5,13 +5,11 @@ use std::time::Duration;
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use leasehold::api::{
-    AcquireLease, AcquireLeases, CheckLeases, CheckedLeases, OneLease, ReleaseLease, ReleaseLeases,
-    ReleasedLeases, RenewLease,
+    AcquireLease, AcquireLeases, AcquiredLeases, CheckLeases, CheckedLeases, ErrorBody, Lease,
+    LeasePage, OneLease, ReleaseLease, ReleaseLeases, ReleasedLeases, RenewLease,
 };
-use leasehold::server::auth::{Role, locked};
-use leasehold::server::http::{
-    Order, Page, extractors, get_only, healthz, method_not_allowed, metrics_response, ready,
-};
+use leasehold::server::auth::Role;
+use leasehold::server::http::{Order, Page, Probe, extractors, metrics_response, ready};
 use leasehold::server::wakeups::Wakeups;
 use serde::Deserialize;
 
@@ -47,65 +45,54 @@ impl std::fmt::Debug for AppState {
 
 type State = web::Data<AppState>;
 
-/// Mounts every route. The caller adds the [`AppState`] and the
-/// [`leasehold::server::auth::Auth`] as app data. Writes need the `leaseholder` role, revoking
-/// another's lease the `operator` role; reads are open.
+/// Mounts every route (see [`routes`]). The caller adds the [`AppState`] and the
+/// [`leasehold::server::auth::Auth`] as app data.
 pub fn configure(cfg: &mut web::ServiceConfig) {
     extractors(cfg, MAX_BODY_BYTES);
-    cfg.service(
-        web::scope("/api/leases")
-            .service(
-                web::resource("")
-                    .route(web::get().to(listing(Listing::All)))
-                    .route(locked(web::post().to(acquire), Role::Leaseholder))
-                    .default_service(web::to(method_not_allowed)),
-            )
-            .service(
-                web::resource("/batch")
-                    .route(locked(web::post().to(acquire_many), Role::Leaseholder))
-                    .default_service(web::to(method_not_allowed)),
-            )
-            .service(
-                web::resource("/batch/release")
-                    .route(locked(web::post().to(release_many), Role::Leaseholder))
-                    .default_service(web::to(method_not_allowed)),
-            )
-            .service(
-                web::resource("/batch/check")
-                    .route(locked(web::post().to(check_many), Role::Leaseholder))
-                    .default_service(web::to(method_not_allowed)),
-            )
-            .service(get_only("/active", listing(Listing::Active)))
-            .service(get_only("/expired", listing(Listing::Expired)))
-            .service(get_only("/renewed", listing(Listing::Renewed)))
-            .service(get_only("/released", listing(Listing::Released)))
-            .service(
-                web::resource("/renew")
-                    .route(locked(web::put().to(renew), Role::Leaseholder))
-                    .default_service(web::to(method_not_allowed)),
-            )
-            .service(
-                web::resource("/release")
-                    .route(locked(web::delete().to(release), Role::Leaseholder))
-                    .default_service(web::to(method_not_allowed)),
-            )
-            .service(
-                web::resource("/{id}")
-                    .route(web::get().to(get_by_id))
-                    .route(locked(web::delete().to(release_by_id), Role::Leaseholder))
-                    .default_service(web::to(method_not_allowed)),
-            )
-            .service(
-                web::resource("/{id}/revoke")
-                    .route(locked(web::post().to(revoke), Role::Operator))
-                    .default_service(web::to(method_not_allowed)),
-            ),
-    )
-    .service(get_only("/healthz", healthz))
-    .service(get_only("/readyz", readyz))
-    .service(get_only("/metrics", metrics));
+    routes().mount(cfg);
 }
 
+// Every route, once: what serves it and what documents it (`GET /api/openapi.json`). Writes
+// need the `leaseholder` role, revoking another's lease the `operator` role; reads are open.
+// A fixed path comes before one with a parameter in its place (`/batch` before `/{id}`).
+leasehold::routes! {
+    pub fn routes;
+    list_all,
+    acquire [Role::Leaseholder],
+    acquire_many [Role::Leaseholder],
+    release_many [Role::Leaseholder],
+    check_many [Role::Leaseholder],
+    list_active,
+    list_expired,
+    list_renewed,
+    list_released,
+    renew [Role::Leaseholder],
+    release [Role::Leaseholder],
+    get_by_id,
+    release_by_id [Role::Leaseholder],
+    revoke [Role::Operator],
+    readyz,
+    metrics,
+}
+
+/// Acquire a lease
+///
+/// Takes `resource` for `holder` for `ttl_seconds` (default 30, within the service's
+/// `LEASE_MIN_TTL_SECONDS` to `LEASE_MAX_TTL_SECONDS`). A new acquisition answers 201 with a
+/// greater fence than any before it on that resource and a `secret` (or keeps the one the
+/// request brought); the holder acquiring again answers 200 and extends its lease, fence kept.
+/// With `wait_ms`, a held lease is waited for up to that long.
+#[utoipa::path(
+    post,
+    path = "/api/leases",
+    tag = "leases",
+    responses(
+        (status = 201, description = "A new acquisition", body = Lease),
+        (status = 200, description = "The holder's own lease, extended (reentrant)", body = Lease),
+        (status = 400, description = "`invalid_field`, `missing_field`, `malformed_json`, `invalid_ttl`, `invalid_secret`, `invalid_wait`, `invalid_metadata`, `secret_required`", body = ErrorBody),
+        (status = 409, description = "`lease_held`: another holder has it (with `holder`, `expiresAt`, `expiresInMs`); `wrong_secret`: a reentrant acquire with another secret", body = ErrorBody),
+    )
+)]
 async fn acquire(state: State, body: web::Json<AcquireLease>) -> Result<HttpResponse, ApiError> {
     Ok(
         match state.groups.acquire_waiting(&state.wakeups, &body).await? {
@@ -115,6 +102,20 @@ async fn acquire(state: State, body: web::Json<AcquireLease>) -> Result<HttpResp
     )
 }
 
+/// Acquire many leases
+///
+/// Up to 100 distinct resources in one statement and one commit, for one `holder` or a holder
+/// each (`holders`, in the order of `resources`). Each is acquired as `POST /api/leases` would
+/// acquire it alone; there is no all-or-nothing.
+#[utoipa::path(
+    post,
+    path = "/api/leases/batch",
+    tag = "leases",
+    responses(
+        (status = 200, description = "Which were acquired (new), extended (the holder's own) and held (someone else's)", body = AcquiredLeases),
+        (status = 400, description = "`invalid_batch`, `duplicate_resource`, `invalid_field`, `missing_field`, `malformed_json`, `invalid_ttl`, `invalid_metadata`", body = ErrorBody),
+    )
+)]
 async fn acquire_many(
     state: State,
     body: web::Json<AcquireLeases>,
@@ -125,8 +126,19 @@ async fn acquire_many(
     Ok(HttpResponse::Ok().json(answer))
 }
 
-/// Releases in one transaction: one commit for the batch. A refusal is that item's answer; only
-/// a failure of the database fails the whole request (and then nothing was released).
+/// Release many leases
+///
+/// Up to 100 releases in one transaction; one result per release, in order, each with the
+/// status and body its own `DELETE /api/leases/release` would have got.
+#[utoipa::path(
+    post,
+    path = "/api/leases/batch/release",
+    tag = "leases",
+    responses(
+        (status = 200, description = "One result per release", body = ReleasedLeases),
+        (status = 400, description = "`invalid_batch`, `invalid_field`, `missing_field`, `malformed_json`", body = ErrorBody),
+    )
+)]
 async fn release_many(
     state: State,
     body: web::Json<ReleaseLeases>,
@@ -137,21 +149,80 @@ async fn release_many(
     Ok(HttpResponse::Ok().json(ReleasedLeases { results }))
 }
 
-/// Where each acquisition stands, in one read (see [`leases::check_many`]).
+/// Check many acquisitions
+///
+/// Where up to 100 acquisitions stand, each by resource and fence, read in one statement and
+/// written nowhere: `held` (its holder may act), `lapsed`, `expired`, `released`, `revoked`,
+/// `superseded` or `missing`.
+#[utoipa::path(
+    post,
+    path = "/api/leases/batch/check",
+    tag = "leases",
+    responses(
+        (status = 200, description = "One result per acquisition, in order", body = CheckedLeases),
+        (status = 400, description = "`invalid_batch`, `invalid_field`, `missing_field`, `malformed_json`", body = ErrorBody),
+    )
+)]
 async fn check_many(state: State, body: web::Json<CheckLeases>) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
     let results = leases::check_many(&mut conn, &body.leases).await?;
     Ok(HttpResponse::Ok().json(CheckedLeases { results }))
 }
 
+/// Renew a lease
+///
+/// Extends the holder's lease by its TTL (or a new `ttl_seconds`) from now. With `fence`, only
+/// that acquisition is renewed.
+#[utoipa::path(
+    put,
+    path = "/api/leases/renew",
+    tag = "leases",
+    responses(
+        (status = 200, description = "The renewed lease", body = Lease),
+        (status = 400, description = "`invalid_field`, `missing_field`, `malformed_json`, `invalid_ttl`, `invalid_metadata`, `secret_required`", body = ErrorBody),
+        (status = 404, description = "`lease_not_found`: the resource has no lease", body = ErrorBody),
+        (status = 409, description = "`not_holder`, `stale_fence`, `lease_expired`, `lease_released`, `lease_revoked`, `wrong_secret`", body = ErrorBody),
+    )
+)]
 async fn renew(state: State, body: web::Json<RenewLease>) -> Result<HttpResponse, ApiError> {
     Ok(HttpResponse::Ok().json(state.groups.renew(&body).await?))
 }
 
+/// Release a lease
+///
+/// Ends the holder's lease now; the next acquisition gets a greater fence. Repeating a release
+/// (same holder and fence) answers 200 again.
+#[utoipa::path(
+    delete,
+    path = "/api/leases/release",
+    tag = "leases",
+    responses(
+        (status = 200, description = "The released lease", body = Lease),
+        (status = 400, description = "`invalid_field`, `missing_field`, `malformed_json`, `secret_required`", body = ErrorBody),
+        (status = 404, description = "`lease_not_found`: the resource has no lease", body = ErrorBody),
+        (status = 409, description = "`not_holder`, `stale_fence`, `lease_expired`, `lease_revoked`, `wrong_secret`", body = ErrorBody),
+    )
+)]
 async fn release(state: State, body: web::Json<ReleaseLease>) -> Result<HttpResponse, ApiError> {
     Ok(HttpResponse::Ok().json(state.groups.release(&body, None).await?))
 }
 
+/// Release a lease by id
+///
+/// As `DELETE /api/leases/release`, for the lease with this id (the sample's request); the
+/// body names its resource and holder.
+#[utoipa::path(
+    delete,
+    path = "/api/leases/{id}",
+    tag = "leases",
+    params(("id" = i64, Path, description = "The lease's id")),
+    responses(
+        (status = 200, description = "The released lease", body = Lease),
+        (status = 400, description = "`invalid_id`, `invalid_field`, `missing_field`, `malformed_json`, `secret_required`", body = ErrorBody),
+        (status = 404, description = "`lease_not_found`: no lease of that id on that resource", body = ErrorBody),
+        (status = 409, description = "`not_holder`, `stale_fence`, `lease_expired`, `lease_revoked`, `wrong_secret`", body = ErrorBody),
+    )
+)]
 async fn release_by_id(
     state: State,
     id: web::Path<i64>,
@@ -160,11 +231,36 @@ async fn release_by_id(
     Ok(HttpResponse::Ok().json(state.groups.release(&body, Some(*id)).await?))
 }
 
+/// Revoke a lease
+///
+/// An operator ends lease `id` whoever holds it: its holder's renewals and releases then get
+/// 409 `lease_revoked`, and the next acquisition gets a greater fence.
+#[utoipa::path(
+    post,
+    path = "/api/leases/{id}/revoke",
+    tag = "leases",
+    params(("id" = i64, Path, description = "The lease's id")),
+    responses(
+        (status = 200, description = "The revoked lease", body = Lease),
+        (status = 404, description = "`lease_not_found`", body = ErrorBody),
+    )
+)]
 async fn revoke(state: State, id: web::Path<i64>) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
     Ok(HttpResponse::Ok().json(leases::revoke(&mut conn, &state.metrics, *id).await?))
 }
 
+/// One lease
+#[utoipa::path(
+    get,
+    path = "/api/leases/{id}",
+    tag = "leases",
+    params(("id" = i64, Path, description = "The lease's id")),
+    responses(
+        (status = 200, description = "The lease, as `{lease}`", body = OneLease),
+        (status = 404, description = "`lease_not_found`", body = ErrorBody),
+    )
+)]
 async fn get_by_id(state: State, id: web::Path<i64>) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
     let lease = leases::get(&mut conn, *id).await?;
@@ -175,25 +271,83 @@ async fn get_by_id(state: State, id: web::Path<i64>) -> Result<HttpResponse, Api
 /// the `nextCursor` of the previous page. `resource` names one resource exactly (a lookup that
 /// no number of leases sharing its prefix can push off the first page); `resource_prefix`
 /// narrows to resources starting with it.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 struct PageQuery {
+    /// Leases per page: 1 or more, at most 1,000 are answered (default 100).
+    #[param(minimum = 1)]
     limit: Option<i64>,
+    /// The previous page's `nextCursor`.
     cursor: Option<String>,
+    /// `asc` (oldest first, the default) or `desc` (newest first).
+    #[param(inline)]
     order: Option<Order>,
+    /// Only the lease of this resource, exactly.
     resource: Option<String>,
+    /// Only leases whose resource starts with this.
     resource_prefix: Option<String>,
 }
 
-/// The handler of one listing route: every listing shares [`list`], and differs only in which
-/// leases it selects.
-fn listing(
-    which: Listing,
-) -> impl Fn(State, web::Query<PageQuery>, HttpRequest) -> ListFuture + Clone + 'static {
-    move |state, query, request| Box::pin(list(state, query, request, which))
+macro_rules! listing {
+    ($name:ident, $path:literal, $which:expr, $summary:literal) => {
+        #[doc = $summary]
+        ///
+        /// A page as `{leases, nextCursor, now}`: `now` is the database's clock the page was
+        /// judged by (time every lease's `expiresAt` from it, not from your own clock), and
+        /// `nextCursor` the next page's `cursor` (null on the last page).
+        #[utoipa::path(
+            get,
+            path = $path,
+            tag = "leases",
+            params(PageQuery),
+            responses(
+                (
+                    status = 200,
+                    description = "A page of leases",
+                    body = LeasePage,
+                    headers(
+                        ("X-Next-Cursor" = String, description = "The next page's cursor, when there is one"),
+                        ("Link" = String, description = "`<...>; rel=\"next\"`: the next page's address, when there is one"),
+                    ),
+                ),
+                (status = 400, description = "`invalid_limit`, `invalid_cursor`, `invalid_query`, `invalid_field`", body = ErrorBody),
+            )
+        )]
+        async fn $name(
+            state: State,
+            query: web::Query<PageQuery>,
+            request: HttpRequest,
+        ) -> Result<HttpResponse, ApiError> {
+            list(state, query, request, $which).await
+        }
+    };
 }
 
-type ListFuture =
-    std::pin::Pin<Box<dyn std::future::Future<Output = Result<HttpResponse, ApiError>>>>;
+listing!(list_all, "/api/leases", Listing::All, "All leases");
+listing!(
+    list_active,
+    "/api/leases/active",
+    Listing::Active,
+    "Active leases"
+);
+listing!(
+    list_expired,
+    "/api/leases/expired",
+    Listing::Expired,
+    "Expired leases"
+);
+listing!(
+    list_renewed,
+    "/api/leases/renewed",
+    Listing::Renewed,
+    "Leases renewed at least once"
+);
+listing!(
+    list_released,
+    "/api/leases/released",
+    Listing::Released,
+    "Released leases"
+);
 
 /// Answers `{"leases": [...], "nextCursor": ..., "now": ...}` (the sample's pages read
 /// `data.leases`): `now` is the database's clock the page was judged by, so that a reader can
@@ -229,7 +383,17 @@ async fn list(
     ))
 }
 
+/// Readiness
+///
 /// Ready when the database answers within two seconds.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "operations",
+    responses(
+        (status = 200, description = "Ready, with the database node it reached", body = Probe),
+    )
+)]
 async fn readyz(state: State) -> Result<HttpResponse, ApiError> {
     let check = async {
         let mut conn = db::connection(&state.pool).await?;
@@ -244,6 +408,13 @@ async fn readyz(state: State) -> Result<HttpResponse, ApiError> {
     }
 }
 
+/// Prometheus metrics
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "operations",
+    responses((status = 200, description = "The Prometheus text format", content_type = "text/plain", body = String))
+)]
 async fn metrics(state: State) -> Result<HttpResponse, ApiError> {
     metrics_response(&state.metrics.registry)
 }

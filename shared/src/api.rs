@@ -17,7 +17,7 @@ pub const DEFAULT_TTL_SECONDS: i64 = 30;
 ///
 /// `status` and `expires_in_ms` are computed with the database's clock at the moment of the
 /// response, so a client never needs a synchronised clock to know how long it has left.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 // Each field also reads its old snake_case name, so that a client of this version works against
 // a lease-service of the previous one while a deployment rolls over (see README, Deploy).
 #[serde(rename_all = "camelCase")]
@@ -58,7 +58,7 @@ pub struct Lease {
 pub const MAX_LEASE_METADATA_BYTES: usize = 4096;
 
 /// A lease's secret: shown to no `Debug` print and so to no log; [`Secret::expose`] to send it.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(transparent)]
 pub struct Secret(String);
 
@@ -152,7 +152,7 @@ impl<'a> Proof<'a> {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum LeaseStatus {
     Active,
@@ -165,7 +165,7 @@ pub enum LeaseStatus {
 
 /// A page of a lease listing (`GET /api/leases`, `/active`, ...): the sample's pages read
 /// `leases`; `nextCursor` is the next page's `cursor`, `None` on the last page.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LeasePage {
     pub leases: Vec<Lease>,
@@ -179,7 +179,7 @@ pub struct LeasePage {
 }
 
 /// `POST /api/leases`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct AcquireLease {
     pub resource: String,
     pub holder: String,
@@ -218,7 +218,7 @@ pub const MAX_BATCH_RESOURCES: usize = 100;
 /// Either `holder` names one holder for every resource, or `holders` names each resource's
 /// holder (same length and order as `resources`): task-service's claims of several workers,
 /// gathered into one transaction, take their leases in one call.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct AcquireLeases {
     pub resources: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -237,7 +237,7 @@ pub struct AcquireLeases {
 /// fence and secret), which the holder already held (extended, fence kept; reentrant, so
 /// refused when lease-service requires secrets), and which someone holds. A resource in none
 /// of the three changed hands while the statement ran; ask again.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct AcquiredLeases {
     pub acquired: Vec<Lease>,
     pub extended: Vec<Lease>,
@@ -246,20 +246,20 @@ pub struct AcquiredLeases {
 
 /// `POST /api/leases/batch/release`: many releases in one transaction (one commit), each
 /// judged as `DELETE /api/leases/release` would judge it alone.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ReleaseLeases {
     pub leases: Vec<ReleaseLease>,
 }
 
 /// The answer to [`ReleaseLeases`]: one result per release, in the request's order.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ReleasedLeases {
     pub results: Vec<ReleaseResult>,
 }
 
 /// One release's outcome: the released lease (status 200), or the refusal it would have got
 /// alone (its status and error body).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ReleaseResult {
     pub resource: String,
     pub status: u16,
@@ -273,14 +273,14 @@ pub struct ReleaseResult {
 /// resource and fence (fences are never reused, so the pair names one acquisition). It reads
 /// and writes nothing: a lease that covers many pieces of work (a worker process's, covering
 /// its tasks) is proven once for all of them, where a lease per piece would be released.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CheckLeases {
     pub leases: Vec<LeaseRef>,
 }
 
 /// One acquisition: the lease on `resource` that was granted under `fence`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LeaseRef {
     pub resource: String,
@@ -289,13 +289,13 @@ pub struct LeaseRef {
 
 /// The answer to [`CheckLeases`]: one result per acquisition, in the request's order, all
 /// judged by one statement's clock (the database's).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct CheckedLeases {
     pub results: Vec<LeaseCheck>,
 }
 
 /// Where one acquisition stands.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LeaseCheck {
     pub resource: String,
@@ -315,7 +315,7 @@ pub struct LeaseCheck {
 
 /// Where an acquisition stands: only a `held` one lets its holder act (renew and release
 /// succeed); a `held` or `lapsed` one still keeps everyone else off the resource.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum LeaseStanding {
     /// Unexpired and unreleased: its holder may act.
@@ -348,7 +348,7 @@ impl LeaseStanding {
 }
 
 /// Someone else's live lease, as a refused acquire reports it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HeldLease {
     pub resource: String,
@@ -382,13 +382,13 @@ pub fn page_query<const N: usize>(
 
 /// `GET /api/leases/{id}`: the lease under its name, as the sample's lease page reads it
 /// (`data.lease`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct OneLease {
     pub lease: Lease,
 }
 
 /// `PUT /api/leases/renew`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RenewLease {
     pub resource: String,
     pub holder: String,
@@ -407,7 +407,7 @@ pub struct RenewLease {
 }
 
 /// `DELETE /api/leases/release` and `DELETE /api/leases/{id}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ReleaseLease {
     pub resource: String,
     pub holder: String,
@@ -419,7 +419,7 @@ pub struct ReleaseLease {
 }
 
 /// Body of every non-2xx answer of every Leasehold service.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ErrorBody {
     /// For people: what went wrong, in a sentence.

@@ -77,7 +77,14 @@ pub async fn connection(pool: &DbPool) -> Result<DbConn, ApiError> {
 /// The node a connection is on, as `/readyz` reports it: after a failover, which one is
 /// primary now.
 #[derive(
-    Debug, Clone, PartialEq, Eq, diesel::QueryableByName, serde::Serialize, serde::Deserialize,
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    diesel::QueryableByName,
+    serde::Serialize,
+    serde::Deserialize,
+    utoipa::ToSchema,
 )]
 #[serde(rename_all = "camelCase")]
 pub struct DatabaseNode {

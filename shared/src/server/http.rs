@@ -149,7 +149,7 @@ where
 }
 
 /// The answer of `GET /healthz` (`ok`) and `GET /readyz` (`ready`).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct Probe {
     pub status: String,
     /// `/readyz` only: the database node this replica reaches, which takes its writes.
@@ -157,7 +157,15 @@ pub struct Probe {
     pub database: Option<super::db::DatabaseNode>,
 }
 
-/// `GET /healthz`: the process is alive and serving.
+/// Liveness
+///
+/// The process is alive and serving; it asks nothing of the database.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "operations",
+    responses((status = 200, description = "Alive", body = Probe))
+)]
 pub async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(Probe {
         status: "ok".to_owned(),

@@ -14,6 +14,7 @@ pub mod front_door;
 pub mod http;
 pub mod memory;
 pub mod paging;
+pub mod routes;
 pub mod startup;
 pub mod wakeups;
 

@@ -12,7 +12,7 @@ pub const MAX_PAGE: i64 = 1000;
 
 /// Which end of a listing comes first. Oldest first (id order) is the sample's and the default;
 /// `order=desc` gives newest first, as an operator reading recent work wants.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Order {
     #[default]

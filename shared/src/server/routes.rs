@@ -1,0 +1,429 @@
+//! A service's routes, declared once: the list that mounts them is the list that documents them.
+//!
+//! Each handler carries its OpenAPI operation beside it (`#[utoipa::path]`: method, path,
+//! parameters, body, answers). [`routes!`](crate::routes) turns one list of handlers, each with
+//! the role its writes need, into a [`Routes`]: the OpenAPI document of exactly those handlers,
+//! and the actix routes that serve them at the method and path their operations name. So a
+//! route cannot be served undocumented, nor documented unserved, nor served at another path
+//! than its document says; and what every route shares (the bearer scheme and the role a write
+//! needs, the refusals of the front door and of the extractors) is added here, once, from the
+//! same facts that mount it.
+
+use std::collections::BTreeMap;
+
+use actix_web::http::Method;
+use actix_web::web;
+use utoipa::openapi::path::{HttpMethod, Operation};
+use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityRequirement, SecurityScheme};
+use utoipa::openapi::{Content, OpenApi, PathItem, Ref, RefOr, ResponseBuilder, ResponsesBuilder};
+
+use super::auth::{Role, locked};
+use super::http::{method_not_allowed, with_body_limit};
+use crate::api::ErrorBody;
+
+/// Where each service serves its document and its reference page.
+pub const OPENAPI_PATH: &str = "/api/openapi.json";
+pub const DOCS_PATH: &str = "/api/docs";
+
+/// The name of the bearer-token scheme in the documents' components.
+const BEARER: &str = "bearer";
+
+/// One handler's route: the operation its `#[utoipa::path]` wrote (found by its id, the
+/// handler's name) and the role a request needs, if any.
+#[derive(Debug)]
+pub struct Endpoint {
+    pub id: &'static str,
+    pub role: Option<Role>,
+    /// Builds the actix route for a method (called once per server worker).
+    route: fn(Method) -> actix_web::Route,
+}
+
+impl Endpoint {
+    pub fn new(
+        id: &'static str,
+        role: Option<Role>,
+        route: fn(Method) -> actix_web::Route,
+    ) -> Self {
+        Endpoint { id, role, route }
+    }
+}
+
+/// One route as served: the method and the path its operation names.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Served {
+    pub method: String,
+    pub path: String,
+}
+
+/// A service's routes and their document. Build it with [`routes!`](crate::routes).
+pub struct Routes {
+    document: OpenApi,
+    /// The document as served.
+    json: std::sync::Arc<str>,
+    /// In the order listed: actix tries resources in the order they were mounted, so a path
+    /// with a fixed segment (`/api/tasks/retry`) must come before one with a parameter there
+    /// (`/api/tasks/{id}`).
+    endpoints: Vec<(String, Method, Endpoint)>,
+    /// Paths whose bodies may be larger than the service's limit, and their own limit.
+    body_limits: BTreeMap<String, usize>,
+}
+
+impl Routes {
+    /// `document` holds the operations of `endpoints` (as `#[derive(OpenApi)]` collects them
+    /// from the handlers); each endpoint is served at its operation's method and path.
+    ///
+    /// # Panics
+    /// When an endpoint has no operation in the document, or one at several methods: a
+    /// mistake in the service's list that its first test (or start) shows.
+    pub fn new(mut document: OpenApi, mut endpoints: Vec<Endpoint>) -> Self {
+        // Every service serves its document and its reference page, documented as any route.
+        document.paths.add_path_operation(
+            OPENAPI_PATH,
+            vec![HttpMethod::Get],
+            <__path_openapi_json as utoipa::Path>::operation(),
+        );
+        document.paths.add_path_operation(
+            "/healthz",
+            vec![HttpMethod::Get],
+            <super::http::__path_healthz as utoipa::Path>::operation(),
+        );
+        document.paths.add_path_operation(
+            DOCS_PATH,
+            vec![HttpMethod::Get],
+            <__path_api_docs as utoipa::Path>::operation(),
+        );
+        endpoints.push(Endpoint::new("openapi_json", None, |method| {
+            web::method(method).to(openapi_json)
+        }));
+        endpoints.push(Endpoint::new("healthz", None, |method| {
+            web::method(method).to(super::http::healthz)
+        }));
+        endpoints.push(Endpoint::new("api_docs", None, |method| {
+            web::method(method).to(api_docs)
+        }));
+        let mut located = Vec::with_capacity(endpoints.len());
+        for endpoint in endpoints {
+            let (path, method) = locate(&document, endpoint.id)
+                .unwrap_or_else(|| panic!("{}: no operation of that id", endpoint.id));
+            located.push((path, method, endpoint));
+        }
+        let mut routes = Routes {
+            document,
+            json: std::sync::Arc::from(""),
+            endpoints: located,
+            body_limits: BTreeMap::new(),
+        };
+        routes.add_shared_answers();
+        routes.json = routes
+            .document
+            .to_json()
+            .unwrap_or_else(|err| panic!("the OpenAPI document as JSON: {err}"))
+            .into();
+        routes
+    }
+
+    /// Bodies of `path` may be up to `bytes` (where the service's own limit is lower).
+    pub fn body_limit(mut self, path: &str, bytes: usize) -> Self {
+        self.body_limits.insert(path.to_owned(), bytes);
+        self
+    }
+
+    /// Mounts every route: one actix resource per path, in the order listed, which answers
+    /// 405 `method_not_allowed` to any method its operations do not name.
+    pub fn mount(&self, cfg: &mut web::ServiceConfig) {
+        let mut paths: Vec<&str> = Vec::new();
+        for (path, _, _) in &self.endpoints {
+            if !paths.contains(&path.as_str()) {
+                paths.push(path);
+            }
+        }
+        for path in paths {
+            let mut resource = web::resource(actix_pattern(path));
+            for (_, method, endpoint) in self.endpoints.iter().filter(|(p, _, _)| p == path) {
+                let route = (endpoint.route)(method.clone());
+                resource = resource.route(match endpoint.role {
+                    Some(role) => locked(route, role),
+                    None => route,
+                });
+            }
+            resource = resource.default_service(web::to(method_not_allowed));
+            if path == OPENAPI_PATH {
+                resource = resource.app_data(web::Data::new(Document(self.json.clone())));
+            }
+            if let Some(&bytes) = self.body_limits.get(path) {
+                resource = with_body_limit(resource, bytes);
+            }
+            cfg.service(resource);
+        }
+    }
+
+    /// The routes as served, each method and path.
+    pub fn served(&self) -> Vec<Served> {
+        let mut served: Vec<Served> = self
+            .endpoints
+            .iter()
+            .map(|(path, method, _)| Served {
+                method: method.to_string(),
+                path: path.clone(),
+            })
+            .collect();
+        served.sort();
+        served
+    }
+
+    /// The OpenAPI document of these routes.
+    pub fn document(&self) -> &OpenApi {
+        &self.document
+    }
+
+    /// What every route shares, written into its operation: the bearer token and the role a
+    /// locked route needs, with its 401 and 403; the refusals of a body the route cannot read;
+    /// and the 503 of a dependency down and the 500 of a bug, which any route may give.
+    fn add_shared_answers(&mut self) {
+        let roles: BTreeMap<String, Option<Role>> = self
+            .endpoints
+            .iter()
+            .map(|(_, _, endpoint)| (endpoint.id.to_owned(), endpoint.role))
+            .collect();
+        let mut components = self.document.components.take().unwrap_or_default();
+        // The schemas of what every service serves besides its own routes.
+        let mut shared = Vec::new();
+        <super::http::__path_healthz as utoipa::__dev::SchemaReferences>::schemas(&mut shared);
+        <ErrorBody as utoipa::ToSchema>::schemas(&mut shared);
+        shared.push((
+            <ErrorBody as utoipa::ToSchema>::name().into_owned(),
+            <ErrorBody as utoipa::PartialSchema>::schema(),
+        ));
+        for (name, schema) in shared {
+            components.schemas.entry(name).or_insert(schema);
+        }
+        components.security_schemes.insert(
+            BEARER.to_owned(),
+            RefOr::T(SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer))),
+        );
+        self.document.components = Some(components);
+        for item in self.document.paths.paths.values_mut() {
+            for operation in operations_mut(item) {
+                let id = operation.operation_id.clone().unwrap_or_default();
+                let role = roles.get(&id).copied().flatten();
+                add_answers(operation, role);
+            }
+        }
+    }
+}
+
+/// The document as JSON, for [`openapi_json`].
+#[derive(Debug, Clone)]
+struct Document(std::sync::Arc<str>);
+
+/// This service's OpenAPI document: every route it serves, generated from the code that serves
+/// them.
+#[utoipa::path(
+    get,
+    path = "/api/openapi.json",
+    tag = "reference",
+    responses((
+        status = 200,
+        description = "The OpenAPI 3.1 document of this service",
+        content_type = "application/json",
+        body = Object
+    ))
+)]
+async fn openapi_json(document: web::Data<Document>) -> actix_web::HttpResponse {
+    actix_web::HttpResponse::Ok()
+        .content_type("application/json")
+        .body(document.0.to_string())
+}
+
+/// The reference page of this service's API, drawn from its OpenAPI document by a script of
+/// its own (no CDN: it works offline).
+#[utoipa::path(
+    get,
+    path = "/api/docs",
+    tag = "reference",
+    responses((status = 200, description = "The API reference page", content_type = "text/html", body = String))
+)]
+async fn api_docs() -> actix_web::HttpResponse {
+    actix_web::HttpResponse::Ok()
+        .content_type("text/html; charset=utf-8")
+        .body(include_str!("docs.html"))
+}
+
+impl std::fmt::Debug for Routes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Routes")
+            .field("served", &self.served())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The method and path of the operation `id` in `document`.
+fn locate(document: &OpenApi, id: &str) -> Option<(String, Method)> {
+    let mut found = Vec::new();
+    for (path, item) in &document.paths.paths {
+        for (method, operation) in operations(item) {
+            if operation.operation_id.as_deref() == Some(id) {
+                found.push((path.clone(), method));
+            }
+        }
+    }
+    match found.as_slice() {
+        [(path, method)] => Some((path.clone(), method.clone())),
+        _ => None,
+    }
+}
+
+fn operations(item: &PathItem) -> Vec<(Method, &Operation)> {
+    [
+        (Method::GET, &item.get),
+        (Method::PUT, &item.put),
+        (Method::POST, &item.post),
+        (Method::DELETE, &item.delete),
+        (Method::PATCH, &item.patch),
+        (Method::HEAD, &item.head),
+        (Method::OPTIONS, &item.options),
+    ]
+    .into_iter()
+    .filter_map(|(method, operation)| Some((method, operation.as_ref()?)))
+    .collect()
+}
+
+fn operations_mut(item: &mut PathItem) -> impl Iterator<Item = &mut Operation> {
+    [
+        &mut item.get,
+        &mut item.put,
+        &mut item.post,
+        &mut item.delete,
+        &mut item.patch,
+        &mut item.head,
+        &mut item.options,
+    ]
+    .into_iter()
+    .filter_map(Option::as_mut)
+}
+
+/// The actix pattern of an OpenAPI path: the same, since both write a parameter `{name}`.
+fn actix_pattern(path: &str) -> String {
+    path.to_owned()
+}
+
+/// An error answer: the shared `ErrorBody` schema, with what may cause it.
+fn error_answer(description: &str) -> RefOr<utoipa::openapi::Response> {
+    RefOr::T(
+        ResponseBuilder::new()
+            .description(description)
+            .content(
+                "application/json",
+                Content::new(Some(RefOr::Ref(Ref::from_schema_name("ErrorBody")))),
+            )
+            .build(),
+    )
+}
+
+fn add_answers(operation: &mut Operation, role: Option<Role>) {
+    let mut answers: Vec<(&str, String)> = Vec::new();
+    if let Some(role) = role {
+        operation.security = Some(vec![SecurityRequirement::new(BEARER, [role.name()])]);
+        answers.push((
+            "401",
+            "`unauthorized`: no bearer token, a malformed one, or one the service does not know \
+             (with `WWW-Authenticate: Bearer`); only when the service runs with `AUTH_TOKENS`"
+                .to_owned(),
+        ));
+        answers.push((
+            "403",
+            format!(
+                "`forbidden`: a token without the `{}` role; `origin_not_allowed`: a browser's \
+                 write from an origin `CORS_ALLOWED_ORIGINS` does not name",
+                role.name()
+            ),
+        ));
+    }
+    let has_body = operation.request_body.is_some();
+    let has_parameters = operation
+        .parameters
+        .as_ref()
+        .is_some_and(|parameters| !parameters.is_empty());
+    let mut invalid = Vec::new();
+    if has_body {
+        invalid.push("`invalid_json`: a body that is not the JSON object the route reads");
+    }
+    if has_parameters {
+        invalid.push("`invalid_query` or `invalid_path`: a parameter not of its type");
+    }
+    if !invalid.is_empty() {
+        answers.push((
+            "400",
+            format!(
+                "{}; and the route's own codes for a field out of its bounds (`field` names it)",
+                invalid.join("; ")
+            ),
+        ));
+    }
+    if has_body {
+        answers.push((
+            "408",
+            "`request_timeout`: the body did not arrive in time".to_owned(),
+        ));
+        answers.push((
+            "413",
+            "`payload_too_large`: a body over the route's limit".to_owned(),
+        ));
+        answers.push((
+            "415",
+            "`unsupported_media_type`: a body without `Content-Type: application/json`".to_owned(),
+        ));
+    }
+    answers.push(("500", "`internal`: a fault of the service's own".to_owned()));
+    answers.push((
+        "503",
+        "`unavailable`: the database (or a service this one calls) cannot be reached or took \
+         too long; retrying later may work"
+            .to_owned(),
+    ));
+    let mut responses = std::mem::take(&mut operation.responses).responses;
+    for (status, description) in answers {
+        responses
+            .entry(status.to_owned())
+            .or_insert_with(|| error_answer(&description));
+    }
+    let mut sorted: Vec<_> = responses.into_iter().collect();
+    sorted.sort_by(|a, b| a.0.cmp(&b.0));
+    operation.responses = sorted
+        .into_iter()
+        .fold(ResponsesBuilder::new(), |builder, (status, response)| {
+            builder.response(status, response)
+        })
+        .build();
+}
+
+/// Declares a service's routes once: `routes!(fn name; handler [Role::X], other, ...)` defines
+/// `fn name() -> Routes` whose document holds the listed handlers' operations (collected by
+/// `#[derive(utoipa::OpenApi)]`, with every schema they name) and whose
+/// [`Routes::mount`] serves each at its operation's method and path, locked to its role when
+/// one is given. List a path with a fixed segment before a path with a parameter in its place.
+#[macro_export]
+macro_rules! routes {
+    ($vis:vis fn $name:ident; $($handler:ident $([$role:expr])?),* $(,)?) => {
+        $vis fn $name() -> $crate::server::routes::Routes {
+            #[derive(utoipa::OpenApi)]
+            #[openapi(paths($($handler),*))]
+            struct Document;
+            $crate::server::routes::Routes::new(
+                <Document as utoipa::OpenApi>::openapi(),
+                vec![$(
+                    $crate::server::routes::Endpoint::new(
+                        stringify!($handler),
+                        {
+                            #[allow(unused_mut)]
+                            let mut role: Option<$crate::server::auth::Role> = None;
+                            $(role = Some($role);)?
+                            role
+                        },
+                        |method| actix_web::web::method(method).to($handler),
+                    )
+                ),*],
+            )
+        }
+    };
+}

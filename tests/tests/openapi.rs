@@ -1,0 +1,160 @@
+//! The OpenAPI documents (`GET /api/openapi.json`): each is valid OpenAPI 3.1 by a validator no
+//! one here wrote, and lists exactly the routes its service serves: the paths actix mounted
+//! (read from actix's own route map) and, over HTTP, the methods each path answers.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeSet;
+
+use actix_web::web::ServiceConfig;
+use serde_json::Value;
+use tests::{Service, Stack, tools};
+
+/// How a service mounts its routes.
+type Configure = fn(&mut ServiceConfig);
+
+/// Each service: its name, its process, and the function that mounts its routes.
+fn services(stack: &Stack) -> [(&'static str, &Service, Configure); 1] {
+    [(
+        "lease-service",
+        &stack.leases,
+        lease_service::http::configure,
+    )]
+}
+
+async fn document(service: &Service) -> Value {
+    let answer = service.get("/api/openapi.json").await;
+    assert_eq!(answer.status, 200, "{}: {:?}", service.name, answer.body);
+    let content_type = answer.headers["content-type"].to_str().unwrap_or("");
+    assert!(
+        content_type.starts_with("application/json"),
+        "{content_type}"
+    );
+    answer.body
+}
+
+#[tokio::test]
+async fn each_service_serves_a_valid_openapi_3_1_document() {
+    let stack = Stack::start(&[]).await;
+    let validator = tools::python_tools("openapi", &[], &["openapi-spec-validator==0.9.0"])
+        .join("openapi-spec-validator");
+    for (name, service, _) in services(&stack) {
+        let document = document(service).await;
+        assert_eq!(document["openapi"], "3.1.0", "{name}");
+        assert_eq!(document["info"]["title"], name);
+        let file = std::env::temp_dir().join(format!(
+            "leasehold-openapi-{name}-{}.json",
+            std::process::id()
+        ));
+        std::fs::write(&file, serde_json::to_vec_pretty(&document).unwrap()).unwrap();
+        let output = std::process::Command::new(&validator)
+            .arg(&file)
+            .output()
+            .unwrap_or_else(|e| panic!("{}: {e}", validator.display()));
+        let _ = std::fs::remove_file(&file);
+        // The validator prints the whole document with its verdict: its end says what is wrong.
+        let said = String::from_utf8_lossy(&output.stdout);
+        let tail: String = said
+            .chars()
+            .rev()
+            .take(3000)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        assert!(
+            output.status.success(),
+            "{name}'s document is not valid OpenAPI:\n...{tail}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        // The reference page is served beside it, and names where it reads the document.
+        let page = reqwest::get(service.url("/api/docs")).await.unwrap();
+        assert_eq!(page.status(), 200);
+        assert!(page.text().await.unwrap().contains("/api/openapi.json"));
+    }
+}
+
+#[tokio::test]
+async fn each_document_lists_exactly_the_routes_its_service_serves() {
+    let stack = Stack::start(&[]).await;
+    for (name, service, configure) in services(&stack) {
+        let document = document(service).await;
+        let documented: BTreeSet<String> = document["paths"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        let mounted = mounted_paths(configure).await;
+        assert_eq!(
+            documented, mounted,
+            "{name}: the document's paths (left) against those actix mounted (right)"
+        );
+        for (path, item) in document["paths"].as_object().unwrap() {
+            let concrete = example_path(path);
+            for method in ["GET", "POST", "PUT", "DELETE", "PATCH"] {
+                let documented = item.get(method.to_lowercase()).is_some();
+                let answer = service.raw(method, &concrete, None, Vec::new()).await;
+                if documented {
+                    assert!(
+                        !(answer.status == 404 && answer.code() == "not_found")
+                            && answer.status != 405,
+                        "{name}: {method} {concrete} is documented but not served: {} {:?}",
+                        answer.status,
+                        answer.body
+                    );
+                } else {
+                    assert_eq!(
+                        (answer.status, answer.code()),
+                        (405, "method_not_allowed"),
+                        "{name}: {method} {concrete} is served but not documented"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// `path` with each `{parameter}` given a value its route accepts the shape of.
+fn example_path(path: &str) -> String {
+    path.split('/')
+        .map(|segment| {
+            if segment.starts_with('{') {
+                if segment == "{id}" { "1" } else { "probe" }
+            } else {
+                segment
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// The path of every resource `configure` mounts, read from the route map actix built of them.
+/// Its map is private, so it is read from its `Debug` print: each resource's `ResourceDef`
+/// shows its patterns as `patterns: Single("/path")`.
+async fn mounted_paths(configure: Configure) -> BTreeSet<String> {
+    use actix_web::{App, HttpRequest, HttpResponse, test, web};
+    let app = test::init_service(App::new().configure(configure).default_service(web::to(
+        |request: HttpRequest| async move {
+            HttpResponse::Ok().body(format!("{:?}", request.resource_map()))
+        },
+    )))
+    .await;
+    let request = test::TestRequest::get()
+        .uri("/no/route/has/this/path")
+        .to_request();
+    let map = test::call_and_read_body(&app, request).await;
+    let map = String::from_utf8_lossy(&map);
+    let paths: BTreeSet<String> = map
+        .split("patterns: Single(\"")
+        .skip(1)
+        .filter_map(|rest| rest.split('"').next())
+        .filter(|pattern| !pattern.is_empty())
+        .map(str::to_owned)
+        .collect();
+    assert!(
+        !map.contains("patterns: List("),
+        "a resource with several patterns: read them too\n{map}"
+    );
+    paths
+}
