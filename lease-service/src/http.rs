@@ -301,15 +301,7 @@ macro_rules! listing {
             tag = "leases",
             params(PageQuery),
             responses(
-                (
-                    status = 200,
-                    description = "A page of leases",
-                    body = LeasePage,
-                    headers(
-                        ("X-Next-Cursor" = String, description = "The next page's cursor, when there is one"),
-                        ("Link" = String, description = "`<...>; rel=\"next\"`: the next page's address, when there is one"),
-                    ),
-                ),
+                (status = 200, description = "A page of leases", body = LeasePage),
                 (status = 400, description = "`invalid_limit`, `invalid_cursor`, `invalid_query`, `invalid_field`", body = ErrorBody),
             )
         )]

@@ -11,7 +11,7 @@ pub const MAX_RATE_PER_SECOND: f64 = 1000.0;
 pub const MAX_SLEEP_SECONDS: f64 = 3600.0;
 
 /// The generator's desired state, as stored by task-service.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct GeneratorSettings {
     pub running: bool,
@@ -26,7 +26,7 @@ pub struct GeneratorSettings {
 }
 
 /// Which replica holds the generator's lease, as lease-service reports it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct GeneratorLeader {
     pub holder: String,
@@ -38,7 +38,7 @@ pub struct GeneratorLeader {
 }
 
 /// `GET /api/generator/status`: the same answer whichever task-service replica gives it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct GeneratorStatus {
     /// The desired state in the sample's words: `STARTED` or `STOPPED`.
@@ -57,7 +57,7 @@ pub struct GeneratorStatus {
 }
 
 /// Optional body of `POST /api/generator/start`: settings to change while starting.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct StartGenerator {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_per_second: Option<f64>,

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 /// One queue: `GET /api/queues/{queue}`, each entry of `GET /api/queues`, and the answer of a
 /// pause or resume. A queue exists for this API once it has tasks or an operator has set
 /// something on it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct QueueState {
     pub queue: String,
@@ -32,7 +32,7 @@ pub struct QueueState {
 }
 
 /// `PUT /api/queues/{queue}`: the queue's limits, all of them (a limit left out is lifted).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct QueueSettings {
     /// At most this many of the queue's tasks running at any instant, across every worker and
@@ -51,7 +51,7 @@ pub struct QueueSettings {
 }
 
 /// A rate limit: a token bucket of `burst` tokens, refilled at `per_second`.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RateLimit {
     /// `perSecond` in answers, as every answer's fields are camelCase; a request may write
@@ -74,7 +74,7 @@ pub const MAX_CONCURRENCY_LIMIT: i32 = 1_000_000;
 
 /// `GET /api/queues`: a page of the queues, by name (`limit`, `cursor` and `order` as the task
 /// listings take them); `nextCursor` is the next page's `cursor`, `None` on the last page.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Queues {
     pub queues: Vec<QueueState>,

@@ -10,7 +10,7 @@ pub const MAX_SCHEDULE_NAME_BYTES: usize = 200;
 
 /// What happens to ticks that no replica reached in time (every replica was down, or the
 /// schedule's replica could not reach the database, for longer than the misfire grace).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CatchUp {
     /// All the missed ticks together make one task, for the latest of them (as a Kubernetes
@@ -48,7 +48,7 @@ impl std::str::FromStr for CatchUp {
 /// name, `POST /api/schedules` ([`CreateSchedule`]). A field it does not take (a task's
 /// `idempotency_key` or `scheduled_at`, a typo) is refused, not dropped: the schedule would
 /// not do what its author wrote.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ScheduleSpec {
     /// A cron expression of 5 fields (minute, hour, day of month, month, day of week) or 6
@@ -78,7 +78,7 @@ pub struct ScheduleSpec {
 }
 
 /// `POST /api/schedules`: a new schedule (409 `schedule_exists` if the name is taken).
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct CreateSchedule {
     pub name: String,
     #[serde(flatten)]
@@ -88,9 +88,11 @@ pub struct CreateSchedule {
 /// The body of `PUT /api/schedules/{name}` as task-service reads it: the definition, and the
 /// name if the body states one too, which must then be the path's (a body naming another
 /// schedule is refused rather than written under the path's name).
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, utoipa::ToSchema)]
 pub struct ReplaceSchedule {
+    /// When given, the path's name.
     pub name: Option<String>,
+    #[serde(flatten)]
     pub spec: ScheduleSpec,
 }
 
@@ -127,7 +129,7 @@ impl<'de> Deserialize<'de> for ReplaceSchedule {
 }
 
 /// A schedule as task-service has it (an answer, so camelCase like every other).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Schedule {
     pub name: String,
@@ -154,7 +156,7 @@ pub struct Schedule {
 }
 
 /// `GET /api/schedules`: every schedule, by name.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Schedules {
     pub schedules: Vec<Schedule>,
 }

@@ -30,7 +30,7 @@ const _: () = assert!(MAX_CLAIM as usize <= crate::api::MAX_BATCH_RESOURCES);
 const _: () = assert!(MAX_COMPLETE_BATCH <= crate::api::MAX_BATCH_RESOURCES);
 
 /// Where a task is in its life. `succeeded`, `dead` and `cancelled` are final.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum TaskStatus {
     Pending,
@@ -85,7 +85,7 @@ impl diesel::deserialize::FromSql<diesel::sql_types::Text, diesel::pg::Pg> for T
 }
 
 /// One task as task-service reports it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Task {
     pub id: i64,
@@ -154,7 +154,7 @@ impl Task {
 
 /// A page of a task listing (`GET /api/tasks`, `/processed`, `/started`): the sample's pages
 /// read `tasks`; `nextCursor` is the next page's `cursor`, `None` on the last page.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskPage {
     pub tasks: Vec<Task>,
@@ -164,14 +164,14 @@ pub struct TaskPage {
 
 /// `GET /api/tasks/{id}`: the task under its name, as the sample answers it and its task page
 /// reads it (`data.task`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct OneTask {
     pub task: Task,
 }
 
 /// `GET /api/tasks/counts`: per queue, and in all, the number of tasks in each status (every
 /// status named, zeros included).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TaskCounts {
     pub queues: BTreeMap<String, BTreeMap<String, i64>>,
     pub total: BTreeMap<String, i64>,
@@ -201,7 +201,7 @@ impl TaskCounts {
 }
 
 /// `POST /api/tasks`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct CreateTask {
     /// A JSON object.
     pub task_data: serde_json::Value,
@@ -235,20 +235,20 @@ pub const MAX_CREATE_BATCH: usize = 1_000;
 /// `POST /api/tasks/batch`: up to [`MAX_CREATE_BATCH`] creates in one statement and one commit.
 /// Each is judged as it would be alone (its own validation, its own idempotency key), except
 /// that a batch cannot carry a generator's fenced create.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct CreateTasks {
     pub tasks: Vec<CreateTask>,
 }
 
 /// The answer of `POST /api/tasks/batch`: one result per create, in order.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct CreatedTasks {
     pub results: Vec<CreateResult>,
 }
 
 /// One create's outcome: the task (status 201 when new, 200 when its idempotency key named it
 /// already), or the refusal it would have got alone (its status and error body).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct CreateResult {
     pub status: u16,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -258,7 +258,7 @@ pub struct CreateResult {
 }
 
 /// `POST /api/tasks/next`. Without `limit` the answer is one task; with it, a list.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ClaimTasks {
     pub processor: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -277,7 +277,7 @@ pub struct ClaimTasks {
 }
 
 /// `PUT /api/tasks/{id}/heartbeat`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Heartbeat {
     pub processor: String,
     /// When given, must be the task's current fence.
@@ -286,7 +286,7 @@ pub struct Heartbeat {
 }
 
 /// `PUT /api/tasks/{id}/complete`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct CompleteTask {
     pub processor: String,
     #[serde(default)]
@@ -298,7 +298,7 @@ pub struct CompleteTask {
 /// `PUT /api/tasks/complete`: a worker's completions of several tasks in one request (one
 /// transaction and one lease-service call). Each is judged as `PUT /{id}/complete` would judge
 /// it alone.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct CompleteTasks {
     pub processor: String,
     pub tasks: Vec<CompleteItem>,
@@ -312,7 +312,7 @@ pub struct CompleteTasks {
 
 /// What a [`CompleteTasks`] claims after its completions: the fields of a [`ClaimTasks`] but
 /// the wait, for the same processor.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClaimNext {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -325,7 +325,7 @@ pub struct ClaimNext {
 }
 
 /// One completion of a [`CompleteTasks`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct CompleteItem {
     pub id: i64,
     #[serde(default)]
@@ -335,7 +335,7 @@ pub struct CompleteItem {
 }
 
 /// The answer to [`CompleteTasks`]: one result per completion, in the request's order.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct CompletedTasks {
     pub results: Vec<ItemResult>,
     /// The tasks claimed after the completions, when the request asked for them (`next`):
@@ -353,7 +353,7 @@ pub struct CompletedTasks {
 }
 
 /// A refusal inside a 200 answer: the status the request would have got alone, and its body.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ItemError {
     pub status: u16,
     pub error: crate::api::ErrorBody,
@@ -361,7 +361,7 @@ pub struct ItemError {
 
 /// One completion's outcome: the task (status 202), or the refusal it would have got alone
 /// (its status and error body).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ItemResult {
     pub id: i64,
     pub status: u16,
@@ -372,7 +372,7 @@ pub struct ItemResult {
 }
 
 /// `PUT /api/tasks/{id}/fail`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct FailTask {
     pub processor: String,
     pub error: String,
@@ -396,7 +396,7 @@ pub const MAX_BULK: i64 = 1_000;
 /// ignored: an ignored filter widens an irreversible operation to every task. Tasks that
 /// another request holds at that moment (a claim, a completion) are skipped, so an operator
 /// repeats the call until it touches none.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BulkTasks {
     /// One status the operation allows (each has its own set and default).
@@ -424,7 +424,7 @@ pub struct BulkTasks {
 }
 
 /// The answer of a bulk operation: how many tasks it touched.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct BulkResult {
     pub touched: u64,
 }
@@ -434,7 +434,7 @@ pub const MAX_SNOOZE_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
 
 /// `PUT /api/tasks/{id}/snooze`: the task's worker puts it back to pending, due in `seconds`
 /// (0 to [`MAX_SNOOZE_SECONDS`]), without charging the attempt, and its lease is released.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SnoozeTask {
     pub processor: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -447,7 +447,16 @@ fn default_true() -> bool {
 }
 
 /// The 200 answer of `POST /api/tasks/next` when no task is due (the sample's shape).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// The answer to a claim that got tasks (`POST /api/tasks/next`, 202): the task alone (the
+/// sample's answer) when the request named no `limit`, a list when it did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(untagged)]
+pub enum ClaimAnswer {
+    One(Box<Task>),
+    Many(Vec<Task>),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct NoTask {
     pub message: String,
 }

@@ -21,7 +21,7 @@ pub fn resource(id: &str) -> String {
 /// process's id and the fence its last beat was answered with. Its heartbeats and completions
 /// then prove that one lease, and once it lapses, is taken anew or is revoked, every task it
 /// covers is lost to the process.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClaimantLease {
     pub id: String,
@@ -36,7 +36,7 @@ pub const RESOURCE_PREFIX: &str = "worker:";
 pub const MAX_TTL_SECONDS: i64 = 300;
 
 /// What a worker process says about itself, kept as its lease's metadata.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WorkerInfo {
     /// The machine (or container) it runs on.
@@ -55,7 +55,7 @@ pub struct WorkerInfo {
 }
 
 /// `PUT /api/workers/{id}`: a worker process's beat.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct WorkerBeat {
     /// This run of the process, unique per start: the liveness lease's holder, so that a second
     /// process started under a live one's id is refused (409 `worker_id_in_use`) rather than
@@ -78,7 +78,7 @@ pub struct WorkerBeat {
 }
 
 /// The answer to a beat: the liveness lease to present at the next one.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WorkerLease {
     pub fence: i64,
@@ -91,7 +91,7 @@ pub struct WorkerLease {
 }
 
 /// `DELETE /api/workers/{id}`: a worker process that stops says so, with its lease's proof.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct WorkerGone {
     /// The [`WorkerBeat::instance`] that holds the lease.
     pub instance: String,
@@ -101,7 +101,7 @@ pub struct WorkerGone {
 }
 
 /// Whether a worker process is alive, by its lease.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum WorkerLiveness {
     /// Its lease is live: it beat within its TTL.
@@ -113,7 +113,7 @@ pub enum WorkerLiveness {
 }
 
 /// One worker process, as `GET /api/workers` lists it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WorkerState {
     pub id: String,
@@ -129,7 +129,7 @@ pub struct WorkerState {
 
 /// `GET /api/workers`: the live processes first, then those gone that lease-service still
 /// remembers; each group newest first.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Workers {
     pub workers: Vec<WorkerState>,
 }

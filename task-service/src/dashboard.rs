@@ -9,11 +9,11 @@
 //! task-service's token.
 
 use actix_web::{HttpRequest, HttpResponse, web};
+use leasehold::api::ErrorBody;
 use leasehold::lease_client::{LeaseListing, LeaseSet};
 use leasehold::server::ApiError;
-use leasehold::server::auth::{Role, bearer_token, locked};
+use leasehold::server::auth::bearer_token;
 use leasehold::server::db;
-use leasehold::server::http::{get_only, method_not_allowed};
 use leasehold::{LeaseClient, LeaseError};
 use serde::Deserialize;
 
@@ -23,50 +23,99 @@ use crate::tasks;
 /// The page: HTML, CSS and JavaScript in one file, no build step.
 const PAGE: &str = include_str!("dashboard.html");
 
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    // Every view and every filter lives in the URL, so a link or a reload shows the same
-    // thing: each view's path serves the page, which reads its state from the URL.
-    cfg.service(get_only("/dashboard", page))
-        .service(get_only(
-            "/dashboard/{view:(leases|tasks|workers|schedules|generator)}",
-            page,
-        ))
-        .service(get_only("/dashboard/tasks/{id:[0-9]{1,19}}", page))
-        .service(get_only("/", to_dashboard))
-        .service(
-            web::scope("/api/dashboard")
-                .service(get_only("/overview", overview))
-                .service(get_only("/throughput", throughput))
-                .service(get_only("/leases", leases))
-                .service(
-                    web::resource("/leases/{id}/revoke")
-                        .route(locked(web::post().to(revoke), Role::Operator))
-                        .default_service(web::to(method_not_allowed)),
-                ),
-        );
-}
+// Every view and every filter lives in the URL, so a link or a reload shows the same thing:
+// each view's path serves the page, which reads its state from the URL. The routes are mounted
+// with the service's others (`crate::http::routes`).
 
-/// A browser sent to the service's address lands on the dashboard, not on a 404.
-async fn to_dashboard() -> HttpResponse {
-    HttpResponse::Found()
-        .insert_header((actix_web::http::header::LOCATION, "/dashboard"))
-        .finish()
-}
-
-async fn page() -> HttpResponse {
+/// The dashboard
+///
+/// The operator's console: one self-contained page that polls the read routes below.
+#[utoipa::path(
+    get,
+    path = "/dashboard",
+    tag = "dashboard",
+    responses((status = 200, description = "The page", content_type = "text/html", body = String))
+)]
+pub(crate) async fn page() -> HttpResponse {
     HttpResponse::Ok()
         .content_type("text/html; charset=utf-8")
         .insert_header(("cache-control", "no-cache"))
         .body(PAGE)
 }
 
-/// Everything the tasks, workers and generator views show, in one answer.
-/// The overview takes no parameter, and says so rather than ignoring one.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct OverviewQuery {}
+/// One of the dashboard's views
+#[utoipa::path(
+    get,
+    path = "/dashboard/{view}",
+    tag = "dashboard",
+    params((
+        "view" = String,
+        Path,
+        description = "The view",
+        pattern = "^(leases|tasks|workers|schedules|generator)$"
+    )),
+    responses(
+        (status = 200, description = "The page, showing that view", content_type = "text/html", body = String),
+        (status = 404, description = "`not_found`: no such view", body = ErrorBody),
+    )
+)]
+pub(crate) async fn page_view() -> HttpResponse {
+    page().await
+}
 
-async fn overview(
+/// One task in the dashboard
+#[utoipa::path(
+    get,
+    path = "/dashboard/tasks/{id}",
+    tag = "dashboard",
+    params(("id" = String, Path, description = "The task's id", pattern = "^[0-9]{1,19}$")),
+    responses(
+        (status = 200, description = "The page, showing the task", content_type = "text/html", body = String),
+        (status = 404, description = "`not_found`: not a task's id", body = ErrorBody),
+    )
+)]
+pub(crate) async fn page_task() -> HttpResponse {
+    page().await
+}
+
+/// To the dashboard
+///
+/// A browser sent to the service's address lands on the dashboard, not on a 404.
+#[utoipa::path(
+    get,
+    path = "/",
+    tag = "dashboard",
+    responses((
+        status = 302,
+        description = "To `/dashboard`",
+        headers(("Location" = String, description = "`/dashboard`"))
+    ))
+)]
+pub(crate) async fn to_dashboard() -> HttpResponse {
+    HttpResponse::Found()
+        .insert_header((actix_web::http::header::LOCATION, "/dashboard"))
+        .finish()
+}
+
+/// The overview takes no parameter, and says so rather than ignoring one.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct OverviewQuery {}
+
+/// The dashboard's overview
+///
+/// Everything the tasks, workers and generator views show, in one answer.
+#[utoipa::path(
+    get,
+    path = "/api/dashboard/overview",
+    tag = "dashboard",
+    responses(
+        (status = 200, description = "The overview", body = tasks::read::Overview),
+        (status = 400, description = "`invalid_query`: it takes no parameter", body = ErrorBody),
+    )
+)]
+pub(crate) async fn overview(
     state: State,
     _query: web::Query<OverviewQuery>,
 ) -> Result<HttpResponse, ApiError> {
@@ -78,14 +127,28 @@ async fn overview(
 }
 
 /// A parameter of another name (the page's own `window`) is refused, not ignored.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
-struct ThroughputQuery {
+pub(crate) struct ThroughputQuery {
+    /// The window: 300 (the default), 3600 or 86400 seconds.
     window_seconds: Option<i64>,
 }
 
+/// The dashboard's charts
+///
 /// The charts' series over a window: 5 minutes (the default), an hour or a day.
-async fn throughput(
+#[utoipa::path(
+    get,
+    path = "/api/dashboard/throughput",
+    tag = "dashboard",
+    params(ThroughputQuery),
+    responses(
+        (status = 200, description = "The series", body = tasks::read::Throughput),
+        (status = 400, description = "`invalid_query`, `invalid_field`: another window", body = ErrorBody),
+    )
+)]
+pub(crate) async fn throughput(
     state: State,
     query: web::Query<ThroughputQuery>,
 ) -> Result<HttpResponse, ApiError> {
@@ -100,18 +163,39 @@ async fn throughput(
     json_holding(throughput, turn).await
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
-struct LeaseQuery {
+pub(crate) struct LeaseQuery {
+    /// `all` (the default), `active`, `expired`, `released` or `renewed`.
     status: Option<String>,
+    /// Only leases whose resource starts with this.
     resource_prefix: Option<String>,
+    /// Leases per page (default 200, at most 1,000 answered).
     limit: Option<u32>,
+    /// The previous page's `nextCursor`.
     cursor: Option<String>,
+    /// `asc` (the default) or `desc`.
     order: Option<String>,
 }
 
-/// lease-service's listing, through this service.
-async fn leases(state: State, query: web::Query<LeaseQuery>) -> Result<HttpResponse, ApiError> {
+/// Leases, through task-service
+///
+/// lease-service's listing, through this service, so that the dashboard needs one origin.
+#[utoipa::path(
+    get,
+    path = "/api/dashboard/leases",
+    tag = "dashboard",
+    params(LeaseQuery),
+    responses(
+        (status = 200, description = "A page of leases, as lease-service answers it", body = leasehold::api::LeasePage),
+        (status = 400, description = "`invalid_query`, and lease-service's refusals passed on", body = ErrorBody),
+    )
+)]
+pub(crate) async fn leases(
+    state: State,
+    query: web::Query<LeaseQuery>,
+) -> Result<HttpResponse, ApiError> {
     let status = query.status.as_deref().unwrap_or("all");
     let set = LeaseSet::parse(status).ok_or_else(|| {
         ApiError::invalid(
@@ -147,11 +231,24 @@ async fn leases(state: State, query: web::Query<LeaseQuery>) -> Result<HttpRespo
     Ok(HttpResponse::Ok().json(page))
 }
 
+/// Revoke a lease, through task-service
+///
 /// An operator's revocation, sent to lease-service with the operator's own token, never
-/// task-service's. The route is locked here too, so that a token this service knows without the
-/// operator role is refused as every other route refuses it (403), not passed on to be unknown
-/// at lease-service (401).
-async fn revoke(
+/// task-service's.
+#[utoipa::path(
+    post,
+    path = "/api/dashboard/leases/{id}/revoke",
+    tag = "dashboard",
+    params(("id" = i64, Path, description = "The lease's id")),
+    responses(
+        (status = 200, description = "The revoked lease", body = leasehold::api::Lease),
+        (status = 404, description = "`lease_not_found`", body = ErrorBody),
+    )
+)]
+// The route is locked here too, so that a token this service knows without the operator role
+// is refused as every other route refuses it (403), not passed on to be unknown at
+// lease-service (401).
+pub(crate) async fn revoke(
     state: State,
     id: web::Path<i64>,
     request: HttpRequest,

@@ -4,27 +4,27 @@
 use std::time::Duration;
 
 use actix_web::{HttpRequest, HttpResponse, web};
-use leasehold::generator::StartGenerator;
-use leasehold::queues::QueueSettings;
-use leasehold::schedules::{CreateSchedule, ReplaceSchedule};
+use leasehold::api::ErrorBody;
+use leasehold::generator::{GeneratorSettings, GeneratorStatus, StartGenerator};
+use leasehold::queues::{QueueSettings, QueueState, Queues};
+use leasehold::schedules::{CreateSchedule, ReplaceSchedule, Schedule, Schedules};
 use leasehold::server::ApiError;
-use leasehold::server::auth::{Role, locked};
+use leasehold::server::auth::Role;
 use leasehold::server::db;
-use leasehold::server::http::{
-    NamePage, Order, Page, extractors, get_only, healthz, method_not_allowed, metrics_response,
-    ready, with_body_limit,
-};
+use leasehold::server::http::{NamePage, Order, Page, Probe, extractors, metrics_response, ready};
 use leasehold::tasks::{
-    BulkTasks, ClaimTasks, CompleteTask, CompleteTasks, CompletedTasks, CreateTask, CreatedTasks,
-    FailTask, Heartbeat, NoTask, SnoozeTask, TaskStatus,
+    BulkResult, BulkTasks, ClaimAnswer, ClaimTasks, CompleteTask, CompleteTasks, CompletedTasks,
+    CreateTask, CreateTasks, CreatedTasks, FailTask, Heartbeat, NoTask, OneTask, SnoozeTask, Task,
+    TaskCounts, TaskPage, TaskStatus,
 };
-use leasehold::workers::{WorkerBeat, WorkerGone};
+use leasehold::workers::{WorkerBeat, WorkerGone, WorkerLease, Workers};
 use serde::Deserialize;
 
+use crate::dashboard;
 use crate::generator;
 use crate::schedules;
 use crate::state::{LIST_MAX_BYTES, State, holding, json_holding};
-use crate::tasks::read::{self, Listing};
+use crate::tasks::read::{self, Listing, TaskHistory};
 use crate::tasks::{self, Created};
 
 /// Largest request body accepted (task data is capped lower, at 64 KiB).
@@ -33,167 +33,86 @@ pub const MAX_BODY_BYTES: usize = 256 * 1024;
 /// Largest body of `POST /api/tasks/batch`: 1,000 tasks of about 16 KiB each.
 pub const MAX_BATCH_BODY_BYTES: usize = 16 * 1024 * 1024;
 
-/// Mounts every route. The caller adds the [`crate::state::AppState`] and the
-/// [`leasehold::server::auth::Auth`] as app data. Each write route needs its role (producer,
-/// worker or operator); reads are open.
+/// Mounts every route (see [`routes`]). The caller adds the [`crate::state::AppState`] and the
+/// [`leasehold::server::auth::Auth`] as app data.
 pub fn configure(cfg: &mut web::ServiceConfig) {
     extractors(cfg, MAX_BODY_BYTES);
-    cfg.service(
-        web::scope("/api/tasks")
-            .service(
-                web::resource("")
-                    .route(web::get().to(list_all))
-                    .route(locked(web::post().to(create), Role::Producer))
-                    .default_service(web::to(method_not_allowed)),
-            )
-            .service(with_body_limit(
-                web::resource("/batch")
-                    .route(locked(web::post().to(create_many), Role::Producer))
-                    .default_service(web::to(method_not_allowed)),
-                MAX_BATCH_BODY_BYTES,
-            ))
-            // Bulk operations by filter (registered before `/{id}`, which would take the name).
-            .service(
-                web::resource("/retry")
-                    .route(locked(web::post().to(retry_many), Role::Operator))
-                    .default_service(web::to(method_not_allowed)),
-            )
-            .service(
-                web::resource("/cancel")
-                    .route(locked(web::post().to(cancel_many), Role::Operator))
-                    .default_service(web::to(method_not_allowed)),
-            )
-            .service(
-                web::resource("/delete")
-                    .route(locked(web::post().to(delete_many), Role::Operator))
-                    .default_service(web::to(method_not_allowed)),
-            )
-            .service(get_only("/processed", list_processed))
-            .service(get_only("/started", list_started))
-            .service(get_only("/counts", counts))
-            .service(
-                web::resource("/next")
-                    .route(locked(web::post().to(next), Role::Worker))
-                    .default_service(web::to(method_not_allowed)),
-            )
-            .service(
-                web::resource("/complete")
-                    .route(locked(web::put().to(complete_many), Role::Worker))
-                    .default_service(web::to(method_not_allowed)),
-            )
-            .service(get_only("/{id}", get_by_id))
-            .service(get_only("/{id}/events", events))
-            .service(
-                web::resource("/{id}/heartbeat")
-                    .route(locked(web::put().to(heartbeat), Role::Worker))
-                    .default_service(web::to(method_not_allowed)),
-            )
-            .service(
-                web::resource("/{id}/complete")
-                    .route(locked(web::put().to(complete), Role::Worker))
-                    .default_service(web::to(method_not_allowed)),
-            )
-            .service(
-                web::resource("/{id}/fail")
-                    .route(locked(web::put().to(fail), Role::Worker))
-                    .default_service(web::to(method_not_allowed)),
-            )
-            .service(
-                web::resource("/{id}/snooze")
-                    .route(locked(web::put().to(snooze), Role::Worker))
-                    .default_service(web::to(method_not_allowed)),
-            )
-            .service(
-                web::resource("/{id}/cancel")
-                    .route(locked(web::post().to(cancel), Role::Operator))
-                    .default_service(web::to(method_not_allowed)),
-            )
-            .service(
-                web::resource("/{id}/retry")
-                    .route(locked(web::post().to(retry), Role::Operator))
-                    .default_service(web::to(method_not_allowed)),
-            ),
-    )
-    .service(
-        web::scope("/api/generator")
-            .service(get_only("/status", generator_status))
-            .service(get_only("/settings", generator_settings))
-            .service(
-                web::resource("/start")
-                    .route(locked(web::post().to(generator_start), Role::Operator))
-                    .default_service(web::to(method_not_allowed)),
-            )
-            .service(
-                // The sample's generator page stops with DELETE; POST is kept for our clients.
-                web::resource("/stop")
-                    .route(locked(web::delete().to(generator_stop), Role::Operator))
-                    .route(locked(web::post().to(generator_stop), Role::Operator))
-                    .default_service(web::to(method_not_allowed)),
-            ),
-    )
-    .service(
-        web::scope("/api/queues")
-            .service(get_only("", queues_list))
-            .service(
-                web::resource("/{queue}")
-                    .route(web::get().to(queue_get))
-                    .route(locked(web::put().to(queue_set_limits), Role::Operator))
-                    .default_service(web::to(method_not_allowed)),
-            )
-            .service(
-                web::resource("/{queue}/pause")
-                    .route(locked(web::post().to(queue_pause), Role::Operator))
-                    .default_service(web::to(method_not_allowed)),
-            )
-            .service(
-                web::resource("/{queue}/resume")
-                    .route(locked(web::post().to(queue_resume), Role::Operator))
-                    .default_service(web::to(method_not_allowed)),
-            ),
-    )
-    .service(
-        web::scope("/api/schedules")
-            .service(
-                web::resource("")
-                    .route(web::get().to(schedules_list))
-                    .route(locked(web::post().to(schedule_create), Role::Operator))
-                    .default_service(web::to(method_not_allowed)),
-            )
-            .service(
-                web::resource("/{name}")
-                    .route(web::get().to(schedule_get))
-                    .route(locked(web::put().to(schedule_replace), Role::Operator))
-                    .route(locked(web::delete().to(schedule_delete), Role::Operator))
-                    .default_service(web::to(method_not_allowed)),
-            )
-            .service(
-                web::resource("/{name}/pause")
-                    .route(locked(web::post().to(schedule_pause), Role::Operator))
-                    .default_service(web::to(method_not_allowed)),
-            )
-            .service(
-                web::resource("/{name}/resume")
-                    .route(locked(web::post().to(schedule_resume), Role::Operator))
-                    .default_service(web::to(method_not_allowed)),
-            ),
-    )
-    .service(
-        web::scope("/api/workers")
-            .service(get_only("", workers_list))
-            .service(
-                web::resource("/{id}")
-                    .route(locked(web::put().to(worker_beat), Role::Worker))
-                    .route(locked(web::delete().to(worker_gone), Role::Worker))
-                    .default_service(web::to(method_not_allowed)),
-            ),
-    )
-    .configure(crate::dashboard::configure)
-    .service(get_only("/healthz", healthz))
-    .service(get_only("/readyz", readyz))
-    .service(get_only("/metrics", metrics));
+    routes()
+        .body_limit("/api/tasks/batch", MAX_BATCH_BODY_BYTES)
+        .mount(cfg);
 }
 
-/// A worker process's beat: 200 with the liveness lease to present at the next one.
+// Every route, once: what serves it and what documents it (`GET /api/openapi.json`). Each
+// write needs its role (producer, worker or operator); reads are open. A fixed path comes
+// before one with a parameter in its place (`/api/tasks/retry` before `/api/tasks/{id}`).
+leasehold::routes! {
+    pub fn routes;
+    list_all,
+    create [Role::Producer],
+    create_many [Role::Producer],
+    retry_many [Role::Operator],
+    cancel_many [Role::Operator],
+    delete_many [Role::Operator],
+    list_processed,
+    list_started,
+    counts,
+    next [Role::Worker],
+    complete_many [Role::Worker],
+    get_by_id,
+    events,
+    heartbeat [Role::Worker],
+    complete [Role::Worker],
+    fail [Role::Worker],
+    snooze [Role::Worker],
+    cancel [Role::Operator],
+    retry [Role::Operator],
+    generator_status,
+    generator_settings,
+    generator_start [Role::Operator],
+    generator_stop [Role::Operator],
+    generator_stop_post [Role::Operator],
+    queues_list,
+    queue_get,
+    queue_set_limits [Role::Operator],
+    queue_pause [Role::Operator],
+    queue_resume [Role::Operator],
+    schedules_list,
+    schedule_create [Role::Operator],
+    schedule_get,
+    schedule_replace [Role::Operator],
+    schedule_delete [Role::Operator],
+    schedule_pause [Role::Operator],
+    schedule_resume [Role::Operator],
+    workers_list,
+    worker_beat [Role::Worker],
+    worker_gone [Role::Worker],
+    dashboard::page,
+    dashboard::page_view,
+    dashboard::page_task,
+    dashboard::to_dashboard,
+    dashboard::overview,
+    dashboard::throughput,
+    dashboard::leases,
+    dashboard::revoke [Role::Operator],
+    readyz,
+    metrics,
+}
+
+/// A worker process's beat
+///
+/// Announces the process (`worker:<id>`, with what it says of itself) and renews its liveness
+/// lease, whose fence its claims name so that its tasks need no lease of their own.
+#[utoipa::path(
+    put,
+    path = "/api/workers/{id}",
+    tag = "workers",
+    params(("id" = String, Path, description = "The worker process's id")),
+    responses(
+        (status = 200, description = "The liveness lease to present at the next beat", body = WorkerLease),
+        (status = 400, description = "`invalid_field`, `missing_field`, `malformed_json`, `invalid_ttl`", body = ErrorBody),
+        (status = 409, description = "`worker_id_in_use`: another live process has this id; `lease_lost`, `lease_expired`, `lease_released`, `lease_revoked`: the lease presented is no longer this process's", body = ErrorBody),
+    )
+)]
 async fn worker_beat(
     state: State,
     id: web::Path<String>,
@@ -202,7 +121,20 @@ async fn worker_beat(
     Ok(HttpResponse::Ok().json(crate::workers::beat(&state.engine, &id, &body).await?))
 }
 
-/// A worker process that stops: 204, its lease released.
+/// A worker process's goodbye
+///
+/// Releases its liveness lease; its tasks are handed back by their own requests.
+#[utoipa::path(
+    delete,
+    path = "/api/workers/{id}",
+    tag = "workers",
+    params(("id" = String, Path, description = "The worker process's id")),
+    responses(
+        (status = 204, description = "Its lease released"),
+        (status = 400, description = "`invalid_field`, `missing_field`, `malformed_json`", body = ErrorBody),
+        (status = 409, description = "`lease_lost`, `lease_expired`, `lease_revoked`: the lease is no longer this process's", body = ErrorBody),
+    )
+)]
 async fn worker_gone(
     state: State,
     id: web::Path<String>,
@@ -212,10 +144,35 @@ async fn worker_gone(
     Ok(HttpResponse::NoContent().finish())
 }
 
+/// Worker processes
+///
+/// The processes that announced themselves, with their liveness and what they run.
+#[utoipa::path(
+    get,
+    path = "/api/workers",
+    tag = "workers",
+    responses((status = 200, description = "The worker processes", body = Workers))
+)]
 async fn workers_list(state: State) -> Result<HttpResponse, ApiError> {
     Ok(HttpResponse::Ok().json(crate::workers::list(&state.engine).await?))
 }
 
+/// Create a task
+///
+/// `task_data` is a JSON object (at most 64 KiB). With an `idempotency_key`, a repeat answers
+/// 200 with the first task; a repeat asking for another task is 422.
+#[utoipa::path(
+    post,
+    path = "/api/tasks",
+    tag = "tasks",
+    responses(
+        (status = 201, description = "The task created", body = Task),
+        (status = 200, description = "The task an earlier create with this `idempotency_key` made", body = Task),
+        (status = 400, description = "`invalid_field`, `missing_field`, `malformed_json`, `too_large`", body = ErrorBody),
+        (status = 409, description = "`stale_generator`, `generator_stopped`: a generator's create whose lease no longer holds", body = ErrorBody),
+        (status = 422, description = "`idempotency_key_reused`: the key names another task", body = ErrorBody),
+    )
+)]
 async fn create(state: State, body: web::Json<CreateTask>) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
     Ok(
@@ -226,7 +183,20 @@ async fn create(state: State, body: web::Json<CreateTask>) -> Result<HttpRespons
     )
 }
 
-/// 200 with one result per create (each with its own status: 201, 200, 400, ...).
+/// Create many tasks
+///
+/// Up to 1,000 creates in one transaction; one result per create, in order, each with the
+/// status and body its own `POST /api/tasks` would have got.
+#[utoipa::path(
+    post,
+    path = "/api/tasks/batch",
+    tag = "tasks",
+    request_body = CreateTasks,
+    responses(
+        (status = 200, description = "One result per create", body = CreatedTasks),
+        (status = 400, description = "`invalid_batch`, `invalid_field`, `missing_field`, `malformed_json`", body = ErrorBody),
+    )
+)]
 async fn create_many(
     state: State,
     body: web::Json<tasks::create_many::Batch>,
@@ -236,20 +206,48 @@ async fn create_many(
     Ok(HttpResponse::Ok().json(CreatedTasks { results }))
 }
 
-/// 202 with the task (a list when `limit` was given), or 200 `{message}` when none is due.
+/// Claim tasks
+///
+/// The sample's claim: 202 with one task (a list when `limit` was given), or 200
+/// `{message}` when none is due (after waiting up to `wait_ms` for one).
+#[utoipa::path(
+    post,
+    path = "/api/tasks/next",
+    tag = "tasks",
+    responses(
+        (status = 202, description = "The task claimed (a list of them when `limit` was given)", body = ClaimAnswer),
+        (status = 200, description = "No task is due", body = NoTask),
+        (status = 400, description = "`invalid_field`, `missing_field`, `malformed_json`, `invalid_limit`, `invalid_wait`", body = ErrorBody),
+        (status = 409, description = "`lease_lost`, `lease_expired`, `lease_revoked`: the worker lease the claim names is no longer held", body = ErrorBody),
+    )
+)]
 async fn next(state: State, body: web::Json<ClaimTasks>) -> Result<HttpResponse, ApiError> {
     let mut claimed = tasks::claim(&state.claims, &state.engine, &body).await?;
     Ok(match (claimed.is_empty(), body.limit.is_some()) {
         (true, _) => HttpResponse::Ok().json(NoTask {
             message: "No tasks available".to_owned(),
         }),
-        (false, true) => HttpResponse::Accepted().json(claimed),
-        (false, false) => HttpResponse::Accepted().json(claimed.swap_remove(0)),
+        (false, true) => HttpResponse::Accepted().json(ClaimAnswer::Many(claimed)),
+        (false, false) => {
+            HttpResponse::Accepted().json(ClaimAnswer::One(Box::new(claimed.swap_remove(0))))
+        }
     })
 }
 
-/// 200 with one result per completion (each with its own status: 202, 409, 404, ...), and the
-/// tasks claimed after them when the request asked for its `next` ones.
+/// Complete many tasks (and claim the next)
+///
+/// Up to 100 completions in one transaction; one result per task, each with the status its own
+/// `PUT /api/tasks/{id}/complete` would have got. With `next`, the tasks claimed after them in
+/// the same transaction (`claimed`), or why the claim got none (`claimRefused`).
+#[utoipa::path(
+    put,
+    path = "/api/tasks/complete",
+    tag = "tasks",
+    responses(
+        (status = 200, description = "One result per completion", body = CompletedTasks),
+        (status = 400, description = "`invalid_batch`, `duplicate_task`, `invalid_field`, `missing_field`, `malformed_json`, `invalid_limit`", body = ErrorBody),
+    )
+)]
 async fn complete_many(
     state: State,
     body: web::Json<CompleteTasks>,
@@ -267,6 +265,21 @@ async fn complete_many(
     }))
 }
 
+/// Heartbeat a task
+///
+/// The claimant renews its task's lease; 409 `cancelled` when an operator asked for it to stop.
+#[utoipa::path(
+    put,
+    path = "/api/tasks/{id}/heartbeat",
+    tag = "tasks",
+    params(("id" = i64, Path, description = "The task's id")),
+    responses(
+        (status = 202, description = "The task, its lease renewed", body = Task),
+        (status = 400, description = "`invalid_field`, `missing_field`, `malformed_json`, `invalid_fence`", body = ErrorBody),
+        (status = 404, description = "`task_not_found`", body = ErrorBody),
+        (status = 409, description = "`not_owner` (another processor's task), `lease_lost` (its lease expired or a newer claim superseded it), `lease_revoked`, `task_finished`, `cancelled`", body = ErrorBody),
+    )
+)]
 async fn heartbeat(
     state: State,
     id: web::Path<i64>,
@@ -277,6 +290,19 @@ async fn heartbeat(
     Ok(HttpResponse::Accepted().json(task))
 }
 
+/// Complete a task
+#[utoipa::path(
+    put,
+    path = "/api/tasks/{id}/complete",
+    tag = "tasks",
+    params(("id" = i64, Path, description = "The task's id")),
+    responses(
+        (status = 202, description = "The task, succeeded", body = Task),
+        (status = 400, description = "`invalid_field`, `missing_field`, `malformed_json`, `invalid_fence`, `too_large`", body = ErrorBody),
+        (status = 404, description = "`task_not_found`", body = ErrorBody),
+        (status = 409, description = "`not_owner` (another processor's task), `lease_lost` (its lease expired or a newer claim superseded it), `lease_revoked`, `task_finished`, `cancelled`", body = ErrorBody),
+    )
+)]
 async fn complete(
     state: State,
     id: web::Path<i64>,
@@ -286,6 +312,22 @@ async fn complete(
     Ok(HttpResponse::Accepted().json(task))
 }
 
+/// Fail a task
+///
+/// Back to pending after a capped, jittered backoff, or dead when its attempts are used up
+/// (`retryable: false`: dead at once; `requeue: true`: handed back now, the attempt not charged).
+#[utoipa::path(
+    put,
+    path = "/api/tasks/{id}/fail",
+    tag = "tasks",
+    params(("id" = i64, Path, description = "The task's id")),
+    responses(
+        (status = 202, description = "The task, pending again or dead", body = Task),
+        (status = 400, description = "`invalid_field`, `missing_field`, `malformed_json`, `invalid_fence`", body = ErrorBody),
+        (status = 404, description = "`task_not_found`", body = ErrorBody),
+        (status = 409, description = "`not_owner` (another processor's task), `lease_lost` (its lease expired or a newer claim superseded it), `lease_revoked`, `task_finished`, `cancelled`", body = ErrorBody),
+    )
+)]
 async fn fail(
     state: State,
     id: web::Path<i64>,
@@ -296,21 +338,74 @@ async fn fail(
     Ok(HttpResponse::Accepted().json(task))
 }
 
+/// Retry tasks by filter
+///
+/// Dead tasks (or, with `"status": "cancelled"`, cancelled ones) back to pending with
+/// fresh attempts; at most `limit` (default 1,000) per call, oldest first.
+#[utoipa::path(
+    post,
+    path = "/api/tasks/retry",
+    tag = "tasks",
+    responses(
+        (status = 200, description = "How many tasks it touched: repeat until `touched` is 0", body = BulkResult),
+        (status = 400, description = "`invalid_field`, `invalid_status`, `too_many_ids`, `invalid_limit`, `malformed_json`", body = ErrorBody),
+    )
+)]
 async fn retry_many(state: State, body: web::Json<BulkTasks>) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
     Ok(HttpResponse::Ok().json(tasks::retry_many(&mut conn, &state.engine, &body).await?))
 }
 
+/// Cancel tasks by filter
+///
+/// Pending ones now, running ones at their next heartbeat; at most `limit` per call.
+#[utoipa::path(
+    post,
+    path = "/api/tasks/cancel",
+    tag = "tasks",
+    responses(
+        (status = 200, description = "How many tasks it touched: repeat until `touched` is 0", body = BulkResult),
+        (status = 400, description = "`invalid_field`, `invalid_status`, `too_many_ids`, `invalid_limit`, `malformed_json`", body = ErrorBody),
+    )
+)]
 async fn cancel_many(state: State, body: web::Json<BulkTasks>) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
     Ok(HttpResponse::Ok().json(tasks::cancel_many(&mut conn, &state.engine, &body).await?))
 }
 
+/// Delete tasks by filter
+///
+/// Finished tasks only; at most `limit` per call.
+#[utoipa::path(
+    post,
+    path = "/api/tasks/delete",
+    tag = "tasks",
+    responses(
+        (status = 200, description = "How many tasks it touched: repeat until `touched` is 0", body = BulkResult),
+        (status = 400, description = "`invalid_field`, `invalid_status`, `too_many_ids`, `invalid_limit`, `malformed_json`", body = ErrorBody),
+    )
+)]
 async fn delete_many(state: State, body: web::Json<BulkTasks>) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
     Ok(HttpResponse::Ok().json(tasks::delete_many(&mut conn, &body).await?))
 }
 
+/// Snooze a task
+///
+/// The claimant puts its task off: pending again, due in `seconds` (0 to a year), the attempt
+/// not charged, the lease released.
+#[utoipa::path(
+    put,
+    path = "/api/tasks/{id}/snooze",
+    tag = "tasks",
+    params(("id" = i64, Path, description = "The task's id")),
+    responses(
+        (status = 202, description = "The task, pending again", body = Task),
+        (status = 400, description = "`invalid_snooze`, `invalid_field`, `missing_field`, `malformed_json`, `invalid_fence`", body = ErrorBody),
+        (status = 404, description = "`task_not_found`", body = ErrorBody),
+        (status = 409, description = "`not_owner` (another processor's task), `lease_lost` (its lease expired or a newer claim superseded it), `lease_revoked`, `task_finished`, `cancelled`", body = ErrorBody),
+    )
+)]
 async fn snooze(
     state: State,
     id: web::Path<i64>,
@@ -321,7 +416,21 @@ async fn snooze(
     Ok(HttpResponse::Accepted().json(task))
 }
 
-/// 200 when a pending task was cancelled; 202 when a running one will be at its next heartbeat.
+/// Cancel a task
+///
+/// A pending task at once (200); a running one at its worker's next heartbeat (202).
+#[utoipa::path(
+    post,
+    path = "/api/tasks/{id}/cancel",
+    tag = "tasks",
+    params(("id" = i64, Path, description = "The task's id")),
+    responses(
+        (status = 200, description = "The task, cancelled", body = Task),
+        (status = 202, description = "The task, to be cancelled at its next heartbeat", body = Task),
+        (status = 404, description = "`task_not_found`", body = ErrorBody),
+        (status = 409, description = "`task_finished`", body = ErrorBody),
+    )
+)]
 async fn cancel(state: State, id: web::Path<i64>) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
     let (task, immediate) = tasks::cancel(&mut conn, &state.engine, *id).await?;
@@ -332,71 +441,128 @@ async fn cancel(state: State, id: web::Path<i64>) -> Result<HttpResponse, ApiErr
     })
 }
 
+/// Retry a dead task
+///
+/// Back to pending, due now, with its attempts renewed.
+#[utoipa::path(
+    post,
+    path = "/api/tasks/{id}/retry",
+    tag = "tasks",
+    params(("id" = i64, Path, description = "The task's id")),
+    responses(
+        (status = 200, description = "The task, pending again", body = Task),
+        (status = 404, description = "`task_not_found`", body = ErrorBody),
+        (status = 409, description = "`not_dead`", body = ErrorBody),
+    )
+)]
 async fn retry(state: State, id: web::Path<i64>) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
     Ok(HttpResponse::Ok().json(tasks::retry(&mut conn, &state.engine, *id).await?))
 }
 
+/// One task
+#[utoipa::path(
+    get,
+    path = "/api/tasks/{id}",
+    tag = "tasks",
+    params(("id" = i64, Path, description = "The task's id")),
+    responses(
+        (status = 200, description = "The task, as `{task}`", body = OneTask),
+        (status = 404, description = "`task_not_found`", body = ErrorBody),
+    )
+)]
 async fn get_by_id(state: State, id: web::Path<i64>) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
     Ok(HttpResponse::Ok().json(tasks::get(&mut conn, *id).await?))
 }
 
-/// `GET /api/tasks/{id}/events`: the task's history, oldest first.
+/// A task's history
+///
+/// Every transition of the task, oldest first.
+#[utoipa::path(
+    get,
+    path = "/api/tasks/{id}/events",
+    tag = "tasks",
+    params(("id" = i64, Path, description = "The task's id")),
+    responses(
+        (status = 200, description = "Its history", body = TaskHistory),
+        (status = 404, description = "`task_not_found`", body = ErrorBody),
+    )
+)]
 async fn events(state: State, id: web::Path<i64>) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
     Ok(HttpResponse::Ok().json(tasks::events(&mut conn, *id).await?))
 }
 
-/// Query of the listings: `status` (comma-separated), `queue`, `limit`, `cursor`, `order`.
-#[derive(Debug, Deserialize)]
+/// Query of the listings: filters, then the page.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 struct ListQuery {
+    /// Only tasks in these statuses, comma-separated (`pending,running`).
     status: Option<String>,
+    /// Only tasks of this queue.
     queue: Option<String>,
+    /// Only tasks this processor last claimed.
     processor: Option<String>,
+    /// Only tasks of this concurrency key.
     key: Option<String>,
+    /// Only tasks created after this instant (RFC 3339, years 1 to 9999).
     created_after: Option<chrono::DateTime<chrono::Utc>>,
+    /// Only tasks created before this instant (RFC 3339, years 1 to 9999).
     created_before: Option<chrono::DateTime<chrono::Utc>>,
+    /// Tasks per page: 1 or more, at most 1,000 are answered (default 100).
+    #[param(minimum = 1)]
     limit: Option<i64>,
+    /// The previous page's `nextCursor`.
     cursor: Option<String>,
+    /// `asc` (oldest first, the default) or `desc` (newest first).
+    #[param(inline)]
     order: Option<Order>,
 }
 
-async fn list_all(
-    s: State,
-    q: web::Query<ListQuery>,
-    r: HttpRequest,
-) -> Result<HttpResponse, ApiError> {
-    list(s, q, r, &TaskStatus::ALL).await
+macro_rules! listing {
+    ($name:ident, $path:literal, $within:expr, $summary:literal $(, $about:literal)?) => {
+        #[doc = $summary]
+        $(#[doc = ""] #[doc = $about])?
+        #[utoipa::path(
+            get,
+            path = $path,
+            tag = "tasks",
+            params(ListQuery),
+            responses(
+                (status = 200, description = "A page of tasks, as `{tasks, nextCursor}`; a page also ends at 4 MiB of task JSON", body = TaskPage),
+                (status = 400, description = "`invalid_status`, `invalid_limit`, `invalid_cursor`, `invalid_query`, `invalid_field`", body = ErrorBody),
+            )
+        )]
+        async fn $name(
+            state: State,
+            query: web::Query<ListQuery>,
+            request: HttpRequest,
+        ) -> Result<HttpResponse, ApiError> {
+            list(state, query, request, $within).await
+        }
+    };
 }
 
-/// The sample's "processed": every task that reached an end.
-async fn list_processed(
-    s: State,
-    q: web::Query<ListQuery>,
-    r: HttpRequest,
-) -> Result<HttpResponse, ApiError> {
-    list(
-        s,
-        q,
-        r,
-        &[
-            TaskStatus::Succeeded,
-            TaskStatus::Dead,
-            TaskStatus::Cancelled,
-        ],
-    )
-    .await
-}
-
-/// The sample's "started": tasks being worked on now.
-async fn list_started(
-    s: State,
-    q: web::Query<ListQuery>,
-    r: HttpRequest,
-) -> Result<HttpResponse, ApiError> {
-    list(s, q, r, &[TaskStatus::Running]).await
-}
+listing!(list_all, "/api/tasks", &TaskStatus::ALL, "All tasks");
+listing!(
+    list_processed,
+    "/api/tasks/processed",
+    &[
+        TaskStatus::Succeeded,
+        TaskStatus::Dead,
+        TaskStatus::Cancelled
+    ],
+    "Finished tasks",
+    "The sample's \"processed\": every task that reached an end."
+);
+listing!(
+    list_started,
+    "/api/tasks/started",
+    &[TaskStatus::Running],
+    "Running tasks",
+    "The sample's \"started\": tasks being worked on now."
+);
 
 async fn list(
     state: State,
@@ -430,7 +596,15 @@ async fn list(
     Ok(holding(answer, turn))
 }
 
+/// Counts per queue
+///
 /// Per queue, the number of tasks in each status (every status listed, zeros included).
+#[utoipa::path(
+    get,
+    path = "/api/tasks/counts",
+    tag = "tasks",
+    responses((status = 200, description = "The counts", body = TaskCounts))
+)]
 async fn counts(state: State) -> Result<HttpResponse, ApiError> {
     let turn = state.reads.turn().await?;
     let mut conn = db::connection(&state.pool).await?;
@@ -439,18 +613,47 @@ async fn counts(state: State) -> Result<HttpResponse, ApiError> {
     json_holding(counts, turn).await
 }
 
+/// The generator's state
+///
+/// What it should do, and which replica leads it now.
+#[utoipa::path(
+    get,
+    path = "/api/generator/status",
+    tag = "generator",
+    responses((status = 200, description = "The generator's state", body = GeneratorStatus))
+)]
 async fn generator_status(state: State) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
     Ok(HttpResponse::Ok().json(generator::status(&mut conn, &state.engine).await?))
 }
 
+/// The generator's settings
+///
 /// The desired state alone (what generator replicas poll; no lease-service call).
+#[utoipa::path(
+    get,
+    path = "/api/generator/settings",
+    tag = "generator",
+    responses((status = 200, description = "The generator's settings", body = GeneratorSettings))
+)]
 async fn generator_settings(state: State) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
     Ok(HttpResponse::Ok().json(generator::settings(&mut conn).await?))
 }
 
+/// Start the generator
+///
 /// The sample's start takes no body; a JSON body may change the rate and the sleep range.
+#[utoipa::path(
+    post,
+    path = "/api/generator/start",
+    tag = "generator",
+    request_body(content = Option<StartGenerator>, description = "Optional: a new rate and sleep range"),
+    responses(
+        (status = 200, description = "The generator's state", body = GeneratorStatus),
+        (status = 400, description = "`invalid_field`, `malformed_json`", body = ErrorBody),
+    )
+)]
 async fn generator_start(state: State, body: web::Bytes) -> Result<HttpResponse, ApiError> {
     let change: StartGenerator = if body.iter().all(u8::is_ascii_whitespace) {
         StartGenerator::default()
@@ -469,27 +672,78 @@ async fn generator_start(state: State, body: web::Bytes) -> Result<HttpResponse,
     Ok(HttpResponse::Ok().json(generator::start(&mut conn, &state.engine, change).await?))
 }
 
+/// Stop the generator
+///
+/// The sample's generator page stops with `DELETE`.
+#[utoipa::path(
+    delete,
+    path = "/api/generator/stop",
+    tag = "generator",
+    responses((status = 200, description = "The generator's state", body = GeneratorStatus))
+)]
 async fn generator_stop(state: State) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
     Ok(HttpResponse::Ok().json(generator::stop(&mut conn, &state.engine).await?))
 }
 
+/// Stop the generator (`POST`)
+///
+/// As `DELETE /api/generator/stop`, kept for Leasehold's own clients.
+#[utoipa::path(
+    post,
+    path = "/api/generator/stop",
+    tag = "generator",
+    responses((status = 200, description = "The generator's state", body = GeneratorStatus))
+)]
+async fn generator_stop_post(state: State) -> Result<HttpResponse, ApiError> {
+    generator_stop(state).await
+}
+
+/// Readiness
+///
 /// Ready when the database answers, lease-service is healthy and accepts the task lease TTL,
 /// all within two seconds.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "operations",
+    responses(
+        (status = 200, description = "Ready, with the database node it reached", body = Probe),
+        (status = 503, description = "`unavailable`, `task_lease_ttl_rejected`", body = ErrorBody),
+    )
+)]
 async fn readyz(state: State) -> Result<HttpResponse, ApiError> {
     Ok(ready(tasks::ready(&state.pool, &state.engine).await?))
 }
 
-/// Query of the queues' listing: `limit`, `cursor`, `order`.
-#[derive(Debug, Deserialize)]
+/// Query of the queues' listing: the page.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct QueuesQuery {
+    /// Queues per page: 1 or more, at most 1,000 are answered (default 100).
+    #[param(minimum = 1)]
     limit: Option<i64>,
+    /// The previous page's `nextCursor`.
     cursor: Option<String>,
+    /// `asc` (by name, the default) or `desc`.
+    #[param(inline)]
     order: Option<Order>,
 }
 
-/// A page of the queues, by name, as the task listings page: `{"queues": [...], "nextCursor"}`.
+/// Queues
+///
+/// A page of the queues, by name: `{queues, nextCursor}`.
+#[utoipa::path(
+    get,
+    path = "/api/queues",
+    tag = "queues",
+    params(QueuesQuery),
+    responses(
+        (status = 200, description = "A page of queues", body = Queues),
+        (status = 400, description = "`invalid_limit`, `invalid_cursor`, `invalid_query`", body = ErrorBody),
+    )
+)]
 async fn queues_list(
     state: State,
     query: web::Query<QueuesQuery>,
@@ -504,7 +758,19 @@ async fn queues_list(
     Ok(holding(answer, turn))
 }
 
-/// A heavy read too: it counts the queue's tasks.
+/// One queue
+///
+/// Its counts, pause and limits (a queue nobody used reads as running and empty).
+#[utoipa::path(
+    get,
+    path = "/api/queues/{queue}",
+    tag = "queues",
+    params(("queue" = String, Path, description = "The queue's name (1 to 128 bytes, no control characters)")),
+    responses(
+        (status = 200, description = "The queue", body = QueueState),
+        (status = 400, description = "`invalid_field`: not a queue's name", body = ErrorBody),
+    )
+)]
 async fn queue_get(state: State, queue: web::Path<String>) -> Result<HttpResponse, ApiError> {
     let turn = state.reads.turn().await?;
     let mut conn = db::connection(&state.pool).await?;
@@ -513,6 +779,20 @@ async fn queue_get(state: State, queue: web::Path<String>) -> Result<HttpRespons
     json_holding(queue, turn).await
 }
 
+/// Set a queue's limits
+///
+/// `concurrency_limit`, `key_concurrency_limit` and `rate_limit`; a field left out lifts its
+/// limit.
+#[utoipa::path(
+    put,
+    path = "/api/queues/{queue}",
+    tag = "queues",
+    params(("queue" = String, Path, description = "The queue's name (1 to 128 bytes, no control characters)")),
+    responses(
+        (status = 200, description = "The queue", body = QueueState),
+        (status = 400, description = "`invalid_field`, `malformed_json`", body = ErrorBody),
+    )
+)]
 async fn queue_set_limits(
     state: State,
     queue: web::Path<String>,
@@ -522,22 +802,63 @@ async fn queue_set_limits(
     Ok(HttpResponse::Ok().json(crate::queues::set_limits(&mut conn, &queue, &body).await?))
 }
 
+/// Pause a queue
+///
+/// Claims stop handing out its tasks on every replica; running ones finish.
+#[utoipa::path(
+    post,
+    path = "/api/queues/{queue}/pause",
+    tag = "queues",
+    params(("queue" = String, Path, description = "The queue's name (1 to 128 bytes, no control characters)")),
+    responses(
+        (status = 200, description = "The queue", body = QueueState),
+        (status = 400, description = "`invalid_field`: not a queue's name", body = ErrorBody),
+    )
+)]
 async fn queue_pause(state: State, queue: web::Path<String>) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
     Ok(HttpResponse::Ok().json(crate::queues::set_paused(&mut conn, &queue, true).await?))
 }
 
+/// Resume a queue
+#[utoipa::path(
+    post,
+    path = "/api/queues/{queue}/resume",
+    tag = "queues",
+    params(("queue" = String, Path, description = "The queue's name (1 to 128 bytes, no control characters)")),
+    responses(
+        (status = 200, description = "The queue", body = QueueState),
+        (status = 400, description = "`invalid_field`: not a queue's name", body = ErrorBody),
+    )
+)]
 async fn queue_resume(state: State, queue: web::Path<String>) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
     Ok(HttpResponse::Ok().json(crate::queues::set_paused(&mut conn, &queue, false).await?))
 }
 
+/// Schedules
+#[utoipa::path(
+    get,
+    path = "/api/schedules",
+    tag = "schedules",
+    responses((status = 200, description = "Every schedule", body = Schedules))
+)]
 async fn schedules_list(state: State) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
     Ok(HttpResponse::Ok().json(schedules::list(&mut conn).await?))
 }
 
-/// 201 with the schedule; 409 `schedule_exists` when the name is taken.
+/// Create a schedule
+#[utoipa::path(
+    post,
+    path = "/api/schedules",
+    tag = "schedules",
+    responses(
+        (status = 201, description = "The schedule", body = Schedule),
+        (status = 400, description = "`invalid_field`, `missing_field`, `malformed_json`, `invalid_cron`, `invalid_timezone`", body = ErrorBody),
+        (status = 409, description = "`schedule_exists`: the name is taken", body = ErrorBody),
+    )
+)]
 async fn schedule_create(
     state: State,
     body: web::Json<CreateSchedule>,
@@ -547,12 +868,34 @@ async fn schedule_create(
     Ok(HttpResponse::Created().json(schedule))
 }
 
+/// One schedule
+#[utoipa::path(
+    get,
+    path = "/api/schedules/{name}",
+    tag = "schedules",
+    params(("name" = String, Path, description = "The schedule's name")),
+    responses(
+        (status = 200, description = "The schedule", body = Schedule),
+        (status = 404, description = "`schedule_not_found`", body = ErrorBody),
+    )
+)]
 async fn schedule_get(state: State, name: web::Path<String>) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
     Ok(HttpResponse::Ok().json(schedules::get(&mut conn, &name).await?))
 }
 
-/// 201 when the schedule was created, 200 when replaced.
+/// Create or replace a schedule
+#[utoipa::path(
+    put,
+    path = "/api/schedules/{name}",
+    tag = "schedules",
+    params(("name" = String, Path, description = "The schedule's name")),
+    responses(
+        (status = 201, description = "The schedule, created", body = Schedule),
+        (status = 200, description = "The schedule, replaced", body = Schedule),
+        (status = 400, description = "`invalid_field`, `missing_field`, `malformed_json`, `invalid_cron`, `invalid_timezone`, `name_mismatch`", body = ErrorBody),
+    )
+)]
 async fn schedule_replace(
     state: State,
     name: web::Path<String>,
@@ -568,23 +911,63 @@ async fn schedule_replace(
     })
 }
 
+/// Delete a schedule
+#[utoipa::path(
+    delete,
+    path = "/api/schedules/{name}",
+    tag = "schedules",
+    params(("name" = String, Path, description = "The schedule's name")),
+    responses(
+        (status = 200, description = "The schedule deleted", body = Schedule),
+        (status = 404, description = "`schedule_not_found`", body = ErrorBody),
+    )
+)]
 async fn schedule_delete(state: State, name: web::Path<String>) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
     Ok(HttpResponse::Ok().json(schedules::delete(&mut conn, &name).await?))
 }
 
+/// Pause a schedule
+#[utoipa::path(
+    post,
+    path = "/api/schedules/{name}/pause",
+    tag = "schedules",
+    params(("name" = String, Path, description = "The schedule's name")),
+    responses(
+        (status = 200, description = "The schedule", body = Schedule),
+        (status = 404, description = "`schedule_not_found`", body = ErrorBody),
+    )
+)]
 async fn schedule_pause(state: State, name: web::Path<String>) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
     let schedule = schedules::set_paused(&mut conn, &state.engine, &name, true).await?;
     Ok(HttpResponse::Ok().json(schedule))
 }
 
+/// Resume a schedule
+#[utoipa::path(
+    post,
+    path = "/api/schedules/{name}/resume",
+    tag = "schedules",
+    params(("name" = String, Path, description = "The schedule's name")),
+    responses(
+        (status = 200, description = "The schedule", body = Schedule),
+        (status = 404, description = "`schedule_not_found`", body = ErrorBody),
+    )
+)]
 async fn schedule_resume(state: State, name: web::Path<String>) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
     let schedule = schedules::set_paused(&mut conn, &state.engine, &name, false).await?;
     Ok(HttpResponse::Ok().json(schedule))
 }
 
+/// Prometheus metrics
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "operations",
+    responses((status = 200, description = "The Prometheus text format", content_type = "text/plain", body = String))
+)]
 async fn metrics(state: State) -> Result<HttpResponse, ApiError> {
     // The gauges read every queue's counts: a heavy read, which waits its turn like the others
     // (within the two seconds), so that scrapes cannot take the claims' connections either.

@@ -138,7 +138,7 @@ impl Routes {
             }
         }
         for path in paths {
-            let mut resource = web::resource(actix_pattern(path));
+            let mut resource = web::resource(self.actix_pattern(path));
             for (_, method, endpoint) in self.endpoints.iter().filter(|(p, _, _)| p == path) {
                 let route = (endpoint.route)(method.clone());
                 resource = resource.route(match endpoint.role {
@@ -155,6 +155,48 @@ impl Routes {
             }
             cfg.service(resource);
         }
+    }
+
+    /// The actix pattern of a documented path: the same `{name}` segments, each bounded by the
+    /// `pattern` its parameter's schema states (anchors dropped), so that what the document
+    /// says a parameter matches is what the route matches.
+    fn actix_pattern(&self, path: &str) -> String {
+        let Some(item) = self.document.paths.paths.get(path) else {
+            return path.to_owned();
+        };
+        let parameters: Vec<&utoipa::openapi::path::Parameter> = operations(item)
+            .into_iter()
+            .flat_map(|(_, operation)| operation.parameters.iter().flatten())
+            .filter_map(|parameter| match parameter {
+                RefOr::T(parameter) => Some(parameter),
+                RefOr::Ref(_) => None,
+            })
+            .filter(|parameter| parameter.parameter_in == utoipa::openapi::path::ParameterIn::Path)
+            .collect();
+        path.split('/')
+            .map(|segment| {
+                let Some(name) = segment.strip_prefix('{').and_then(|s| s.strip_suffix('}')) else {
+                    return segment.to_owned();
+                };
+                let pattern = parameters
+                    .iter()
+                    .find(|parameter| parameter.name == name)
+                    .and_then(|parameter| match &parameter.schema {
+                        Some(RefOr::T(utoipa::openapi::schema::Schema::Object(object))) => {
+                            object.pattern.clone()
+                        }
+                        _ => None,
+                    });
+                match pattern {
+                    Some(pattern) => format!(
+                        "{{{name}:{}}}",
+                        pattern.trim_start_matches('^').trim_end_matches('$')
+                    ),
+                    None => segment.to_owned(),
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("/")
     }
 
     /// The routes as served, each method and path.
@@ -302,11 +344,6 @@ fn operations_mut(item: &mut PathItem) -> impl Iterator<Item = &mut Operation> {
     .filter_map(Option::as_mut)
 }
 
-/// The actix pattern of an OpenAPI path: the same, since both write a parameter `{name}`.
-fn actix_pattern(path: &str) -> String {
-    path.to_owned()
-}
-
 /// An error answer: the shared `ErrorBody` schema, with what may cause it.
 fn error_answer(description: &str) -> RefOr<utoipa::openapi::Response> {
     RefOr::T(
@@ -320,7 +357,47 @@ fn error_answer(description: &str) -> RefOr<utoipa::openapi::Response> {
     )
 }
 
+/// A listing's page carries the next page's address in headers too (see
+/// [`super::paging::Page::respond`]): every route that takes a `cursor` says so.
+fn add_paging_headers(operation: &mut Operation) {
+    use utoipa::openapi::HeaderBuilder;
+    let pages =
+        operation.parameters.iter().flatten().any(
+            |parameter| matches!(parameter, RefOr::T(parameter) if parameter.name == "cursor"),
+        );
+    let Some(RefOr::T(page)) = operation.responses.responses.get_mut("200") else {
+        return;
+    };
+    if !pages {
+        return;
+    }
+    let text = || {
+        Some(utoipa::openapi::schema::Object::with_type(
+            utoipa::openapi::Type::String,
+        ))
+    };
+    page.headers.insert(
+        "X-Next-Cursor".to_owned(),
+        HeaderBuilder::new()
+            .schema(text())
+            .description(Some("The next page's `cursor`, when there is a next page"))
+            .build()
+            .into(),
+    );
+    page.headers.insert(
+        "Link".to_owned(),
+        HeaderBuilder::new()
+            .schema(text())
+            .description(Some(
+                "`<...>; rel=\"next\"`: the next page's address, when there is one",
+            ))
+            .build()
+            .into(),
+    );
+}
+
 fn add_answers(operation: &mut Operation, role: Option<Role>) {
+    add_paging_headers(operation);
     let mut answers: Vec<(&str, String)> = Vec::new();
     if let Some(role) = role {
         operation.security = Some(vec![SecurityRequirement::new(BEARER, [role.name()])]);
@@ -397,6 +474,13 @@ fn add_answers(operation: &mut Operation, role: Option<Role>) {
         .build();
 }
 
+/// The operation id `#[utoipa::path]` gives a handler: its function's name, the last segment of
+/// the path the list names it by.
+#[doc(hidden)]
+pub fn operation_id(handler: &'static str) -> &'static str {
+    handler.rsplit("::").next().unwrap_or(handler).trim()
+}
+
 /// Declares a service's routes once: `routes!(fn name; handler [Role::X], other, ...)` defines
 /// `fn name() -> Routes` whose document holds the listed handlers' operations (collected by
 /// `#[derive(utoipa::OpenApi)]`, with every schema they name) and whose
@@ -404,7 +488,7 @@ fn add_answers(operation: &mut Operation, role: Option<Role>) {
 /// one is given. List a path with a fixed segment before a path with a parameter in its place.
 #[macro_export]
 macro_rules! routes {
-    ($vis:vis fn $name:ident; $($handler:ident $([$role:expr])?),* $(,)?) => {
+    ($vis:vis fn $name:ident; $($handler:path $([$role:expr])?),* $(,)?) => {
         $vis fn $name() -> $crate::server::routes::Routes {
             #[derive(utoipa::OpenApi)]
             #[openapi(paths($($handler),*))]
@@ -413,7 +497,7 @@ macro_rules! routes {
                 <Document as utoipa::OpenApi>::openapi(),
                 vec![$(
                     $crate::server::routes::Endpoint::new(
-                        stringify!($handler),
+                        $crate::server::routes::operation_id(stringify!($handler)),
                         {
                             #[allow(unused_mut)]
                             let mut role: Option<$crate::server::auth::Role> = None;

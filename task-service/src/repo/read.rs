@@ -134,7 +134,7 @@ pub async fn list(
     .await
 }
 
-#[derive(Debug, Clone, QueryableByName, serde::Serialize)]
+#[derive(Debug, Clone, QueryableByName, serde::Serialize, utoipa::ToSchema)]
 pub struct QueueCount {
     #[diesel(sql_type = Text)]
     pub queue: String,
@@ -179,7 +179,7 @@ pub async fn counts_of(conn: &mut Db, queues: &[String]) -> Result<Vec<QueueCoun
     .await
 }
 
-#[derive(Debug, Clone, QueryableByName, serde::Serialize)]
+#[derive(Debug, Clone, QueryableByName, serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct OldestDue {
     #[diesel(sql_type = Text)]
@@ -225,7 +225,7 @@ pub async fn oldest_due_of(conn: &mut Db, queues: &[String]) -> Result<Vec<Oldes
 /// bucket 0 is the newest. Buckets of seconds end now; buckets of whole minutes are whole
 /// minutes, bucket 0 the one holding the current minute. `claimed` and `completed` are `started` and `succeeded` under the
 /// names the first dashboard read.
-#[derive(Debug, Clone, QueryableByName, serde::Serialize)]
+#[derive(Debug, Clone, QueryableByName, serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ThroughputBucket {
     #[diesel(sql_type = BigInt)]
@@ -403,7 +403,7 @@ async fn throughput_read(
 }
 
 /// A processor with tasks in flight.
-#[derive(Debug, Clone, QueryableByName, serde::Serialize)]
+#[derive(Debug, Clone, QueryableByName, serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Processor {
     #[diesel(sql_type = Text)]
@@ -434,7 +434,7 @@ pub async fn processors(conn: &mut Db) -> Result<Vec<Processor>> {
 }
 
 /// One entry of a task's history, for its detail view.
-#[derive(Debug, Clone, QueryableByName, serde::Serialize)]
+#[derive(Debug, Clone, QueryableByName, serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskEvent {
     #[diesel(sql_type = Timestamptz)]

@@ -64,7 +64,7 @@ pub async fn create_many(
 /// `POST /api/tasks/batch` as read: a [`leasehold::tasks::CreateTasks`] whose items are each
 /// read apart, so that an item that is not a create (no `task_data`, a date past year 9999, a
 /// float priority) is that item's refusal, as it would be alone, and not the whole batch's.
-#[derive(Debug, serde::Deserialize)]
+#[derive(Debug, serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Batch {
     pub tasks: Vec<serde_json::Value>,

@@ -22,7 +22,7 @@ pub async fn get(conn: &mut Db, id: i64) -> Result<OneTask, ApiError> {
 }
 
 /// `GET /api/tasks/{id}/events`: the task's history, oldest first.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct TaskHistory {
     pub events: Vec<TaskEvent>,
 }
@@ -161,7 +161,7 @@ const WINDOW_SECONDS: i64 = 600;
 const BUCKET_SECONDS: i64 = 10;
 
 /// `GET /api/dashboard/overview`: everything the tasks, workers and generator views show.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Overview {
     pub counts: Vec<QueueCount>,
@@ -171,7 +171,7 @@ pub struct Overview {
     pub generator: leasehold::generator::GeneratorStatus,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Throughput {
     pub window_seconds: i64,
@@ -184,7 +184,7 @@ pub struct Throughput {
 
 /// One queue's pending and running tasks over a window, at the end of each bucket, oldest
 /// first (the last is now).
-#[derive(Debug, Serialize, PartialEq, Eq)]
+#[derive(Debug, Serialize, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct QueueSeries {
     pub queue: String,
