@@ -45,11 +45,23 @@ impl std::fmt::Debug for AppState {
 
 type State = web::Data<AppState>;
 
-/// Mounts every route (see [`routes`]). The caller adds the [`AppState`] and the
-/// [`leasehold::server::auth::Auth`] as app data.
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    extractors(cfg, MAX_BODY_BYTES);
-    routes().mount(cfg);
+/// What mounts every route (see [`routes`]), documented with the TTLs `ttl` allows. The caller
+/// adds the [`AppState`] and the [`leasehold::server::auth::Auth`] as app data.
+pub fn configure(ttl: TtlPolicy) -> impl Fn(&mut web::ServiceConfig) + Clone + Send + 'static {
+    move |cfg| {
+        extractors(cfg, MAX_BODY_BYTES);
+        documented(ttl).mount(cfg);
+    }
+}
+
+/// The routes, their document stating the TTLs this service takes.
+pub fn documented(ttl: TtlPolicy) -> leasehold::server::routes::Routes {
+    let (min, max) = (ttl.min_seconds, ttl.max_seconds);
+    ["AcquireLease", "AcquireLeases", "RenewLease"]
+        .into_iter()
+        .fold(routes(), |routes, schema| {
+            routes.bound(schema, "ttl_seconds", min, max)
+        })
 }
 
 // Every route, once: what serves it and what documents it (`GET /api/openapi.json`). Writes
@@ -87,7 +99,13 @@ leasehold::routes! {
     path = "/api/leases",
     tag = "leases",
     responses(
-        (status = 201, description = "A new acquisition", body = Lease),
+        (status = 201, description = "A new acquisition", body = Lease, links(
+            ("Renew" = (operation_id = "renew", request_body = json!({"resource": "$response.body#/resource", "holder": "$response.body#/holder", "fence": "$response.body#/fence", "secret": "$response.body#/secret"}), description = "Renew this lease")),
+            ("Release" = (operation_id = "release", request_body = json!({"resource": "$response.body#/resource", "holder": "$response.body#/holder", "fence": "$response.body#/fence", "secret": "$response.body#/secret"}), description = "Release this lease")),
+            ("Get" = (operation_id = "get_by_id", parameters(("id" = "$response.body#/id")), description = "Read this lease")),
+            ("ReleaseById" = (operation_id = "release_by_id", parameters(("id" = "$response.body#/id")), request_body = json!({"resource": "$response.body#/resource", "holder": "$response.body#/holder", "fence": "$response.body#/fence", "secret": "$response.body#/secret"}), description = "Release this lease by its id")),
+            ("Revoke" = (operation_id = "revoke", parameters(("id" = "$response.body#/id")), description = "Revoke this lease")),
+        )),
         (status = 200, description = "The holder's own lease, extended (reentrant)", body = Lease),
         (status = 400, description = "`invalid_field`, `missing_field`, `malformed_json`, `invalid_ttl`, `invalid_secret`, `invalid_wait`, `invalid_metadata`, `secret_required`", body = ErrorBody),
         (status = 409, description = "`lease_held`: another holder has it (with `holder`, `expiresAt`, `expiresInMs`); `wrong_secret`: a reentrant acquire with another secret", body = ErrorBody),
@@ -178,7 +196,9 @@ async fn check_many(state: State, body: web::Json<CheckLeases>) -> Result<HttpRe
     path = "/api/leases/renew",
     tag = "leases",
     responses(
-        (status = 200, description = "The renewed lease", body = Lease),
+        (status = 200, description = "The renewed lease", body = Lease, links(
+            ("Release" = (operation_id = "release", request_body = json!({"resource": "$response.body#/resource", "holder": "$response.body#/holder", "fence": "$response.body#/fence", "secret": "$response.body#/secret"}), description = "Release this lease")),
+        )),
         (status = 400, description = "`invalid_field`, `missing_field`, `malformed_json`, `invalid_ttl`, `invalid_metadata`, `secret_required`", body = ErrorBody),
         (status = 404, description = "`lease_not_found`: the resource has no lease", body = ErrorBody),
         (status = 409, description = "`not_holder`, `stale_fence`, `lease_expired`, `lease_released`, `lease_revoked`, `wrong_secret`", body = ErrorBody),
@@ -278,13 +298,16 @@ struct PageQuery {
     #[param(minimum = 1)]
     limit: Option<i64>,
     /// The previous page's `nextCursor`.
+    #[param(pattern = r"^[0-9]{0,18}$")]
     cursor: Option<String>,
     /// `asc` (oldest first, the default) or `desc` (newest first).
     #[param(inline)]
     order: Option<Order>,
     /// Only the lease of this resource, exactly.
+    #[param(max_length = 512, pattern = r"^[^\u0000]*$")]
     resource: Option<String>,
     /// Only leases whose resource starts with this.
+    #[param(max_length = 512, pattern = r"^[^\u0000]*$")]
     resource_prefix: Option<String>,
 }
 

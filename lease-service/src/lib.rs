@@ -129,6 +129,6 @@ pub async fn run(
         http_metrics: metrics.http.clone(),
     };
     server
-        .run_until_stopped(listener, stop, state, http::configure, sweeper)
+        .run_until_stopped(listener, stop, state, http::configure(ttl), sweeper)
         .await
 }

@@ -7,8 +7,8 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-/// Longest `resource` or `holder` accepted, in bytes.
-pub const MAX_NAME_BYTES: usize = 512;
+/// Longest `resource` or `holder` accepted, in characters.
+pub const MAX_NAME_CHARS: usize = 512;
 
 /// The sample's lease length, used when a request names no `ttl_seconds`.
 pub const DEFAULT_TTL_SECONDS: i64 = 30;
@@ -22,12 +22,15 @@ pub const DEFAULT_TTL_SECONDS: i64 = 30;
 // a lease-service of the previous one while a deployment rolls over (see README, Deploy).
 #[serde(rename_all = "camelCase")]
 pub struct Lease {
+    #[serde(deserialize_with = "crate::integers::integer")]
     pub id: i64,
     pub resource: String,
     pub holder: String,
     /// Fencing token: greater for every new acquisition of a resource; renewals keep it.
+    #[serde(deserialize_with = "crate::integers::integer")]
     pub fence: i64,
     #[serde(alias = "ttl_seconds")]
+    #[serde(deserialize_with = "crate::integers::integer")]
     pub ttl_seconds: i32,
     pub status: LeaseStatus,
     /// When the current acquisition was made (the sample's column name).
@@ -41,6 +44,7 @@ pub struct Lease {
     pub expires_at: DateTime<Utc>,
     /// Milliseconds until expiry by the database's clock; 0 once expired or released.
     #[serde(alias = "expires_in_ms")]
+    #[serde(deserialize_with = "crate::integers::integer")]
     pub expires_in_ms: i64,
     /// Proof of holding, in the answer to a new acquisition only (drawn by lease-service, or the
     /// one its acquire presented) and to a reentrant one that presented it: renew and release
@@ -51,6 +55,7 @@ pub struct Lease {
     /// What the holder says about itself (a JSON object of at most [`MAX_LEASE_METADATA_BYTES`]),
     /// set by its acquire or renewals; lease-service stores it and never reads it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<crate::schema::JsonObject>)]
     pub metadata: Option<serde_json::Value>,
 }
 
@@ -181,29 +186,39 @@ pub struct LeasePage {
 /// `POST /api/leases`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct AcquireLease {
+    #[schema(value_type = crate::schema::Name)]
     pub resource: String,
+    #[schema(value_type = crate::schema::Name)]
     pub holder: String,
+    /// The lease's length (default 30; the bounds are the service's `LEASE_MIN_TTL_SECONDS` and
+    /// `LEASE_MAX_TTL_SECONDS`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 3600)]
+    #[serde(deserialize_with = "crate::integers::optional")]
     pub ttl_seconds: Option<i64>,
     /// The holder's proof: a reentrant acquire must present the secret of the lease it already
     /// has, and a new acquisition keeps the one presented (instead of drawing one), so that a
-    /// holder whose answer was lost can still prove itself. [`MIN_OWN_SECRET_BYTES`] to
-    /// [`MAX_NAME_BYTES`] bytes; keep it as secret as one lease-service draws.
+    /// holder whose answer was lost can still prove itself. [`MIN_OWN_SECRET_CHARS`] to
+    /// [`MAX_NAME_CHARS`] characters; keep it as secret as one lease-service draws.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, min_length = 32, max_length = 512)]
     pub secret: Option<Secret>,
     /// When another holder has the lease, wait up to this many milliseconds (at most
     /// [`MAX_ACQUIRE_WAIT_MS`]) for it to be released or to expire; without it, answer at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(maximum = 30000)]
+    #[serde(deserialize_with = "crate::integers::optional")]
     pub wait_ms: Option<u64>,
     /// The holder's [`Lease::metadata`]: stored by a new acquisition, replacing the old by a
     /// reentrant one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<crate::schema::JsonObject>)]
     pub metadata: Option<serde_json::Value>,
 }
 
-/// The shortest secret an acquire may present ([`AcquireLease::secret`]): as many bytes as the
-/// hex of the 128 random bits that make a secret unguessable.
-pub const MIN_OWN_SECRET_BYTES: usize = 32;
+/// The shortest secret an acquire may present ([`AcquireLease::secret`]): as many characters
+/// as the hex of the 128 random bits that make a secret unguessable.
+pub const MIN_OWN_SECRET_CHARS: usize = 32;
 
 /// The longest an acquire may wait for a held lease ([`AcquireLease::wait_ms`]).
 pub const MAX_ACQUIRE_WAIT_MS: u64 = 30_000;
@@ -220,16 +235,25 @@ pub const MAX_BATCH_RESOURCES: usize = 100;
 /// gathered into one transaction, take their leases in one call.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct AcquireLeases {
+    /// 1 to 100 resources, each once.
+    #[schema(schema_with = crate::schema::resources_once)]
     pub resources: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<crate::schema::Name>)]
     pub holder: Option<String>,
+    /// A holder per resource, as many as `resources`, in their order (instead of `holder`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<crate::schema::Name>>, min_items = 1, max_items = 100)]
     pub holders: Option<Vec<String>>,
+    /// As `POST /api/leases`'s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 3600)]
+    #[serde(deserialize_with = "crate::integers::optional")]
     pub ttl_seconds: Option<i64>,
     /// Every lease's [`Lease::metadata`], as [`AcquireLease::metadata`] is for one: stored by a
     /// new acquisition, replacing the old by a reentrant one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<crate::schema::JsonObject>)]
     pub metadata: Option<serde_json::Value>,
 }
 
@@ -248,7 +272,20 @@ pub struct AcquiredLeases {
 /// judged as `DELETE /api/leases/release` would judge it alone.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ReleaseLeases {
+    #[schema(value_type = Vec<ReleaseItem>, min_items = 1, max_items = 100)]
     pub leases: Vec<ReleaseLease>,
+}
+
+/// A release of a batch as the request's shape takes it: each is then judged as
+/// `DELETE /api/leases/release` would judge it alone, a name out of bounds included (that
+/// item's 400, in its result). Only in the API documents.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+struct ReleaseItem {
+    resource: String,
+    holder: String,
+    fence: Option<i64>,
+    secret: Option<String>,
 }
 
 /// The answer to [`ReleaseLeases`]: one result per release, in the request's order.
@@ -262,6 +299,7 @@ pub struct ReleasedLeases {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ReleaseResult {
     pub resource: String,
+    #[serde(deserialize_with = "crate::integers::integer")]
     pub status: u16,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<Lease>,
@@ -276,6 +314,7 @@ pub struct ReleaseResult {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CheckLeases {
+    #[schema(min_items = 1, max_items = 100)]
     pub leases: Vec<LeaseRef>,
 }
 
@@ -283,7 +322,9 @@ pub struct CheckLeases {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LeaseRef {
+    #[schema(value_type = crate::schema::Name)]
     pub resource: String,
+    #[serde(deserialize_with = "crate::integers::integer")]
     pub fence: i64,
 }
 
@@ -299,6 +340,7 @@ pub struct CheckedLeases {
 #[serde(rename_all = "camelCase")]
 pub struct LeaseCheck {
     pub resource: String,
+    #[serde(deserialize_with = "crate::integers::integer")]
     pub fence: i64,
     pub standing: LeaseStanding,
     /// Its expiry, while the acquisition is still the lease's (held, lapsed or expired).
@@ -310,6 +352,7 @@ pub struct LeaseCheck {
     pub takeover_at: Option<DateTime<Utc>>,
     /// Milliseconds until its expiry by the database's clock, while held.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "crate::integers::optional")]
     pub expires_in_ms: Option<i64>,
 }
 
@@ -356,6 +399,7 @@ pub struct HeldLease {
     #[serde(alias = "expires_at")]
     pub expires_at: DateTime<Utc>,
     #[serde(alias = "expires_in_ms")]
+    #[serde(deserialize_with = "crate::integers::integer")]
     pub expires_in_ms: i64,
 }
 
@@ -390,28 +434,38 @@ pub struct OneLease {
 /// `PUT /api/leases/renew`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RenewLease {
+    #[schema(value_type = crate::schema::Name)]
     pub resource: String,
+    #[schema(value_type = crate::schema::Name)]
     pub holder: String,
     /// When given, the renewal is refused unless it is the current fence.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "crate::integers::optional")]
     pub fence: Option<i64>,
-    /// When given, the lease's TTL changes to this from now on.
+    /// When given, the lease's TTL changes to this from now on (within the service's bounds, as
+    /// an acquire's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 3600)]
+    #[serde(deserialize_with = "crate::integers::optional")]
     pub ttl_seconds: Option<i64>,
     /// The secret the acquire answered with; required when lease-service requires proof.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret: Option<Secret>,
     /// When given, replaces the lease's [`Lease::metadata`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<crate::schema::JsonObject>)]
     pub metadata: Option<serde_json::Value>,
 }
 
 /// `DELETE /api/leases/release` and `DELETE /api/leases/{id}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ReleaseLease {
+    #[schema(value_type = crate::schema::Name)]
     pub resource: String,
+    #[schema(value_type = crate::schema::Name)]
     pub holder: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "crate::integers::optional")]
     pub fence: Option<i64>,
     /// The secret the acquire answered with; required when lease-service requires proof.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -436,6 +490,7 @@ pub struct ErrorBody {
     /// On `lease_held`: milliseconds until that expiry, by the database's clock.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[serde(alias = "expires_in_ms")]
+    #[serde(deserialize_with = "crate::integers::optional")]
     pub expires_in_ms: Option<i64>,
     /// On input errors: the offending field, where one can be named.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -21,6 +21,7 @@ pub struct GeneratorSettings {
     pub min_sleep_seconds: f64,
     pub max_sleep_seconds: f64,
     /// Tasks the generator has created so far.
+    #[serde(deserialize_with = "crate::integers::integer")]
     pub produced: i64,
     pub updated_at: DateTime<Utc>,
 }
@@ -30,10 +31,12 @@ pub struct GeneratorSettings {
 #[serde(rename_all = "camelCase")]
 pub struct GeneratorLeader {
     pub holder: String,
+    #[serde(deserialize_with = "crate::integers::integer")]
     pub fence: i64,
     /// When this replica took the lease.
     pub since: DateTime<Utc>,
     pub expires_at: DateTime<Utc>,
+    #[serde(deserialize_with = "crate::integers::integer")]
     pub expires_in_ms: i64,
 }
 
@@ -53,6 +56,7 @@ pub struct GeneratorStatus {
     pub leader: Option<GeneratorLeader>,
     /// Started and a replica leads: tasks are being produced.
     pub producing: bool,
+    #[serde(deserialize_with = "crate::integers::integer")]
     pub produced: i64,
 }
 

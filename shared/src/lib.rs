@@ -53,6 +53,7 @@ pub mod api;
 pub mod deadline;
 pub mod generator;
 pub mod identity;
+pub mod integers;
 pub mod lease_client;
 pub mod lease_guard;
 #[cfg(feature = "metrics-server")]
@@ -61,6 +62,7 @@ pub mod percent;
 pub mod queues;
 pub mod retry;
 pub mod schedules;
+pub mod schema;
 #[cfg(feature = "server")]
 pub mod server;
 pub mod shutdown;

@@ -16,9 +16,11 @@ pub struct QueueState {
     pub paused: bool,
     /// At most this many of its tasks run at once; none: no limit.
     #[serde(default)]
+    #[serde(deserialize_with = "crate::integers::optional")]
     pub concurrency_limit: Option<i32>,
     /// At most this many of its tasks with one `concurrencyKey` run at once; none: no limit.
     #[serde(default)]
+    #[serde(deserialize_with = "crate::integers::optional")]
     pub key_concurrency_limit: Option<i32>,
     /// At most this many of its tasks started per second; none: no limit.
     #[serde(default)]
@@ -38,11 +40,13 @@ pub struct QueueSettings {
     /// At most this many of the queue's tasks running at any instant, across every worker and
     /// replica (0 to 1,000,000).
     #[serde(default, alias = "concurrencyLimit")]
+    #[serde(deserialize_with = "crate::integers::optional")]
     pub concurrency_limit: Option<i32>,
     /// At most this many running tasks of one `concurrency_key` (0 to 1,000,000); claims take
     /// turns across keys, so one key's backlog never keeps another's tasks waiting. Tasks without
     /// a key are held by the queue's other limits only.
     #[serde(default, alias = "keyConcurrencyLimit")]
+    #[serde(deserialize_with = "crate::integers::optional")]
     pub key_concurrency_limit: Option<i32>,
     /// At most `per_second` of the queue's tasks started per second (claims of tasks whose
     /// lease lapsed included), in bursts of at most `burst`, by the database's clock.
@@ -58,6 +62,7 @@ pub struct RateLimit {
     /// either.
     #[serde(rename = "perSecond", alias = "per_second")]
     pub per_second: f64,
+    #[serde(deserialize_with = "crate::integers::integer")]
     pub burst: i32,
 }
 

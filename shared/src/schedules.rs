@@ -5,8 +5,8 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-/// Longest schedule name, in bytes.
-pub const MAX_SCHEDULE_NAME_BYTES: usize = 200;
+/// Longest schedule name, in characters.
+pub const MAX_SCHEDULE_NAME_CHARS: usize = 200;
 
 /// What happens to ticks that no replica reached in time (every replica was down, or the
 /// schedule's replica could not reach the database, for longer than the misfire grace).
@@ -59,8 +59,10 @@ pub struct ScheduleSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "crate::integers::optional")]
     pub priority: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "crate::integers::optional")]
     pub max_attempts: Option<i32>,
     /// The `concurrency_key` of every task the schedule makes (see the queue's
     /// `key_concurrency_limit`).
@@ -74,11 +76,12 @@ pub struct ScheduleSpec {
     /// How late a tick may be made and still count as on time (default 60): a tick found later
     /// than this is missed, and `catch_up` says what becomes of it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "crate::integers::optional")]
     pub misfire_grace_seconds: Option<i32>,
 }
 
 /// `POST /api/schedules`: a new schedule (409 `schedule_exists` if the name is taken).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct CreateSchedule {
     pub name: String,
     #[serde(flatten)]
@@ -88,13 +91,64 @@ pub struct CreateSchedule {
 /// The body of `PUT /api/schedules/{name}` as task-service reads it: the definition, and the
 /// name if the body states one too, which must then be the path's (a body naming another
 /// schedule is refused rather than written under the path's name).
-#[derive(Debug, Clone, Default, PartialEq, utoipa::ToSchema)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ReplaceSchedule {
-    /// When given, the path's name.
     pub name: Option<String>,
-    #[serde(flatten)]
     pub spec: ScheduleSpec,
 }
+
+/// The schema of a definition with its name beside it, one object: what [`named_spec`] reads.
+/// (A `ScheduleSpec` flattened beside `name` would be an `allOf` whose first part refuses the
+/// name as an unknown field.)
+fn named_spec_schema(
+    name_required: bool,
+) -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+    use utoipa::openapi::RefOr;
+    use utoipa::openapi::schema::{Object, ObjectBuilder, Schema, Type};
+    let mut spec = match <ScheduleSpec as utoipa::PartialSchema>::schema() {
+        RefOr::T(Schema::Object(object)) => object,
+        _ => Object::new(),
+    };
+    let name = ObjectBuilder::new()
+        .schema_type(Type::String)
+        .description(Some(if name_required {
+            "The schedule's name, unique"
+        } else {
+            "When given, the path's name"
+        }))
+        .build();
+    spec.properties
+        .insert("name".to_owned(), RefOr::T(Schema::Object(name)));
+    if name_required {
+        spec.required.insert(0, "name".to_owned());
+    }
+    RefOr::T(Schema::Object(spec))
+}
+
+/// Each body's schema: [`named_spec_schema`], whose parts are [`ScheduleSpec`]'s.
+macro_rules! named_spec_schema {
+    ($body:ty, $name_required:expr) => {
+        impl utoipa::PartialSchema for $body {
+            fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+                named_spec_schema($name_required)
+            }
+        }
+
+        impl utoipa::ToSchema for $body {
+            fn schemas(
+                schemas: &mut Vec<(
+                    String,
+                    utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>,
+                )>,
+            ) {
+                <ScheduleSpec as utoipa::ToSchema>::schemas(schemas);
+            }
+        }
+    };
+}
+
+named_spec_schema!(CreateSchedule, true);
+named_spec_schema!(ReplaceSchedule, false);
 
 /// A definition beside its name: serde cannot refuse unknown fields through `flatten`, so the
 /// name is taken out first and the rest must be exactly a [`ScheduleSpec`].
@@ -137,11 +191,14 @@ pub struct Schedule {
     pub timezone: String,
     pub task_data: serde_json::Value,
     pub queue: String,
+    #[serde(deserialize_with = "crate::integers::integer")]
     pub priority: i32,
+    #[serde(deserialize_with = "crate::integers::integer")]
     pub max_attempts: i32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency_key: Option<String>,
     pub catch_up: CatchUp,
+    #[serde(deserialize_with = "crate::integers::integer")]
     pub misfire_grace_seconds: i32,
     /// A paused schedule makes no tasks; on resume it goes on from the next tick after the
     /// resume (the ticks while paused are not missed, they were not wanted).
@@ -150,6 +207,7 @@ pub struct Schedule {
     pub next_tick_at: Option<DateTime<Utc>>,
     /// The latest tick that made a task, and that task.
     pub last_tick_at: Option<DateTime<Utc>>,
+    #[serde(default, deserialize_with = "crate::integers::optional")]
     pub last_task_id: Option<i64>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,

@@ -9,9 +9,9 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-/// Longest queue name task-service accepts, in bytes. The worker checks its `WORKER_QUEUE`
+/// Longest queue name task-service accepts, in characters. The worker checks its `WORKER_QUEUE`
 /// against it at startup, so a bad setting fails there rather than on every claim.
-pub const MAX_QUEUE_BYTES: usize = 128;
+pub const MAX_QUEUE_CHARS: usize = 128;
 
 /// Most tasks one claim (`POST /api/tasks/next` with `limit`) may take. Each claimed task takes
 /// a lease in one lease-service batch, so it may not exceed that batch's limit.
@@ -88,6 +88,7 @@ impl diesel::deserialize::FromSql<diesel::sql_types::Text, diesel::pg::Pg> for T
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Task {
+    #[serde(deserialize_with = "crate::integers::integer")]
     pub id: i64,
     pub task_data: serde_json::Value,
     pub scheduled_at: DateTime<Utc>,
@@ -100,11 +101,15 @@ pub struct Task {
     // Leasehold's additions.
     pub status: TaskStatus,
     pub queue: String,
+    #[serde(deserialize_with = "crate::integers::integer")]
     pub priority: i32,
     /// Claims so far (each claim is an attempt).
+    #[serde(deserialize_with = "crate::integers::integer")]
     pub attempts: i32,
+    #[serde(deserialize_with = "crate::integers::integer")]
     pub max_attempts: i32,
     /// The fencing token of the current (or last) claim's lease.
+    #[serde(default, deserialize_with = "crate::integers::optional")]
     pub fence: Option<i64>,
     pub idempotency_key: Option<String>,
     /// What the task was created with ([`CreateTask::concurrency_key`]).
@@ -119,11 +124,13 @@ pub struct Task {
     /// runs from when task-service received the request. The worker counts its deadline from
     /// this, so it has no TTL setting of its own to keep equal to task-service's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "crate::integers::optional")]
     pub lease_ttl_ms: Option<u64>,
     /// Only in the answer to a claim that asked to wait (`wait_ms`): how long task-service held
     /// the request before the claim round that took this task began. The lease runs from after
     /// that, so the worker counts its deadline from its request's send instant plus this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "crate::integers::optional")]
     pub waited_ms: Option<u64>,
 }
 
@@ -210,8 +217,10 @@ pub struct CreateTask {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "crate::integers::optional")]
     pub priority: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "crate::integers::optional")]
     pub max_attempts: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<String>,
@@ -226,6 +235,7 @@ pub struct CreateTask {
     /// Sent by task-generator only: the fence of the generator lease it creates under. The task
     /// is stored only while that fence holds the lease and the generator is started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "crate::integers::optional")]
     pub generator_fence: Option<i64>,
 }
 
@@ -250,6 +260,7 @@ pub struct CreatedTasks {
 /// already), or the refusal it would have got alone (its status and error body).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct CreateResult {
+    #[serde(deserialize_with = "crate::integers::integer")]
     pub status: u16,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task: Option<Task>,
@@ -264,11 +275,13 @@ pub struct ClaimTasks {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "crate::integers::optional")]
     pub limit: Option<i64>,
     /// With nothing due, hold the request up to this many milliseconds (at most
     /// [`MAX_CLAIM_WAIT_MS`]) until a task is due; without it, answer at once (the sample's
     /// clients send none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "crate::integers::optional")]
     pub wait_ms: Option<u64>,
     /// The claiming worker process's liveness lease, to cover the tasks it gets (see
     /// [`crate::workers::ClaimantLease`]); without it, each task takes a lease of its own.
@@ -282,6 +295,7 @@ pub struct Heartbeat {
     pub processor: String,
     /// When given, must be the task's current fence.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "crate::integers::optional")]
     pub fence: Option<i64>,
 }
 
@@ -292,6 +306,7 @@ pub struct CompleteTask {
     #[serde(default)]
     pub task_output: serde_json::Value,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "crate::integers::optional")]
     pub fence: Option<i64>,
 }
 
@@ -319,6 +334,7 @@ pub struct ClaimNext {
     pub queue: Option<String>,
     /// At most this many tasks (1 to [`MAX_CLAIM`]); one when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "crate::integers::optional")]
     pub limit: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker: Option<crate::workers::ClaimantLease>,
@@ -327,10 +343,12 @@ pub struct ClaimNext {
 /// One completion of a [`CompleteTasks`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct CompleteItem {
+    #[serde(deserialize_with = "crate::integers::integer")]
     pub id: i64,
     #[serde(default)]
     pub task_output: serde_json::Value,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "crate::integers::optional")]
     pub fence: Option<i64>,
 }
 
@@ -355,6 +373,7 @@ pub struct CompletedTasks {
 /// A refusal inside a 200 answer: the status the request would have got alone, and its body.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ItemError {
+    #[serde(deserialize_with = "crate::integers::integer")]
     pub status: u16,
     pub error: crate::api::ErrorBody,
 }
@@ -363,7 +382,9 @@ pub struct ItemError {
 /// (its status and error body).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ItemResult {
+    #[serde(deserialize_with = "crate::integers::integer")]
     pub id: i64,
+    #[serde(deserialize_with = "crate::integers::integer")]
     pub status: u16,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task: Option<Task>,
@@ -377,6 +398,7 @@ pub struct FailTask {
     pub processor: String,
     pub error: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "crate::integers::optional")]
     pub fence: Option<i64>,
     /// `false`: the task can never succeed; it goes dead now, whatever attempts are left.
     #[serde(default = "default_true")]
@@ -412,6 +434,7 @@ pub struct BulkTasks {
     pub key: Option<String>,
     /// At most [`MAX_BULK`] ids.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "crate::integers::optional_list")]
     pub ids: Option<Vec<i64>>,
     /// Only tasks created at or after this instant.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -420,12 +443,14 @@ pub struct BulkTasks {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_before: Option<DateTime<Utc>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "crate::integers::optional")]
     pub limit: Option<i64>,
 }
 
 /// The answer of a bulk operation: how many tasks it touched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct BulkResult {
+    #[serde(deserialize_with = "crate::integers::integer")]
     pub touched: u64,
 }
 
@@ -438,6 +463,7 @@ pub const MAX_SNOOZE_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
 pub struct SnoozeTask {
     pub processor: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "crate::integers::optional")]
     pub fence: Option<i64>,
     pub seconds: f64,
 }

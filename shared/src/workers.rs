@@ -25,6 +25,7 @@ pub fn resource(id: &str) -> String {
 #[serde(deny_unknown_fields)]
 pub struct ClaimantLease {
     pub id: String,
+    #[serde(deserialize_with = "crate::integers::integer")]
     pub fence: i64,
 }
 
@@ -47,10 +48,13 @@ pub struct WorkerInfo {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<String>,
     /// Tasks it runs at once.
+    #[serde(deserialize_with = "crate::integers::integer")]
     pub concurrency: u32,
     /// Tasks it is running now.
+    #[serde(deserialize_with = "crate::integers::integer")]
     pub busy: u32,
     /// Tasks it has finished since it started (completed, failed or handed back).
+    #[serde(deserialize_with = "crate::integers::integer")]
     pub done: u64,
 }
 
@@ -63,16 +67,18 @@ pub struct WorkerBeat {
     pub instance: String,
     pub info: WorkerInfo,
     /// How long the process counts as alive without another beat (seconds).
+    #[serde(deserialize_with = "crate::integers::integer")]
     pub ttl_seconds: i64,
     /// The lease's fence from the previous beat's answer; none on the first beat.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "crate::integers::optional")]
     pub fence: Option<i64>,
     /// The process's proof of holding its lease: its own secret, drawn once per run
     /// ([`Secret::random`]) and sent at every beat, the first included; every acquisition of
     /// the lease keeps it, so a beat whose answer was lost leaves nothing the next beat cannot
     /// prove. (A process that sends none at first gets lease-service's in
     /// [`WorkerLease::secret`], and must send that back.) At least
-    /// [`crate::api::MIN_OWN_SECRET_BYTES`].
+    /// [`crate::api::MIN_OWN_SECRET_CHARS`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret: Option<Secret>,
 }
@@ -81,12 +87,14 @@ pub struct WorkerBeat {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WorkerLease {
+    #[serde(deserialize_with = "crate::integers::integer")]
     pub fence: i64,
     /// Given when the beat took the lease anew without a secret of its own; the next beats
     /// present it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret: Option<Secret>,
     /// Milliseconds until the process counts as gone without another beat.
+    #[serde(deserialize_with = "crate::integers::integer")]
     pub expires_in_ms: i64,
 }
 
@@ -95,6 +103,7 @@ pub struct WorkerLease {
 pub struct WorkerGone {
     /// The [`WorkerBeat::instance`] that holds the lease.
     pub instance: String,
+    #[serde(deserialize_with = "crate::integers::integer")]
     pub fence: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret: Option<Secret>,

@@ -108,7 +108,9 @@ leasehold::routes! {
     tag = "workers",
     params(("id" = String, Path, description = "The worker process's id")),
     responses(
-        (status = 200, description = "The liveness lease to present at the next beat", body = WorkerLease),
+        (status = 200, description = "The liveness lease to present at the next beat", body = WorkerLease, links(
+            ("Gone" = (operation_id = "worker_gone", parameters(("id" = "$request.path.id")), request_body = json!({"instance": "$request.body#/instance", "fence": "$response.body#/fence", "secret": "$request.body#/secret"}), description = "The process stops")),
+        )),
         (status = 400, description = "`invalid_field`, `missing_field`, `malformed_json`, `invalid_ttl`", body = ErrorBody),
         (status = 409, description = "`worker_id_in_use`: another live process has this id; `lease_lost`, `lease_expired`, `lease_released`, `lease_revoked`: the lease presented is no longer this process's", body = ErrorBody),
     )
@@ -166,7 +168,12 @@ async fn workers_list(state: State) -> Result<HttpResponse, ApiError> {
     path = "/api/tasks",
     tag = "tasks",
     responses(
-        (status = 201, description = "The task created", body = Task),
+        (status = 201, description = "The task created", body = Task, links(
+            ("Get" = (operation_id = "get_by_id", parameters(("id" = "$response.body#/id")), description = "Read this task")),
+            ("History" = (operation_id = "events", parameters(("id" = "$response.body#/id")), description = "This task's history")),
+            ("Cancel" = (operation_id = "cancel", parameters(("id" = "$response.body#/id")), description = "Cancel this task")),
+            ("Retry" = (operation_id = "retry", parameters(("id" = "$response.body#/id")), description = "Retry this task once dead")),
+        )),
         (status = 200, description = "The task an earlier create with this `idempotency_key` made", body = Task),
         (status = 400, description = "`invalid_field`, `missing_field`, `malformed_json`, `too_large`", body = ErrorBody),
         (status = 409, description = "`stale_generator`, `generator_stopped`: a generator's create whose lease no longer holds", body = ErrorBody),
@@ -215,7 +222,12 @@ async fn create_many(
     path = "/api/tasks/next",
     tag = "tasks",
     responses(
-        (status = 202, description = "The task claimed (a list of them when `limit` was given)", body = ClaimAnswer),
+        (status = 202, description = "The task claimed (a list of them when `limit` was given)", body = ClaimAnswer, links(
+            ("Heartbeat" = (operation_id = "heartbeat", parameters(("id" = "$response.body#/id")), request_body = json!({"processor": "$response.body#/processor", "fence": "$response.body#/fence"}), description = "Heartbeat the task claimed")),
+            ("Complete" = (operation_id = "complete", parameters(("id" = "$response.body#/id")), request_body = json!({"processor": "$response.body#/processor", "fence": "$response.body#/fence"}), description = "Complete the task claimed")),
+            ("Fail" = (operation_id = "fail", parameters(("id" = "$response.body#/id")), request_body = json!({"processor": "$response.body#/processor", "fence": "$response.body#/fence"}), description = "Fail the task claimed")),
+            ("Snooze" = (operation_id = "snooze", parameters(("id" = "$response.body#/id")), request_body = json!({"processor": "$response.body#/processor", "fence": "$response.body#/fence", "seconds": 1}), description = "Snooze the task claimed")),
+        )),
         (status = 200, description = "No task is due", body = NoTask),
         (status = 400, description = "`invalid_field`, `missing_field`, `malformed_json`, `invalid_limit`, `invalid_wait`", body = ErrorBody),
         (status = 409, description = "`lease_lost`, `lease_expired`, `lease_revoked`: the worker lease the claim names is no longer held", body = ErrorBody),
@@ -274,7 +286,9 @@ async fn complete_many(
     tag = "tasks",
     params(("id" = i64, Path, description = "The task's id")),
     responses(
-        (status = 202, description = "The task, its lease renewed", body = Task),
+        (status = 202, description = "The task, its lease renewed", body = Task, links(
+            ("Complete" = (operation_id = "complete", parameters(("id" = "$response.body#/id")), request_body = json!({"processor": "$response.body#/processor", "fence": "$response.body#/fence"}), description = "Complete the task")),
+        )),
         (status = 400, description = "`invalid_field`, `missing_field`, `malformed_json`, `invalid_fence`", body = ErrorBody),
         (status = 404, description = "`task_not_found`", body = ErrorBody),
         (status = 409, description = "`not_owner` (another processor's task), `lease_lost` (its lease expired or a newer claim superseded it), `lease_revoked`, `task_finished`, `cancelled`", body = ErrorBody),
@@ -854,7 +868,12 @@ async fn schedules_list(state: State) -> Result<HttpResponse, ApiError> {
     path = "/api/schedules",
     tag = "schedules",
     responses(
-        (status = 201, description = "The schedule", body = Schedule),
+        (status = 201, description = "The schedule", body = Schedule, links(
+            ("Get" = (operation_id = "schedule_get", parameters(("name" = "$response.body#/name")), description = "Read this schedule")),
+            ("Pause" = (operation_id = "schedule_pause", parameters(("name" = "$response.body#/name")), description = "Pause this schedule")),
+            ("Resume" = (operation_id = "schedule_resume", parameters(("name" = "$response.body#/name")), description = "Resume this schedule")),
+            ("Delete" = (operation_id = "schedule_delete", parameters(("name" = "$response.body#/name")), description = "Delete this schedule")),
+        )),
         (status = 400, description = "`invalid_field`, `missing_field`, `malformed_json`, `invalid_cron`, `invalid_timezone`", body = ErrorBody),
         (status = 409, description = "`schedule_exists`: the name is taken", body = ErrorBody),
     )

@@ -14,7 +14,7 @@ use leasehold::queues::{
 };
 use leasehold::server::http::{NamePage, Order};
 use leasehold::server::{ApiError, validate_name_within};
-use leasehold::tasks::{MAX_QUEUE_BYTES, TaskCounts};
+use leasehold::tasks::{MAX_QUEUE_CHARS, TaskCounts};
 
 use diesel_async::AsyncConnection;
 
@@ -22,7 +22,7 @@ use crate::repo::{self, Db, QueueRow};
 
 /// `POST /api/queues/{queue}/pause` (`paused`) and `/resume`: the queue's state after.
 pub async fn set_paused(conn: &mut Db, queue: &str, paused: bool) -> Result<QueueState, ApiError> {
-    validate_name_within("queue", queue, MAX_QUEUE_BYTES)?;
+    validate_name_within("queue", queue, MAX_QUEUE_CHARS)?;
     let row = repo::set_paused(conn, queue, paused).await?;
     tracing::info!(
         queue,
@@ -42,7 +42,7 @@ pub async fn set_limits(
     queue: &str,
     settings: &QueueSettings,
 ) -> Result<QueueState, ApiError> {
-    validate_name_within("queue", queue, MAX_QUEUE_BYTES)?;
+    validate_name_within("queue", queue, MAX_QUEUE_CHARS)?;
     for (field, limit) in [
         ("concurrency_limit", settings.concurrency_limit),
         ("key_concurrency_limit", settings.key_concurrency_limit),
@@ -131,7 +131,7 @@ pub async fn list(conn: &mut Db, page: &NamePage) -> Result<(Vec<QueueState>, bo
 /// `GET /api/queues/{queue}`: a queue nobody has used reads as running and empty. Reads this
 /// queue's row and counts only.
 pub async fn get(conn: &mut Db, queue: &str) -> Result<QueueState, ApiError> {
-    validate_name_within("queue", queue, MAX_QUEUE_BYTES)?;
+    validate_name_within("queue", queue, MAX_QUEUE_CHARS)?;
     let names = [queue.to_owned()];
     let rows = repo::queue_rows_of(conn, &names).await?;
     let mut states = states_of(conn, &names, rows).await?;

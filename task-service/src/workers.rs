@@ -8,10 +8,10 @@
 use std::time::Duration;
 
 use leasehold::LeaseError;
-use leasehold::api::{Lease, LeaseStatus, MIN_OWN_SECRET_BYTES, Proof, Secret};
+use leasehold::api::{Lease, LeaseStatus, MIN_OWN_SECRET_CHARS, Proof, Secret};
 use leasehold::lease_client::{LeaseListing, LeaseSet};
 use leasehold::server::{ApiError, validate_name, validate_name_within};
-use leasehold::tasks::MAX_QUEUE_BYTES;
+use leasehold::tasks::MAX_QUEUE_CHARS;
 use leasehold::workers::{
     MAX_TTL_SECONDS, RESOURCE_PREFIX, WorkerBeat, WorkerGone, WorkerInfo, WorkerLease,
     WorkerLiveness, WorkerState, Workers, resource,
@@ -24,7 +24,7 @@ use crate::tasks::Engine;
 pub const MAX_LISTED: u32 = 1000;
 
 /// The longest host or version string a process may give.
-const MAX_LABEL_BYTES: usize = 200;
+const MAX_LABEL_CHARS: usize = 200;
 
 /// `PUT /api/workers/{id}`: renews the process's lease with what it says now; takes the lease
 /// anew when the process has none yet, or lost it (it lapsed: the process was paused or cut
@@ -99,16 +99,16 @@ pub async fn beat(engine: &Engine, id: &str, beat: &WorkerBeat) -> Result<Worker
 
 /// A process's own secret becomes its lease's, so it must be one lease-service accepts as such.
 fn check_secret(secret: &Secret) -> Result<(), ApiError> {
-    let bytes = secret.expose().len();
-    if (MIN_OWN_SECRET_BYTES..=leasehold::api::MAX_NAME_BYTES).contains(&bytes) {
+    let chars = secret.expose().chars().count();
+    if (MIN_OWN_SECRET_CHARS..=leasehold::api::MAX_NAME_CHARS).contains(&chars) {
         return Ok(());
     }
     Err(ApiError::invalid(
         "invalid_secret",
         "secret",
         format!(
-            "secret must be {MIN_OWN_SECRET_BYTES} to {} bytes, got {bytes}",
-            leasehold::api::MAX_NAME_BYTES
+            "secret must be {MIN_OWN_SECRET_CHARS} to {} characters, got {chars}",
+            leasehold::api::MAX_NAME_CHARS
         ),
     ))
 }
@@ -146,7 +146,7 @@ pub(crate) fn check_id(id: &str) -> Result<(), ApiError> {
     validate_name_within(
         "id",
         id,
-        leasehold::api::MAX_NAME_BYTES - RESOURCE_PREFIX.len(),
+        leasehold::api::MAX_NAME_CHARS - RESOURCE_PREFIX.len(),
     )
 }
 
@@ -228,10 +228,10 @@ fn answer(lease: Lease, secret: Option<Secret>) -> WorkerLease {
 }
 
 fn check_info(info: &WorkerInfo) -> Result<(), ApiError> {
-    validate_name_within("info.host", &info.host, MAX_LABEL_BYTES)?;
-    validate_name_within("info.version", &info.version, MAX_LABEL_BYTES)?;
+    validate_name_within("info.host", &info.host, MAX_LABEL_CHARS)?;
+    validate_name_within("info.version", &info.version, MAX_LABEL_CHARS)?;
     if let Some(queue) = &info.queue {
-        validate_name_within("info.queue", queue, MAX_QUEUE_BYTES)?;
+        validate_name_within("info.queue", queue, MAX_QUEUE_CHARS)?;
     }
     if info.busy > info.concurrency {
         return Err(ApiError::invalid(

@@ -16,13 +16,18 @@ type Configure = fn(&mut ServiceConfig);
 /// Each service: its name, its process, and the function that mounts its routes.
 fn services(stack: &Stack) -> [(&'static str, &Service, Configure); 2] {
     [
-        (
-            "lease-service",
-            &stack.leases,
-            lease_service::http::configure,
-        ),
+        ("lease-service", &stack.leases, lease_routes),
         ("task-service", &stack.tasks, task_service::http::configure),
     ]
+}
+
+/// lease-service's routes (the TTL bounds only change its document).
+fn lease_routes(cfg: &mut ServiceConfig) {
+    lease_service::http::configure(lease_service::leases::TtlPolicy {
+        default_seconds: 30,
+        min_seconds: 1,
+        max_seconds: 3600,
+    })(cfg);
 }
 
 async fn document(service: &Service) -> Value {
@@ -84,6 +89,28 @@ async fn each_service_serves_a_valid_openapi_3_1_document() {
             .unwrap()
             .contains("href=\"/api/docs\"")
     );
+}
+
+#[tokio::test]
+async fn lease_service_documents_the_ttls_it_is_configured_with() {
+    let db = tests::fresh_database().await;
+    let leases = Service::lease_service(
+        &db,
+        &[
+            ("LEASE_MIN_TTL_SECONDS", "5"),
+            ("LEASE_MAX_TTL_SECONDS", "120"),
+        ],
+    )
+    .await;
+    let document = document(&leases).await;
+    for schema in ["AcquireLease", "AcquireLeases", "RenewLease"] {
+        let ttl = &document["components"]["schemas"][schema]["properties"]["ttl_seconds"];
+        assert_eq!(
+            (&ttl["minimum"], &ttl["maximum"]),
+            (&serde_json::json!(5), &serde_json::json!(120)),
+            "{schema}: {ttl}"
+        );
+    }
 }
 
 #[tokio::test]

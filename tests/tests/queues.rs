@@ -214,7 +214,7 @@ async fn queue_routes_refuse_bad_names_and_need_the_operator_role() {
     assert_eq!(anonymous.status, 401, "{:?}", anonymous.body);
     let refused = s.tasks.send_as(Some(producer), "POST", path, None).await;
     assert_eq!(refused.status, 403, "{:?}", refused.body);
-    let long = "q".repeat(leasehold::tasks::MAX_QUEUE_BYTES + 1);
+    let long = "q".repeat(leasehold::tasks::MAX_QUEUE_CHARS + 1);
     let bad = s
         .tasks
         .send_as(

@@ -29,9 +29,9 @@ pub mod defaults {
 }
 
 /// Longest `WORKER_ID` accepted (task-service's limit on a processor name).
-pub const MAX_NAME_BYTES: usize = leasehold::api::MAX_NAME_BYTES;
+pub const MAX_NAME_CHARS: usize = leasehold::api::MAX_NAME_CHARS;
 /// Longest `WORKER_QUEUE` accepted (task-service's limit on a queue name).
-pub const MAX_QUEUE_BYTES: usize = leasehold::tasks::MAX_QUEUE_BYTES;
+pub const MAX_QUEUE_CHARS: usize = leasehold::tasks::MAX_QUEUE_CHARS;
 /// Longest heartbeat interval accepted, in seconds (lease-service's default longest TTL).
 pub const MAX_HEARTBEAT_INTERVAL_SECONDS: f64 = 3_600.0;
 /// Longest grace period accepted, in seconds.
@@ -210,13 +210,13 @@ impl WorkerConfig {
         let task_service_urls = self.urls()?;
         let worker_id = match &self.worker_id {
             Some(id) => {
-                check_name("WORKER_ID", id, MAX_NAME_BYTES)?;
+                check_name("WORKER_ID", id, MAX_NAME_CHARS)?;
                 id.clone()
             }
             None => default_worker_id(),
         };
         if let Some(queue) = &self.queue {
-            check_name("WORKER_QUEUE", queue, MAX_QUEUE_BYTES)?;
+            check_name("WORKER_QUEUE", queue, MAX_QUEUE_CHARS)?;
         }
         if self.concurrency == 0 || self.concurrency > MAX_CONCURRENCY {
             return Err(ConfigError(format!(
@@ -354,14 +354,14 @@ pub fn default_worker_id() -> String {
     leasehold::identity::instance_id("worker")
 }
 
-fn check_name(setting: &str, value: &str, max_bytes: usize) -> Result<(), ConfigError> {
+fn check_name(setting: &str, value: &str, max_chars: usize) -> Result<(), ConfigError> {
     if value.trim().is_empty() {
         return Err(ConfigError(format!("{setting} must not be empty")));
     }
-    if value.len() > max_bytes {
+    let chars = value.chars().count();
+    if chars > max_chars {
         return Err(ConfigError(format!(
-            "{setting} is {} bytes long; at most {max_bytes} are allowed",
-            value.len()
+            "{setting} is {chars} characters long; at most {max_chars} are allowed"
         )));
     }
     if value.chars().any(char::is_control) {
@@ -497,14 +497,14 @@ mod tests {
         assert!(error(&bad).contains("WORKER_ID"));
         bad.worker_id = Some("a\nb".to_owned());
         assert!(error(&bad).contains("WORKER_ID"));
-        bad.worker_id = Some("x".repeat(MAX_NAME_BYTES + 1));
+        bad.worker_id = Some("x".repeat(MAX_NAME_CHARS + 1));
         assert!(error(&bad).contains("WORKER_ID"));
         let mut bad = config();
         bad.queue = Some("  ".to_owned());
         assert!(error(&bad).contains("WORKER_QUEUE"));
-        bad.queue = Some("q".repeat(MAX_QUEUE_BYTES + 1));
+        bad.queue = Some("q".repeat(MAX_QUEUE_CHARS + 1));
         assert!(error(&bad).contains("WORKER_QUEUE"));
-        bad.queue = Some("q".repeat(MAX_QUEUE_BYTES));
+        bad.queue = Some("q".repeat(MAX_QUEUE_CHARS));
         assert!(bad.validate().is_ok());
     }
 

@@ -9,8 +9,8 @@
 
 use diesel_async::AsyncPgConnection;
 use leasehold::api::{
-    AcquireLease, AcquireLeases, AcquiredLeases, HeldLease, MAX_BATCH_RESOURCES, MAX_NAME_BYTES,
-    MIN_OWN_SECRET_BYTES, Secret,
+    AcquireLease, AcquireLeases, AcquiredLeases, HeldLease, MAX_BATCH_RESOURCES, MAX_NAME_CHARS,
+    MIN_OWN_SECRET_CHARS, Secret,
 };
 use leasehold::server::{check_batch_size, first_duplicate, sha256, validate_name};
 
@@ -109,17 +109,17 @@ impl Groups {
 }
 
 /// A secret an acquire presents may become the lease's (a new acquisition keeps it), so it must
-/// be as hard to guess as one lease-service draws: at least [`MIN_OWN_SECRET_BYTES`].
+/// be as hard to guess as one lease-service draws: at least [`MIN_OWN_SECRET_CHARS`].
 fn check_own_secret(secret: &Secret) -> Result<(), ApiError> {
-    let bytes = secret.expose().len();
-    if (MIN_OWN_SECRET_BYTES..=MAX_NAME_BYTES).contains(&bytes) {
+    let chars = secret.expose().chars().count();
+    if (MIN_OWN_SECRET_CHARS..=MAX_NAME_CHARS).contains(&chars) {
         return Ok(());
     }
     Err(ApiError::invalid(
         "invalid_secret",
         "secret",
         format!(
-            "an acquire's secret must be {MIN_OWN_SECRET_BYTES} to {MAX_NAME_BYTES} bytes, got {bytes}"
+            "an acquire's secret must be {MIN_OWN_SECRET_CHARS} to {MAX_NAME_CHARS} characters, got {chars}"
         ),
     ))
 }

@@ -4,7 +4,7 @@
 
 use chrono::{DateTime, Utc};
 use diesel_async::AsyncPgConnection;
-use leasehold::api::{Lease, MAX_NAME_BYTES};
+use leasehold::api::{Lease, MAX_NAME_CHARS};
 use leasehold::server::http::Page;
 
 use super::to_api;
@@ -21,29 +21,22 @@ pub async fn get(conn: &mut AsyncPgConnection, id: i64) -> Result<Lease, ApiErro
         })
 }
 
-/// Checks a listing's resource filter: one resource by name, or a prefix, not both, and
-/// neither longer than a name may be.
+/// Checks a listing's resource filter: one resource by name, a prefix, or both (the resource,
+/// if it has the prefix), neither longer than a name may be.
 pub fn check_filter(filter: ResourceFilter<'_>) -> Result<(), ApiError> {
     for (name, value) in [
         ("resource", filter.exact),
         ("resource_prefix", filter.prefix),
     ] {
         if let Some(value) = value
-            && value.len() > MAX_NAME_BYTES
+            && value.chars().count() > MAX_NAME_CHARS
         {
             return Err(ApiError::invalid(
                 "invalid_field",
                 name,
-                format!("{name} must be at most {MAX_NAME_BYTES} bytes"),
+                format!("{name} must be at most {MAX_NAME_CHARS} characters"),
             ));
         }
-    }
-    if filter.exact.is_some() && filter.prefix.is_some() {
-        return Err(ApiError::invalid(
-            "invalid_query",
-            "resource",
-            "give resource (one resource) or resource_prefix, not both",
-        ));
     }
     Ok(())
 }
@@ -56,6 +49,12 @@ pub async fn list(
     filter: ResourceFilter<'_>,
     page: Page,
 ) -> Result<(Vec<Lease>, Option<DateTime<Utc>>), ApiError> {
+    // Both filters narrow alike: the named resource, if it has the prefix.
+    if let (Some(exact), Some(prefix)) = (filter.exact, filter.prefix)
+        && !exact.starts_with(prefix)
+    {
+        return Ok((Vec::new(), None));
+    }
     let rows = repo::list(conn, listing, filter, page).await?;
     let now = rows.first().map(|row| row.db_now);
     Ok((rows.into_iter().map(to_api).collect(), now))
@@ -75,7 +74,7 @@ mod tests {
         assert!(check_filter(filter(None, Some("task:"))).is_ok());
         let both = check_filter(filter(Some("r"), Some("r"))).unwrap_err();
         assert_eq!(both.code(), "invalid_query");
-        let long = "x".repeat(MAX_NAME_BYTES + 1);
+        let long = "x".repeat(MAX_NAME_CHARS + 1);
         let too_long = check_filter(filter(None, Some(&long))).unwrap_err();
         assert_eq!(too_long.code(), "invalid_field");
     }

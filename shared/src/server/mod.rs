@@ -60,24 +60,26 @@ pub fn sha256(text: &str) -> [u8; 32] {
     out
 }
 
-/// Names (resources, holders, processors, queues, keys): 1 to 512 bytes, no control characters
+/// Names (resources, holders, processors, queues, keys): 1 to 512 characters (Unicode scalar
+/// values, as JSON Schema's `maxLength` counts them, so that the API's documents can state the
+/// bound exactly), no control characters
 /// (PostgreSQL text cannot even hold NUL, and names with line breaks only confuse logs).
 pub fn validate_name(field: &'static str, value: &str) -> Result<(), ApiError> {
-    validate_name_within(field, value, crate::api::MAX_NAME_BYTES)
+    validate_name_within(field, value, crate::api::MAX_NAME_CHARS)
 }
 
 /// [`validate_name`] with another length limit.
 pub fn validate_name_within(
     field: &'static str,
     value: &str,
-    max_bytes: usize,
+    max_chars: usize,
 ) -> Result<(), ApiError> {
+    let chars = value.chars().count();
     let problem = if value.is_empty() {
         Some("must not be empty".to_owned())
-    } else if value.len() > max_bytes {
+    } else if chars > max_chars {
         Some(format!(
-            "must be at most {max_bytes} bytes, got {}",
-            value.len()
+            "must be at most {max_chars} characters, got {chars}"
         ))
     } else if value.chars().any(char::is_control) {
         Some("must not contain control characters".to_owned())

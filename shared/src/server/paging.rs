@@ -37,6 +37,9 @@ impl Order {
     }
 }
 
+/// The most digits of an id cursor: 10^18 ids are more than any table here will hold.
+pub const CURSOR_DIGITS: usize = 18;
+
 /// A listing page's size, order and position, parsed from `limit`, `order` and `cursor`. The
 /// cursor is the last id of the previous page; the next page continues past it in the same order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,13 +60,13 @@ impl Page {
         let limit = parse_limit(limit)?;
         let cursor = match cursor {
             None | Some("") => None,
-            Some(cursor) => Some(
-                cursor
-                    .parse::<i64>()
-                    .ok()
-                    .filter(|after| *after >= 0)
-                    .ok_or_else(invalid_cursor)?,
-            ),
+            // Digits only (no sign, at most 18: every id fits), as the documents state it.
+            Some(cursor)
+                if cursor.len() <= CURSOR_DIGITS && cursor.bytes().all(|b| b.is_ascii_digit()) =>
+            {
+                Some(cursor.parse::<i64>().map_err(|_| invalid_cursor())?)
+            }
+            Some(_) => return Err(invalid_cursor()),
         };
         Ok(Self {
             limit,

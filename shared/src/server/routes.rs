@@ -17,8 +17,9 @@ use utoipa::openapi::path::{HttpMethod, Operation};
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityRequirement, SecurityScheme};
 use utoipa::openapi::{Content, OpenApi, PathItem, Ref, RefOr, ResponseBuilder, ResponsesBuilder};
 
+use super::ApiError;
 use super::auth::{Role, locked};
-use super::http::{method_not_allowed, with_body_limit};
+use super::http::with_body_limit;
 use crate::api::ErrorBody;
 
 /// Where each service serves its document and its reference page.
@@ -58,8 +59,6 @@ pub struct Served {
 /// A service's routes and their document. Build it with [`routes!`](crate::routes).
 pub struct Routes {
     document: OpenApi,
-    /// The document as served.
-    json: std::sync::Arc<str>,
     /// In the order listed: actix tries resources in the order they were mounted, so a path
     /// with a fixed segment (`/api/tasks/retry`) must come before one with a parameter there
     /// (`/api/tasks/{id}`).
@@ -109,17 +108,37 @@ impl Routes {
         }
         let mut routes = Routes {
             document,
-            json: std::sync::Arc::from(""),
             endpoints: located,
             body_limits: BTreeMap::new(),
         };
         routes.add_shared_answers();
-        routes.json = routes
-            .document
-            .to_json()
-            .unwrap_or_else(|err| panic!("the OpenAPI document as JSON: {err}"))
-            .into();
         routes
+    }
+
+    /// Bounds `field` of component `schema` to `min..=max`: a bound the service takes from its
+    /// configuration (lease-service's TTLs), so that its document states the running one.
+    ///
+    /// # Panics
+    /// When the schema has no such field: a mistake of the caller that its first test shows.
+    pub fn bound(mut self, schema: &str, field: &str, min: i64, max: i64) -> Self {
+        use utoipa::openapi::schema::Schema;
+        let property = self
+            .document
+            .components
+            .as_mut()
+            .and_then(|components| components.schemas.get_mut(schema))
+            .and_then(|schema| match schema {
+                RefOr::T(Schema::Object(object)) => object.properties.get_mut(field),
+                _ => None,
+            });
+        match property {
+            Some(RefOr::T(Schema::Object(property))) => {
+                property.minimum = Some(min.into());
+                property.maximum = Some(max.into());
+            }
+            _ => panic!("{schema}.{field}: no such field to bound"),
+        }
+        self
     }
 
     /// Bodies of `path` may be up to `bytes` (where the service's own limit is lower).
@@ -131,6 +150,11 @@ impl Routes {
     /// Mounts every route: one actix resource per path, in the order listed, which answers
     /// 405 `method_not_allowed` to any method its operations do not name.
     pub fn mount(&self, cfg: &mut web::ServiceConfig) {
+        let json: std::sync::Arc<str> = self
+            .document
+            .to_json()
+            .unwrap_or_else(|err| panic!("the OpenAPI document as JSON: {err}"))
+            .into();
         let mut paths: Vec<&str> = Vec::new();
         for (path, _, _) in &self.endpoints {
             if !paths.contains(&path.as_str()) {
@@ -139,16 +163,22 @@ impl Routes {
         }
         for path in paths {
             let mut resource = web::resource(self.actix_pattern(path));
+            let mut allow = Vec::new();
             for (_, method, endpoint) in self.endpoints.iter().filter(|(p, _, _)| p == path) {
+                allow.push(method.to_string());
                 let route = (endpoint.route)(method.clone());
                 resource = resource.route(match endpoint.role {
                     Some(role) => locked(route, role),
                     None => route,
                 });
             }
-            resource = resource.default_service(web::to(method_not_allowed));
+            let allow = allow.join(", ");
+            resource = resource.default_service(web::to(move || {
+                let allow = allow.clone();
+                async move { method_not_allowed(&allow) }
+            }));
             if path == OPENAPI_PATH {
-                resource = resource.app_data(web::Data::new(Document(self.json.clone())));
+                resource = resource.app_data(web::Data::new(Document(json.clone())));
             }
             if let Some(&bytes) = self.body_limits.get(path) {
                 resource = with_body_limit(resource, bytes);
@@ -252,6 +282,17 @@ impl Routes {
             }
         }
     }
+}
+
+/// 405 `method_not_allowed`, with the methods the path does take in `Allow` (RFC 9110).
+fn method_not_allowed(allow: &str) -> actix_web::HttpResponse {
+    let mut response = actix_web::ResponseError::error_response(&ApiError::MethodNotAllowed);
+    if let Ok(value) = actix_web::http::header::HeaderValue::from_str(allow) {
+        response
+            .headers_mut()
+            .insert(actix_web::http::header::ALLOW, value);
+    }
+    response
 }
 
 /// The document as JSON, for [`openapi_json`].

@@ -169,7 +169,7 @@ impl Server {
         listener: TcpListener,
         stop: CancellationToken,
         state: web::Data<S>,
-        routes: fn(&mut web::ServiceConfig),
+        routes: impl Fn(&mut web::ServiceConfig) + Clone + Send + 'static,
         background: impl Future<Output = ()> + 'static,
     ) -> anyhow::Result<()> {
         let Server {

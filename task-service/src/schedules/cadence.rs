@@ -10,7 +10,7 @@ use leasehold::schedules::CatchUp;
 use leasehold::server::{ApiError, validate_name_within};
 
 /// Longest cron expression accepted, in bytes.
-const MAX_CRON_BYTES: usize = 200;
+const MAX_CRON_CHARS: usize = 200;
 
 /// Most on-time ticks one schedule makes tasks for in one round; the rest wait for the next
 /// round, which starts at once (a one-second schedule with an hour's grace could owe 3,600).
@@ -31,7 +31,7 @@ impl Cadence {
     /// Parses a 5-field (minute first) or 6-field (seconds first) expression and an IANA zone.
     /// An expression that never fires (`0 0 30 2 *`) is refused like a malformed one.
     pub fn parse(cron: &str, timezone: &str) -> Result<Cadence, ApiError> {
-        validate_name_within("cron", cron, MAX_CRON_BYTES)?;
+        validate_name_within("cron", cron, MAX_CRON_CHARS)?;
         let zone: Tz = timezone.parse().map_err(|_| {
             ApiError::invalid(
                 "invalid_timezone",

@@ -14,7 +14,7 @@ pub mod ticker;
 
 use chrono::{DateTime, Utc};
 use leasehold::schedules::{
-    CatchUp, CreateSchedule, MAX_SCHEDULE_NAME_BYTES, ReplaceSchedule, Schedule, ScheduleSpec,
+    CatchUp, CreateSchedule, MAX_SCHEDULE_NAME_CHARS, ReplaceSchedule, Schedule, ScheduleSpec,
     Schedules,
 };
 use leasehold::server::{ApiError, validate_name_within};
@@ -182,7 +182,7 @@ fn validate(
 }
 
 fn validate_name(name: &str) -> Result<(), ApiError> {
-    validate_name_within("name", name, MAX_SCHEDULE_NAME_BYTES)
+    validate_name_within("name", name, MAX_SCHEDULE_NAME_CHARS)
 }
 
 /// The first tick after the database's clock now.

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use leasehold::server::{ApiError, validate_name, validate_name_within};
-use leasehold::tasks::{ClaimTasks, MAX_CLAIM, MAX_CLAIM_WAIT_MS, MAX_QUEUE_BYTES, Task};
+use leasehold::tasks::{ClaimTasks, MAX_CLAIM, MAX_CLAIM_WAIT_MS, MAX_QUEUE_CHARS, Task};
 use leasehold::workers::ClaimantLease;
 use tokio::time::Instant;
 use tracing::field::Empty;
@@ -48,7 +48,7 @@ pub fn want_of(
 ) -> Result<Want, ApiError> {
     validate_name("processor", processor)?;
     if let Some(queue) = queue {
-        validate_name_within("queue", queue, MAX_QUEUE_BYTES)?;
+        validate_name_within("queue", queue, MAX_QUEUE_CHARS)?;
     }
     let limit = limit.unwrap_or(1);
     if !(1..=MAX_CLAIM).contains(&limit) {

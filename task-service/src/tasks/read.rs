@@ -3,7 +3,7 @@
 
 use leasehold::server::http::Page;
 use leasehold::server::{ApiError, validate_name_within};
-use leasehold::tasks::{MAX_QUEUE_BYTES, OneTask, TaskCounts, TaskStatus};
+use leasehold::tasks::{MAX_QUEUE_CHARS, OneTask, TaskCounts, TaskStatus};
 use serde::Serialize;
 
 use super::refusal::task_not_found;
@@ -83,13 +83,13 @@ pub fn check_listing(listing: &Listing<'_>) -> Result<Vec<TaskStatus>, ApiError>
 /// Checks the fields of a task filter, a listing's or a bulk operation's alike.
 pub fn check_filter(filter: &TaskFilter<'_>) -> Result<(), ApiError> {
     if let Some(queue) = filter.queue {
-        validate_name_within("queue", queue, MAX_QUEUE_BYTES)?;
+        validate_name_within("queue", queue, MAX_QUEUE_CHARS)?;
     }
     if let Some(processor) = filter.processor {
         leasehold::server::validate_name("processor", processor)?;
     }
     if let Some(key) = filter.key {
-        validate_name_within("key", key, super::validate::MAX_KEY_BYTES)?;
+        validate_name_within("key", key, super::validate::MAX_KEY_CHARS)?;
     }
     for (field, at) in [
         ("created_after", &filter.created_after),

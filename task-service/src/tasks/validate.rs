@@ -4,14 +4,14 @@
 //! database error.
 
 use leasehold::server::{ApiError, validate_name_within};
-use leasehold::tasks::{CreateTask, MAX_QUEUE_BYTES};
+use leasehold::tasks::{CreateTask, MAX_QUEUE_CHARS};
 
 use super::Engine;
 use crate::repo::NewTask;
 
 /// Largest `task_data` (and `task_output`), serialised.
 pub const MAX_DATA_BYTES: usize = 64 * 1024;
-pub(crate) const MAX_KEY_BYTES: usize = 255;
+pub(crate) const MAX_KEY_CHARS: usize = 255;
 pub(super) const MAX_ERROR_BYTES: usize = 4096;
 const PRIORITY_RANGE: std::ops::RangeInclusive<i32> = -1000..=1000;
 
@@ -27,7 +27,7 @@ pub fn validate_new(engine: &Engine, request: CreateTask) -> Result<NewTask, Api
     }
     check_size("task_data", &request.task_data)?;
     let queue = request.queue.unwrap_or_else(|| "default".to_owned());
-    validate_name_within("queue", &queue, MAX_QUEUE_BYTES)?;
+    validate_name_within("queue", &queue, MAX_QUEUE_CHARS)?;
     let priority = request.priority.unwrap_or(0);
     if !PRIORITY_RANGE.contains(&priority) {
         return Err(ApiError::invalid(
@@ -45,10 +45,10 @@ pub fn validate_new(engine: &Engine, request: CreateTask) -> Result<NewTask, Api
         ));
     }
     if let Some(key) = &request.idempotency_key {
-        validate_name_within("idempotency_key", key, MAX_KEY_BYTES)?;
+        validate_name_within("idempotency_key", key, MAX_KEY_CHARS)?;
     }
     if let Some(key) = &request.concurrency_key {
-        validate_name_within("concurrency_key", key, MAX_KEY_BYTES)?;
+        validate_name_within("concurrency_key", key, MAX_KEY_CHARS)?;
     }
     if let Some(at) = &request.scheduled_at {
         leasehold::server::validate_timestamp("scheduled_at", at)?;
@@ -158,11 +158,11 @@ mod tests {
     #[test]
     fn queue_and_key_are_held_to_their_byte_limits() {
         let queue = |n: usize| json!({"task_data": {}, "queue": "q".repeat(n)});
-        assert_eq!(refusal(queue(MAX_QUEUE_BYTES)), "accepted");
-        assert_ne!(refusal(queue(MAX_QUEUE_BYTES + 1)), "accepted");
+        assert_eq!(refusal(queue(MAX_QUEUE_CHARS)), "accepted");
+        assert_ne!(refusal(queue(MAX_QUEUE_CHARS + 1)), "accepted");
         let key = |n: usize| json!({"task_data": {}, "idempotency_key": "k".repeat(n)});
-        assert_eq!(refusal(key(MAX_KEY_BYTES)), "accepted");
-        assert_ne!(refusal(key(MAX_KEY_BYTES + 1)), "accepted");
+        assert_eq!(refusal(key(MAX_KEY_CHARS)), "accepted");
+        assert_ne!(refusal(key(MAX_KEY_CHARS + 1)), "accepted");
     }
 
     #[test]

@@ -1,0 +1,101 @@
+//! Schemathesis, a fuzzer no one here wrote, against both services as real processes on a
+//! private PostgreSQL, with auth on and a token for every role: every check it has, stateful
+//! runs that follow the documents' links included. It must find nothing.
+//!
+//! The budget per service is `SCHEMATHESIS_MAX_EXAMPLES` cases per operation and phase
+//! (default 25, well under a minute on two cores); the seed is `SCHEMATHESIS_SEED` (default
+//! fixed, so a run repeats). A longer run: `SCHEMATHESIS_MAX_EXAMPLES=500 cargo nextest run -p
+//! tests --test schemathesis`. `SCHEMATHESIS_CHECKS` picks the checks (`all` for every one).
+//!
+//! Every check runs on lease-service, but for the few `tests/schemathesis.toml` switches off
+//! on an operation, each with why. On task-service two are not yet on:
+//! `positive_data_acceptance` and `negative_data_rejection`, which need every bound it enforces
+//! stated exactly in its document (names, JSON without NUL, cursors, the statuses each bulk
+//! operation takes); issue 33 is bringing them in (`SCHEMATHESIS_CHECKS=all` runs them).
+#![allow(clippy::unwrap_used)]
+
+use tests::{Service, fresh_database, tools};
+
+/// What the fuzzer presents: one token with every role of the service it tests.
+const TOKEN: &str = "schemathesis-token-0123456789";
+/// task-service's own token at lease-service.
+const SERVICE_TOKEN: &str = "task-service-token-0123456789";
+
+/// The version this test was written against (4.x; `pip install schemathesis==...`).
+const SCHEMATHESIS: &str = "schemathesis==4.32.5";
+
+fn env_or(name: &str, default: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| default.to_owned())
+}
+
+#[tokio::test]
+async fn schemathesis_finds_nothing_in_either_service() {
+    let lease_db = fresh_database().await;
+    let task_db = fresh_database().await;
+    let lease_tokens = format!("leaseholder+operator:{TOKEN},leaseholder:{SERVICE_TOKEN}");
+    let leases = Service::lease_service(&lease_db, &[("AUTH_TOKENS", lease_tokens.as_str())]).await;
+    let task_tokens = format!("producer+worker+operator:{TOKEN}");
+    let tasks = Service::task_service(
+        &task_db,
+        &leases.base_url(),
+        &[
+            ("AUTH_TOKENS", task_tokens.as_str()),
+            ("LEASE_SERVICE_TOKEN", SERVICE_TOKEN),
+        ],
+    )
+    .await;
+    let bin = tools::python_tools("schemathesis", &[], &[SCHEMATHESIS]).join("schemathesis");
+    let examples = env_or("SCHEMATHESIS_MAX_EXAMPLES", "25");
+    let seed = env_or("SCHEMATHESIS_SEED", "20261128");
+    let mut failed = Vec::new();
+    // task-service's documents do not yet state every bound it enforces (see above).
+    let not_yet: [&[&str]; 2] = [
+        &[],
+        &[
+            "--exclude-checks",
+            "positive_data_acceptance,negative_data_rejection",
+        ],
+    ];
+    for (service, not_yet) in [&leases, &tasks].into_iter().zip(not_yet) {
+        let output = tokio::process::Command::new(&bin)
+            .arg("--config-file")
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/schemathesis.toml"))
+            .arg("run")
+            .arg(service.url("/api/openapi.json"))
+            .args(
+                std::env::var("SCHEMATHESIS_CHECKS")
+                    .map(|checks| vec!["--checks".to_owned(), checks])
+                    .unwrap_or_default(),
+            )
+            .args(["--phases", "examples,coverage,fuzzing,stateful"])
+            .args(["--max-examples", &examples])
+            .args(["--seed", &seed])
+            .args(["--workers", "1"])
+            .args(["--header", &format!("Authorization: Bearer {TOKEN}")])
+            .args(["--request-timeout", "40"])
+            .args(if std::env::var("SCHEMATHESIS_CHECKS").is_ok() {
+                &[]
+            } else {
+                not_yet
+            })
+            .arg("--no-color")
+            .kill_on_drop(true)
+            .output()
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", bin.display()));
+        let said = String::from_utf8_lossy(&output.stdout);
+        eprintln!("{}:\n{said}", service.name);
+        if !output.status.success() {
+            failed.push(format!(
+                "{}:\n{said}\n{}",
+                service.name,
+                String::from_utf8_lossy(&output.stderr)
+            ));
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "schemathesis found:\n{}",
+        failed.join("\n")
+    );
+}
