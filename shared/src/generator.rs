@@ -64,9 +64,13 @@ pub struct GeneratorStatus {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct StartGenerator {
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0.001, maximum = 1000)]
     pub rate_per_second: Option<f64>,
+    /// At most `max_sleep_seconds` (as given, or as set before).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0, maximum = 3600)]
     pub min_sleep_seconds: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0, maximum = 3600)]
     pub max_sleep_seconds: Option<f64>,
 }

@@ -41,12 +41,14 @@ pub struct QueueSettings {
     /// replica (0 to 1,000,000).
     #[serde(default, alias = "concurrencyLimit")]
     #[serde(deserialize_with = "crate::integers::optional")]
+    #[schema(minimum = 0, maximum = 1000000)]
     pub concurrency_limit: Option<i32>,
     /// At most this many running tasks of one `concurrency_key` (0 to 1,000,000); claims take
     /// turns across keys, so one key's backlog never keeps another's tasks waiting. Tasks without
     /// a key are held by the queue's other limits only.
     #[serde(default, alias = "keyConcurrencyLimit")]
     #[serde(deserialize_with = "crate::integers::optional")]
+    #[schema(minimum = 0, maximum = 1000000)]
     pub key_concurrency_limit: Option<i32>,
     /// At most `per_second` of the queue's tasks started per second (claims of tasks whose
     /// lease lapsed included), in bursts of at most `burst`, by the database's clock.
@@ -61,8 +63,10 @@ pub struct RateLimit {
     /// `perSecond` in answers, as every answer's fields are camelCase; a request may write
     /// either.
     #[serde(rename = "perSecond", alias = "per_second")]
+    #[schema(minimum = 0.000011574074074074073, maximum = 1000000)]
     pub per_second: f64,
     #[serde(deserialize_with = "crate::integers::integer")]
+    #[schema(minimum = 1, maximum = 1000000)]
     pub burst: i32,
 }
 

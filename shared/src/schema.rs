@@ -51,6 +51,11 @@ name_schema!(
 );
 name_schema!(QueueName, crate::tasks::MAX_QUEUE_CHARS, "A queue's name.");
 name_schema!(
+    Key,
+    crate::tasks::MAX_KEY_CHARS,
+    "A key: an idempotency key, a concurrency key."
+);
+name_schema!(
     ScheduleName,
     crate::schedules::MAX_SCHEDULE_NAME_CHARS,
     "A schedule's name."

@@ -13,6 +13,9 @@ use serde::{Deserialize, Serialize};
 /// against it at startup, so a bad setting fails there rather than on every claim.
 pub const MAX_QUEUE_CHARS: usize = 128;
 
+/// Longest idempotency or concurrency key, in characters.
+pub const MAX_KEY_CHARS: usize = 255;
+
 /// Most tasks one claim (`POST /api/tasks/next` with `limit`) may take. Each claimed task takes
 /// a lease in one lease-service batch, so it may not exceed that batch's limit.
 pub const MAX_CLAIM: i64 = 100;
@@ -210,19 +213,31 @@ impl TaskCounts {
 /// `POST /api/tasks`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct CreateTask {
-    /// A JSON object.
+    /// A JSON object (at most 64 KiB).
+    #[schema(value_type = crate::schema::JsonObject)]
     pub task_data: serde_json::Value,
+    /// Run no earlier than this (RFC 3339, years 1 to 9999).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(
+        pattern = r"^(000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-9][0-9]{3})-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$"
+    )]
     pub scheduled_at: Option<DateTime<Utc>>,
+    /// Default `default`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<crate::schema::QueueName>)]
     pub queue: Option<String>,
+    /// Higher first; default 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[serde(deserialize_with = "crate::integers::optional")]
+    #[schema(minimum = -1000, maximum = 1000)]
     pub priority: Option<i32>,
+    /// Default the service's `TASK_MAX_ATTEMPTS`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[serde(deserialize_with = "crate::integers::optional")]
+    #[schema(minimum = 1, maximum = 1000)]
     pub max_attempts: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<crate::schema::Key>)]
     pub idempotency_key: Option<String>,
     /// The tenant, customer or account the task works for: a queue's `key_concurrency_limit`
     /// lets at most that many tasks of one key run at once, and claims take turns across keys.
@@ -231,6 +246,7 @@ pub struct CreateTask {
         alias = "concurrencyKey",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schema(value_type = Option<crate::schema::Key>)]
     pub concurrency_key: Option<String>,
     /// Sent by task-generator only: the fence of the generator lease it creates under. The task
     /// is stored only while that fence holds the lease and the generator is started.
@@ -271,17 +287,21 @@ pub struct CreateResult {
 /// `POST /api/tasks/next`. Without `limit` the answer is one task; with it, a list.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ClaimTasks {
+    #[schema(value_type = crate::schema::Name)]
     pub processor: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<crate::schema::QueueName>)]
     pub queue: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[serde(deserialize_with = "crate::integers::optional")]
+    #[schema(minimum = 1, maximum = 100)]
     pub limit: Option<i64>,
     /// With nothing due, hold the request up to this many milliseconds (at most
     /// [`MAX_CLAIM_WAIT_MS`]) until a task is due; without it, answer at once (the sample's
     /// clients send none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[serde(deserialize_with = "crate::integers::optional")]
+    #[schema(maximum = 30000)]
     pub wait_ms: Option<u64>,
     /// The claiming worker process's liveness lease, to cover the tasks it gets (see
     /// [`crate::workers::ClaimantLease`]); without it, each task takes a lease of its own.
@@ -292,6 +312,7 @@ pub struct ClaimTasks {
 /// `PUT /api/tasks/{id}/heartbeat`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Heartbeat {
+    #[schema(value_type = crate::schema::Name)]
     pub processor: String,
     /// When given, must be the task's current fence.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -302,6 +323,7 @@ pub struct Heartbeat {
 /// `PUT /api/tasks/{id}/complete`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct CompleteTask {
+    #[schema(value_type = crate::schema::Name)]
     pub processor: String,
     #[serde(default)]
     pub task_output: serde_json::Value,
@@ -315,7 +337,9 @@ pub struct CompleteTask {
 /// it alone.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct CompleteTasks {
+    #[schema(value_type = crate::schema::Name)]
     pub processor: String,
+    #[schema(min_items = 1, max_items = 100)]
     pub tasks: Vec<CompleteItem>,
     /// Claim the next tasks in the same request and transaction, as `POST /api/tasks/next`
     /// would with these fields (it never waits): a worker that finishes a task and wants another
@@ -331,10 +355,12 @@ pub struct CompleteTasks {
 #[serde(deny_unknown_fields)]
 pub struct ClaimNext {
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<crate::schema::QueueName>)]
     pub queue: Option<String>,
     /// At most this many tasks (1 to [`MAX_CLAIM`]); one when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[serde(deserialize_with = "crate::integers::optional")]
+    #[schema(minimum = 1, maximum = 100)]
     pub limit: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker: Option<crate::workers::ClaimantLease>,
@@ -395,6 +421,7 @@ pub struct ItemResult {
 /// `PUT /api/tasks/{id}/fail`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct FailTask {
+    #[schema(value_type = crate::schema::Name)]
     pub processor: String,
     pub error: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -425,16 +452,20 @@ pub struct BulkTasks {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<TaskStatus>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<crate::schema::QueueName>)]
     pub queue: Option<String>,
     /// Only tasks last claimed by this processor.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<crate::schema::Name>)]
     pub processor: Option<String>,
     /// Only tasks with this concurrency key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<crate::schema::Key>)]
     pub key: Option<String>,
     /// At most [`MAX_BULK`] ids.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[serde(deserialize_with = "crate::integers::optional_list")]
+    #[schema(max_items = 1000)]
     pub ids: Option<Vec<i64>>,
     /// Only tasks created at or after this instant.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -442,8 +473,10 @@ pub struct BulkTasks {
     /// Only tasks created before this instant.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_before: Option<DateTime<Utc>>,
+    /// At most this many tasks (default and most: 1,000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[serde(deserialize_with = "crate::integers::optional")]
+    #[schema(minimum = 1, maximum = 1000)]
     pub limit: Option<i64>,
 }
 
@@ -461,10 +494,12 @@ pub const MAX_SNOOZE_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
 /// (0 to [`MAX_SNOOZE_SECONDS`]), without charging the attempt, and its lease is released.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SnoozeTask {
+    #[schema(value_type = crate::schema::Name)]
     pub processor: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[serde(deserialize_with = "crate::integers::optional")]
     pub fence: Option<i64>,
+    #[schema(minimum = 0, maximum = 31536000)]
     pub seconds: f64,
 }
 

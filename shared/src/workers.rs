@@ -24,8 +24,15 @@ pub fn resource(id: &str) -> String {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClaimantLease {
+    /// The worker process's id (as in `PUT /api/workers/{id}`).
+    #[schema(
+        min_length = 1,
+        max_length = 505,
+        pattern = r"^[^\u0000-\u001F\u007F-\u009F]*$"
+    )]
     pub id: String,
     #[serde(deserialize_with = "crate::integers::integer")]
+    #[schema(minimum = 1)]
     pub fence: i64,
 }
 
@@ -41,11 +48,22 @@ pub const MAX_TTL_SECONDS: i64 = 300;
 #[serde(rename_all = "camelCase")]
 pub struct WorkerInfo {
     /// The machine (or container) it runs on.
+    #[schema(
+        min_length = 1,
+        max_length = 200,
+        pattern = r"^[^\u0000-\u001F\u007F-\u009F]*$"
+    )]
     pub host: String,
     /// Its release.
+    #[schema(
+        min_length = 1,
+        max_length = 200,
+        pattern = r"^[^\u0000-\u001F\u007F-\u009F]*$"
+    )]
     pub version: String,
     /// The one queue it claims from; none for every queue.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<crate::schema::QueueName>)]
     pub queue: Option<String>,
     /// Tasks it runs at once.
     #[serde(deserialize_with = "crate::integers::integer")]
@@ -64,10 +82,12 @@ pub struct WorkerBeat {
     /// This run of the process, unique per start: the liveness lease's holder, so that a second
     /// process started under a live one's id is refused (409 `worker_id_in_use`) rather than
     /// sharing its lease.
+    #[schema(value_type = crate::schema::Name)]
     pub instance: String,
     pub info: WorkerInfo,
     /// How long the process counts as alive without another beat (seconds).
     #[serde(deserialize_with = "crate::integers::integer")]
+    #[schema(minimum = 1, maximum = 300)]
     pub ttl_seconds: i64,
     /// The lease's fence from the previous beat's answer; none on the first beat.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -80,6 +100,7 @@ pub struct WorkerBeat {
     /// [`WorkerLease::secret`], and must send that back.) At least
     /// [`crate::api::MIN_OWN_SECRET_CHARS`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, min_length = 32, max_length = 512)]
     pub secret: Option<Secret>,
 }
 
@@ -102,6 +123,7 @@ pub struct WorkerLease {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct WorkerGone {
     /// The [`WorkerBeat::instance`] that holds the lease.
+    #[schema(value_type = crate::schema::Name)]
     pub instance: String,
     #[serde(deserialize_with = "crate::integers::integer")]
     pub fence: i64,

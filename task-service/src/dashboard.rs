@@ -132,7 +132,16 @@ pub(crate) async fn overview(
 #[serde(deny_unknown_fields)]
 pub(crate) struct ThroughputQuery {
     /// The window: 300 (the default), 3600 or 86400 seconds.
+    #[param(schema_with = chart_windows)]
     window_seconds: Option<i64>,
+}
+
+/// The windows the charts are drawn over, in seconds.
+fn chart_windows() -> utoipa::openapi::schema::Object {
+    utoipa::openapi::schema::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::Integer)
+        .enum_values(Some(tasks::read::CHART_WINDOWS))
+        .build()
 }
 
 /// The dashboard's charts
@@ -168,14 +177,18 @@ pub(crate) async fn throughput(
 #[serde(deny_unknown_fields)]
 pub(crate) struct LeaseQuery {
     /// `all` (the default), `active`, `expired`, `released` or `renewed`.
+    #[param(pattern = "^(all|active|expired|released|renewed)$")]
     status: Option<String>,
     /// Only leases whose resource starts with this.
+    #[param(max_length = 512, pattern = r"^[^\u0000]*$")]
     resource_prefix: Option<String>,
     /// Leases per page (default 200, at most 1,000 answered).
+    #[param(minimum = 1)]
     limit: Option<u32>,
     /// The previous page's `nextCursor`.
     cursor: Option<String>,
     /// `asc` (the default) or `desc`.
+    #[param(pattern = "^(asc|desc)$")]
     order: Option<String>,
 }
 

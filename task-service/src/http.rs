@@ -14,8 +14,8 @@ use leasehold::server::db;
 use leasehold::server::http::{NamePage, Order, Page, Probe, extractors, metrics_response, ready};
 use leasehold::tasks::{
     BulkResult, BulkTasks, ClaimAnswer, ClaimTasks, CompleteTask, CompleteTasks, CompletedTasks,
-    CreateTask, CreateTasks, CreatedTasks, FailTask, Heartbeat, NoTask, OneTask, SnoozeTask, Task,
-    TaskCounts, TaskPage, TaskStatus,
+    CreateTask, CreatedTasks, FailTask, Heartbeat, NoTask, OneTask, SnoozeTask, Task, TaskCounts,
+    TaskPage, TaskStatus,
 };
 use leasehold::workers::{WorkerBeat, WorkerGone, WorkerLease, Workers};
 use serde::Deserialize;
@@ -39,6 +39,10 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     extractors(cfg, MAX_BODY_BYTES);
     routes()
         .body_limit("/api/tasks/batch", MAX_BATCH_BODY_BYTES)
+        // One body for the three bulk operations; each takes its own statuses.
+        .narrow("retry_many", "status", &["dead", "cancelled"])
+        .narrow("cancel_many", "status", &["pending", "running"])
+        .narrow("delete_many", "status", &["succeeded", "dead", "cancelled"])
         .mount(cfg);
 }
 
@@ -106,7 +110,7 @@ leasehold::routes! {
     put,
     path = "/api/workers/{id}",
     tag = "workers",
-    params(("id" = String, Path, description = "The worker process's id")),
+    params(("id" = String, Path, description = "The worker process's id", min_length = 1, max_length = 505, pattern = r"^(?!\.\.?$)[^\u0000-\u001F\u007F-\u009F]*$")),
     responses(
         (status = 200, description = "The liveness lease to present at the next beat", body = WorkerLease, links(
             ("Gone" = (operation_id = "worker_gone", parameters(("id" = "$request.path.id")), request_body = json!({"instance": "$request.body#/instance", "fence": "$response.body#/fence", "secret": "$request.body#/secret"}), description = "The process stops")),
@@ -130,7 +134,7 @@ async fn worker_beat(
     delete,
     path = "/api/workers/{id}",
     tag = "workers",
-    params(("id" = String, Path, description = "The worker process's id")),
+    params(("id" = String, Path, description = "The worker process's id", min_length = 1, max_length = 505, pattern = r"^(?!\.\.?$)[^\u0000-\u001F\u007F-\u009F]*$")),
     responses(
         (status = 204, description = "Its lease released"),
         (status = 400, description = "`invalid_field`, `missing_field`, `malformed_json`", body = ErrorBody),
@@ -198,7 +202,7 @@ async fn create(state: State, body: web::Json<CreateTask>) -> Result<HttpRespons
     post,
     path = "/api/tasks/batch",
     tag = "tasks",
-    request_body = CreateTasks,
+    request_body = tasks::create_many::Batch,
     responses(
         (status = 200, description = "One result per create", body = CreatedTasks),
         (status = 400, description = "`invalid_batch`, `invalid_field`, `missing_field`, `malformed_json`", body = ErrorBody),
@@ -513,12 +517,30 @@ async fn events(state: State, id: web::Path<i64>) -> Result<HttpResponse, ApiErr
 #[into_params(parameter_in = Query)]
 struct ListQuery {
     /// Only tasks in these statuses, comma-separated (`pending,running`).
+    #[param(
+        pattern = r"^( *(pending|running|succeeded|dead|cancelled) *(, *(pending|running|succeeded|dead|cancelled) *)*)?$"
+    )]
     status: Option<String>,
     /// Only tasks of this queue.
+    #[param(
+        min_length = 1,
+        max_length = 128,
+        pattern = r"^[^\u0000-\u001F\u007F-\u009F]*$"
+    )]
     queue: Option<String>,
     /// Only tasks this processor last claimed.
+    #[param(
+        min_length = 1,
+        max_length = 512,
+        pattern = r"^[^\u0000-\u001F\u007F-\u009F]*$"
+    )]
     processor: Option<String>,
     /// Only tasks of this concurrency key.
+    #[param(
+        min_length = 1,
+        max_length = 255,
+        pattern = r"^[^\u0000-\u001F\u007F-\u009F]*$"
+    )]
     key: Option<String>,
     /// Only tasks created after this instant (RFC 3339, years 1 to 9999).
     created_after: Option<chrono::DateTime<chrono::Utc>>,
@@ -528,6 +550,7 @@ struct ListQuery {
     #[param(minimum = 1)]
     limit: Option<i64>,
     /// The previous page's `nextCursor`.
+    #[param(pattern = r"^[0-9]{0,18}$")]
     cursor: Option<String>,
     /// `asc` (oldest first, the default) or `desc` (newest first).
     #[param(inline)]
@@ -669,18 +692,21 @@ async fn generator_settings(state: State) -> Result<HttpResponse, ApiError> {
     )
 )]
 async fn generator_start(state: State, body: web::Bytes) -> Result<HttpResponse, ApiError> {
+    // No body, and a JSON `null`, change nothing.
     let change: StartGenerator = if body.iter().all(u8::is_ascii_whitespace) {
         StartGenerator::default()
     } else {
-        serde_json::from_slice(&body).map_err(|err| ApiError::Invalid {
-            code: if err.is_data() {
-                "invalid_field"
-            } else {
-                "malformed_json"
-            },
-            field: None,
-            message: format!("invalid request body: {err}"),
-        })?
+        serde_json::from_slice::<Option<StartGenerator>>(&body)
+            .map(Option::unwrap_or_default)
+            .map_err(|err| ApiError::Invalid {
+                code: if err.is_data() {
+                    "invalid_field"
+                } else {
+                    "malformed_json"
+                },
+                field: None,
+                message: format!("invalid request body: {err}"),
+            })?
     };
     let mut conn = db::connection(&state.pool).await?;
     Ok(HttpResponse::Ok().json(generator::start(&mut conn, &state.engine, change).await?))
@@ -779,7 +805,7 @@ async fn queues_list(
     get,
     path = "/api/queues/{queue}",
     tag = "queues",
-    params(("queue" = String, Path, description = "The queue's name (1 to 128 bytes, no control characters)")),
+    params(("queue" = String, Path, description = "The queue's name", min_length = 1, max_length = 128, pattern = r"^(?!\.\.?$)[^\u0000-\u001F\u007F-\u009F]*$")),
     responses(
         (status = 200, description = "The queue", body = QueueState),
         (status = 400, description = "`invalid_field`: not a queue's name", body = ErrorBody),
@@ -801,7 +827,7 @@ async fn queue_get(state: State, queue: web::Path<String>) -> Result<HttpRespons
     put,
     path = "/api/queues/{queue}",
     tag = "queues",
-    params(("queue" = String, Path, description = "The queue's name (1 to 128 bytes, no control characters)")),
+    params(("queue" = String, Path, description = "The queue's name", min_length = 1, max_length = 128, pattern = r"^(?!\.\.?$)[^\u0000-\u001F\u007F-\u009F]*$")),
     responses(
         (status = 200, description = "The queue", body = QueueState),
         (status = 400, description = "`invalid_field`, `malformed_json`", body = ErrorBody),
@@ -823,7 +849,7 @@ async fn queue_set_limits(
     post,
     path = "/api/queues/{queue}/pause",
     tag = "queues",
-    params(("queue" = String, Path, description = "The queue's name (1 to 128 bytes, no control characters)")),
+    params(("queue" = String, Path, description = "The queue's name", min_length = 1, max_length = 128, pattern = r"^(?!\.\.?$)[^\u0000-\u001F\u007F-\u009F]*$")),
     responses(
         (status = 200, description = "The queue", body = QueueState),
         (status = 400, description = "`invalid_field`: not a queue's name", body = ErrorBody),
@@ -839,7 +865,7 @@ async fn queue_pause(state: State, queue: web::Path<String>) -> Result<HttpRespo
     post,
     path = "/api/queues/{queue}/resume",
     tag = "queues",
-    params(("queue" = String, Path, description = "The queue's name (1 to 128 bytes, no control characters)")),
+    params(("queue" = String, Path, description = "The queue's name", min_length = 1, max_length = 128, pattern = r"^(?!\.\.?$)[^\u0000-\u001F\u007F-\u009F]*$")),
     responses(
         (status = 200, description = "The queue", body = QueueState),
         (status = 400, description = "`invalid_field`: not a queue's name", body = ErrorBody),
@@ -892,7 +918,7 @@ async fn schedule_create(
     get,
     path = "/api/schedules/{name}",
     tag = "schedules",
-    params(("name" = String, Path, description = "The schedule's name")),
+    params(("name" = String, Path, description = "The schedule's name", min_length = 1, max_length = 200, pattern = r"^(?!\.\.?$)[^\u0000-\u001F\u007F-\u009F]*$")),
     responses(
         (status = 200, description = "The schedule", body = Schedule),
         (status = 404, description = "`schedule_not_found`", body = ErrorBody),
@@ -908,7 +934,7 @@ async fn schedule_get(state: State, name: web::Path<String>) -> Result<HttpRespo
     put,
     path = "/api/schedules/{name}",
     tag = "schedules",
-    params(("name" = String, Path, description = "The schedule's name")),
+    params(("name" = String, Path, description = "The schedule's name", min_length = 1, max_length = 200, pattern = r"^(?!\.\.?$)[^\u0000-\u001F\u007F-\u009F]*$")),
     responses(
         (status = 201, description = "The schedule, created", body = Schedule),
         (status = 200, description = "The schedule, replaced", body = Schedule),
@@ -935,7 +961,7 @@ async fn schedule_replace(
     delete,
     path = "/api/schedules/{name}",
     tag = "schedules",
-    params(("name" = String, Path, description = "The schedule's name")),
+    params(("name" = String, Path, description = "The schedule's name", min_length = 1, max_length = 200, pattern = r"^(?!\.\.?$)[^\u0000-\u001F\u007F-\u009F]*$")),
     responses(
         (status = 200, description = "The schedule deleted", body = Schedule),
         (status = 404, description = "`schedule_not_found`", body = ErrorBody),
@@ -951,7 +977,7 @@ async fn schedule_delete(state: State, name: web::Path<String>) -> Result<HttpRe
     post,
     path = "/api/schedules/{name}/pause",
     tag = "schedules",
-    params(("name" = String, Path, description = "The schedule's name")),
+    params(("name" = String, Path, description = "The schedule's name", min_length = 1, max_length = 200, pattern = r"^(?!\.\.?$)[^\u0000-\u001F\u007F-\u009F]*$")),
     responses(
         (status = 200, description = "The schedule", body = Schedule),
         (status = 404, description = "`schedule_not_found`", body = ErrorBody),
@@ -968,7 +994,7 @@ async fn schedule_pause(state: State, name: web::Path<String>) -> Result<HttpRes
     post,
     path = "/api/schedules/{name}/resume",
     tag = "schedules",
-    params(("name" = String, Path, description = "The schedule's name")),
+    params(("name" = String, Path, description = "The schedule's name", min_length = 1, max_length = 200, pattern = r"^(?!\.\.?$)[^\u0000-\u001F\u007F-\u009F]*$")),
     responses(
         (status = 200, description = "The schedule", body = Schedule),
         (status = 404, description = "`schedule_not_found`", body = ErrorBody),

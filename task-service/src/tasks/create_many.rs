@@ -67,6 +67,8 @@ pub async fn create_many(
 #[derive(Debug, serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Batch {
+    /// 1 to 1,000 creates, each a `POST /api/tasks` body judged as if alone.
+    #[schema(min_items = 1, max_items = 1000)]
     pub tasks: Vec<serde_json::Value>,
 }
 

@@ -11,7 +11,7 @@ use crate::repo::NewTask;
 
 /// Largest `task_data` (and `task_output`), serialised.
 pub const MAX_DATA_BYTES: usize = 64 * 1024;
-pub(crate) const MAX_KEY_CHARS: usize = 255;
+pub(crate) use leasehold::tasks::MAX_KEY_CHARS;
 pub(super) const MAX_ERROR_BYTES: usize = 4096;
 const PRIORITY_RANGE: std::ops::RangeInclusive<i32> = -1000..=1000;
 
