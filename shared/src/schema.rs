@@ -3,7 +3,7 @@
 //! services accept, so that a client (or a fuzzer) that follows the document is never refused.
 
 use utoipa::openapi::schema::{
-    AdditionalProperties, AnyOfBuilder, ArrayBuilder, Object, ObjectBuilder, Schema, Type,
+    AdditionalProperties, ArrayBuilder, Object, ObjectBuilder, Schema, Type,
 };
 use utoipa::openapi::{Ref, RefOr};
 
@@ -61,61 +61,28 @@ name_schema!(
     "A schedule's name."
 );
 
-/// Any JSON value without a NUL in a string or a key (PostgreSQL's `jsonb` cannot hold one).
-#[derive(Debug)]
-pub struct JsonValue;
-
-fn json_value_ref() -> RefOr<Schema> {
-    RefOr::Ref(Ref::from_schema_name("JsonValue"))
-}
-
-fn object_of_json() -> Object {
-    ObjectBuilder::new()
-        .schema_type(Type::Object)
-        .property_names(Some(text(None, None, NO_NUL)))
-        .additional_properties(Some(AdditionalProperties::RefOr(json_value_ref())))
-        .build()
-}
-
-impl utoipa::PartialSchema for JsonValue {
-    fn schema() -> RefOr<Schema> {
-        let string = text(None, None, NO_NUL);
-        RefOr::T(Schema::AnyOf(
-            AnyOfBuilder::new()
-                .description(Some("Any JSON value without a NUL character"))
-                .item(string)
-                .item(ObjectBuilder::new().schema_type(Type::Number))
-                .item(ObjectBuilder::new().schema_type(Type::Boolean))
-                .item(ObjectBuilder::new().schema_type(Type::Null))
-                .item(ArrayBuilder::new().items(json_value_ref()))
-                .item(object_of_json())
-                .build(),
-        ))
-    }
-}
-
-impl utoipa::ToSchema for JsonValue {}
-
-/// A JSON object without a NUL in any string or key: task data and outputs, lease metadata.
+/// A JSON object: task data and outputs, lease metadata. PostgreSQL's `jsonb` cannot hold a
+/// NUL character, so none may appear in a key or a string at any depth; the schema states it
+/// for the object's own keys only, since a schema that says it at every depth must refer to
+/// itself inside a union, which generators of clients in other languages (openapi-python-client)
+/// cannot read.
 #[derive(Debug)]
 pub struct JsonObject;
 
 impl utoipa::PartialSchema for JsonObject {
     fn schema() -> RefOr<Schema> {
-        let mut object = object_of_json();
-        object.description = Some("A JSON object without a NUL character".to_owned());
+        let mut object = ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .property_names(Some(text(None, None, NO_NUL)))
+            .additional_properties(Some(AdditionalProperties::FreeForm(true)))
+            .build();
+        object.description =
+            Some("A JSON object; no NUL character in any key or string, at any depth".to_owned());
         RefOr::T(Schema::Object(object))
     }
 }
 
-impl utoipa::ToSchema for JsonObject {
-    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
-        schemas.push((
-            "JsonValue".to_owned(),
-            <JsonValue as utoipa::PartialSchema>::schema(),
-        ));
-    }
-}
+impl utoipa::ToSchema for JsonObject {}
 
 /// `POST /api/leases/batch`'s `resources`: 1 to 100 names, each once.
 pub fn resources_once() -> utoipa::openapi::schema::Array {

@@ -183,9 +183,10 @@ pub(crate) struct LeaseQuery {
     #[param(max_length = 512, pattern = r"^[^\u0000]*$")]
     resource_prefix: Option<String>,
     /// Leases per page (default 200, at most 1,000 answered).
-    #[param(minimum = 1)]
+    #[param(minimum = 1, maximum = 4294967295_u32)]
     limit: Option<u32>,
     /// The previous page's `nextCursor`.
+    #[param(pattern = r"^[0-9]{0,18}$")]
     cursor: Option<String>,
     /// `asc` (the default) or `desc`.
     #[param(pattern = "^(asc|desc)$")]

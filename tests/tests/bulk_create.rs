@@ -90,7 +90,7 @@ async fn an_item_that_is_no_create_is_refused_alone_and_the_rest_are_created() {
     let odd = [
         json!({"queue": "bulk"}),
         json!({"task_data": {}, "scheduled_at": "+10000-01-01T00:00:00Z"}),
-        json!({"task_data": {}, "priority": 1000.0}),
+        json!({"task_data": {}, "priority": 999.5}),
         json!({"task_data": {}, "max_attempts": 5e-324}),
         json!("not an object"),
     ];

@@ -234,8 +234,9 @@ mod tests {
     #[test]
     fn names_must_be_non_empty_short_and_printable() {
         assert!(validate_name("resource", "task-1").is_ok());
-        assert!(validate_name("resource", &"é".repeat(256)).is_ok()); // 512 bytes
-        for bad in ["", "a\u{0}b", "line\nbreak", &"é".repeat(257)] {
+        // Counted in characters, as JSON Schema's maxLength counts them.
+        assert!(validate_name("resource", &"é".repeat(512)).is_ok());
+        for bad in ["", "a\u{0}b", "line\nbreak", &"é".repeat(513)] {
             let err = validate_name("holder", bad).err();
             assert!(
                 matches!(
