@@ -68,6 +68,29 @@ fn case(
     }
 }
 
+/// Names are bounded in characters, as the API's documents state them: the longest name of
+/// four-byte characters (2,048 bytes) is a name like any other, one more is refused.
+#[tokio::test]
+async fn a_name_is_512_characters_however_many_bytes_they_take() {
+    let db = fresh_database().await;
+    let svc = Service::lease_service(&db, &[]).await;
+    let longest = "𝄞".repeat(512);
+    let acquired = svc
+        .post(
+            "/api/leases",
+            &json!({"resource": longest, "holder": longest}),
+        )
+        .await;
+    assert_eq!(acquired.status, 201, "{:?}", acquired.body);
+    let too_long = svc
+        .post(
+            "/api/leases",
+            &json!({"resource": format!("{longest}x"), "holder": "h"}),
+        )
+        .await;
+    assert_eq!((too_long.status, too_long.code()), (400, "invalid_field"));
+}
+
 #[tokio::test]
 async fn a_table_of_bad_requests_each_gets_the_right_error_and_writes_nothing() {
     let db = fresh_database().await;
