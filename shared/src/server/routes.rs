@@ -49,13 +49,6 @@ impl Endpoint {
     }
 }
 
-/// One route as served: the method and the path its operation names.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Served {
-    pub method: String,
-    pub path: String,
-}
-
 /// A service's routes and their document. Build it with [`routes!`](crate::routes).
 pub struct Routes {
     document: OpenApi,
@@ -195,7 +188,7 @@ impl Routes {
     /// When the operation has no JSON body referring to a component with that field.
     pub fn narrow(mut self, id: &str, field: &str, values: &[&str]) -> Self {
         use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
-        let components = self.document.components.clone().unwrap_or_default();
+        let components = self.document.components.as_ref();
         let operation = self
             .document
             .paths
@@ -219,7 +212,7 @@ impl Routes {
                     .rsplit('/')
                     .next()
                     .unwrap_or_default();
-                match components.schemas.get(name) {
+                match components.and_then(|components| components.schemas.get(name)) {
                     Some(RefOr::T(Schema::Object(object))) => object.clone(),
                     _ => panic!("{id}: {name} is not an object schema"),
                 }
@@ -282,20 +275,6 @@ impl Routes {
             })
             .collect::<Vec<_>>()
             .join("/")
-    }
-
-    /// The routes as served, each method and path.
-    pub fn served(&self) -> Vec<Served> {
-        let mut served: Vec<Served> = self
-            .endpoints
-            .iter()
-            .map(|(path, method, _)| Served {
-                method: method.to_string(),
-                path: path.clone(),
-            })
-            .collect();
-        served.sort();
-        served
     }
 
     /// The OpenAPI document of these routes.
@@ -390,7 +369,14 @@ async fn api_docs() -> actix_web::HttpResponse {
 impl std::fmt::Debug for Routes {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Routes")
-            .field("served", &self.served())
+            .field(
+                "endpoints",
+                &self
+                    .endpoints
+                    .iter()
+                    .map(|(path, method, endpoint)| format!("{method} {path} ({})", endpoint.id))
+                    .collect::<Vec<_>>(),
+            )
             .finish_non_exhaustive()
     }
 }
