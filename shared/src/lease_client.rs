@@ -102,7 +102,7 @@ impl LeaseClient {
     }
 
     pub fn with_timeout(base_url: impl Into<String>, timeout: Duration) -> Self {
-        let http = reqwest::Client::builder()
+        let http = crate::keep_alive::client_builder()
             .timeout(timeout)
             .connect_timeout(timeout.min(Duration::from_secs(2)))
             .build()

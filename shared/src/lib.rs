@@ -13,6 +13,8 @@
 //!   and [`lease_guard::with_lease`], which runs a future only while the lease is held.
 //! * [`singleton`]: a job that runs on exactly one replica of many at a time.
 //! * [`telemetry`] and [`shutdown`]: the logging set-up and signal handling every binary shares.
+//! * [`keep_alive`]: how long idle connections live, so a client never reuses one the server
+//!   is closing.
 //! * [`retry`]: the one backoff every retry loop paces itself by; [`deadline`]: the one
 //!   conservative lease deadline, for the guard and the worker's heartbeat.
 //! * `server` (feature `server`): what the HTTP services share: the error type and its JSON
@@ -54,6 +56,7 @@ pub mod deadline;
 pub mod generator;
 pub mod identity;
 pub mod integers;
+pub mod keep_alive;
 pub mod lease_client;
 pub mod lease_guard;
 #[cfg(feature = "metrics-server")]

@@ -40,6 +40,7 @@ impl MetricsServer {
         .workers(1)
         .disable_signals()
         .shutdown_timeout(1)
+        .keep_alive(crate::keep_alive::SERVER_IDLE)
         .listen(listener)
         .context("serving metrics")?
         .run();

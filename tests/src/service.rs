@@ -191,7 +191,7 @@ impl Service {
                 .collect(),
             child: None,
             log: log_dir().join(format!("{name}-{port}.log")),
-            http: reqwest::Client::builder()
+            http: leasehold::keep_alive::client_builder()
                 .timeout(Duration::from_secs(10))
                 .build()
                 .unwrap(),

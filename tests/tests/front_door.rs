@@ -363,3 +363,64 @@ async fn a_same_origin_page_whose_browser_sends_origin_null_still_writes() {
     }
     assert_eq!(snapshot(&s.task_db, "tasks").await, before);
 }
+
+/// One request on an open connection and its whole answer's status line; `None` if the service
+/// closed the connection instead of answering.
+async fn exchange(connection: &mut tokio::net::TcpStream) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let request = "GET /healthz HTTP/1.1\r\nhost: leasehold\r\n\r\n";
+    connection.write_all(request.as_bytes()).await.ok()?;
+    let mut answer = Vec::new();
+    let mut buffer = [0_u8; 4096];
+    loop {
+        let read = connection.read(&mut buffer).await.ok()?;
+        if read == 0 {
+            return None;
+        }
+        answer.extend_from_slice(&buffer[..read]);
+        let text = String::from_utf8_lossy(&answer);
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let length: usize = head
+                .lines()
+                .find_map(|line| {
+                    let (name, value) = line.split_once(':')?;
+                    name.eq_ignore_ascii_case("content-length")
+                        .then(|| value.trim().parse().ok())?
+                })
+                .unwrap_or(0);
+            if body.len() >= length {
+                return head.lines().next().map(str::to_owned);
+            }
+        }
+    }
+}
+
+/// The services keep an idle connection open longer than their clients keep one in their pools
+/// (`leasehold::keep_alive`), so a client never reuses a connection the service is closing. With
+/// actix-web's default (5 s) a worker pausing 6 s between calls sent its next request into a
+/// closing socket and could not know whether it was served.
+#[tokio::test]
+async fn an_idle_connection_outlives_the_pause_a_client_pool_allows() {
+    const {
+        assert!(
+            leasehold::keep_alive::CLIENT_IDLE.as_secs()
+                < leasehold::keep_alive::SERVER_IDLE.as_secs()
+        );
+    }
+    let db = fresh_database().await;
+    let leases = Service::lease_service(&db, &[]).await;
+    let mut connection = tokio::net::TcpStream::connect(("127.0.0.1", leases.port))
+        .await
+        .unwrap();
+    assert_eq!(
+        exchange(&mut connection).await.as_deref(),
+        Some("HTTP/1.1 200 OK")
+    );
+    // Longer than actix-web's default keep-alive, far shorter than the pools' idle timeout.
+    tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    assert_eq!(
+        exchange(&mut connection).await.as_deref(),
+        Some("HTTP/1.1 200 OK"),
+        "the service closed a connection idle for 6 s"
+    );
+}

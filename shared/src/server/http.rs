@@ -51,6 +51,7 @@ pub fn serve(
     })
     .disable_signals()
     .shutdown_timeout(grace_seconds)
+    .keep_alive(crate::keep_alive::SERVER_IDLE)
     .client_request_timeout(client_request_timeout)
     .listen(listener)?;
     if workers > 0 {

@@ -87,7 +87,7 @@ impl TaskClient {
         timeout: Duration,
         token: Option<&crate::api::Secret>,
     ) -> Result<Self, reqwest::Error> {
-        let http = reqwest::Client::builder()
+        let http = crate::keep_alive::client_builder()
             .default_headers(crate::api::Secret::bearer_headers(token))
             .timeout(timeout)
             .connect_timeout(timeout.min(Duration::from_secs(2)))

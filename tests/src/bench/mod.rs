@@ -125,7 +125,7 @@ impl Bench {
             task_db,
             leases,
             tasks,
-            http: reqwest::Client::builder()
+            http: leasehold::keep_alive::client_builder()
                 .pool_max_idle_per_host(256)
                 .timeout(Duration::from_secs(60))
                 .build()
