@@ -450,8 +450,9 @@ struct LimitedTask {
 }
 
 /// "No instant with more than N running tasks of a queue (or a key) limited to N", over the
-/// limits set at the end of the run. Each claim runs from its lease's acquisition (lease-service
-/// records it during the claim's transaction, after the claim counted the running tasks) until
+/// limits set at the end of the run. Each claim runs from its lease's acquisition, if it took a
+/// lease of its own (lease-service records it during the claim's transaction, after the claim
+/// counted the running tasks), or else from the start the claim recorded, until
 /// the task's next transition (its completion, failure, snooze, cancellation or next claim, at
 /// that transaction's `now()`, which is before its commit): so a correct claim, which counts
 /// only committed transitions, never starts an interval before the one whose slot it took ended.
@@ -478,7 +479,10 @@ fn check_running_limits(
                 continue;
             }
             report.checked(invariant);
+            // Only a claim under the task's own lease started with one of the task's terms: a
+            // worker process's lease has fences of its own, which the task's may share.
             let start = leases
+                .filter(|_| claim.lease_resource.is_none())
                 .and_then(|list| list.iter().find(|t| Some(t.fence) == claim.lease_fence))
                 .map_or(claim.at, |t| t.start);
             entry.1.push((start, 1, task.id));
@@ -578,5 +582,77 @@ async fn check_queue_rates(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(second: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_800_000_000 + second, 0).unwrap_or_default()
+    }
+
+    fn event(second: i64, task_id: i64, to_status: &str, lease: Option<(&str, i64)>) -> TaskEvent {
+        TaskEvent {
+            at: at(second),
+            task_id,
+            to_status: to_status.to_owned(),
+            processor: Some("w".to_owned()),
+            fence: None,
+            lease_fence: lease.map(|(_, fence)| fence),
+            lease_resource: lease
+                .map(|(resource, _)| resource.to_owned())
+                .filter(|resource| !resource.starts_with("task:")),
+        }
+    }
+
+    /// Task 1 runs under its own lease (fence 1) from 0 to 1, task 2 from 2 to 4, and task 1
+    /// again from 5, under its worker process's lease, whose fence is 1 too: never two at once.
+    /// Matching that claim to task 1's own term of fence 1 made it start at 0, and the checker
+    /// found two running at 2 (as it once did in the full suite, under load).
+    #[test]
+    fn a_claim_under_a_process_lease_is_not_timed_by_the_task_lease_of_the_same_fence() {
+        let events = [
+            event(0, 1, "running", Some(("task:1", 1))),
+            event(1, 1, "pending", None),
+            event(2, 2, "running", Some(("task:2", 1))),
+            event(4, 2, "succeeded", None),
+            event(5, 1, "running", Some(("worker:w", 1))),
+            event(6, 1, "succeeded", None),
+        ];
+        let mut by_task: BTreeMap<i64, Vec<&TaskEvent>> = BTreeMap::new();
+        for event in &events {
+            by_task.entry(event.task_id).or_default().push(event);
+        }
+        let term = |task: i64, start: i64| Term {
+            resource: format!("task:{task}"),
+            holder: "w".to_owned(),
+            fence: 1,
+            start: at(start),
+            end: at(start + 1),
+        };
+        let terms = BTreeMap::from([
+            ("task:1".to_owned(), vec![term(1, 0)]),
+            ("task:2".to_owned(), vec![term(2, 2)]),
+        ]);
+        let limited: Vec<LimitedTask> = [1, 2]
+            .into_iter()
+            .map(|id| LimitedTask {
+                id,
+                slot: "q".to_owned(),
+                most: 1,
+            })
+            .collect();
+        let mut report = Report::default();
+        check_running_limits(
+            Invariant::QueueConcurrency,
+            &limited,
+            &by_task,
+            &terms,
+            &mut report,
+        );
+        assert!(report.violations.is_empty(), "{:?}", report.violations);
+        assert_eq!(report.busiest["q"], 1);
     }
 }
