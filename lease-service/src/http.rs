@@ -8,6 +8,7 @@ use leasehold::api::{
     AcquireLease, AcquireLeases, AcquiredLeases, CheckLeases, CheckedLeases, ErrorBody, Lease,
     LeasePage, OneLease, ReleaseLease, ReleaseLeases, ReleasedLeases, RenewLease,
 };
+use leasehold::server::Json;
 use leasehold::server::auth::Role;
 use leasehold::server::http::{Order, Page, Probe, extractors, metrics_response, ready};
 use leasehold::server::wakeups::Wakeups;
@@ -111,7 +112,7 @@ leasehold::routes! {
         (status = 409, description = "`lease_held`: another holder has it (with `holder`, `expiresAt`, `expiresInMs`); `wrong_secret`: a reentrant acquire with another secret", body = ErrorBody),
     )
 )]
-async fn acquire(state: State, body: web::Json<AcquireLease>) -> Result<HttpResponse, ApiError> {
+async fn acquire(state: State, body: Json<AcquireLease>) -> Result<HttpResponse, ApiError> {
     Ok(
         match state.groups.acquire_waiting(&state.wakeups, &body).await? {
             AcquireOutcome::Acquired(lease) => HttpResponse::Created().json(lease),
@@ -136,7 +137,7 @@ async fn acquire(state: State, body: web::Json<AcquireLease>) -> Result<HttpResp
 )]
 async fn acquire_many(
     state: State,
-    body: web::Json<AcquireLeases>,
+    body: Json<AcquireLeases>,
 ) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
     let answer =
@@ -159,7 +160,7 @@ async fn acquire_many(
 )]
 async fn release_many(
     state: State,
-    body: web::Json<ReleaseLeases>,
+    body: Json<ReleaseLeases>,
 ) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
     let results =
@@ -181,7 +182,7 @@ async fn release_many(
         (status = 400, description = "`invalid_batch`, `invalid_field`, `missing_field`, `malformed_json`", body = ErrorBody),
     )
 )]
-async fn check_many(state: State, body: web::Json<CheckLeases>) -> Result<HttpResponse, ApiError> {
+async fn check_many(state: State, body: Json<CheckLeases>) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
     let results = leases::check_many(&mut conn, &body.leases).await?;
     Ok(HttpResponse::Ok().json(CheckedLeases { results }))
@@ -204,7 +205,7 @@ async fn check_many(state: State, body: web::Json<CheckLeases>) -> Result<HttpRe
         (status = 409, description = "`not_holder`, `stale_fence`, `lease_expired`, `lease_released`, `lease_revoked`, `wrong_secret`", body = ErrorBody),
     )
 )]
-async fn renew(state: State, body: web::Json<RenewLease>) -> Result<HttpResponse, ApiError> {
+async fn renew(state: State, body: Json<RenewLease>) -> Result<HttpResponse, ApiError> {
     Ok(HttpResponse::Ok().json(state.groups.renew(&body).await?))
 }
 
@@ -223,7 +224,7 @@ async fn renew(state: State, body: web::Json<RenewLease>) -> Result<HttpResponse
         (status = 409, description = "`not_holder`, `stale_fence`, `lease_expired`, `lease_revoked`, `wrong_secret`", body = ErrorBody),
     )
 )]
-async fn release(state: State, body: web::Json<ReleaseLease>) -> Result<HttpResponse, ApiError> {
+async fn release(state: State, body: Json<ReleaseLease>) -> Result<HttpResponse, ApiError> {
     Ok(HttpResponse::Ok().json(state.groups.release(&body, None).await?))
 }
 
@@ -246,7 +247,7 @@ async fn release(state: State, body: web::Json<ReleaseLease>) -> Result<HttpResp
 async fn release_by_id(
     state: State,
     id: web::Path<i64>,
-    body: web::Json<ReleaseLease>,
+    body: Json<ReleaseLease>,
 ) -> Result<HttpResponse, ApiError> {
     Ok(HttpResponse::Ok().json(state.groups.release(&body, Some(*id)).await?))
 }

@@ -70,6 +70,7 @@ pub mod schema;
 pub mod server;
 pub mod shutdown;
 pub mod singleton;
+pub mod strict;
 pub mod task_client;
 pub mod tasks;
 pub mod telemetry;

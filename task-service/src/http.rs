@@ -8,7 +8,7 @@ use leasehold::api::ErrorBody;
 use leasehold::generator::{GeneratorSettings, GeneratorStatus, StartGenerator};
 use leasehold::queues::{QueueSettings, QueueState, Queues};
 use leasehold::schedules::{CreateSchedule, ReplaceSchedule, Schedule, Schedules};
-use leasehold::server::ApiError;
+use leasehold::server::{ApiError, Json};
 use leasehold::server::auth::Role;
 use leasehold::server::db;
 use leasehold::server::http::{NamePage, Order, Page, Probe, extractors, metrics_response, ready};
@@ -122,7 +122,7 @@ leasehold::routes! {
 async fn worker_beat(
     state: State,
     id: web::Path<String>,
-    body: web::Json<WorkerBeat>,
+    body: Json<WorkerBeat>,
 ) -> Result<HttpResponse, ApiError> {
     Ok(HttpResponse::Ok().json(crate::workers::beat(&state.engine, &id, &body).await?))
 }
@@ -144,7 +144,7 @@ async fn worker_beat(
 async fn worker_gone(
     state: State,
     id: web::Path<String>,
-    body: web::Json<WorkerGone>,
+    body: Json<WorkerGone>,
 ) -> Result<HttpResponse, ApiError> {
     crate::workers::gone(&state.engine, &id, &body).await?;
     Ok(HttpResponse::NoContent().finish())
@@ -184,7 +184,7 @@ async fn workers_list(state: State) -> Result<HttpResponse, ApiError> {
         (status = 422, description = "`idempotency_key_reused`: the key names another task", body = ErrorBody),
     )
 )]
-async fn create(state: State, body: web::Json<CreateTask>) -> Result<HttpResponse, ApiError> {
+async fn create(state: State, body: Json<CreateTask>) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
     Ok(
         match tasks::create(&mut conn, &state.engine, body.into_inner()).await? {
@@ -210,7 +210,7 @@ async fn create(state: State, body: web::Json<CreateTask>) -> Result<HttpRespons
 )]
 async fn create_many(
     state: State,
-    body: web::Json<tasks::create_many::Batch>,
+    body: Json<tasks::create_many::Batch>,
 ) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
     let results = tasks::create_many(&mut conn, &state.engine, body.into_inner()).await?;
@@ -237,7 +237,7 @@ async fn create_many(
         (status = 409, description = "`lease_lost`, `lease_expired`, `lease_revoked`: the worker lease the claim names is no longer held", body = ErrorBody),
     )
 )]
-async fn next(state: State, body: web::Json<ClaimTasks>) -> Result<HttpResponse, ApiError> {
+async fn next(state: State, body: Json<ClaimTasks>) -> Result<HttpResponse, ApiError> {
     let mut claimed = tasks::claim(&state.claims, &state.engine, &body).await?;
     Ok(match (claimed.is_empty(), body.limit.is_some()) {
         (true, _) => HttpResponse::Ok().json(NoTask {
@@ -266,7 +266,7 @@ async fn next(state: State, body: web::Json<ClaimTasks>) -> Result<HttpResponse,
 )]
 async fn complete_many(
     state: State,
-    body: web::Json<CompleteTasks>,
+    body: Json<CompleteTasks>,
 ) -> Result<HttpResponse, ApiError> {
     if let Some(next) = &body.next {
         let answer = tasks::complete_then_claim(&state.claims, &state.engine, &body, next).await?;
@@ -301,7 +301,7 @@ async fn complete_many(
 async fn heartbeat(
     state: State,
     id: web::Path<i64>,
-    body: web::Json<Heartbeat>,
+    body: Json<Heartbeat>,
 ) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
     let task = tasks::heartbeat(&mut conn, &state.engine, *id, &body).await?;
@@ -324,7 +324,7 @@ async fn heartbeat(
 async fn complete(
     state: State,
     id: web::Path<i64>,
-    body: web::Json<CompleteTask>,
+    body: Json<CompleteTask>,
 ) -> Result<HttpResponse, ApiError> {
     let task = tasks::complete(&state.completions, &state.engine, *id, body.into_inner()).await?;
     Ok(HttpResponse::Accepted().json(task))
@@ -349,7 +349,7 @@ async fn complete(
 async fn fail(
     state: State,
     id: web::Path<i64>,
-    body: web::Json<FailTask>,
+    body: Json<FailTask>,
 ) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
     let task = tasks::fail(&mut conn, &state.engine, *id, &body).await?;
@@ -369,7 +369,7 @@ async fn fail(
         (status = 400, description = "`invalid_field`, `invalid_status`, `too_many_ids`, `invalid_limit`, `malformed_json`", body = ErrorBody),
     )
 )]
-async fn retry_many(state: State, body: web::Json<BulkTasks>) -> Result<HttpResponse, ApiError> {
+async fn retry_many(state: State, body: Json<BulkTasks>) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
     Ok(HttpResponse::Ok().json(tasks::retry_many(&mut conn, &state.engine, &body).await?))
 }
@@ -386,7 +386,7 @@ async fn retry_many(state: State, body: web::Json<BulkTasks>) -> Result<HttpResp
         (status = 400, description = "`invalid_field`, `invalid_status`, `too_many_ids`, `invalid_limit`, `malformed_json`", body = ErrorBody),
     )
 )]
-async fn cancel_many(state: State, body: web::Json<BulkTasks>) -> Result<HttpResponse, ApiError> {
+async fn cancel_many(state: State, body: Json<BulkTasks>) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
     Ok(HttpResponse::Ok().json(tasks::cancel_many(&mut conn, &state.engine, &body).await?))
 }
@@ -403,7 +403,7 @@ async fn cancel_many(state: State, body: web::Json<BulkTasks>) -> Result<HttpRes
         (status = 400, description = "`invalid_field`, `invalid_status`, `too_many_ids`, `invalid_limit`, `malformed_json`", body = ErrorBody),
     )
 )]
-async fn delete_many(state: State, body: web::Json<BulkTasks>) -> Result<HttpResponse, ApiError> {
+async fn delete_many(state: State, body: Json<BulkTasks>) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
     Ok(HttpResponse::Ok().json(tasks::delete_many(&mut conn, &body).await?))
 }
@@ -427,7 +427,7 @@ async fn delete_many(state: State, body: web::Json<BulkTasks>) -> Result<HttpRes
 async fn snooze(
     state: State,
     id: web::Path<i64>,
-    body: web::Json<SnoozeTask>,
+    body: Json<SnoozeTask>,
 ) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
     let task = tasks::snooze(&mut conn, &state.engine, *id, &body).await?;
@@ -696,7 +696,7 @@ async fn generator_start(state: State, body: web::Bytes) -> Result<HttpResponse,
     let change: StartGenerator = if body.iter().all(u8::is_ascii_whitespace) {
         StartGenerator::default()
     } else {
-        serde_json::from_slice::<Option<StartGenerator>>(&body)
+        leasehold::strict::from_slice::<Option<StartGenerator>>(&body)
             .map(Option::unwrap_or_default)
             .map_err(|err| ApiError::Invalid {
                 code: if err.is_data() {
@@ -836,7 +836,7 @@ async fn queue_get(state: State, queue: web::Path<String>) -> Result<HttpRespons
 async fn queue_set_limits(
     state: State,
     queue: web::Path<String>,
-    body: web::Json<QueueSettings>,
+    body: Json<QueueSettings>,
 ) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
     Ok(HttpResponse::Ok().json(crate::queues::set_limits(&mut conn, &queue, &body).await?))
@@ -906,7 +906,7 @@ async fn schedules_list(state: State) -> Result<HttpResponse, ApiError> {
 )]
 async fn schedule_create(
     state: State,
-    body: web::Json<CreateSchedule>,
+    body: Json<CreateSchedule>,
 ) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
     let schedule = schedules::create(&mut conn, &state.engine, body.into_inner()).await?;
@@ -944,7 +944,7 @@ async fn schedule_get(state: State, name: web::Path<String>) -> Result<HttpRespo
 async fn schedule_replace(
     state: State,
     name: web::Path<String>,
-    body: web::Json<ReplaceSchedule>,
+    body: Json<ReplaceSchedule>,
 ) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
     let (schedule, created) =

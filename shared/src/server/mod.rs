@@ -12,6 +12,7 @@ pub mod db;
 pub mod error;
 pub mod front_door;
 pub mod http;
+pub mod json;
 pub mod memory;
 pub mod paging;
 pub mod routes;
@@ -19,6 +20,7 @@ pub mod startup;
 pub mod wakeups;
 
 pub use error::ApiError;
+pub use json::Json;
 
 /// A batch request lists 1 to `max` items: `field` with `len` of them (`what` names them in the
 /// message), else 400 `invalid_batch`.

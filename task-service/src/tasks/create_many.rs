@@ -80,7 +80,7 @@ fn check(engine: &Engine, tasks: Vec<serde_json::Value>) -> Vec<Result<NewTask, 
         .into_iter()
         .map(|task| {
             let task: CreateTask =
-                serde_json::from_value(task).map_err(|err| invalid_body(&err))?;
+                leasehold::strict::from_value(task).map_err(|err| invalid_body(&err))?;
             if task.generator_fence.is_some() {
                 return Err(ApiError::invalid(
                     "invalid_field",
