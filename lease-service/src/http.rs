@@ -135,10 +135,7 @@ async fn acquire(state: State, body: Json<AcquireLease>) -> Result<HttpResponse,
         (status = 400, description = "`invalid_batch`, `duplicate_resource`, `invalid_field`, `missing_field`, `malformed_json`, `invalid_ttl`, `invalid_metadata`", body = ErrorBody),
     )
 )]
-async fn acquire_many(
-    state: State,
-    body: Json<AcquireLeases>,
-) -> Result<HttpResponse, ApiError> {
+async fn acquire_many(state: State, body: Json<AcquireLeases>) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
     let answer =
         leases::acquire_many(&mut conn, state.ttl, state.secrets, &state.metrics, &body).await?;
@@ -158,10 +155,7 @@ async fn acquire_many(
         (status = 400, description = "`invalid_batch`, `invalid_field`, `missing_field`, `malformed_json`", body = ErrorBody),
     )
 )]
-async fn release_many(
-    state: State,
-    body: Json<ReleaseLeases>,
-) -> Result<HttpResponse, ApiError> {
+async fn release_many(state: State, body: Json<ReleaseLeases>) -> Result<HttpResponse, ApiError> {
     let mut conn = db::connection(&state.pool).await?;
     let results =
         leases::release_many(&mut conn, state.secrets, &state.metrics, &body.leases).await?;

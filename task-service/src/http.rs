@@ -8,10 +8,10 @@ use leasehold::api::ErrorBody;
 use leasehold::generator::{GeneratorSettings, GeneratorStatus, StartGenerator};
 use leasehold::queues::{QueueSettings, QueueState, Queues};
 use leasehold::schedules::{CreateSchedule, ReplaceSchedule, Schedule, Schedules};
-use leasehold::server::{ApiError, Json};
 use leasehold::server::auth::Role;
 use leasehold::server::db;
 use leasehold::server::http::{NamePage, Order, Page, Probe, extractors, metrics_response, ready};
+use leasehold::server::{ApiError, Json};
 use leasehold::tasks::{
     BulkResult, BulkTasks, ClaimAnswer, ClaimTasks, CompleteTask, CompleteTasks, CompletedTasks,
     CreateTask, CreatedTasks, FailTask, Heartbeat, NoTask, OneTask, SnoozeTask, Task, TaskCounts,
@@ -264,10 +264,7 @@ async fn next(state: State, body: Json<ClaimTasks>) -> Result<HttpResponse, ApiE
         (status = 400, description = "`invalid_batch`, `duplicate_task`, `invalid_field`, `missing_field`, `malformed_json`, `invalid_limit`", body = ErrorBody),
     )
 )]
-async fn complete_many(
-    state: State,
-    body: Json<CompleteTasks>,
-) -> Result<HttpResponse, ApiError> {
+async fn complete_many(state: State, body: Json<CompleteTasks>) -> Result<HttpResponse, ApiError> {
     if let Some(next) = &body.next {
         let answer = tasks::complete_then_claim(&state.claims, &state.engine, &body, next).await?;
         return Ok(HttpResponse::Ok().json(answer));

@@ -424,3 +424,91 @@ async fn an_idle_connection_outlives_the_pause_a_client_pool_allows() {
         "the service closed a connection idle for 6 s"
     );
 }
+
+/// A body that lists a request's fields as a JSON array, in the order the Rust struct declares
+/// them, is refused (400) and writes nothing: the documents describe objects only, and serde,
+/// left alone, reads a struct from an array too (`leasehold::strict`). Bulk filters and queue
+/// settings, whose fields are all optional, were accepted as `[null, null]`.
+#[tokio::test]
+async fn a_body_that_lists_its_fields_as_an_array_is_refused() {
+    let s = stack(&[]).await;
+    let writes: [(&Service, &str, &str, Value); 12] = [
+        (&s.leases, "POST", "/api/leases", json!(["r", "h", 30])),
+        (
+            &s.leases,
+            "POST",
+            "/api/leases/batch",
+            json!([["r"], "h", 30]),
+        ),
+        (&s.leases, "PUT", "/api/leases/renew", json!(["r", "h", 1])),
+        (&s.tasks, "POST", "/api/tasks", json!([{"n": 1}])),
+        (
+            &s.tasks,
+            "POST",
+            "/api/tasks/batch",
+            json!([[{"task_data": {}}]]),
+        ),
+        (
+            &s.tasks,
+            "POST",
+            "/api/tasks/batch",
+            json!({"tasks": [[{}]]}),
+        ),
+        (&s.tasks, "POST", "/api/tasks/next", json!(["p"])),
+        (&s.tasks, "POST", "/api/tasks/retry", json!([null, null])),
+        (&s.tasks, "POST", "/api/tasks/cancel", json!([null, null])),
+        (&s.tasks, "PUT", "/api/queues/q", json!([null, null, null])),
+        (
+            &s.tasks,
+            "POST",
+            "/api/generator/start",
+            json!([null, null]),
+        ),
+        (
+            &s.tasks,
+            "PUT",
+            "/api/schedules/s",
+            json!(["* * * * *", {}]),
+        ),
+    ];
+    let tables = [
+        (&s.lease_db, "leases"),
+        (&s.task_db, "tasks"),
+        (&s.task_db, "queues"),
+        (&s.task_db, "generator_settings"),
+        (&s.task_db, "schedules"),
+    ];
+    let mut before = Vec::new();
+    for (db, table) in tables {
+        before.push(snapshot(db, table).await);
+    }
+    for (service, method, path, body) in &writes {
+        let answer = send(
+            service,
+            method,
+            path,
+            &[("content-type", "application/json")],
+            Some(&body.to_string()),
+        )
+        .await;
+        let what = format!("{method} {path} {body}");
+        // A batch of creates judges each as if alone: the batch is answered, its item refused.
+        let refused = if body.is_object() {
+            assert_eq!(answer.status, 200, "{what}: {:?}", answer.body);
+            &answer.body["results"][0]["error"]
+        } else {
+            assert_eq!(answer.status, 400, "{what}: {:?}", answer.body);
+            &answer.body
+        };
+        assert_eq!(
+            refused["code"], "invalid_field",
+            "{what}: {:?}",
+            answer.body
+        );
+    }
+    let mut after = Vec::new();
+    for (db, table) in tables {
+        after.push(snapshot(db, table).await);
+    }
+    assert_eq!(before, after, "a refused body wrote");
+}
