@@ -1488,10 +1488,20 @@ async fn listings_filter_by_processor_key_and_creation_time() {
         .await,
         vec![b]
     );
+    // Bounds beyond the years every task's time lies in (by UTC, as their offsets place
+    // them) filter as the first or last instant of those years would.
+    for (query, listed) in [
+        ("created_after=0000-01-01T00:00:00Z", vec![a, b, c]),
+        ("created_after=0001-01-01T00:00:00%2B16:36", vec![a, b, c]),
+        ("created_before=0001-01-01T00:00:00%2B16:36", vec![]),
+        ("created_after=9999-12-31T23:59:59-23:59", vec![]),
+        ("created_before=9999-12-31T23:59:59-23:59", vec![a, b, c]),
+    ] {
+        assert_eq!(ids(query).await, listed, "{query}");
+    }
     for (query, field) in [
         ("processor=", "processor"),
         (&format!("key={}", "k".repeat(256)) as &str, "key"),
-        ("created_after=0000-01-01T00:00:00Z", "created_after"),
     ] {
         let refused = s.tasks.get(&format!("/api/tasks?{query}")).await;
         assert_eq!(
@@ -1501,4 +1511,9 @@ async fn listings_filter_by_processor_key_and_creation_time() {
             refused.body
         );
     }
+    let unreadable = s.tasks.get("/api/tasks?created_after=yesterday").await;
+    assert_eq!(
+        (unreadable.status, unreadable.code()),
+        (400, "invalid_query")
+    );
 }

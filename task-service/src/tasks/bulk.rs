@@ -8,7 +8,7 @@ use leasehold::server::ApiError;
 use leasehold::tasks::{BulkResult, BulkTasks, MAX_BULK, TaskStatus};
 
 use super::Engine;
-use super::read::check_filter;
+use super::read::{check_filter, creation_bound};
 use crate::repo::{self, BulkFilter, Db, TaskFilter};
 
 /// What one bulk operation may touch: the statuses it allows, and those it takes by default.
@@ -68,8 +68,8 @@ fn filter<'r>(request: &'r BulkTasks, allowed: &Allowed) -> Result<BulkFilter<'r
         queue: request.queue.as_deref(),
         processor: request.processor.as_deref(),
         key: request.key.as_deref(),
-        created_after: request.created_after,
-        created_before: request.created_before,
+        created_after: creation_bound(request.created_after),
+        created_before: creation_bound(request.created_before),
     };
     check_filter(&tasks)?;
     if let Some(ids) = &request.ids

@@ -91,15 +91,21 @@ pub fn check_filter(filter: &TaskFilter<'_>) -> Result<(), ApiError> {
     if let Some(key) = filter.key {
         validate_name_within("key", key, super::validate::MAX_KEY_CHARS)?;
     }
-    for (field, at) in [
-        ("created_after", &filter.created_after),
-        ("created_before", &filter.created_before),
-    ] {
-        if let Some(at) = at {
-            leasehold::server::validate_timestamp(field, at)?;
-        }
-    }
     Ok(())
+}
+
+/// A creation-time bound of a filter, within the years 1 to 9999 that every task's creation
+/// time lies in. Any instant RFC 3339 can write is a bound a client may send: with its offset,
+/// `0001-01-01T00:00:00+16:36` is in year 0 by UTC, and filters exactly as the first instant of
+/// year 1 does, since no task was created before either; likewise past the end of 9999. So a
+/// bound is moved to the nearest instant the tasks' times can take, never refused.
+pub fn creation_bound(
+    at: Option<chrono::DateTime<chrono::Utc>>,
+) -> Option<chrono::DateTime<chrono::Utc>> {
+    use chrono::{TimeZone, Utc};
+    let first = Utc.with_ymd_and_hms(1, 1, 1, 0, 0, 0).single()?;
+    let last = Utc.with_ymd_and_hms(9999, 12, 31, 23, 59, 59).single()?;
+    at.map(|at| at.clamp(first, last))
 }
 
 impl Listing<'_> {
@@ -110,8 +116,8 @@ impl Listing<'_> {
             queue: self.queue,
             processor: self.processor,
             key: self.key,
-            created_after: self.created_after,
-            created_before: self.created_before,
+            created_after: creation_bound(self.created_after),
+            created_before: creation_bound(self.created_before),
         }
     }
 }
