@@ -25,7 +25,7 @@ mod wait;
 pub use admin::{LeaseListing, LeaseSet};
 
 /// Why a lease call did not succeed.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum LeaseError {
     /// Another holder has an unexpired lease on the resource.
     #[error("lease on {resource:?} is held by {holder:?} until {expires_at:?}")]

@@ -433,6 +433,63 @@ async fn a_claim_naming_a_bad_worker_lease_is_refused_and_claims_nothing() {
     assert_eq!(pending[0]["n"], 1);
 }
 
+/// A claim under a worker lease that is not held (never granted, revoked, or taken anew under
+/// another fence) is refused as a heartbeat under it would be, 409, and takes nothing: its
+/// worker could never complete what it got. Carried by completions, the claim is refused
+/// (`claimRefused`) and the completions are judged as ever.
+#[tokio::test]
+async fn a_claim_under_a_worker_lease_not_held_is_refused_and_takes_nothing() {
+    let s = stack().await;
+    s.create(2).await;
+    let refused = |answer: tests::Answer| (answer.status, answer.code().to_owned());
+    let claim = |id: &str, fence: i64| json!({"processor": "w", "limit": 2, "worker": {"id": id, "fence": fence}});
+    let never = s.tasks.post("/api/tasks/next", &claim("ghost", 5)).await;
+    assert_eq!(refused(never), (409, "lease_lost".to_owned()));
+    let fence = s.beat("w1", "run-1", 60, None).await;
+    s.revoke_worker_lease("w1").await;
+    let revoked = s.tasks.post("/api/tasks/next", &claim("w1", fence)).await;
+    assert_eq!(refused(revoked), (409, "lease_revoked".to_owned()));
+    let renewed = s.beat("w1", "run-1", 60, Some(fence)).await;
+    assert!(renewed > fence);
+    let stale = s.tasks.post("/api/tasks/next", &claim("w1", fence)).await;
+    assert_eq!(refused(stale), (409, "lease_lost".to_owned()));
+    let pending = query(
+        &s.task_db,
+        "SELECT count(*) AS n FROM tasks WHERE status = 'pending'",
+    )
+    .await;
+    assert_eq!(pending[0]["n"], 2, "a refused claim took tasks");
+    // Under the lease as it is now, the claim takes both; completed with a claim carried
+    // under the stale fence, they succeed and the claim is refused.
+    let claimed = s.claim("w1", 2, Some(("w1", renewed))).await;
+    assert_eq!(claimed.len(), 2, "{claimed:?}");
+    let items: Vec<Value> = claimed
+        .iter()
+        .map(|task| json!({"id": task["id"], "fence": task["fence"], "task_output": {}}))
+        .collect();
+    let carried = s
+        .tasks
+        .put(
+            "/api/tasks/complete",
+            &json!({"processor": "w1", "tasks": items,
+                    "next": {"worker": {"id": "w1", "fence": fence}}}),
+        )
+        .await;
+    assert_eq!(carried.status, 200, "{:?}", carried.body);
+    assert_eq!(
+        tests::verdicts(&carried.body["results"]),
+        vec![(202, ""), (202, "")],
+        "{:?}",
+        carried.body
+    );
+    assert_eq!(
+        carried.body["claimRefused"]["status"], 409,
+        "{:?}",
+        carried.body
+    );
+    assert_eq!(carried.body["claimRefused"]["error"]["code"], "lease_lost");
+}
+
 /// A completion that carries its worker's next claim names the worker's lease, and is judged
 /// in one statement once lease-service has said that lease is held. Every refusal a lone
 /// completion gets still holds for it: the task taken over by another claim, the lease revoked,
@@ -483,7 +540,7 @@ async fn completions_carrying_a_claim_are_judged_as_lone_ones_are() {
     assert_eq!(s.status(&claimed[0]).await, "running");
     assert_eq!(s.status(&claimed[1]).await, "cancelled");
 
-    // Revoked: the last task is refused, and stays running.
+    // Revoked: the last task is refused, and stays running (and so is the claim carried).
     s.revoke_worker_lease("w1").await;
     let results = s.carry(&[&claimed[3]], "w1", ("w1", fence)).await;
     assert_eq!(

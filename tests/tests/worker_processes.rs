@@ -392,3 +392,73 @@ async fn a_beat_sent_again_after_its_answer_was_lost_renews_the_lease() {
     assert_eq!(gone.status, 204, "{:?}", gone.body);
     assert_eq!(worker(&tasks, "w").await.unwrap()["liveness"], "stopped");
 }
+
+/// A worker whose process lease an operator revoked learns it at its next claim (409
+/// `lease_revoked`) and claims without the lease, each task under a lease of its own, until its
+/// next beat takes the lease anew. So the tasks created meanwhile run once, at their first
+/// attempt: none is handed to it under the dead lease, to be refused at completion and wait a
+/// task lease TTL for someone else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_whose_lease_was_revoked_claims_without_it_and_runs_each_task_once() {
+    let s = tests::Stack::start(&[]).await;
+    // Beats far apart, so the claims after the revocation come before the next beat.
+    let _worker = Service::worker(
+        &s.tasks.base_url(),
+        &[("WORKER_ID", "w1"), ("HEARTBEAT_INTERVAL_SECONDS", "20")],
+    )
+    .await;
+    eventually(
+        Duration::from_secs(20),
+        "the worker's lease taken",
+        || async {
+            s.leases
+                .get("/api/leases/active?resource=worker:w1")
+                .await
+                .body["leases"]
+                .as_array()
+                .is_some_and(|leases| leases.len() == 1)
+        },
+    )
+    .await;
+    let lease = s
+        .leases
+        .get("/api/leases/active?resource=worker:w1")
+        .await
+        .body["leases"][0]
+        .clone();
+    let revoked = s
+        .leases
+        .post(&format!("/api/leases/{}/revoke", lease["id"]), &json!({}))
+        .await;
+    assert_eq!(revoked.status, 200, "{:?}", revoked.body);
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        let created = s
+            .tasks
+            .post(
+                "/api/tasks",
+                &json!({"task_data": {"sleep_duration_seconds": 0, "n": n}}),
+            )
+            .await;
+        assert_eq!(created.status, 201, "{:?}", created.body);
+        ids.push(created.body["id"].as_i64().unwrap());
+    }
+    for id in ids {
+        let path = format!("/api/tasks/{id}");
+        eventually(Duration::from_secs(60), "every task done", || async {
+            s.tasks.get(&path).await.body["task"]["status"] == "succeeded"
+        })
+        .await;
+        let task = s.tasks.get(&path).await.body["task"].clone();
+        assert_eq!(task["attempts"], 1, "{task}");
+    }
+    // Claimed without the process lease, not after waiting for the next beat: each took a
+    // lease of its own.
+    let own = s.leases.get("/api/leases?resource_prefix=task:").await;
+    assert_eq!(
+        own.body["leases"].as_array().map(Vec::len),
+        Some(3),
+        "{:?}",
+        own.body
+    );
+}

@@ -98,6 +98,14 @@ impl Load {
             .max(1)
     }
 
+    /// task-service refused a claim under the process's lease as no longer held (it lapsed
+    /// while the process could not beat, or an operator revoked it): claims go without it, each
+    /// task under a lease of its own, until the next beat, asked for now, takes the lease anew.
+    pub(crate) fn lease_refused(&self) {
+        self.lease_fence.store(0, Ordering::Relaxed);
+        self.changed.notify_one();
+    }
+
     pub(crate) fn set_busy(&self, busy: usize) {
         let busy = u32::try_from(busy).unwrap_or(u32::MAX);
         if self.busy.swap(busy, Ordering::Relaxed) != busy {

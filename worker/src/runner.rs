@@ -275,8 +275,18 @@ impl<H: TaskHandler> Claiming<H> {
         }
     }
 
-    /// Records a failed claim; lowers the batch size if task-service refused it.
-    fn refused(&mut self, err: &CallError, limit: Option<i64>) {
+    /// Records a failed claim. True when what made it fail is mended here, so the next claim
+    /// may go at once: a limit task-service refused is lowered, and a process lease it no
+    /// longer holds is left out until the next beat takes it anew.
+    fn refused(&mut self, err: &CallError, limit: Option<i64>) -> bool {
+        if matches!(err.code(), Some("lease_lost" | "lease_revoked")) {
+            tracing::warn!(
+                error = %err,
+                "the process's lease is no longer held; claiming without it until the next beat"
+            );
+            self.ctx.load.lease_refused();
+            return true;
+        }
         let batch = limit.and_then(|l| usize::try_from(l).ok()).unwrap_or(1);
         if err.code() == Some("invalid_limit") && batch > 1 {
             self.max_batch = batch / 2;
@@ -286,7 +296,7 @@ impl<H: TaskHandler> Claiming<H> {
                 next_limit = self.max_batch,
                 "task-service refused the claim's limit; asking for fewer tasks at a time"
             );
-            return;
+            return true;
         }
         self.ctx
             .metrics
@@ -301,6 +311,7 @@ impl<H: TaskHandler> Claiming<H> {
                 tracing::error!(error = %err, "task-service refused the claim; backing off");
             }
         }
+        false
     }
 }
 
@@ -451,9 +462,7 @@ async fn claim<H: TaskHandler>(
             tracing::debug!("no task due");
         }
         Err(err) => {
-            let lowered = err.code() == Some("invalid_limit") && limit.is_some();
-            claiming.refused(&err, limit);
-            if lowered && !stopping {
+            if claiming.refused(&err, limit) && !stopping {
                 return Claim::Again;
             }
         }

@@ -13,7 +13,7 @@ use leasehold::tasks::{CompleteItem, MAX_CLAIM, MAX_COMPLETE_BATCH, TaskStatus};
 
 use super::complete::{self, Completion};
 use super::limits::Limits;
-use super::refusal::credentials_refused;
+use super::refusal::{credentials_refused, lease_refusal};
 use super::{Engine, Transition, cover};
 use crate::repo::{self, Db, TaskRow};
 
@@ -97,7 +97,6 @@ pub async fn claim_group(
     queue: Option<&str>,
     wants: &[Want],
 ) -> Result<Vec<Claimed>, ApiError> {
-    let total: i64 = wants.iter().map(|want| want.limit).sum();
     let completions: Vec<Completion> = wants
         .iter()
         .flat_map(|want| {
@@ -119,17 +118,39 @@ pub async fn claim_group(
         // once the transaction has begun: a completion is recorded at the transaction's
         // `now()`, and a lease proven held before that moment could have been superseded
         // before it too (the invariant checker's "not superseded" caught that, under load).
-        let (held, locked) = if lock_early {
-            let (held, locked) =
-                tokio::join!(held_leases(engine, &completions), Limits::lock(conn, queue));
-            (held, Some(locked?))
+        let (standing, locked) = if lock_early {
+            let (standing, locked) = tokio::join!(
+                Standing::read(engine, &completions, wants),
+                Limits::lock(conn, queue)
+            );
+            (standing, Some(locked?))
         } else {
-            (held_leases(engine, &completions).await, None)
+            (Standing::read(engine, &completions, wants).await, None)
         };
+        let held = &standing.held;
+        // A claim that names a lease not held gets nothing (and takes no room).
+        let verdicts: Vec<Result<(), ApiError>> = wants
+            .iter()
+            .map(|want| standing.verdict(engine, want))
+            .collect();
+        let wants: Vec<Want> = wants
+            .iter()
+            .zip(&verdicts)
+            .map(|(want, verdict)| match verdict {
+                Ok(()) => want.clone(),
+                Err(_) => Want {
+                    limit: 0,
+                    lease: None,
+                    ..want.clone()
+                },
+            })
+            .collect();
+        let wants = wants.as_slice();
+        let total: i64 = wants.iter().map(|want| want.limit).sum();
         let completed = if completions.is_empty() {
             Vec::new()
         } else {
-            complete::judge(conn, engine, &completions, &held).await?
+            complete::judge(conn, engine, &completions, held).await?
         };
         let mut round = Round::new(wants);
         let locked = match locked {
@@ -202,10 +223,11 @@ pub async fn claim_group(
             round.exhausted,
             round.cancelled,
             limits.bound,
+            verdicts,
         ))
     })
     .await;
-    let (claimed, refused, completed, exhausted, cancelled, bound) = match outcome {
+    let (claimed, refused, completed, exhausted, cancelled, bound, verdicts) = match outcome {
         Ok(done) => done,
         Err(err) => {
             let granted =
@@ -258,37 +280,82 @@ pub async fn claim_group(
     Ok(wants
         .iter()
         .zip(claimed)
-        .map(|(want, tasks)| Claimed {
-            tasks: match &refused {
-                Some(err) => Err(err.clone()),
-                None => Ok(tasks),
+        .zip(verdicts)
+        .map(|((want, tasks), verdict)| Claimed {
+            tasks: match (&refused, verdict) {
+                (_, Err(err)) => Err(err),
+                (Some(err), Ok(())) => Err(err.clone()),
+                (None, Ok(())) => Ok(tasks),
             },
             completed: completed.by_ref().take(want.completions.len()).collect(),
         })
         .collect())
 }
 
-/// The shared leases `completions` name that lease-service says are held; none if it cannot
-/// answer (their completions are then judged the slow way, which asks again and answers the
-/// refusal).
-async fn held_leases(engine: &Engine, completions: &[Completion]) -> Vec<(String, i64)> {
-    // `cover::check` asks once per distinct lease.
-    let named: Vec<&(String, i64)> = completions
-        .iter()
-        .filter_map(|c| c.lease.as_ref())
-        .collect();
-    if named.is_empty() {
-        return Vec::new();
+/// Where the worker processes' leases a claim group names stand, by lease-service's word, read
+/// in one call for its completions and its claims alike (`cover::check` asks once per
+/// distinct lease).
+struct Standing {
+    /// The leases lease-service says are held.
+    held: Vec<(String, i64)>,
+    /// Why each other lease is not, when lease-service answered.
+    lost: Vec<((String, i64), leasehold::LeaseError)>,
+    /// Why lease-service gave no answer, if it did not.
+    unanswered: Option<leasehold::LeaseError>,
+}
+
+impl Standing {
+    async fn read(engine: &Engine, completions: &[Completion], wants: &[Want]) -> Standing {
+        let mut named: Vec<&(String, i64)> = completions
+            .iter()
+            .filter_map(|c| c.lease.as_ref())
+            .chain(wants.iter().filter_map(|w| w.lease.as_ref()))
+            .collect();
+        named.sort_unstable();
+        named.dedup();
+        let mut standing = Standing {
+            held: Vec::new(),
+            lost: Vec::new(),
+            unanswered: None,
+        };
+        if named.is_empty() {
+            return standing;
+        }
+        let leases: Vec<(&str, i64)> = named.iter().map(|(r, f)| (r.as_str(), *f)).collect();
+        match cover::check(engine, &leases).await {
+            Ok(checks) => {
+                for (lease, check) in named.into_iter().zip(checks) {
+                    match cover::verdict(&check) {
+                        Ok(()) => standing.held.push(lease.clone()),
+                        Err(err) => standing.lost.push((lease.clone(), err)),
+                    }
+                }
+            }
+            Err(err) => standing.unanswered = Some(err),
+        }
+        standing
     }
-    let leases: Vec<(&str, i64)> = named.iter().map(|(r, f)| (r.as_str(), *f)).collect();
-    match cover::check(engine, &leases).await {
-        Ok(checks) => named
-            .into_iter()
-            .zip(checks)
-            .filter(|(_, check)| cover::verdict(check).is_ok())
-            .map(|(lease, _)| lease.clone())
-            .collect(),
-        Err(_) => Vec::new(),
+
+    /// Whether `want` may claim: it names no lease, or one that is held. A claim under a lease
+    /// that is not (lapsed, superseded, revoked, or never granted) is refused as a heartbeat
+    /// under it would be, rather than handed tasks its worker could never complete.
+    /// (A completion under such a lease is judged the slow way instead, which asks again and
+    /// answers the refusal.)
+    fn verdict(&self, engine: &Engine, want: &Want) -> Result<(), ApiError> {
+        let Some(lease) = want.lease.as_ref() else {
+            return Ok(());
+        };
+        if self.held.contains(lease) {
+            return Ok(());
+        }
+        let err = self
+            .lost
+            .iter()
+            .find(|(lost, _)| lost == lease)
+            .map(|(_, err)| err.clone())
+            .or_else(|| self.unanswered.clone())
+            .unwrap_or_else(|| leasehold::LeaseError::Unavailable("no answer".to_owned()));
+        Err(lease_refusal(engine, "claim", err))
     }
 }
 
