@@ -164,6 +164,8 @@ async fn a_primary_that_cannot_commit_answers_503_and_the_next_host_serves() {
         hung.body
     );
     assert_eq!(hung.code(), "unavailable");
+    // It says when to try again, as the document states for every 503.
+    assert_eq!(hung.headers["retry-after"], "1");
     assert_eq!(acquire_until_served(&svc, "after").await, 0);
     let ready = svc.get("/readyz").await;
     assert_eq!(ready.status, 200, "{}", ready.body);

@@ -50,6 +50,18 @@ async fn each_service_serves_a_valid_openapi_3_1_document() {
         let document = document(service).await;
         assert_eq!(document["openapi"], "3.1.0", "{name}");
         assert_eq!(document["info"]["title"], name);
+        // Every 503 says when to try again, and every 401 how to authenticate.
+        for (path, operations) in document["paths"].as_object().unwrap() {
+            for (method, operation) in operations.as_object().unwrap() {
+                for (status, header) in [("503", "Retry-After"), ("401", "WWW-Authenticate")] {
+                    let answer = &operation["responses"][status];
+                    assert!(
+                        answer.is_null() || answer["headers"][header].is_object(),
+                        "{name}: {method} {path} {status} without {header}: {answer}"
+                    );
+                }
+            }
+        }
         let file = std::env::temp_dir().join(format!(
             "leasehold-openapi-{name}-{}.json",
             std::process::id()

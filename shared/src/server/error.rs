@@ -68,6 +68,17 @@ pub enum ApiError {
 }
 
 impl ApiError {
+    /// The seconds a 503 asks its client to wait before trying again (`Retry-After`): a second
+    /// for what passes by itself (a database or a service out of reach, a turn not come), half
+    /// a minute for what waits for an operator (a configuration another service refuses).
+    pub fn retry_after(&self) -> Option<u64> {
+        match self {
+            Self::Unavailable(_) => Some(1),
+            Self::Misconfigured { .. } => Some(30),
+            _ => None,
+        }
+    }
+
     pub fn invalid(code: &'static str, field: &'static str, message: impl Into<String>) -> Self {
         Self::Invalid {
             code,
@@ -203,6 +214,9 @@ impl ResponseError for ApiError {
                 actix_web::http::header::WWW_AUTHENTICATE,
                 "Bearer realm=\"leasehold\"",
             ));
+        }
+        if let Some(seconds) = self.retry_after() {
+            response.insert_header((actix_web::http::header::RETRY_AFTER, seconds.to_string()));
         }
         if let Self::BodyTimeout { .. } = self {
             // The rest of the body may still be on its way: do not read it as the next request.

@@ -439,6 +439,38 @@ fn error_answer(description: &str) -> RefOr<utoipa::openapi::Response> {
     )
 }
 
+/// The header `ApiError` answers a status with (`error_response`), on every answer of that
+/// status, the route's own included.
+fn add_error_header(status: &str, answer: &mut RefOr<utoipa::openapi::Response>) {
+    use utoipa::openapi::HeaderBuilder;
+    use utoipa::openapi::schema::Object;
+    let RefOr::T(answer) = answer else {
+        return;
+    };
+    let header = match status {
+        "401" => Some((
+            "WWW-Authenticate",
+            Object::with_type(utoipa::openapi::Type::String),
+            "`Bearer realm=\"leasehold\"`: the scheme the token goes in",
+        )),
+        "503" => Some((
+            "Retry-After",
+            Object::with_type(utoipa::openapi::Type::Integer),
+            "Seconds to wait before trying again",
+        )),
+        _ => None,
+    };
+    if let Some((name, schema, description)) = header {
+        answer.headers.entry(name.to_owned()).or_insert_with(|| {
+            HeaderBuilder::new()
+                .schema(Some(schema))
+                .description(Some(description))
+                .build()
+                .into()
+        });
+    }
+}
+
 /// A listing's page carries the next page's address in headers too (see
 /// [`super::paging::Page::respond`]): every route that takes a `cursor` says so.
 fn add_paging_headers(operation: &mut Operation) {
@@ -505,10 +537,14 @@ fn add_answers(operation: &mut Operation, role: Option<Role>) {
         .is_some_and(|parameters| !parameters.is_empty());
     let mut invalid = Vec::new();
     if has_body {
-        invalid.push("`invalid_json`: a body that is not the JSON object the route reads");
+        invalid.push(
+            "`malformed_json`: a body that is not JSON; `invalid_field`, `missing_field`: a body \
+             not of the route's shape (an array where an object is read, a field missing or of \
+             another type)",
+        );
     }
     if has_parameters {
-        invalid.push("`invalid_query` or `invalid_path`: a parameter not of its type");
+        invalid.push("`invalid_query`, `invalid_id`: a query or path parameter not of its type");
     }
     if !invalid.is_empty() {
         answers.push((
@@ -545,6 +581,9 @@ fn add_answers(operation: &mut Operation, role: Option<Role>) {
         responses
             .entry(status.to_owned())
             .or_insert_with(|| error_answer(&description));
+    }
+    for (status, answer) in &mut responses {
+        add_error_header(status, answer);
     }
     let mut sorted: Vec<_> = responses.into_iter().collect();
     sorted.sort_by(|a, b| a.0.cmp(&b.0));
