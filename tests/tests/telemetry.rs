@@ -64,7 +64,8 @@ async fn one_trace_follows_each_call_from_worker_to_task_service_to_lease_servic
 
     // The claim: the worker's root span carries the task id; its trace holds task-service's
     // spans, linked parent to child across the HTTP hop. The task is covered by the worker
-    // process's lease, so the claim calls no lease-service; the completion does (below).
+    // process's lease, so the claim only reads where that lease stands; the completion proves
+    // it too (below).
     let mut claim_trace = Vec::new();
     eventually(
         Duration::from_secs(15),
@@ -163,9 +164,20 @@ async fn one_trace_follows_each_call_from_worker_to_task_service_to_lease_servic
 
     assert!(claim_trace.iter().any(|s| s.service == "task-service"
         && s.attributes.get("db.operation.name").map(String::as_str) == Some("SELECT")));
+    // Covered by the process's lease, the claim takes no lease of the task's own: lease-service
+    // only reads where the process's lease stands (once per look: a claim that waited for its
+    // task looked more than once).
+    let lease_calls: Vec<Option<&str>> = claim_trace
+        .iter()
+        .filter(|s| s.service == "lease-service" && s.kind == SERVER)
+        .map(|s| s.attributes.get("http.route").map(String::as_str))
+        .collect();
     assert!(
-        !claim_trace.iter().any(|s| s.service == "lease-service"),
-        "a claim covered by the process's lease calls lease-service"
+        !lease_calls.is_empty()
+            && lease_calls
+                .iter()
+                .all(|route| *route == Some("/api/leases/batch/check")),
+        "a claim covered by the process's lease only checks that lease: {lease_calls:?}"
     );
 
     // The completion is a trace of its own, tagged with the task, and it crosses both hops:
