@@ -50,6 +50,8 @@ pub struct Browser {
     session: String,
     http: reqwest::Client,
     _profile: TempDir,
+    /// chromedriver's log, kept only if the test fails.
+    log: std::path::PathBuf,
 }
 
 /// A directory removed on drop (Chromium's profile).
@@ -66,7 +68,8 @@ impl Browser {
     pub async fn start() -> Browser {
         ensure_installed();
         let port = crate::free_port();
-        let log = std::fs::File::create(crate::log_dir().join(format!("chromedriver-{port}.log")))
+        let log_path = crate::log_dir().join(format!("chromedriver-{port}.log"));
+        let log = std::fs::File::create(&log_path)
             .unwrap_or_else(|err| panic!("chromedriver log: {err}"));
         let mut command = Command::new(CHROMEDRIVER);
         command
@@ -123,6 +126,7 @@ impl Browser {
             session,
             http,
             _profile: TempDir(profile),
+            log: log_path,
         }
     }
 
@@ -251,5 +255,6 @@ impl Browser {
 impl Drop for Browser {
     fn drop(&mut self) {
         self.driver.kill_tree();
+        crate::discard_log(&self.log);
     }
 }

@@ -70,7 +70,8 @@ pub use history::{EVENTS_PER_TASK, synthesize_history};
 pub use postgres::{cluster, fresh_database};
 pub use process::{ChildGuard, binary, descendants, kill_process_tree};
 pub use service::{
-    Answer, Service, free_port, free_port_block, lease_client, log_dir, task_client,
+    Answer, Service, discard_log, free_port, free_port_block, keep_logs, lease_client, log_dir,
+    task_client,
 };
 pub use sql::{execute, query, revert_tasks_schema, snapshot, try_execute};
 pub use stack::Stack;

@@ -3,7 +3,7 @@
 //! ([`Answer`]) for tests of the wire itself, and the signals they hit it with.
 
 use std::fs::File;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -39,11 +39,41 @@ pub fn free_port_block(count: u16) -> u16 {
     }
 }
 
-/// A folder for this run's service logs, so a failing test can point at them.
+/// A folder for this process's service logs, under the target directory
+/// (`target/test-logs/<pid>/`), so a failing test can point at them. Each [`Service`] removes
+/// its own log when it ends unless a panic is unwinding (a failed assertion): what stays
+/// behind is the logs of failed tests, and [`keep_logs`] keeps them all (the soak's).
 pub fn log_dir() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("leasehold-test-logs-{}", std::process::id()));
+    let dir = binary("lease-service")
+        .parent()
+        .and_then(Path::parent)
+        .map_or_else(std::env::temp_dir, Path::to_owned)
+        .join("test-logs")
+        .join(std::process::id().to_string());
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+/// Whether logs outlive their services even when nothing failed.
+static KEEP_LOGS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Keeps every log of this process, not only those of failed tests: for a run whose verdict is
+/// not a panic (the soak reports its own).
+pub fn keep_logs() {
+    KEEP_LOGS.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Removes a log once its test is known to pass this far (no panic unwinding), and its folder
+/// once empty.
+pub fn discard_log(log: &Path) {
+    if std::thread::panicking() || KEEP_LOGS.load(std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
+    let _ = std::fs::remove_file(log);
+    if let Some(dir) = log.parent() {
+        // Fails while other logs are in it: the last one out removes it.
+        let _ = std::fs::remove_dir(dir);
+    }
 }
 
 /// A typed client of the task-service (or proxy) at `base_url`, with a 10-second timeout and
@@ -457,5 +487,6 @@ impl Drop for Service {
             );
         }
         self.kill();
+        discard_log(&self.log);
     }
 }

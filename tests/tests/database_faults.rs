@@ -402,6 +402,7 @@ async fn a_former_primary_is_refused_once_its_successor_has_been_seen() {
         .unwrap();
     assert!(copied.success(), "pg_basebackup failed");
     let port = tests::free_port();
+    let standby_log = tests::log_dir().join(format!("standby-{port}.log"));
     let mut start = as_server_user(bindir.join("postgres"));
     start
         .arg("-D")
@@ -417,9 +418,7 @@ async fn a_former_primary_is_refused_once_its_successor_has_been_seen() {
         .args(["-c", "max_connections=400"])
         .current_dir(&standby_dir)
         .stdout(std::process::Stdio::null())
-        .stderr(
-            std::fs::File::create(tests::log_dir().join(format!("standby-{port}.log"))).unwrap(),
-        );
+        .stderr(std::fs::File::create(&standby_log).unwrap());
     let standby = tests::ChildGuard::spawn(start, nix::sys::signal::Signal::SIGKILL).unwrap();
     let new_url = format!("postgres://postgres@127.0.0.1:{port}/app");
     tests::eventually(Duration::from_secs(30), "the standby to accept", || async {
@@ -451,4 +450,5 @@ async fn a_former_primary_is_refused_once_its_successor_has_been_seen() {
     let node = leasehold::server::db::node(&mut conn).await.unwrap();
     assert_eq!(node.timeline, Some(1));
     let _ = std::fs::remove_dir_all(&standby_dir);
+    tests::discard_log(&standby_log);
 }

@@ -32,6 +32,12 @@ struct Stack {
     output: PathBuf,
 }
 
+impl Drop for Stack {
+    fn drop(&mut self) {
+        tests::discard_log(&self.output);
+    }
+}
+
 impl Stack {
     fn start(env: &[(&str, String)]) -> Stack {
         let bin_dir = binary("lease-service").parent().unwrap().to_owned();

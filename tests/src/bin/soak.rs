@@ -83,6 +83,8 @@ async fn main() -> ExitCode {
         break_acquire: cli.break_acquire,
         failovers: cli.failovers,
     };
+    // Its verdict is its report, not a panic: every log stays for it.
+    tests::keep_logs();
     eprintln!(
         "soak: seed {seed}, {:?} of faults; services' logs go to {}",
         options.duration,
