@@ -235,7 +235,7 @@ wait_healthy() {
 wait_healthy 180
 lap "all 14 containers healthy"
 
-# --- through the load balancer: the README's commands ----------------------------------------------
+# --- through the load balancer: the commands of docs/src/deploy.md ------------------------------
 LB=localhost:8082
 json() { python3 -c "import json, sys; v = json.load(sys.stdin); print($1)"; }
 id=$(curl -fsS -X POST $LB/api/tasks -H 'content-type: application/json' \

@@ -3,7 +3,7 @@
 //! A lease is time-bound, exclusive ownership of a named resource. Acquire, renew and release
 //! are each one SQL statement judged by the database's clock, every acquisition gets a fencing
 //! token greater than any earlier one for its resource, and only the current holder can renew or
-//! release. See `docs/design.md` for the invariants and the README for the HTTP API.
+//! release. See `docs/src/design.md` for the invariants and `docs/src/lease-api.md` for the HTTP API.
 //!
 //! # Layout
 //!

@@ -4,7 +4,7 @@
 //! the task from lease-service, whose fencing token the worker carries in every heartbeat,
 //! completion and failure. A worker that dies or pauses loses its lease, and its task is
 //! claimed again; a worker whose lease was superseded is refused (409) and changes nothing.
-//! See `docs/design.md` for the invariants and the README for the HTTP API.
+//! See `docs/src/design.md` for the invariants and `docs/src/task-api.md` for the HTTP API.
 //!
 //! # Layout
 //!

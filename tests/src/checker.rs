@@ -1,7 +1,7 @@
 //! The invariant checker: proves from the history the services record (`lease_events`, written
 //! by a trigger, and `task_events`, written by each transition's own statement; both in the same
 //! transaction as the change they record) that a run kept
-//! The invariants of `docs/design.md`. It reports every violation with its evidence rather than stopping at the
+//! The invariants of `docs/src/design.md`. It reports every violation with its evidence rather than stopping at the
 //! first. Both databases must share one server (one clock), as they do in the tests.
 
 use std::collections::BTreeMap;
@@ -22,7 +22,7 @@ pub struct Term {
     pub end: DateTime<Utc>,
 }
 
-/// The invariants the checker proves, in the words of `docs/design.md`.
+/// The invariants the checker proves, in the words of `docs/src/design.md`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Invariant {
     /// Every new acquisition of a resource has a greater fence than the one before.

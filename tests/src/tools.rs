@@ -127,3 +127,44 @@ pub fn graphile_worker() -> Result<(PathBuf, PathBuf), String> {
         .map_err(|e| format!("{}: {e}", done.display()))?;
     Ok((node, dir))
 }
+
+/// A binary from crates.io (the crate's name and its binary's), `cargo install`ed on first use
+/// at an exact version with its own lock file under the target directory; returns its path.
+/// `args` go to `cargo install` (features, say).
+pub fn cargo_tool(name: &str, version: &str, args: &[&str]) -> PathBuf {
+    let root = tools_root();
+    let dir = root.join(name);
+    let bin = dir.join("bin").join(name);
+    let done = dir.join(".installed");
+    // A changed version or features installs again.
+    let wanted = format!("{name}@{version} {}", args.join(" "));
+    let installed = || std::fs::read_to_string(&done).is_ok_and(|s| s == wanted) && bin.exists();
+    if installed() {
+        return bin;
+    }
+    std::fs::create_dir_all(&root).unwrap_or_else(|e| panic!("{}: {e}", root.display()));
+    // One installer at a time per tool, across test processes.
+    let lock = root.join(format!("{name}.lock"));
+    let lock_file =
+        std::fs::File::create(&lock).unwrap_or_else(|e| panic!("{}: {e}", lock.display()));
+    let _guard = nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusive)
+        .unwrap_or_else(|(_, e)| panic!("locking {}: {e}", lock.display()));
+    if installed() {
+        return bin;
+    }
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    run(
+        Command::new(cargo)
+            .args(["install", "--locked", "--quiet", "--version"])
+            .arg(format!("={version}"))
+            .arg("--root")
+            .arg(&dir)
+            .args(args)
+            .arg(name)
+            // Its own throw-away target directory, not the one the running tests were built in.
+            .env_remove("CARGO_TARGET_DIR"),
+        &format!("cargo install {name}@{version}"),
+    );
+    std::fs::write(&done, &wanted).unwrap_or_else(|e| panic!("{}: {e}", done.display()));
+    bin
+}

@@ -251,7 +251,7 @@ async fn tasks_are_created_watched_to_the_end_listed_shown_tailed_retried_and_ca
     let leases = Service::lease_service(&lease_db, &[]).await;
     let tasks = Service::task_service(&task_db, &leases.base_url(), &[]).await;
     // Polling, not waiting in task-service: the tail below pauses the worker to see a task
-    // pending, and a paused worker's waiting claim would still take it (see the README).
+    // pending, and a paused worker's waiting claim would still take it (see `docs/src/queues.md`).
     let worker = Service::worker(
         &tasks.base_url(),
         &[

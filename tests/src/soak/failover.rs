@@ -10,7 +10,7 @@
 //!
 //! Faults come one at a time, each only once the formation is healthy again, in a seeded order.
 //! For each it measures how long after the promotion (the monitor reporting the other node
-//! primary) the ledger's acquisitions succeeded again: the unavailability the README quotes.
+//! primary) the ledger's acquisitions succeeded again: the unavailability `docs/src/failover.md` quotes.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
