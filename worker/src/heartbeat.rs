@@ -15,7 +15,7 @@ use leasehold::tasks::Task;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
-use crate::runner::Ctx;
+use crate::ctx::Ctx;
 use leasehold::retry::{Backoff, Waits};
 
 /// Retries of heartbeats, completions and failures: from this...

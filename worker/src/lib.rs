@@ -37,6 +37,8 @@
 //! - [`runner`]: the claim loop, and nothing else;
 //! - `task_run`: one task's run, up to its answer; `heartbeat`: keeping its lease, on the
 //!   deadline type the lease guard uses ([`leasehold::LeaseDeadline`]);
+//! - `ctx`: what the three above share (settings, client, slots, load), below them all so that
+//!   none imports another's home;
 //! - [`completions`]: answers gathered into batch completions;
 //! - [`handler`]: the [`TaskHandler`] trait and the built-in handlers;
 //! - [`config`], [`metrics`], and `chaos`, the fault switches the soak uses.
@@ -46,6 +48,7 @@
 mod chaos;
 pub mod completions;
 pub mod config;
+mod ctx;
 pub mod handler;
 mod heartbeat;
 pub mod metrics;

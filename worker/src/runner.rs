@@ -37,7 +37,6 @@
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use anyhow::Context;
 use tokio::sync::Semaphore;
@@ -48,6 +47,7 @@ use tokio_util::sync::CancellationToken;
 use crate::chaos;
 use crate::completions::{Completer, Pending, Riders};
 use crate::config::{Settings, WorkerConfig};
+use crate::ctx::Ctx;
 use crate::handler::TaskHandler;
 use crate::metrics::{Metrics, MetricsServer};
 use crate::presence::{self, Load};
@@ -61,9 +61,7 @@ pub use crate::task_run::MAX_ERROR_CHARS;
 
 /// Most tasks asked for in one claim: task-service's limit ([`leasehold::tasks::MAX_CLAIM`]).
 pub const MAX_CLAIM_BATCH: usize = leasehold::tasks::MAX_CLAIM as usize;
-/// How long a task is offered back to task-service at shutdown before giving up on it (it is
-/// then reclaimed when its lease expires).
-pub const HAND_BACK_TIMEOUT: Duration = Duration::from_secs(5);
+pub use crate::ctx::HAND_BACK_TIMEOUT;
 
 /// Validates `config`, then runs the worker until `shutdown` resolves and in-flight tasks are
 /// finished or handed back. Returns an error only when it cannot start (invalid configuration,
@@ -131,23 +129,6 @@ pub async fn run_with_settings<H: TaskHandler>(
     }
     tracing::info!("worker stopped");
     Ok(())
-}
-
-/// What every runner shares.
-pub(crate) struct Ctx {
-    pub(crate) settings: Settings,
-    pub(crate) client: Arc<TaskClient>,
-    /// Sends completions, in batches when several are ready at once.
-    pub(crate) completer: Completer,
-    pub(crate) metrics: Metrics,
-    /// Busy slots and tasks done, for the process's beats ([`presence`]).
-    pub(crate) load: Arc<Load>,
-    /// The slots (`WORKER_CONCURRENCY`): a claimed task's work starts once it holds one, and
-    /// frees it when the work is over, before its answer is sent.
-    pub(crate) slots: Arc<Semaphore>,
-    /// Claimed tasks whose work has not started: waiting for a slot (claimed ahead), or just
-    /// claimed.
-    pub(crate) unstarted: AtomicUsize,
 }
 
 /// What the claim loop keeps between its claims.

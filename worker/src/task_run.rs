@@ -20,9 +20,9 @@ use tokio::time::{Instant, sleep, sleep_until};
 use tokio_util::sync::CancellationToken;
 
 use crate::chaos::{chaos_crash_at, chaos_pause, crash};
+use crate::ctx::{Ctx, HAND_BACK_TIMEOUT};
 use crate::handler::{TaskFailure, TaskHandler};
 use crate::heartbeat::{LeaseState, keep_alive, lease_ttl, retry_backoff};
-use crate::runner::{Ctx, HAND_BACK_TIMEOUT};
 use leasehold::task_client::CallError;
 
 /// Longest error message sent with `fail`.
