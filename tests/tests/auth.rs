@@ -184,34 +184,20 @@ async fn lease_service_write_routes_need_the_leaseholder_role_and_revoke_the_ope
 
 /// lease-service and task-service, both locked; task-service calls lease-service with
 /// `service_token`.
-async fn locked_stack(service_token: &str) -> (Service, Service, String, String) {
-    let lease_db = fresh_database().await;
-    let task_db = fresh_database().await;
+async fn locked_stack(service_token: &str) -> tests::Stack {
     let lease_tokens = format!("leaseholder:{SERVICE}");
-    let leases = Service::lease_service(
-        &lease_db,
-        &[
-            ("AUTH_TOKENS", lease_tokens.as_str()),
-            ("LEASE_REQUIRE_SECRET", "true"),
-        ],
-    )
-    .await;
     let task_tokens = format!("producer:{PRODUCER},worker:{WORKER},operator:{OPERATOR}");
-    let tasks = Service::task_service(
-        &task_db,
-        &leases.base_url(),
-        &[
-            ("AUTH_TOKENS", task_tokens.as_str()),
-            ("LEASE_SERVICE_TOKEN", service_token),
-        ],
-    )
-    .await;
-    (leases, tasks, lease_db, task_db)
+    tests::Stack::with()
+        .auth(&lease_tokens, &task_tokens, service_token)
+        .lease_env(&[("LEASE_REQUIRE_SECRET", "true")])
+        .start()
+        .await
 }
 
 #[tokio::test]
 async fn each_task_service_role_does_exactly_what_it_may() {
-    let (_leases, tasks, lease_db, task_db) = locked_stack(SERVICE).await;
+    let stack = locked_stack(SERVICE).await;
+    let (tasks, lease_db, task_db) = (&stack.tasks, &stack.lease_db, &stack.task_db);
     let create = |token| {
         let tasks = &tasks;
         async move {
@@ -380,9 +366,9 @@ async fn each_task_service_role_does_exactly_what_it_may() {
     ];
     let mut before = Vec::new();
     for table in tables {
-        before.push(snapshot(&task_db, table).await);
+        before.push(snapshot(task_db, table).await);
     }
-    let leases_before = snapshot(&lease_db, "leases").await;
+    let leases_before = snapshot(lease_db, "leases").await;
     let mut refusals = 0;
     for (method, path, body, allowed) in &routes {
         let what = format!("{method} {path}");
@@ -413,9 +399,9 @@ async fn each_task_service_role_does_exactly_what_it_may() {
     }
     assert_eq!(refusals, 2 * routes.len());
     for (table, rows) in tables.iter().zip(&before) {
-        assert_eq!(rows, &snapshot(&task_db, table).await, "{table} unchanged");
+        assert_eq!(rows, &snapshot(task_db, table).await, "{table} unchanged");
     }
-    assert_eq!(leases_before, snapshot(&lease_db, "leases").await);
+    assert_eq!(leases_before, snapshot(lease_db, "leases").await);
 
     // Each role, doing its own work, succeeds: a worker claims, heartbeats and completes
     // (task-service renewing and releasing with the lease's secret, which lease-service
@@ -464,7 +450,8 @@ async fn each_task_service_role_does_exactly_what_it_may() {
 
 #[tokio::test]
 async fn a_task_service_whose_lease_token_is_refused_says_so_and_claims_nothing() {
-    let (_leases, tasks, lease_db, _) = locked_stack("a-token-lease-service-refuses").await;
+    let stack = locked_stack("a-token-lease-service-refuses").await;
+    let (tasks, lease_db) = (&stack.tasks, &stack.lease_db);
     let created = tasks
         .send_as(
             Some(PRODUCER),
@@ -495,7 +482,7 @@ async fn a_task_service_whose_lease_token_is_refused_says_so_and_claims_nothing(
         tasks.get(&format!("/api/tasks/{id}")).await.body["task"]["status"],
         "pending"
     );
-    assert!(snapshot(&lease_db, "leases").await.is_empty());
+    assert!(snapshot(lease_db, "leases").await.is_empty());
 }
 
 #[tokio::test]

@@ -5,30 +5,17 @@
 #![allow(clippy::unwrap_used)]
 
 use serde_json::{Value, json};
-use tests::{Service, binary, fresh_database, snapshot};
+use tests::{binary, snapshot};
 
-struct Stack {
-    _leases: Service,
-    tasks: Service,
-    task_db: String,
-}
+tests::stack_with_helpers!(Stack);
 
 const OPERATOR: &str = "operator-token-0123456789";
 const PRODUCER: &str = "producer-token-0123456789";
 const WORKER: &str = "worker-token-0123456789ab";
 
 async fn stack() -> Stack {
-    let lease_db = fresh_database().await;
-    let task_db = fresh_database().await;
-    let leases = Service::lease_service(&lease_db, &[]).await;
     let tokens = format!("operator:{OPERATOR},producer:{PRODUCER},worker:{WORKER}");
-    let tasks =
-        Service::task_service(&task_db, &leases.base_url(), &[("AUTH_TOKENS", &tokens)]).await;
-    Stack {
-        _leases: leases,
-        tasks,
-        task_db,
-    }
+    Stack(tests::Stack::start(&[("AUTH_TOKENS", &tokens)]).await)
 }
 
 impl Stack {

@@ -7,26 +7,12 @@
 #![allow(clippy::unwrap_used)]
 
 use serde_json::{Value, json};
-use tests::{Service, execute, fresh_database, query, snapshot};
+use tests::{execute, query, snapshot};
 
-struct Stack {
-    lease_db: String,
-    task_db: String,
-    leases: Service,
-    tasks: Service,
-}
+tests::stack_with_helpers!(Stack);
 
 async fn stack() -> Stack {
-    let lease_db = fresh_database().await;
-    let task_db = fresh_database().await;
-    let leases = Service::lease_service(&lease_db, &[]).await;
-    let tasks = Service::task_service(&task_db, &leases.base_url(), &[]).await;
-    Stack {
-        lease_db,
-        task_db,
-        leases,
-        tasks,
-    }
+    Stack(tests::Stack::start(&[]).await)
 }
 
 const SECRET: &str = "0123456789abcdef0123456789abcdef";

@@ -10,14 +10,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tests::{Service, eventually, metric_sum, query, snapshot};
 
-struct Stack(tests::Stack);
-
-impl std::ops::Deref for Stack {
-    type Target = tests::Stack;
-    fn deref(&self) -> &tests::Stack {
-        &self.0
-    }
-}
+tests::stack_with_helpers!(Stack);
 
 async fn stack() -> Stack {
     Stack(tests::Stack::start(&[]).await)

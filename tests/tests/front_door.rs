@@ -58,24 +58,8 @@ fn assert_refused(answer: &Answer, status: u16, code: &str, what: &str) {
     );
 }
 
-struct Stack {
-    lease_db: String,
-    task_db: String,
-    leases: Service,
-    tasks: Service,
-}
-
-async fn stack(env: &[(&str, &str)]) -> Stack {
-    let lease_db = fresh_database().await;
-    let task_db = fresh_database().await;
-    let leases = Service::lease_service(&lease_db, env).await;
-    let tasks = Service::task_service(&task_db, &leases.base_url(), env).await;
-    Stack {
-        lease_db,
-        task_db,
-        leases,
-        tasks,
-    }
+async fn stack(env: &[(&str, &str)]) -> tests::Stack {
+    tests::Stack::with().env(env).start().await
 }
 
 #[tokio::test]

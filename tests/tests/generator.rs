@@ -17,27 +17,27 @@ const TTL: &str = "2";
 const RETRY: &str = "0.5";
 
 struct Stack {
-    leases: Service,
-    tasks: Service,
-    /// A second replica on the same database, spoken to through `other_client`.
-    _other_tasks: Service,
-    /// Typed clients of `tasks` and `other_tasks`.
+    /// With a second task-service replica on the same database, spoken to through
+    /// `other_client`.
+    stack: tests::Stack,
+    /// Typed clients of the two replicas.
     client: TaskClient,
     other_client: TaskClient,
 }
 
+impl std::ops::Deref for Stack {
+    type Target = tests::Stack;
+    fn deref(&self) -> &tests::Stack {
+        &self.stack
+    }
+}
+
 async fn stack() -> Stack {
-    let lease_db = fresh_database().await;
-    let task_db = fresh_database().await;
-    let leases = Service::lease_service(&lease_db, &[]).await;
-    let tasks = Service::task_service(&task_db, &leases.base_url(), &[]).await;
-    let other_tasks = Service::task_service(&task_db, &leases.base_url(), &[]).await;
+    let stack = tests::Stack::with().replicas(1).start().await;
     Stack {
-        client: tasks.task_client(),
-        other_client: other_tasks.task_client(),
-        leases,
-        tasks,
-        _other_tasks: other_tasks,
+        client: stack.tasks.task_client(),
+        other_client: stack.replicas[0].task_client(),
+        stack,
     }
 }
 

@@ -5,27 +5,20 @@
 //! worker in another language.
 #![allow(clippy::unwrap_used)]
 
-use tests::{Service, fresh_database, tools};
+use tests::tools;
 
 const TOKEN: &str = "python-client-token-0123456789";
 const SERVICE_TOKEN: &str = "task-service-token-0123456789";
 
 #[tokio::test]
 async fn a_generated_python_client_drives_a_lease_and_a_task() {
-    let lease_db = fresh_database().await;
-    let task_db = fresh_database().await;
     let lease_tokens = format!("leaseholder+operator:{TOKEN},leaseholder:{SERVICE_TOKEN}");
-    let leases = Service::lease_service(&lease_db, &[("AUTH_TOKENS", lease_tokens.as_str())]).await;
     let task_tokens = format!("producer+worker+operator:{TOKEN}");
-    let tasks = Service::task_service(
-        &task_db,
-        &leases.base_url(),
-        &[
-            ("AUTH_TOKENS", task_tokens.as_str()),
-            ("LEASE_SERVICE_TOKEN", SERVICE_TOKEN),
-        ],
-    )
-    .await;
+    let stack = tests::Stack::with()
+        .auth(&lease_tokens, &task_tokens, SERVICE_TOKEN)
+        .start()
+        .await;
+    let (leases, tasks) = (&stack.leases, &stack.tasks);
     let bin = tools::python_tools(
         "python-client",
         &[],
@@ -38,7 +31,7 @@ async fn a_generated_python_client_drives_a_lease_and_a_task() {
     // Generated under the test's own directory, removed when it passes.
     let dir = tests::log_dir().join(format!("python-client-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    for (package, service) in [("lease_client", &leases), ("task_client", &tasks)] {
+    for (package, service) in [("lease_client", leases), ("task_client", tasks)] {
         let document = reqwest::get(service.url("/api/openapi.json"))
             .await
             .unwrap()

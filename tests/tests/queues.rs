@@ -6,24 +6,12 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tests::{Answer, Service, eventually, execute, fresh_database, metric_sum};
+use tests::{Answer, eventually, execute, metric_sum};
 
-struct Stack {
-    _leases: Service,
-    tasks: Service,
-    task_db: String,
-}
+tests::stack_with_helpers!(Stack);
 
 async fn stack(env: &[(&str, &str)]) -> Stack {
-    let lease_db = fresh_database().await;
-    let task_db = fresh_database().await;
-    let leases = Service::lease_service(&lease_db, &[]).await;
-    let tasks = Service::task_service(&task_db, &leases.base_url(), env).await;
-    Stack {
-        _leases: leases,
-        tasks,
-        task_db,
-    }
+    Stack(tests::Stack::start(env).await)
 }
 
 impl Stack {

@@ -5,17 +5,10 @@
 #![allow(clippy::unwrap_used)]
 
 use serde_json::{Value, json};
-use tests::{Service, fresh_database};
+use tests::Service;
 
-struct Stack {
-    leases: Service,
-    tasks: Service,
-}
-
-async fn stack() -> Stack {
-    let leases = Service::lease_service(&fresh_database().await, &[]).await;
-    let tasks = Service::task_service(&fresh_database().await, &leases.base_url(), &[]).await;
-    Stack { leases, tasks }
+async fn stack() -> tests::Stack {
+    tests::Stack::start(&[]).await
 }
 
 /// The sample's fetch-with-JSON: `Content-Type: application/json` and a JSON body.

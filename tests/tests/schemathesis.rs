@@ -12,7 +12,7 @@
 //! each with why.
 #![allow(clippy::unwrap_used)]
 
-use tests::{Service, fresh_database, tools};
+use tests::tools;
 
 /// What the fuzzer presents: one token with every role of the service it tests.
 const TOKEN: &str = "schemathesis-token-0123456789";
@@ -28,25 +28,18 @@ fn env_or(name: &str, default: &str) -> String {
 
 #[tokio::test]
 async fn schemathesis_finds_nothing_in_either_service() {
-    let lease_db = fresh_database().await;
-    let task_db = fresh_database().await;
     let lease_tokens = format!("leaseholder+operator:{TOKEN},leaseholder:{SERVICE_TOKEN}");
-    let leases = Service::lease_service(&lease_db, &[("AUTH_TOKENS", lease_tokens.as_str())]).await;
     let task_tokens = format!("producer+worker+operator:{TOKEN}");
-    let tasks = Service::task_service(
-        &task_db,
-        &leases.base_url(),
-        &[
-            ("AUTH_TOKENS", task_tokens.as_str()),
-            ("LEASE_SERVICE_TOKEN", SERVICE_TOKEN),
-        ],
-    )
-    .await;
+    let stack = tests::Stack::with()
+        .auth(&lease_tokens, &task_tokens, SERVICE_TOKEN)
+        .start()
+        .await;
+    let (leases, tasks) = (&stack.leases, &stack.tasks);
     let bin = tools::python_tools("schemathesis", &[], &[SCHEMATHESIS]).join("schemathesis");
     let examples = env_or("SCHEMATHESIS_MAX_EXAMPLES", "25");
     let seed = env_or("SCHEMATHESIS_SEED", "20261128");
     let mut failed = Vec::new();
-    for service in [&leases, &tasks] {
+    for service in [leases, tasks] {
         let output = tokio::process::Command::new(&bin)
             .arg("--config-file")
             .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/schemathesis.toml"))

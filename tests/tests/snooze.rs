@@ -10,24 +10,12 @@ use std::time::Duration;
 
 use leasehold_worker::{TaskFailure, WorkerConfig, handler_fn, run};
 use serde_json::json;
-use tests::{Service, eventually, execute, fresh_database, snapshot};
+use tests::{eventually, execute, snapshot};
 
-struct Stack {
-    leases: Service,
-    tasks: Service,
-    task_db: String,
-}
+tests::stack_with_helpers!(Stack);
 
 async fn stack() -> Stack {
-    let lease_db = fresh_database().await;
-    let task_db = fresh_database().await;
-    let leases = Service::lease_service(&lease_db, &[]).await;
-    let tasks = Service::task_service(&task_db, &leases.base_url(), &[]).await;
-    Stack {
-        leases,
-        tasks,
-        task_db,
-    }
+    Stack(tests::Stack::start(&[]).await)
 }
 
 impl Stack {

@@ -9,22 +9,10 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tests::{Answer, Service, eventually, execute, fresh_database, metric_sum, snapshot, verdicts};
 
-struct Stack {
-    task_db: String,
-    leases: Service,
-    tasks: Service,
-}
+tests::stack_with_helpers!(Stack);
 
 async fn stack(task_env: &[(&str, &str)]) -> Stack {
-    let lease_db = fresh_database().await;
-    let task_db = fresh_database().await;
-    let leases = Service::lease_service(&lease_db, &[]).await;
-    let tasks = Service::task_service(&task_db, &leases.base_url(), task_env).await;
-    Stack {
-        task_db,
-        leases,
-        tasks,
-    }
+    Stack(tests::Stack::start(task_env).await)
 }
 
 impl Stack {

@@ -19,32 +19,13 @@ const WAIT: Duration = Duration::from_secs(30);
 const WOKEN_WITHIN: Duration = Duration::from_secs(15);
 const RECHECK_MS: &str = "600000";
 
-struct Stack {
-    _leases: Service,
-    tasks: Service,
-    task_db: String,
-}
-
-async fn stack() -> Stack {
-    let lease_db = fresh_database().await;
-    let task_db = fresh_database().await;
-    let leases = Service::lease_service(&lease_db, &[]).await;
-    let tasks = Service::task_service(
-        &task_db,
-        &leases.base_url(),
-        &[("WAIT_RECHECK_MS", RECHECK_MS)],
-    )
-    .await;
-    Stack {
-        _leases: leases,
-        tasks,
-        task_db,
-    }
+async fn stack() -> tests::Stack {
+    tests::Stack::start(&[("WAIT_RECHECK_MS", RECHECK_MS)]).await
 }
 
 /// A claim of `queue` waiting up to [`WAIT`], in the background.
 fn waiting_claim(
-    stack: &Stack,
+    stack: &tests::Stack,
     queue: &str,
 ) -> tokio::task::JoinHandle<Vec<leasehold::tasks::Task>> {
     let (client, queue) = (stack.tasks.task_client(), queue.to_owned());
@@ -76,7 +57,7 @@ async fn create(
 
 /// Waits until task-service holds a waiting claim (`task_claims_waiting`): its first claim round
 /// found nothing, so what is created from now on can reach it only by a wake-up.
-async fn until_waiting(stack: &Stack) {
+async fn until_waiting(stack: &tests::Stack) {
     eventually(Duration::from_secs(10), "a claim waiting", || async {
         metric_sum(&stack.tasks.metrics().await, "task_claims_waiting") >= 1.0
     })

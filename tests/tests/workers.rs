@@ -6,28 +6,19 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tests::{Service, eventually, fresh_database, metric_sum};
+use tests::{Service, eventually, metric_sum};
 
-struct Stack {
-    leases: Service,
-    tasks: Service,
-}
+tests::stack_with_helpers!(Stack);
 
 /// lease-service and task-service with a short task lease, so that faults resolve quickly.
 async fn stack(lease_ttl: &str) -> Stack {
-    let lease_db = fresh_database().await;
-    let task_db = fresh_database().await;
-    let leases = Service::lease_service(&lease_db, &[]).await;
-    let tasks = Service::task_service(
-        &task_db,
-        &leases.base_url(),
-        &[
+    Stack(
+        tests::Stack::start(&[
             ("TASK_LEASE_TTL_SECONDS", lease_ttl),
             ("TASK_RETRY_BASE_SECONDS", "0.2"),
-        ],
+        ])
+        .await,
     )
-    .await;
-    Stack { leases, tasks }
 }
 
 impl Stack {
