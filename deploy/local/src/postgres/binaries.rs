@@ -7,9 +7,6 @@ use std::sync::Mutex;
 
 use super::error::PgError;
 
-/// The command a person should run when the server binaries are missing.
-pub const INSTALL_COMMAND: &str = "sudo apt-get install -y postgresql";
-
 /// Where PostgreSQL packages for Debian/Ubuntu put their versioned binaries.
 const DEBIAN_PG_ROOT: &str = "/usr/lib/postgresql";
 
@@ -26,7 +23,7 @@ static FOUND: Mutex<Option<PathBuf>> = Mutex::new(None);
 /// `$PATH`. When nothing is found and this process runs as root on a system
 /// with `apt-get`, it runs `apt-get update` and `apt-get install -y
 /// postgresql` (output shown on this terminal) and looks again. Otherwise the
-/// error names the command to run ([`INSTALL_COMMAND`]).
+/// error names the command to run ([`super::INSTALL_COMMAND`]).
 ///
 /// The answer is cached for the life of the process.
 pub fn find_server_binaries() -> Result<PathBuf, PgError> {

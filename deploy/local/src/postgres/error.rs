@@ -2,7 +2,9 @@ use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::binaries::INSTALL_COMMAND;
+/// The command a person should run when the server binaries are missing: the errors below
+/// name it, and `binaries` says it too.
+pub const INSTALL_COMMAND: &str = "sudo apt-get install -y postgresql";
 
 /// Everything that can go wrong while finding, starting, stopping or using
 /// a private PostgreSQL server. The messages say what to do about it.

@@ -37,12 +37,13 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use nix::unistd::{Gid, Uid, User};
 
-pub use self::binaries::{INSTALL_COMMAND, find_server_binaries};
+pub use self::binaries::find_server_binaries;
 pub use self::cluster::cargo_target_dir;
 use self::cluster::{
     check_traversable, chown_to, create_dirs, ephemeral_base_dir, prepare_data_dir,
     remove_stale_instances,
 };
+pub use self::error::INSTALL_COMMAND;
 pub use self::error::PgError;
 use self::server::{file_len, free_port, open_log, port_was_taken};
 pub use self::sql::{create_database_at, create_schema, ping, redact_url, validate_database_name};
