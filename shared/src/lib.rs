@@ -68,6 +68,7 @@ pub mod schedules;
 pub mod schema;
 #[cfg(feature = "server")]
 pub mod server;
+pub mod service_url;
 pub mod shutdown;
 pub mod singleton;
 pub mod strict;
@@ -81,5 +82,6 @@ pub use deadline::LeaseDeadline;
 pub use lease_client::{LeaseClient, LeaseError};
 pub use lease_guard::{GuardConfig, LeaseGuard, LeaseHandle, LeaseLost, with_lease};
 pub use retry::{Backoff, RetryPolicy};
+pub use service_url::service_url;
 pub use singleton::{Singleton, SingletonEvent};
 pub use task_client::{CallError, TaskClient};

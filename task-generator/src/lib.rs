@@ -92,9 +92,7 @@ impl GeneratorConfig {
             ("TASK_SERVICE_URL", &self.task_service_url),
             ("LEASE_SERVICE_URL", &self.lease_service_url),
         ] {
-            if !url.starts_with("http://") {
-                return Err(format!("{name} must be an http:// URL, got {url:?}"));
-            }
+            leasehold::service_url(name, url)?;
         }
         if !(1..=3600).contains(&self.lease_ttl_seconds) {
             return Err("GENERATOR_LEASE_TTL_SECONDS must be between 1 and 3600".to_owned());

@@ -143,10 +143,7 @@ impl ServeConfig {
         if self.reads_in_flight > (self.server.database_pool_size / 2).max(1) {
             return Err("READS_IN_FLIGHT must be at most half of DATABASE_POOL_SIZE".to_owned());
         }
-        // Services talk plain HTTP inside the deployment; TLS ends at the load balancer.
-        if !self.lease_service_url.starts_with("http://") {
-            return Err("LEASE_SERVICE_URL must be an http:// URL".to_owned());
-        }
+        leasehold::service_url("LEASE_SERVICE_URL", &self.lease_service_url)?;
         Ok(())
     }
 }

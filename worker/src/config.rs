@@ -320,25 +320,7 @@ impl WorkerConfig {
             if raw.is_empty() {
                 continue;
             }
-            let parsed = reqwest::Url::parse(raw).map_err(|err| {
-                ConfigError(format!("TASK_SERVICE_URL {raw:?} is not a URL: {err}"))
-            })?;
-            if parsed.scheme() != "http" {
-                return Err(ConfigError(format!(
-                    "TASK_SERVICE_URL {raw:?} must start with http:// (this build has no TLS)"
-                )));
-            }
-            if parsed.host_str().is_none_or(str::is_empty) {
-                return Err(ConfigError(format!(
-                    "TASK_SERVICE_URL {raw:?} names no host"
-                )));
-            }
-            if parsed.query().is_some() || parsed.fragment().is_some() {
-                return Err(ConfigError(format!(
-                    "TASK_SERVICE_URL {raw:?} must not have a query or fragment"
-                )));
-            }
-            urls.push(raw.trim_end_matches('/').to_owned());
+            urls.push(leasehold::service_url("TASK_SERVICE_URL", raw).map_err(ConfigError)?);
         }
         if urls.is_empty() {
             return Err(ConfigError(
