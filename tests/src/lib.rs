@@ -68,7 +68,7 @@ pub use helpers::{
 };
 pub use history::{EVENTS_PER_TASK, synthesize_history};
 pub use postgres::{cluster, fresh_database};
-pub use process::{ChildGuard, binary, descendants, kill_process_tree};
+pub use process::{ChildGuard, binary, descendants, kill_process_tree, target_dir};
 pub use service::{
     Answer, Service, discard_log, free_port, free_port_block, keep_logs, lease_client, log_dir,
     task_client,

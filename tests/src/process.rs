@@ -29,6 +29,15 @@ pub fn binary(name: &str) -> PathBuf {
     path
 }
 
+/// The target directory the workspace's binaries were built in (the parent of their profile
+/// folder): where tests keep what they install and log.
+pub fn target_dir() -> PathBuf {
+    binary("lease-service")
+        .parent()
+        .and_then(Path::parent)
+        .map_or_else(std::env::temp_dir, Path::to_owned)
+}
+
 /// A child process that cannot outlive its test. Dropping the guard (also while a panic
 /// unwinds) kills the process and every process it started; and should the test process die
 /// without running destructors (a `SIGKILL`, an abort), the kernel sends the child

@@ -44,10 +44,7 @@ pub fn free_port_block(count: u16) -> u16 {
 /// its own log when it ends unless a panic is unwinding (a failed assertion): what stays
 /// behind is the logs of failed tests, and [`keep_logs`] keeps them all (the soak's).
 pub fn log_dir() -> PathBuf {
-    let dir = binary("lease-service")
-        .parent()
-        .and_then(Path::parent)
-        .map_or_else(std::env::temp_dir, Path::to_owned)
+    let dir = crate::target_dir()
         .join("test-logs")
         .join(std::process::id().to_string());
     std::fs::create_dir_all(&dir).unwrap();

@@ -76,6 +76,15 @@ impl StackBuilder {
         ])
     }
 
+    /// Auth on in both services, with `token` holding every role of each, as a client that
+    /// may do anything presents it (a fuzzer, a generated client); task-service calls
+    /// lease-service with `service_token`.
+    pub fn every_role(self, token: &str, service_token: &str) -> Self {
+        let lease_tokens = format!("leaseholder+operator:{token},leaseholder:{service_token}");
+        let task_tokens = format!("producer+worker+operator:{token}");
+        self.auth(&lease_tokens, &task_tokens, service_token)
+    }
+
     /// `count` more task-service replicas, on the same database, with the same settings.
     pub fn replicas(mut self, count: usize) -> Self {
         self.replicas = count;

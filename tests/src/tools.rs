@@ -7,11 +7,7 @@ use std::process::Command;
 
 /// Where tools are installed: `leasehold-tools/` in the target directory.
 fn tools_root() -> PathBuf {
-    crate::binary("lease-service")
-        .parent()
-        .and_then(Path::parent)
-        .map(|target| target.join("leasehold-tools"))
-        .unwrap_or_else(|| std::env::temp_dir().join("leasehold-tools"))
+    crate::target_dir().join("leasehold-tools")
 }
 
 /// A Python virtual environment with `packages` installed; returns its `bin` directory.
@@ -21,37 +17,48 @@ pub fn python_tools(name: &str, prepare: &[&[&str]], packages: &[&str]) -> PathB
     let venv = root.join(name);
     let bin = venv.join("bin");
     let done = venv.join(".installed");
-    if done.exists() {
-        return bin;
+    install_once(
+        &root,
+        name,
+        || done.exists(),
+        || {
+            run(
+                Command::new("python3").args(["-m", "venv"]).arg(&venv),
+                "python3 -m venv (apt-get install -y python3-venv)",
+            );
+            let pip = bin.join("pip");
+            for args in prepare {
+                run(
+                    Command::new(&pip).args(["install", "-q"]).args(*args),
+                    "pip install",
+                );
+            }
+            run(
+                Command::new(&pip).args(["install", "-q"]).args(packages),
+                "pip install",
+            );
+            std::fs::write(&done, packages.join("\n"))
+                .unwrap_or_else(|e| panic!("{}: {e}", done.display()));
+        },
+    );
+    bin
+}
+
+/// Runs `install` unless `installed` says it is done, one installer at a time per tool across
+/// test processes (a lock file `<name>.lock` under `root`), looking again once the lock is held.
+fn install_once(root: &Path, name: &str, installed: impl Fn() -> bool, install: impl FnOnce()) {
+    if installed() {
+        return;
     }
-    std::fs::create_dir_all(&root).unwrap_or_else(|e| panic!("{}: {e}", root.display()));
-    // One installer at a time per venv, across test processes.
+    std::fs::create_dir_all(root).unwrap_or_else(|e| panic!("{}: {e}", root.display()));
     let lock = root.join(format!("{name}.lock"));
     let lock_file =
         std::fs::File::create(&lock).unwrap_or_else(|e| panic!("{}: {e}", lock.display()));
     let _guard = nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusive)
         .unwrap_or_else(|(_, e)| panic!("locking {}: {e}", lock.display()));
-    if done.exists() {
-        return bin;
+    if !installed() {
+        install();
     }
-    run(
-        Command::new("python3").args(["-m", "venv"]).arg(&venv),
-        "python3 -m venv (apt-get install -y python3-venv)",
-    );
-    let pip = bin.join("pip");
-    for args in prepare {
-        run(
-            Command::new(&pip).args(["install", "-q"]).args(*args),
-            "pip install",
-        );
-    }
-    run(
-        Command::new(&pip).args(["install", "-q"]).args(packages),
-        "pip install",
-    );
-    std::fs::write(&done, packages.join("\n"))
-        .unwrap_or_else(|e| panic!("{}: {e}", done.display()));
-    bin
 }
 
 fn run(command: &mut Command, what: &str) {
@@ -139,32 +146,22 @@ pub fn cargo_tool(name: &str, version: &str, args: &[&str]) -> PathBuf {
     // A changed version or features installs again.
     let wanted = format!("{name}@{version} {}", args.join(" "));
     let installed = || std::fs::read_to_string(&done).is_ok_and(|s| s == wanted) && bin.exists();
-    if installed() {
-        return bin;
-    }
-    std::fs::create_dir_all(&root).unwrap_or_else(|e| panic!("{}: {e}", root.display()));
-    // One installer at a time per tool, across test processes.
-    let lock = root.join(format!("{name}.lock"));
-    let lock_file =
-        std::fs::File::create(&lock).unwrap_or_else(|e| panic!("{}: {e}", lock.display()));
-    let _guard = nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusive)
-        .unwrap_or_else(|(_, e)| panic!("locking {}: {e}", lock.display()));
-    if installed() {
-        return bin;
-    }
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    run(
-        Command::new(cargo)
-            .args(["install", "--locked", "--quiet", "--version"])
-            .arg(format!("={version}"))
-            .arg("--root")
-            .arg(&dir)
-            .args(args)
-            .arg(name)
-            // Its own throw-away target directory, not the one the running tests were built in.
-            .env_remove("CARGO_TARGET_DIR"),
-        &format!("cargo install {name}@{version}"),
-    );
-    std::fs::write(&done, &wanted).unwrap_or_else(|e| panic!("{}: {e}", done.display()));
+    install_once(&root, name, installed, || {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        run(
+            Command::new(cargo)
+                .args(["install", "--locked", "--quiet", "--version"])
+                .arg(format!("={version}"))
+                .arg("--root")
+                .arg(&dir)
+                .args(args)
+                .arg(name)
+                // Its own throw-away target directory, not the one the running tests were
+                // built in.
+                .env_remove("CARGO_TARGET_DIR"),
+            &format!("cargo install {name}@{version}"),
+        );
+        std::fs::write(&done, &wanted).unwrap_or_else(|e| panic!("{}: {e}", done.display()));
+    });
     bin
 }

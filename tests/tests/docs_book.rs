@@ -23,15 +23,6 @@ fn workspace() -> PathBuf {
         .to_owned()
 }
 
-/// The target directory this test was built in (`target/debug/deps/docs_book-...` is the test).
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.ancestors()
-        .find(|dir| dir.file_name().is_some_and(|n| n == "deps"))
-        .and_then(|deps| deps.parent()?.parent())
-        .map_or_else(|| workspace().join("target"), Path::to_owned)
-}
-
 /// The id mdBook gives a heading: its text lowercased, whitespace to `-`, and every other
 /// character but letters, digits, `-` and `_` dropped (`normalize_id` in mdBook 0.4). The
 /// emphasis and code marks around words are not part of the rendered text.
@@ -227,7 +218,7 @@ fn the_book_builds_without_a_warning() {
         // Building is all this test does: no server, no file watcher to compile.
         &["--no-default-features", "--features", "search"],
     );
-    let dest = target_dir().join("docs-book");
+    let dest = tests::target_dir().join("docs-book");
     let output = Command::new(&mdbook)
         .arg("build")
         .arg(workspace().join("docs"))

@@ -12,10 +12,8 @@ const SERVICE_TOKEN: &str = "task-service-token-0123456789";
 
 #[tokio::test]
 async fn a_generated_python_client_drives_a_lease_and_a_task() {
-    let lease_tokens = format!("leaseholder+operator:{TOKEN},leaseholder:{SERVICE_TOKEN}");
-    let task_tokens = format!("producer+worker+operator:{TOKEN}");
     let stack = tests::Stack::with()
-        .auth(&lease_tokens, &task_tokens, SERVICE_TOKEN)
+        .every_role(TOKEN, SERVICE_TOKEN)
         .start()
         .await;
     let (leases, tasks) = (&stack.leases, &stack.tasks);

@@ -28,10 +28,8 @@ fn env_or(name: &str, default: &str) -> String {
 
 #[tokio::test]
 async fn schemathesis_finds_nothing_in_either_service() {
-    let lease_tokens = format!("leaseholder+operator:{TOKEN},leaseholder:{SERVICE_TOKEN}");
-    let task_tokens = format!("producer+worker+operator:{TOKEN}");
     let stack = tests::Stack::with()
-        .auth(&lease_tokens, &task_tokens, SERVICE_TOKEN)
+        .every_role(TOKEN, SERVICE_TOKEN)
         .start()
         .await;
     let (leases, tasks) = (&stack.leases, &stack.tasks);
