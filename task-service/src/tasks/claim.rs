@@ -113,19 +113,18 @@ pub async fn claim_group(
     // any other once the completions are judged (see `Unlimited`).
     let lock_early = queue.is_some_and(|queue| engine.unlimited.known(queue));
     let outcome = repo::in_index_order(conn, async |conn| {
-        // The workers' leases the completions name are checked beside the transaction's first
+        // The workers' leases the requests name (for their claims and their completions alike)
+        // are checked beside the transaction's first
         // statement, so that lease-service's answer costs no round trip of its own; but only
         // once the transaction has begun: a completion is recorded at the transaction's
         // `now()`, and a lease proven held before that moment could have been superseded
         // before it too (the invariant checker's "not superseded" caught that, under load).
         let (standing, locked) = if lock_early {
-            let (standing, locked) = tokio::join!(
-                Standing::read(engine, &completions, wants),
-                Limits::lock(conn, queue)
-            );
+            let (standing, locked) =
+                tokio::join!(Standing::read(engine, wants), Limits::lock(conn, queue));
             (standing, Some(locked?))
         } else {
-            (Standing::read(engine, &completions, wants).await, None)
+            (Standing::read(engine, wants).await, None)
         };
         let held = &standing.held;
         // A claim that names a lease not held gets nothing (and takes no room).
@@ -133,16 +132,15 @@ pub async fn claim_group(
             .iter()
             .map(|want| standing.verdict(engine, want))
             .collect();
+        // What the claiming below reads of each request (its completions were taken above).
         let wants: Vec<Want> = wants
             .iter()
             .zip(&verdicts)
-            .map(|(want, verdict)| match verdict {
-                Ok(()) => want.clone(),
-                Err(_) => Want {
-                    limit: 0,
-                    lease: None,
-                    ..want.clone()
-                },
+            .map(|(want, verdict)| Want {
+                processor: want.processor.clone(),
+                limit: if verdict.is_ok() { want.limit } else { 0 },
+                lease: want.lease.clone().filter(|_| verdict.is_ok()),
+                completions: Vec::new(),
             })
             .collect();
         let wants = wants.as_slice();
@@ -292,9 +290,9 @@ pub async fn claim_group(
         .collect())
 }
 
-/// Where the worker processes' leases a claim group names stand, by lease-service's word, read
-/// in one call for its completions and its claims alike (`cover::check` asks once per
-/// distinct lease).
+/// Where the worker processes' leases a claim group's requests name stand, by lease-service's
+/// word, read in one call (`cover::check` asks once per distinct lease). A request's
+/// completions are judged under the lease its claim names, so this serves both.
 struct Standing {
     /// The leases lease-service says are held.
     held: Vec<(String, i64)>,
@@ -305,12 +303,9 @@ struct Standing {
 }
 
 impl Standing {
-    async fn read(engine: &Engine, completions: &[Completion], wants: &[Want]) -> Standing {
-        let mut named: Vec<&(String, i64)> = completions
-            .iter()
-            .filter_map(|c| c.lease.as_ref())
-            .chain(wants.iter().filter_map(|w| w.lease.as_ref()))
-            .collect();
+    async fn read(engine: &Engine, wants: &[Want]) -> Standing {
+        let mut named: Vec<&(String, i64)> =
+            wants.iter().filter_map(|w| w.lease.as_ref()).collect();
         named.sort_unstable();
         named.dedup();
         let mut standing = Standing {
