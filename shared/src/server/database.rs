@@ -293,6 +293,8 @@ impl Database {
             if timeline < newest {
                 return Err(HostError::Superseded { timeline, newest });
             }
+            // Which node each session writes to, for the story of a failover afterwards.
+            tracing::info!(%host, port, timeline, "database session opened on a writable node");
         }
         self.set_up(client).await
     }

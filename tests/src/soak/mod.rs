@@ -225,9 +225,8 @@ pub async fn run(options: SoakOptions) -> Summary {
         }),
         None => None,
     };
-    let log_dir = crate::log_dir().display().to_string();
-    drop(stack);
-    Summary {
+    let log_dir = crate::log_dir();
+    let summary = Summary {
         seed: options.seed,
         options,
         faults,
@@ -238,8 +237,18 @@ pub async fn run(options: SoakOptions) -> Summary {
         left,
         report,
         failover,
-        log_dir,
+        log_dir: log_dir.display().to_string(),
+    };
+    // A failed run's logs are what tells its story: the services' would go with them as the
+    // stack stops (the verdict is not a panic), the formation's with its directory.
+    if !summary.passed() {
+        crate::keep_logs();
+        if let Some(backing) = &backing {
+            backing.formation.lock().await.copy_logs_to(&log_dir);
+        }
     }
+    drop(stack);
+    summary
 }
 
 fn record(done: Result<Result<(), String>, tokio::task::JoinError>, errors: &mut Vec<String>) {

@@ -332,6 +332,22 @@ impl Formation {
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Copies the monitor's and each node's logs (pg_autoctl's, and PostgreSQL's own under
+    /// `PGDATA/log`) into `dir`, named by node: the directory they live in goes with the
+    /// formation, and a failed test needs them after.
+    pub fn copy_logs_to(&self, dir: &Path) {
+        for node in std::iter::once(&self.monitor).chain(&self.nodes) {
+            let _ = std::fs::copy(&node.log, dir.join(format!("pg-{}.log", node.name)));
+            let Ok(entries) = std::fs::read_dir(node.pgdata.join("log")) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let name = format!("pg-{}-{}", node.name, entry.file_name().to_string_lossy());
+                let _ = std::fs::copy(entry.path(), dir.join(name));
+            }
+        }
+    }
+
     /// Whether node `primary` replicates synchronously to a standby that has flushed all it had
     /// flushed a moment ago; with `wait`, waiting up to 10 s for it.
     async fn synchronous_and_caught_up(&self, primary: usize, wait: bool) -> Result<bool, PgError> {
