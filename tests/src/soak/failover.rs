@@ -27,6 +27,7 @@ use serde_json::json;
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
+use super::load::Created;
 use super::{Fault, client_with, tokens};
 
 /// The ledger's queue: tasks the soak creates, claims and completes itself (a worker may take
@@ -46,7 +47,7 @@ pub const DATABASE_FAULTS: [Fault; 3] = [Fault::Failover, Fault::PrimaryKill, Fa
 pub struct Ledger {
     /// `(resource, fence)` of each acknowledged acquisition.
     pub acquired: Vec<(String, i64)>,
-    pub created: Vec<(i64, Instant)>,
+    pub created: Vec<Created>,
     /// `(task, fence)` of each acknowledged claim and completion.
     pub claimed: Vec<(i64, Option<i64>)>,
     pub completed: Vec<(i64, Option<i64>)>,
@@ -226,13 +227,18 @@ async fn ledger_client(
             // A release that fails leaves the lease to lapse; the next round takes another.
             let _ = leases.release(&resource, LEDGER_HOLDER, proof).await;
         }
+        let nonce = Created::nonce(&format!("ledger-{client}"), ledger.created.len());
         let task = CreateTask {
-            task_data: json!({"sleep_duration_seconds": 0}),
+            task_data: json!({"sleep_duration_seconds": 0, "nonce": nonce}),
             queue: Some(LEDGER_QUEUE.to_owned()),
             ..CreateTask::default()
         };
         if let Ok(created) = producer.create(&task).await {
-            ledger.created.push((created.task().id, Instant::now()));
+            ledger.created.push(Created {
+                id: created.task().id,
+                nonce,
+                at: Instant::now(),
+            });
         }
         if let Ok(claimed) = worker.claim(LEDGER_WORKER, Some(LEDGER_QUEUE), None).await {
             for task in claimed {

@@ -34,7 +34,7 @@ pub(super) async fn produce(
     rate: u32,
     seed: u64,
     stop: tokio_util::sync::CancellationToken,
-) -> Vec<(i64, Instant)> {
+) -> Vec<Created> {
     let tasks = client_with(&task_url, tokens::PRODUCER);
     let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed);
     let mut created = Vec::new();
@@ -53,41 +53,70 @@ pub(super) async fn produce(
         };
         let limited = created.len() % 3 == 0;
         let tenant = rng.random_range(0..=TENANTS);
+        let nonce = Created::nonce("producer", created.len());
         let task = CreateTask {
-            task_data: json!({"sleep_duration_seconds": rng.random_range(0.0..0.5), "fail": fail}),
+            task_data: json!({
+                "sleep_duration_seconds": rng.random_range(0.0..0.5),
+                "fail": fail,
+                "nonce": nonce,
+            }),
             max_attempts: Some(5),
             queue: limited.then(|| LIMITED_QUEUE.to_owned()),
             concurrency_key: (limited && tenant < TENANTS).then(|| format!("tenant-{tenant}")),
             ..CreateTask::default()
         };
         if let Ok(answer) = tasks.create(&task).await {
-            created.push((answer.task().id, Instant::now()));
+            created.push(Created {
+                id: answer.task().id,
+                nonce,
+                at: Instant::now(),
+            });
         }
     }
     created
 }
 
-#[derive(diesel::QueryableByName)]
-struct TaskId {
-    #[diesel(sql_type = diesel::sql_types::BigInt)]
-    id: i64,
+/// A create the service acknowledged, and the nonce its `task_data` carried.
+#[derive(Debug, Clone)]
+pub struct Created {
+    pub id: i64,
+    pub nonce: String,
+    pub at: Instant,
 }
 
-/// The ids in `acknowledged` that the tasks table does not have.
-pub(super) async fn missing_tasks(task_db: &str, acknowledged: &[i64]) -> Vec<i64> {
+impl Created {
+    /// A text no other create of this run carries: `who` and a count of its own.
+    pub fn nonce(who: &str, count: usize) -> String {
+        format!("{who}-{count}")
+    }
+}
+
+#[derive(diesel::QueryableByName)]
+struct TaskNonce {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    id: i64,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+    nonce: Option<String>,
+}
+
+/// The ids in `acknowledged` whose row the tasks table does not have. A row is known by its id
+/// and its nonce together: a failover that loses writes sets the id sequence back, and the new
+/// primary hands the lost ids out again to other tasks, so an id alone would still be found.
+pub(super) async fn missing_tasks(task_db: &str, acknowledged: &[Created]) -> Vec<i64> {
     use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
     let mut conn = AsyncPgConnection::establish(task_db).await.unwrap();
-    let present: std::collections::HashSet<i64> = diesel::sql_query("SELECT id FROM tasks")
-        .load::<TaskId>(&mut conn)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|row| row.id)
-        .collect();
+    let present: std::collections::HashSet<(i64, String)> =
+        diesel::sql_query("SELECT id, task_data->>'nonce' AS nonce FROM tasks")
+            .load::<TaskNonce>(&mut conn)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter_map(|row| Some((row.id, row.nonce?)))
+            .collect();
     acknowledged
         .iter()
-        .copied()
-        .filter(|id| !present.contains(id))
+        .filter(|created| !present.contains(&(created.id, created.nonce.clone())))
+        .map(|created| created.id)
         .collect()
 }
 

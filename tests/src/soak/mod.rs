@@ -173,7 +173,7 @@ pub async fn run(options: SoakOptions) -> Summary {
         None => None,
     };
     if let Some(ledger) = &ledger {
-        produced.extend(ledger.created.iter().copied());
+        produced.extend(ledger.created.iter().cloned());
     }
     if !operator_until_ok(&task_url, &OperatorCall::Stop, Duration::from_secs(30)).await {
         fault_errors.push("the generator could not be stopped after the faults".to_owned());
@@ -202,12 +202,16 @@ pub async fn run(options: SoakOptions) -> Summary {
         }
     }
     let report = checker::check(&stack.lease_db, Some(&stack.task_db), true).await;
-    let ids: Vec<i64> = produced.iter().map(|(id, _)| *id).collect();
-    let lost = missing_tasks(&stack.task_db, &ids).await;
+    let lost = missing_tasks(&stack.task_db, &produced).await;
     let lost_at: Vec<(String, Instant)> = produced
         .iter()
-        .filter(|(id, _)| lost.contains(id))
-        .map(|(id, when)| (format!("create of task {id} acknowledged"), *when))
+        .filter(|created| lost.contains(&created.id))
+        .map(|created| {
+            (
+                format!("create of task {} acknowledged", created.id),
+                created.at,
+            )
+        })
         .collect();
     let failover = match &ledger {
         Some(ledger) => Some(FailoverReport {
