@@ -117,9 +117,122 @@ fn counter(
     help: &str,
     labels: &[&str],
 ) -> prometheus::Result<IntCounterVec> {
-    let metric = IntCounterVec::new(Opts::new(name, help), labels)?;
+    registered(registry, IntCounterVec::new(Opts::new(name, help), labels)?)
+}
+
+/// Registers `metric` with `registry` and hands it back.
+fn registered<M: prometheus::core::Collector + Clone + 'static>(
+    registry: &Registry,
+    metric: M,
+) -> prometheus::Result<M> {
     registry.register(Box::new(metric.clone()))?;
     Ok(metric)
+}
+
+/// The counters of a task's life, by queue: created, claimed, completed, failed, dead,
+/// cancelled and retried, in that order.
+fn lifecycle_counters(registry: &Registry) -> prometheus::Result<[IntCounterVec; 7]> {
+    let queue = &["queue"][..];
+    Ok([
+        counter(
+            registry,
+            "tasks_created_total",
+            "Tasks created, by queue.",
+            queue,
+        )?,
+        counter(
+            registry,
+            "tasks_claimed_total",
+            "Claims granted (each is an attempt), by queue.",
+            queue,
+        )?,
+        counter(
+            registry,
+            "tasks_completed_total",
+            "Completions accepted, by queue.",
+            queue,
+        )?,
+        counter(
+            registry,
+            "tasks_failed_total",
+            "Failures reported by workers, by queue and what followed (retry, dead, requeued).",
+            &["queue", "outcome"],
+        )?,
+        counter(
+            registry,
+            "tasks_dead_total",
+            "Tasks that became dead, by queue and reason (failed, attempts_exhausted).",
+            &["queue", "reason"],
+        )?,
+        counter(
+            registry,
+            "tasks_cancelled_total",
+            "Tasks cancelled, by queue.",
+            queue,
+        )?,
+        counter(
+            registry,
+            "tasks_retried_total",
+            "Dead tasks put back in their queue by an operator, by queue.",
+            queue,
+        )?,
+    ])
+}
+
+/// The gauges read from the database: tasks by queue and status, the oldest due task's age,
+/// and which queues are paused.
+fn database_gauges(
+    registry: &Registry,
+) -> prometheus::Result<(IntGaugeVec, GaugeVec, IntGaugeVec)> {
+    let tasks = IntGaugeVec::new(
+        Opts::new("tasks", "Tasks in the database, by queue and status."),
+        &["queue", "status"],
+    )?;
+    let oldest_due = GaugeVec::new(
+        Opts::new(
+            "oldest_due_task_age_seconds",
+            "How long the oldest due pending task has waited, by queue.",
+        ),
+        &["queue"],
+    )?;
+    let queue_paused = IntGaugeVec::new(
+        Opts::new(
+            "queue_paused",
+            "1 while a queue is paused (claims skip its tasks), by queue.",
+        ),
+        &["queue"],
+    )?;
+    Ok((
+        registered(registry, tasks)?,
+        registered(registry, oldest_due)?,
+        registered(registry, queue_paused)?,
+    ))
+}
+
+/// What the background jobs count: rows the retention sweeper deleted, its rounds, and the
+/// schedules' ticks.
+fn maintenance_metrics(
+    registry: &Registry,
+) -> prometheus::Result<(IntCounter, IntCounterVec, IntCounterVec)> {
+    let swept = IntCounter::new(
+        "task_retention_deleted_total",
+        "Finished tasks deleted by the retention sweeper.",
+    )?;
+    let sweeps = counter(
+        registry,
+        "task_retention_runs_total",
+        "Retention sweeper rounds run by the replica holding its lease, by outcome (swept, failed).",
+        &["outcome"],
+    )?;
+    let schedule_ticks = counter(
+        registry,
+        "schedule_ticks_total",
+        "Schedule ticks, by schedule and outcome: created (on time), caught_up (the one task \
+         for ticks missed while no replica ran), skipped (missed, no task), duplicate (its \
+         task existed already).",
+        &["schedule", "outcome"],
+    )?;
+    Ok((registered(registry, swept)?, sweeps, schedule_ticks))
 }
 
 impl Metrics {
@@ -137,109 +250,42 @@ impl Metrics {
         };
         let registry = Registry::new();
         let http = HttpMetrics::register(&registry)?;
-        let created = counter(
-            &registry,
-            "tasks_created_total",
-            "Tasks created, by queue.",
-            &["queue"],
-        )?;
-        let claimed = counter(
-            &registry,
-            "tasks_claimed_total",
-            "Claims granted (each is an attempt), by queue.",
-            &["queue"],
-        )?;
-        let completed = counter(
-            &registry,
-            "tasks_completed_total",
-            "Completions accepted, by queue.",
-            &["queue"],
-        )?;
-        let failed = counter(
-            &registry,
-            "tasks_failed_total",
-            "Failures reported by workers, by queue and what followed (retry, dead, requeued).",
-            &["queue", "outcome"],
-        )?;
-        let dead = counter(
-            &registry,
-            "tasks_dead_total",
-            "Tasks that became dead, by queue and reason (failed, attempts_exhausted).",
-            &["queue", "reason"],
-        )?;
-        let cancelled = counter(
-            &registry,
-            "tasks_cancelled_total",
-            "Tasks cancelled, by queue.",
-            &["queue"],
-        )?;
-        let retried = counter(
-            &registry,
-            "tasks_retried_total",
-            "Dead tasks put back in their queue by an operator, by queue.",
-            &["queue"],
-        )?;
+        let [
+            created,
+            claimed,
+            completed,
+            failed,
+            dead,
+            cancelled,
+            retried,
+        ] = lifecycle_counters(&registry)?;
+        let (tasks, oldest_due, queue_paused) = database_gauges(&registry)?;
+        let (swept, sweeps, schedule_ticks) = maintenance_metrics(&registry)?;
         let lease_lost = counter(
             &registry,
             "task_lease_losses_total",
             "Heartbeats, completions and failures refused because the worker's lease was lost or superseded.",
             &["operation"],
         )?;
-        let claim_to_complete = HistogramVec::new(
-            HistogramOpts::new(
-                "task_claim_to_complete_seconds",
-                "Time from a task's claim to its accepted completion, by queue.",
-            )
-            .buckets(vec![
-                0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
-            ]),
-            &["queue"],
-        )?;
-        registry.register(Box::new(claim_to_complete.clone()))?;
-        let tasks = IntGaugeVec::new(
-            Opts::new("tasks", "Tasks in the database, by queue and status."),
-            &["queue", "status"],
-        )?;
-        registry.register(Box::new(tasks.clone()))?;
-        let oldest_due = GaugeVec::new(
-            Opts::new(
-                "oldest_due_task_age_seconds",
-                "How long the oldest due pending task has waited, by queue.",
-            ),
-            &["queue"],
-        )?;
-        registry.register(Box::new(oldest_due.clone()))?;
-        let queue_paused = IntGaugeVec::new(
-            Opts::new(
-                "queue_paused",
-                "1 while a queue is paused (claims skip its tasks), by queue.",
-            ),
-            &["queue"],
-        )?;
-        registry.register(Box::new(queue_paused.clone()))?;
-        let swept = IntCounter::new(
-            "task_retention_deleted_total",
-            "Finished tasks deleted by the retention sweeper.",
-        )?;
-        registry.register(Box::new(swept.clone()))?;
-        let sweeps = counter(
+        let claim_to_complete = registered(
             &registry,
-            "task_retention_runs_total",
-            "Retention sweeper rounds run by the replica holding its lease, by outcome (swept, failed).",
-            &["outcome"],
+            HistogramVec::new(
+                HistogramOpts::new(
+                    "task_claim_to_complete_seconds",
+                    "Time from a task's claim to its accepted completion, by queue.",
+                )
+                .buckets(vec![
+                    0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+                ]),
+                &["queue"],
+            )?,
         )?;
-        let claims_waiting = IntGauge::new(
-            "task_claims_waiting",
-            "Claims on this replica waiting for a task to become due (wait_ms).",
-        )?;
-        registry.register(Box::new(claims_waiting.clone()))?;
-        let schedule_ticks = counter(
+        let claims_waiting = registered(
             &registry,
-            "schedule_ticks_total",
-            "Schedule ticks, by schedule and outcome: created (on time), caught_up (the one task \
-             for ticks missed while no replica ran), skipped (missed, no task), duplicate (its \
-             task existed already).",
-            &["schedule", "outcome"],
+            IntGauge::new(
+                "task_claims_waiting",
+                "Claims on this replica waiting for a task to become due (wait_ms).",
+            )?,
         )?;
         let limit_waits = counter(
             &registry,
@@ -250,6 +296,7 @@ impl Metrics {
         )?;
         Ok(Self {
             limit_waits: by_queue(limit_waits),
+            // Schedules are capped as queues are, in a label set of their own.
             schedule_ticks: ByQueue {
                 vec: schedule_ticks,
                 queues: Arc::new(QueueLabels::new(max_queues)),
