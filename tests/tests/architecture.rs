@@ -5,12 +5,19 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-/// The `.rs` files of `folder` but its `mod.rs`.
+/// The modules of `folder`: its `.rs` files but `mod.rs`, and its folders (as `name/`), one
+/// operation split into files of its own.
 fn modules(folder: &Path) -> BTreeSet<String> {
     std::fs::read_dir(folder)
         .unwrap_or_else(|e| panic!("{}: {e}", folder.display()))
-        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
-        .filter(|name| name.ends_with(".rs") && name != "mod.rs")
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            let name = entry.file_name().into_string().ok()?;
+            if entry.file_type().ok()?.is_dir() {
+                return Some(format!("{name}/"));
+            }
+            (name.ends_with(".rs") && name != "mod.rs").then_some(name)
+        })
         .collect()
 }
 
@@ -23,7 +30,7 @@ fn named(table: &[&str], column: usize) -> BTreeSet<String> {
         .filter_map(|cell| {
             let cell = cell.trim().strip_prefix('`')?;
             let (name, _) = cell.split_once('`')?;
-            name.ends_with(".rs").then(|| name.to_owned())
+            (name.ends_with(".rs") || name.ends_with('/')).then(|| name.to_owned())
         })
         .collect()
 }
