@@ -24,13 +24,13 @@ mod read;
 mod retention;
 mod rollup;
 mod schedules;
+mod transaction;
 mod transition;
 
 pub use bulk::{BulkFilter, cancel_matching, delete_matching, retry_matching};
 pub use claim::{
     Claim, DUE_BY_KEY, KeyedCandidate, Slots, Taken, cancel_lapsed, due_by_key, due_sql,
-    in_index_order, lock_candidates, lock_due, mark_claimed, plan_generically, postpone_lapse,
-    take_lapsed,
+    lock_candidates, lock_due, mark_claimed, postpone_lapse, take_lapsed,
 };
 pub use create::{
     Inserted, KeyedTask, NewTask, clock, find_by_idempotency_key, insert, insert_generated,
@@ -55,6 +55,7 @@ pub use schedules::{
     bound_idle_in_transaction, delete_schedule, insert_schedule, lock_due_schedules, next_tick_in,
     replace_schedule, schedule, schedules, set_schedule_paused,
 };
+pub use transaction::{in_index_order, plan_generically};
 pub use transition::{
     Covered, lock, lock_many, mark_final, mark_retry, mark_succeeded_covered, mark_succeeded_many,
     record_heartbeat, request_cancel, requeue_dead,
