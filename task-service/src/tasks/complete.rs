@@ -201,6 +201,34 @@ pub(super) async fn judge(
 ) -> Result<Vec<Result<Transition, ApiError>>, ApiError> {
     let mut outcomes: Vec<Option<Result<Transition, ApiError>>> =
         completions.iter().map(|_| None).collect();
+    judge_covered(conn, engine, completions, held, &mut outcomes).await?;
+    let releasing = judge_locked(conn, completions, &mut outcomes).await?;
+    if !releasing.is_empty() {
+        end_proven(conn, engine, completions, &releasing, &mut outcomes).await?;
+    }
+    Ok(completions
+        .iter()
+        .zip(outcomes)
+        .map(|(completion, outcome)| {
+            outcome.unwrap_or_else(|| {
+                Err(ApiError::Internal(format!(
+                    "task {} was not judged",
+                    completion.item.id
+                )))
+            })
+        })
+        .collect())
+}
+
+/// The fast path: completions under a lease lease-service has said is `held` end their tasks in
+/// one statement, if the rows still show those claimants under those leases.
+async fn judge_covered(
+    conn: &mut Db,
+    engine: &Engine,
+    completions: &[Completion],
+    held: &[(String, i64)],
+    outcomes: &mut [Option<Result<Transition, ApiError>>],
+) -> Result<(), ApiError> {
     let covered: Vec<repo::Covered<'_>> = completions
         .iter()
         .filter(|c| check_size("task_output", &c.item.task_output).is_ok())
@@ -216,22 +244,34 @@ pub(super) async fn judge(
             })
         })
         .collect();
-    if !covered.is_empty() {
-        let at: std::collections::HashMap<i64, usize> = completions
-            .iter()
-            .enumerate()
-            .map(|(index, c)| (c.item.id, index))
-            .collect();
-        for (row, took) in repo::mark_succeeded_covered(conn, &covered).await? {
-            observe_completed(engine, &row, took);
-            if let Some(&index) = at.get(&row.id) {
-                outcomes[index] = Some(Ok(Transition::Done(row)));
-            }
+    if covered.is_empty() {
+        return Ok(());
+    }
+    let at: std::collections::HashMap<i64, usize> = completions
+        .iter()
+        .enumerate()
+        .map(|(index, c)| (c.item.id, index))
+        .collect();
+    for (row, took) in repo::mark_succeeded_covered(conn, &covered).await? {
+        observe_completed(engine, &row, took);
+        if let Some(&index) = at.get(&row.id) {
+            outcomes[index] = Some(Ok(Transition::Done(row)));
         }
     }
+    Ok(())
+}
+
+/// The slow path's first half: the rows of the completions not yet judged are locked and their
+/// owners checked. Refusals and cancellations are judged here; the tasks whose end is still to
+/// be proven by lease-service come back, with their completions' places.
+async fn judge_locked(
+    conn: &mut Db,
+    completions: &[Completion],
+    outcomes: &mut [Option<Result<Transition, ApiError>>],
+) -> Result<Vec<(usize, TaskRow)>, ApiError> {
     let ids: Vec<i64> = completions
         .iter()
-        .zip(&outcomes)
+        .zip(outcomes.iter())
         .filter(|(_, outcome)| outcome.is_none())
         .map(|(c, _)| c.item.id)
         .collect();
@@ -268,43 +308,40 @@ pub(super) async fn judge(
         };
         outcomes[index] = Some(verdict);
     }
-    if !releasing.is_empty() {
-        let proofs = prove_ends(engine, completions, &releasing).await;
-        let mut succeeded: Vec<(usize, i64)> = Vec::new();
-        for ((index, task), proof) in releasing.iter().zip(proofs) {
-            match proof {
-                Ok(()) => succeeded.push((*index, task.id)),
-                Err(err) => outcomes[*index] = Some(Err(err)),
-            }
-        }
-        let done: Vec<(i64, &serde_json::Value)> = succeeded
-            .iter()
-            .map(|(index, id)| (*id, &completions[*index].item.task_output))
-            .collect();
-        let rows = if done.is_empty() {
-            Vec::new()
-        } else {
-            repo::mark_succeeded_many(conn, &done).await?
-        };
-        for (row, took) in rows {
-            observe_completed(engine, &row, took);
-            if let Some((index, _)) = succeeded.iter().find(|(_, id)| *id == row.id) {
-                outcomes[*index] = Some(Ok(Transition::Done(row)));
-            }
+    Ok(releasing)
+}
+
+/// The slow path's second half: lease-service proves each locked task's claim over (its own
+/// lease released, or its worker's checked), and the proven ones end in one statement.
+async fn end_proven(
+    conn: &mut Db,
+    engine: &Engine,
+    completions: &[Completion],
+    releasing: &[(usize, TaskRow)],
+    outcomes: &mut [Option<Result<Transition, ApiError>>],
+) -> Result<(), ApiError> {
+    let proofs = prove_ends(engine, completions, releasing).await;
+    let mut succeeded: Vec<(usize, i64)> = Vec::new();
+    for ((index, task), proof) in releasing.iter().zip(proofs) {
+        match proof {
+            Ok(()) => succeeded.push((*index, task.id)),
+            Err(err) => outcomes[*index] = Some(Err(err)),
         }
     }
-    Ok(completions
+    if succeeded.is_empty() {
+        return Ok(());
+    }
+    let done: Vec<(i64, &serde_json::Value)> = succeeded
         .iter()
-        .zip(outcomes)
-        .map(|(completion, outcome)| {
-            outcome.unwrap_or_else(|| {
-                Err(ApiError::Internal(format!(
-                    "task {} was not judged",
-                    completion.item.id
-                )))
-            })
-        })
-        .collect())
+        .map(|(index, id)| (*id, &completions[*index].item.task_output))
+        .collect();
+    for (row, took) in repo::mark_succeeded_many(conn, &done).await? {
+        observe_completed(engine, &row, took);
+        if let Some((index, _)) = succeeded.iter().find(|(_, id)| *id == row.id) {
+            outcomes[*index] = Some(Ok(Transition::Done(row)));
+        }
+    }
+    Ok(())
 }
 
 fn observe_completed(engine: &Engine, row: &TaskRow, took: f64) {
