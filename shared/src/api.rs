@@ -7,6 +7,9 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+mod error_code;
+pub use error_code::{ErrorCode, UnknownCode};
+
 /// Longest `resource` or `holder` accepted, in characters.
 pub const MAX_NAME_CHARS: usize = 512;
 
