@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use actix_web::{HttpRequest, HttpResponse, web};
+use leasehold::ErrorCode;
 use leasehold::api::ErrorBody;
 use leasehold::generator::{GeneratorSettings, GeneratorStatus, StartGenerator};
 use leasehold::queues::{QueueSettings, QueueState, Queues};
@@ -697,9 +698,9 @@ async fn generator_start(state: State, body: web::Bytes) -> Result<HttpResponse,
             .map(Option::unwrap_or_default)
             .map_err(|err| ApiError::Invalid {
                 code: if err.is_data() {
-                    "invalid_field"
+                    ErrorCode::InvalidField
                 } else {
-                    "malformed_json"
+                    ErrorCode::MalformedJson
                 },
                 field: None,
                 message: format!("invalid request body: {err}"),

@@ -260,6 +260,9 @@ mod tests {
             serde_json::to_string(&newer).unwrap(),
             r#""quota_exceeded""#
         );
+        let body: super::super::ErrorBody =
+            serde_json::from_str(r#"{"error":"slow down","code":"quota_exceeded"}"#).unwrap();
+        assert_eq!(body.code, newer);
         assert!(serde_json::from_str::<ErrorCode>("7").is_err());
     }
 
