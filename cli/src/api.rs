@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use leasehold::{CallError, LeaseClient, LeaseError, RetryPolicy, TaskClient};
+use leasehold::{CallError, ErrorCode, LeaseClient, LeaseError, RetryPolicy, TaskClient};
 
 use crate::Cli;
 
@@ -60,13 +60,13 @@ impl Api {
 
 /// A failure that may be a service's answer with a status, a message and a code.
 pub(crate) trait Refusal: std::error::Error + Send + Sync + 'static {
-    fn refusal(&self) -> Option<(u16, &str, &str)>;
+    fn refusal(&self) -> Option<(u16, &ErrorCode, &str)>;
     /// The exit the failure calls for.
     fn exit(&self) -> Exit;
 }
 
 impl Refusal for CallError {
-    fn refusal(&self) -> Option<(u16, &str, &str)> {
+    fn refusal(&self) -> Option<(u16, &ErrorCode, &str)> {
         match self {
             CallError::Refused {
                 status,
@@ -86,7 +86,7 @@ impl Refusal for CallError {
 }
 
 impl Refusal for LeaseError {
-    fn refusal(&self) -> Option<(u16, &str, &str)> {
+    fn refusal(&self) -> Option<(u16, &ErrorCode, &str)> {
         match self {
             LeaseError::Rejected {
                 status,
@@ -100,7 +100,10 @@ impl Refusal for LeaseError {
     fn exit(&self) -> Exit {
         match self {
             LeaseError::Rejected { status, .. } => Exit::of_status(*status),
-            LeaseError::Lost { code, .. } if code == "lease_not_found" => Exit::NotFound,
+            LeaseError::Lost {
+                code: ErrorCode::LeaseNotFound,
+                ..
+            } => Exit::NotFound,
             LeaseError::Held { .. }
             | LeaseError::Lost { .. }
             | LeaseError::AcquireTimeout { .. } => Exit::Conflict,
@@ -210,7 +213,7 @@ mod tests {
     fn each_failure_exits_with_its_kind() {
         let refused = |status| CallError::Refused {
             status,
-            code: "c".to_owned(),
+            code: ErrorCode::Unknown,
             error: "e".to_owned(),
         };
         for (status, exit) in [
@@ -264,7 +267,7 @@ mod tests {
     fn a_refusal_quotes_status_message_and_code() {
         let refused = CallError::Refused {
             status: 409,
-            code: "not_dead".to_owned(),
+            code: ErrorCode::NotDead,
             error: "task 4 is not dead".to_owned(),
         };
         assert_eq!(
@@ -273,7 +276,7 @@ mod tests {
         );
         let unauthorized = LeaseError::Rejected {
             status: 401,
-            code: "unauthorized".to_owned(),
+            code: ErrorCode::Unauthorized,
             error: "a bearer token is required".to_owned(),
         };
         let text = failed("POST", "http://l/api/leases", unauthorized).to_string();

@@ -7,6 +7,9 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+mod error_code;
+pub use error_code::{ErrorCode, UnknownCode};
+
 /// Longest `resource` or `holder` accepted, in characters.
 pub const MAX_NAME_CHARS: usize = 512;
 
@@ -479,7 +482,7 @@ pub struct ErrorBody {
     /// For people: what went wrong, in a sentence.
     pub error: String,
     /// For programs: a stable identifier (`lease_held`, `stale_fence`, ...).
-    pub code: String,
+    pub code: ErrorCode,
     /// On `lease_held`: who holds the lease.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub holder: Option<String>,
@@ -498,10 +501,10 @@ pub struct ErrorBody {
 }
 
 impl ErrorBody {
-    pub fn new(code: impl Into<String>, error: impl Into<String>) -> Self {
+    pub fn new(code: ErrorCode, error: impl Into<String>) -> Self {
         Self {
             error: error.into(),
-            code: code.into(),
+            code,
             holder: None,
             expires_at: None,
             expires_in_ms: None,

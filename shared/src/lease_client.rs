@@ -14,8 +14,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::api::{
-    AcquireLease, AcquireLeases, AcquiredLeases, CheckLeases, CheckedLeases, ErrorBody, Lease,
-    LeaseCheck, LeasePage, LeaseRef, Proof, ReleaseLease, ReleaseLeases, ReleasedLeases,
+    AcquireLease, AcquireLeases, AcquiredLeases, CheckLeases, CheckedLeases, ErrorBody, ErrorCode,
+    Lease, LeaseCheck, LeasePage, LeaseRef, Proof, ReleaseLease, ReleaseLeases, ReleasedLeases,
     RenewLease, Secret,
 };
 
@@ -39,7 +39,7 @@ pub enum LeaseError {
     /// The lease is no longer ours: expired, released, revoked by an operator (`lease_revoked`),
     /// taken over, stale fence, or gone.
     #[error("lease lost ({code}): {reason}")]
-    Lost { code: String, reason: String },
+    Lost { code: ErrorCode, reason: String },
     /// lease-service could not be reached or failed, after retries.
     #[error("lease-service unavailable: {0}")]
     Unavailable(String),
@@ -47,7 +47,7 @@ pub enum LeaseError {
     #[error("lease-service refused the request ({status} {code}): {error}")]
     Rejected {
         status: u16,
-        code: String,
+        code: ErrorCode,
         error: String,
     },
     /// `acquire_with_timeout` gave up.
@@ -345,7 +345,7 @@ impl LeaseClient {
                 (None, error) => Err(refusal(
                     &result.resource,
                     StatusCode::from_u16(result.status).ok(),
-                    Ok(error.unwrap_or_else(|| ErrorBody::new("unknown", "no answer"))),
+                    Ok(error.unwrap_or_else(|| ErrorBody::new(ErrorCode::Unknown, "no answer"))),
                 )),
             })
             .collect())
@@ -492,7 +492,7 @@ impl LeaseClient {
         }
         let body = serde_json::from_slice(&bytes).unwrap_or_else(|_| {
             ErrorBody::new(
-                "unknown",
+                ErrorCode::Unknown,
                 String::from_utf8_lossy(&bytes)
                     .chars()
                     .take(200)
@@ -532,8 +532,8 @@ fn refusal(
         (Some(_), Ok(body)) => body,
     };
     let status = status.unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    match (status, body.code.as_str()) {
-        (StatusCode::CONFLICT, "lease_held") => LeaseError::Held {
+    match (status, &body.code) {
+        (StatusCode::CONFLICT, ErrorCode::LeaseHeld) => LeaseError::Held {
             resource: resource.to_owned(),
             holder: body.holder.unwrap_or_default(),
             expires_at: body.expires_at,

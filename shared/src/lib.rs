@@ -77,7 +77,7 @@ pub mod tasks;
 pub mod telemetry;
 pub mod workers;
 
-pub use api::{ErrorBody, Lease, LeaseStatus};
+pub use api::{ErrorBody, ErrorCode, Lease, LeaseStatus};
 pub use deadline::LeaseDeadline;
 pub use lease_client::{LeaseClient, LeaseError};
 pub use lease_guard::{GuardConfig, LeaseGuard, LeaseHandle, LeaseLost, with_lease};

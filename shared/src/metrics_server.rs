@@ -7,6 +7,8 @@ use actix_web::{App, HttpResponse, HttpServer, web};
 use anyhow::Context;
 use prometheus::{Encoder, Registry, TextEncoder};
 
+use crate::api::ErrorCode;
+
 /// The running server; [`MetricsServer::stop`] ends it.
 pub struct MetricsServer {
     address: SocketAddr,
@@ -77,7 +79,7 @@ async fn render(registry: web::Data<Registry>) -> HttpResponse {
             .content_type("text/plain; version=0.0.4; charset=utf-8")
             .body(buffer),
         Err(err) => HttpResponse::InternalServerError().json(crate::ErrorBody::new(
-            "internal",
+            ErrorCode::Internal,
             format!("cannot render metrics: {err}"),
         )),
     }

@@ -3,11 +3,11 @@
 
 use std::time::Duration;
 
-use leasehold::LeaseHandle;
 use leasehold::generator::GeneratorSettings;
 use leasehold::retry::Backoff;
 use leasehold::task_client::{self, CallError, TaskClient};
 use leasehold::tasks::CreateTask;
+use leasehold::{ErrorCode, LeaseHandle};
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -148,8 +148,10 @@ impl Producer {
                 // A retry of a request whose first answer was lost: already created.
                 Ok(task_client::Created::Existing(_)) => return Outcome::Done,
                 Err(CallError::Refused {
-                    status: 409, code, ..
-                }) if code == "generator_stopped" => {
+                    status: 409,
+                    code: ErrorCode::GeneratorStopped,
+                    ..
+                }) => {
                     tracing::info!(fence, "the generator was stopped; waiting to be started");
                     return Outcome::Stopped;
                 }

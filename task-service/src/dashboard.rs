@@ -9,6 +9,7 @@
 //! task-service's token.
 
 use actix_web::{HttpRequest, HttpResponse, web};
+use leasehold::ErrorCode;
 use leasehold::api::ErrorBody;
 use leasehold::lease_client::{LeaseListing, LeaseSet};
 use leasehold::server::ApiError;
@@ -213,7 +214,7 @@ pub(crate) async fn leases(
     let status = query.status.as_deref().unwrap_or("all");
     let set = LeaseSet::parse(status).ok_or_else(|| {
         ApiError::invalid(
-            "invalid_query",
+            ErrorCode::InvalidQuery,
             "status",
             "status must be all, active, expired, released or renewed",
         )
@@ -223,7 +224,7 @@ pub(crate) async fn leases(
         Some("desc") => true,
         Some(_) => {
             return Err(ApiError::invalid(
-                "invalid_query",
+                ErrorCode::InvalidQuery,
                 "order",
                 "order must be asc or desc",
             ));
@@ -295,7 +296,11 @@ pub(crate) fn passed_on(err: LeaseError) -> ApiError {
         }
         // The lease is not (or no longer) the caller's: lease-service's conflict, as it came.
         LeaseError::Lost { code, reason } => ApiError::Upstream {
-            status: if code == "lease_not_found" { 404 } else { 409 },
+            status: if matches!(code, ErrorCode::LeaseNotFound) {
+                404
+            } else {
+                409
+            },
             body: Box::new(leasehold::api::ErrorBody::new(code, reason)),
         },
         LeaseError::Held {
@@ -303,7 +308,7 @@ pub(crate) fn passed_on(err: LeaseError) -> ApiError {
         } => ApiError::Upstream {
             status: 409,
             body: Box::new(leasehold::api::ErrorBody::new(
-                "lease_held".to_owned(),
+                ErrorCode::LeaseHeld,
                 format!("{resource} is held by {holder}"),
             )),
         },

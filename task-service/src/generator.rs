@@ -3,6 +3,7 @@
 //! the same answer, and start/stop take effect whichever replica receives them (the sample's
 //! status depended on which replica answered, and stop had to reach the lease holder).
 
+use leasehold::ErrorCode;
 use leasehold::generator::{
     GeneratorLeader, GeneratorSettings, GeneratorStatus, MAX_RATE_PER_SECOND, MAX_SLEEP_SECONDS,
     MIN_RATE_PER_SECOND, StartGenerator,
@@ -80,7 +81,7 @@ pub async fn start(
     let rate = change.rate_per_second.unwrap_or(current.rate_per_second);
     if !(MIN_RATE_PER_SECOND..=MAX_RATE_PER_SECOND).contains(&rate) {
         return Err(ApiError::invalid(
-            "invalid_field",
+            ErrorCode::InvalidField,
             "rate_per_second",
             format!(
                 "rate_per_second must be between {MIN_RATE_PER_SECOND} and \
@@ -96,7 +97,7 @@ pub async fn start(
         .unwrap_or(current.max_sleep_seconds);
     if !((0.0..=MAX_SLEEP_SECONDS).contains(&min) && (min..=MAX_SLEEP_SECONDS).contains(&max)) {
         return Err(ApiError::invalid(
-            "invalid_field",
+            ErrorCode::InvalidField,
             "min_sleep_seconds",
             format!(
                 "need 0 <= min_sleep_seconds <= max_sleep_seconds <= {MAX_SLEEP_SECONDS}, got \

@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 
+use leasehold::ErrorCode;
 use leasehold::queues::{
     MAX_CONCURRENCY_LIMIT, MAX_RATE, MIN_RATE, QueueSettings, QueueState, RateLimit,
 };
@@ -51,7 +52,7 @@ pub async fn set_limits(
             && !(0..=MAX_CONCURRENCY_LIMIT).contains(&limit)
         {
             return Err(ApiError::invalid(
-                "invalid_field",
+                ErrorCode::InvalidField,
                 field,
                 format!("{field} must be between 0 and {MAX_CONCURRENCY_LIMIT}, got {limit}"),
             ));
@@ -60,7 +61,7 @@ pub async fn set_limits(
     if let Some(rate) = settings.rate_limit {
         if !(MIN_RATE..=MAX_RATE).contains(&rate.per_second) {
             return Err(ApiError::invalid(
-                "invalid_field",
+                ErrorCode::InvalidField,
                 "rate_limit",
                 format!(
                     "rate_limit.per_second must be between {MIN_RATE:e} (one task a day) and \
@@ -71,7 +72,7 @@ pub async fn set_limits(
         }
         if !(1.0..=MAX_RATE).contains(&f64::from(rate.burst)) {
             return Err(ApiError::invalid(
-                "invalid_field",
+                ErrorCode::InvalidField,
                 "rate_limit",
                 format!(
                     "rate_limit.burst must be between 1 and {MAX_RATE}, got {}",

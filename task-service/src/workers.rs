@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use leasehold::ErrorCode;
 use leasehold::LeaseError;
 use leasehold::api::{Lease, LeaseStatus, MIN_OWN_SECRET_CHARS, Proof, Secret};
 use leasehold::lease_client::{LeaseListing, LeaseSet};
@@ -46,7 +47,7 @@ pub async fn beat(engine: &Engine, id: &str, beat: &WorkerBeat) -> Result<Worker
     }
     if !(1..=MAX_TTL_SECONDS).contains(&beat.ttl_seconds) {
         return Err(ApiError::invalid(
-            "invalid_field",
+            ErrorCode::InvalidField,
             "ttl_seconds",
             format!("ttl_seconds must be between 1 and {MAX_TTL_SECONDS}"),
         ));
@@ -83,7 +84,7 @@ pub async fn beat(engine: &Engine, id: &str, beat: &WorkerBeat) -> Result<Worker
         .await
         .map_err(|err| match err {
             LeaseError::Held { holder, .. } => ApiError::Conflict {
-                code: "worker_id_in_use",
+                code: ErrorCode::WorkerIdInUse,
                 message: format!("worker id {id} is in use by {holder}"),
             },
             err => passed_on(err),
@@ -104,7 +105,7 @@ fn check_secret(secret: &Secret) -> Result<(), ApiError> {
         return Ok(());
     }
     Err(ApiError::invalid(
-        "invalid_secret",
+        ErrorCode::InvalidSecret,
         "secret",
         format!(
             "secret must be {MIN_OWN_SECRET_CHARS} to {} characters, got {chars}",
@@ -129,14 +130,10 @@ pub async fn gone(engine: &Engine, id: &str, gone: &WorkerGone) -> Result<(), Ap
         .await
     {
         Ok(_) => Ok(()),
-        Err(LeaseError::Lost { code, .. })
-            if matches!(
-                code.as_str(),
-                "lease_expired" | "lease_released" | "lease_not_found"
-            ) =>
-        {
-            Ok(())
-        }
+        Err(LeaseError::Lost {
+            code: ErrorCode::LeaseExpired | ErrorCode::LeaseReleased | ErrorCode::LeaseNotFound,
+            ..
+        }) => Ok(()),
         Err(err) => Err(passed_on(err)),
     }
 }
@@ -235,7 +232,7 @@ fn check_info(info: &WorkerInfo) -> Result<(), ApiError> {
     }
     if info.busy > info.concurrency {
         return Err(ApiError::invalid(
-            "invalid_field",
+            ErrorCode::InvalidField,
             "info.busy",
             "info.busy cannot exceed info.concurrency",
         ));

@@ -56,7 +56,7 @@ async fn a_batch_is_one_commit_of_creates_each_judged_alone() {
         .unwrap();
     let statuses: Vec<u16> = results.iter().map(|r| r.status).collect();
     assert_eq!(statuses, [201, 200, 400, 201, 400, 422, 201]);
-    let code = |i: usize| results[i].error.as_ref().unwrap().code.clone();
+    let code = |i: usize| results[i].error.as_ref().unwrap().code.as_str();
     assert_eq!(code(2), "invalid_field");
     assert_eq!(code(4), "duplicate_idempotency_key");
     assert_eq!(code(5), "idempotency_key_reused");

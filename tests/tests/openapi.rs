@@ -62,6 +62,33 @@ async fn each_service_serves_a_valid_openapi_3_1_document() {
                 }
             }
         }
+        // A refusal's `code` is one of a documented list of strings, every code this build
+        // knows, so a client generated from the document can match on it.
+        let schemas = &document["components"]["schemas"];
+        assert_eq!(
+            schemas["ErrorBody"]["properties"]["code"]["$ref"], "#/components/schemas/ErrorCode",
+            "{name}"
+        );
+        assert_eq!(schemas["ErrorCode"]["type"], "string", "{name}");
+        let listed: Vec<&str> = schemas["ErrorCode"]["enum"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{name}: ErrorCode lists no codes"))
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        let known: Vec<&str> = leasehold::ErrorCode::KNOWN
+            .iter()
+            .map(leasehold::ErrorCode::as_str)
+            .collect();
+        assert_eq!(listed, known, "{name}");
+        for code in [
+            "lease_held",
+            "stale_fence",
+            "task_not_found",
+            "invalid_field",
+        ] {
+            assert!(listed.contains(&code), "{name}: {code} is not listed");
+        }
         let file = std::env::temp_dir().join(format!(
             "leasehold-openapi-{name}-{}.json",
             std::process::id()

@@ -52,6 +52,7 @@ use crate::handler::TaskHandler;
 use crate::metrics::{Metrics, MetricsServer};
 use crate::presence::{self, Load};
 use crate::task_run::{HandBack, process};
+use leasehold::ErrorCode;
 use leasehold::retry::Backoff;
 use leasehold::task_client::{CallError, TaskClient};
 use leasehold::tasks::{ClaimNext, Task};
@@ -260,7 +261,10 @@ impl<H: TaskHandler> Claiming<H> {
     /// may go at once: a limit task-service refused is lowered, and a process lease it no
     /// longer holds is left out until the next beat takes it anew.
     fn refused(&mut self, err: &CallError, limit: Option<i64>) -> bool {
-        if matches!(err.code(), Some("lease_lost" | "lease_revoked")) {
+        if matches!(
+            err.code(),
+            Some(ErrorCode::LeaseLost | ErrorCode::LeaseRevoked)
+        ) {
             tracing::warn!(
                 error = %err,
                 "the process's lease is no longer held; claiming without it until the next beat"
@@ -269,7 +273,7 @@ impl<H: TaskHandler> Claiming<H> {
             return true;
         }
         let batch = limit.and_then(|l| usize::try_from(l).ok()).unwrap_or(1);
-        if err.code() == Some("invalid_limit") && batch > 1 {
+        if matches!(err.code(), Some(ErrorCode::InvalidLimit)) && batch > 1 {
             self.max_batch = batch / 2;
             tracing::warn!(
                 error = %err,

@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures_util::FutureExt;
+use leasehold::ErrorCode;
 use leasehold::tasks::Task;
 use prometheus::IntGauge;
 use tokio::time::{Instant, sleep, sleep_until};
@@ -320,7 +321,7 @@ fn lost(
             task_id = id,
             fence,
             processor,
-            code = err.code().unwrap_or_default(),
+            code = err.code().map_or("", ErrorCode::as_str),
             error = %err,
             handler_error,
             "task-service refused the {answer} of task {id}; dropping it"

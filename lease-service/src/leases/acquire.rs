@@ -8,6 +8,7 @@
 //! just ending is never reported as held.
 
 use diesel_async::AsyncPgConnection;
+use leasehold::ErrorCode;
 use leasehold::api::{
     AcquireLease, AcquireLeases, AcquiredLeases, HeldLease, MAX_BATCH_RESOURCES, MAX_NAME_CHARS,
     MIN_OWN_SECRET_CHARS, Secret,
@@ -116,7 +117,7 @@ fn check_own_secret(secret: &Secret) -> Result<(), ApiError> {
         return Ok(());
     }
     Err(ApiError::invalid(
-        "invalid_secret",
+        ErrorCode::InvalidSecret,
         "secret",
         format!(
             "an acquire's secret must be {MIN_OWN_SECRET_CHARS} to {MAX_NAME_CHARS} characters, got {chars}"
@@ -231,14 +232,14 @@ fn answer_acquire(
             };
             metrics
                 .conflicts
-                .with_label_values(&["acquire", refusal.code()])
+                .with_label_values(&["acquire", refusal.code().as_str()])
                 .inc();
             Err(refusal)
         }
         Acquired::Held(current) => {
             metrics
                 .conflicts
-                .with_label_values(&["acquire", "lease_held"])
+                .with_label_values(&["acquire", ErrorCode::LeaseHeld.as_str()])
                 .inc();
             Err(held(current))
         }
@@ -268,7 +269,7 @@ pub async fn acquire_many(
     }
     if let Some(resource) = first_duplicate(&request.resources) {
         return Err(ApiError::invalid(
-            "duplicate_resource",
+            ErrorCode::DuplicateResource,
             "resources",
             format!("resource {resource:?} is listed twice"),
         ));
@@ -281,7 +282,7 @@ pub async fn acquire_many(
         (None, Some(holders)) => {
             if holders.len() != request.resources.len() {
                 return Err(ApiError::invalid(
-                    "invalid_batch",
+                    ErrorCode::InvalidBatch,
                     "holders",
                     format!(
                         "holders must name one holder per resource: {} holders for {} resources",
@@ -297,14 +298,14 @@ pub async fn acquire_many(
         }
         (None, None) => {
             return Err(ApiError::invalid(
-                "missing_field",
+                ErrorCode::MissingField,
                 "holder",
                 "missing field `holder` (or `holders`, one per resource)",
             ));
         }
         (Some(_), Some(_)) => {
             return Err(ApiError::invalid(
-                "invalid_batch",
+                ErrorCode::InvalidBatch,
                 "holders",
                 "give either `holder` or `holders`, not both",
             ));
@@ -363,7 +364,7 @@ pub async fn acquire_many(
         .inc_by(count(answer.extended.len()));
     metrics
         .conflicts
-        .with_label_values(&["acquire", "lease_held"])
+        .with_label_values(&["acquire", ErrorCode::LeaseHeld.as_str()])
         .inc_by(count(answer.held.len()));
     Ok(answer)
 }
@@ -382,7 +383,7 @@ mod tests {
         holder: &str,
         presented: Option<&str>,
         acquired: Acquired,
-    ) -> Result<(&'static str, Option<String>), String> {
+    ) -> Result<(&'static str, Option<String>), ErrorCode> {
         let metrics = Metrics::new().unwrap();
         let presented = presented.map(Secret::new);
         answer_acquire(
@@ -401,7 +402,7 @@ mod tests {
                 ("extended", lease.secret.map(|s| s.expose().to_owned()))
             }
         })
-        .map_err(|err| err.code().to_owned())
+        .map_err(|err| err.code())
     }
 
     #[test]
@@ -421,23 +422,23 @@ mod tests {
         let live = || Acquired::Held(row(false, 5));
         assert_eq!(
             answer(false, "other", None, live()),
-            Err("lease_held".to_owned())
+            Err(ErrorCode::LeaseHeld)
         );
         assert_eq!(
             answer(true, "h", None, live()),
-            Err("secret_required".to_owned())
+            Err(ErrorCode::SecretRequired)
         );
         assert_eq!(
             answer(false, "h", None, live()),
-            Err("wrong_secret".to_owned())
+            Err(ErrorCode::WrongSecret)
         );
         assert_eq!(
             answer(true, "h", Some("x"), live()),
-            Err("wrong_secret".to_owned())
+            Err(ErrorCode::WrongSecret)
         );
         assert_eq!(
             answer(false, "h", None, Acquired::Contended),
-            Err("unavailable".to_owned())
+            Err(ErrorCode::Unavailable)
         );
     }
 }

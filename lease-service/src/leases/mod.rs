@@ -22,6 +22,7 @@ mod wait;
 use std::collections::HashMap;
 
 use diesel_async::AsyncPgConnection;
+use leasehold::ErrorCode;
 use leasehold::api::{Lease, LeaseStatus, MAX_LEASE_METADATA_BYTES, Secret};
 use leasehold::server::sha256;
 
@@ -74,7 +75,7 @@ impl TtlPolicy {
         let seconds = requested.unwrap_or(self.default_seconds);
         if !(self.min_seconds..=self.max_seconds).contains(&seconds) {
             return Err(ApiError::invalid(
-                "invalid_ttl",
+                ErrorCode::InvalidTtl,
                 "ttl_seconds",
                 format!(
                     "ttl_seconds must be between {} and {}, got {seconds}",
@@ -83,7 +84,11 @@ impl TtlPolicy {
             ));
         }
         i32::try_from(seconds).map_err(|_| {
-            ApiError::invalid("invalid_ttl", "ttl_seconds", "ttl_seconds is too large")
+            ApiError::invalid(
+                ErrorCode::InvalidTtl,
+                "ttl_seconds",
+                "ttl_seconds is too large",
+            )
         })
     }
 }
@@ -148,14 +153,14 @@ pub(crate) fn check_metadata(metadata: Option<&serde_json::Value>) -> Result<(),
     };
     if !metadata.is_object() {
         return Err(ApiError::invalid(
-            "invalid_metadata",
+            ErrorCode::InvalidMetadata,
             "metadata",
             "metadata must be a JSON object",
         ));
     }
     if leasehold::server::contains_nul(metadata) {
         return Err(ApiError::invalid(
-            "invalid_metadata",
+            ErrorCode::InvalidMetadata,
             "metadata",
             "metadata must not contain NUL characters",
         ));
@@ -163,7 +168,7 @@ pub(crate) fn check_metadata(metadata: Option<&serde_json::Value>) -> Result<(),
     let bytes = metadata.to_string().len();
     if bytes > MAX_LEASE_METADATA_BYTES {
         return Err(ApiError::invalid(
-            "invalid_metadata",
+            ErrorCode::InvalidMetadata,
             "metadata",
             format!("metadata is {bytes} bytes of JSON; at most {MAX_LEASE_METADATA_BYTES}"),
         ));
@@ -242,7 +247,7 @@ mod tests {
                 matches!(
                     err,
                     Some(ApiError::Invalid {
-                        code: "invalid_field",
+                        code: ErrorCode::InvalidField,
                         field: Some("holder"),
                         ..
                     })
@@ -285,7 +290,7 @@ mod tests {
         let optional = SecretPolicy { required: false };
         assert_eq!(
             required.presented(None).err().as_ref().map(ApiError::code),
-            Some("secret_required")
+            Some(ErrorCode::SecretRequired)
         );
         assert_eq!(optional.presented(None).ok(), Some(None));
         let secret = Secret::new("s");

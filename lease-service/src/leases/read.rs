@@ -4,6 +4,7 @@
 
 use chrono::{DateTime, Utc};
 use diesel_async::AsyncPgConnection;
+use leasehold::ErrorCode;
 use leasehold::api::{Lease, MAX_NAME_CHARS};
 use leasehold::server::http::Page;
 
@@ -16,7 +17,7 @@ pub async fn get(conn: &mut AsyncPgConnection, id: i64) -> Result<Lease, ApiErro
         .await?
         .map(to_api)
         .ok_or_else(|| ApiError::NotFound {
-            code: "lease_not_found",
+            code: ErrorCode::LeaseNotFound,
             message: format!("no lease with id {id}"),
         })
 }
@@ -32,7 +33,7 @@ pub fn check_filter(filter: ResourceFilter<'_>) -> Result<(), ApiError> {
             && value.chars().count() > MAX_NAME_CHARS
         {
             return Err(ApiError::invalid(
-                "invalid_field",
+                ErrorCode::InvalidField,
                 name,
                 format!("{name} must be at most {MAX_NAME_CHARS} characters"),
             ));
@@ -75,6 +76,6 @@ mod tests {
         assert!(check_filter(filter(Some("r"), Some("r"))).is_ok());
         let long = "x".repeat(MAX_NAME_CHARS + 1);
         let too_long = check_filter(filter(None, Some(&long))).unwrap_err();
-        assert_eq!(too_long.code(), "invalid_field");
+        assert_eq!(too_long.code(), ErrorCode::InvalidField);
     }
 }

@@ -6,12 +6,14 @@
 //! before its fence is stale, before its secret is wrong. Pure functions over a row, so the order
 //! is tested without a database.
 
+use leasehold::ErrorCode;
+
 use crate::error::ApiError;
 use crate::repo::LeaseRow;
 
 pub(super) fn secret_required() -> ApiError {
     ApiError::invalid(
-        "secret_required",
+        ErrorCode::SecretRequired,
         "secret",
         "this lease-service requires proof of holding: send the `secret` your acquire answered with",
     )
@@ -24,7 +26,7 @@ pub(super) fn secret_matches(row: &LeaseRow, presented: Option<[u8; 32]>) -> boo
 
 pub(super) fn wrong_secret(operation: &str) -> ApiError {
     ApiError::Conflict {
-        code: "wrong_secret",
+        code: ErrorCode::WrongSecret,
         message: format!("cannot {operation}: the secret is not this lease's"),
     }
 }
@@ -40,18 +42,18 @@ pub(super) fn refusal(
 ) -> ApiError {
     let Some(row) = current else {
         return ApiError::NotFound {
-            code: "lease_not_found",
+            code: ErrorCode::LeaseNotFound,
             message: "no lease exists for that resource".to_owned(),
         };
     };
     let (code, message) = if row.holder != holder {
         (
-            "not_holder",
+            ErrorCode::NotHolder,
             format!("cannot {operation}: the lease is held by {:?}", row.holder),
         )
     } else if fence.is_some_and(|fence| fence != row.fence) {
         (
-            "stale_fence",
+            ErrorCode::StaleFence,
             format!(
                 "cannot {operation}: fence {} is not the current fence {}",
                 fence.unwrap_or_default(),
@@ -62,17 +64,17 @@ pub(super) fn refusal(
         return wrong_secret(operation);
     } else if row.is_revoked() {
         (
-            "lease_revoked",
+            ErrorCode::LeaseRevoked,
             format!("cannot {operation}: an operator revoked the lease"),
         )
     } else if row.is_released() {
         (
-            "lease_released",
+            ErrorCode::LeaseReleased,
             format!("cannot {operation}: the lease was released"),
         )
     } else {
         (
-            "lease_expired",
+            ErrorCode::LeaseExpired,
             format!("cannot {operation}: the lease expired"),
         )
     };
@@ -102,21 +104,34 @@ mod tests {
     #[test]
     fn refusals_name_the_first_reason_that_applies() {
         let code = |current: Option<LeaseRow>, holder: &str, fence: Option<i64>| {
-            refusal("renew", current, holder, fence, Some(sha256("s")))
-                .code()
-                .to_owned()
+            refusal("renew", current, holder, fence, Some(sha256("s"))).code()
         };
-        assert_eq!(code(None, "h", None), "lease_not_found");
-        assert_eq!(code(Some(row(false, 5)), "other", Some(9)), "not_holder");
-        assert_eq!(code(Some(row(false, 5)), "h", Some(8)), "stale_fence");
-        assert_eq!(code(Some(row(true, 5)), "h", Some(9)), "lease_released");
+        assert_eq!(code(None, "h", None), ErrorCode::LeaseNotFound);
+        assert_eq!(
+            code(Some(row(false, 5)), "other", Some(9)),
+            ErrorCode::NotHolder
+        );
+        assert_eq!(
+            code(Some(row(false, 5)), "h", Some(8)),
+            ErrorCode::StaleFence
+        );
+        assert_eq!(
+            code(Some(row(true, 5)), "h", Some(9)),
+            ErrorCode::LeaseReleased
+        );
         let revoked = LeaseRow {
             revoked_at: Some(Utc::now()),
             ..row(true, 5)
         };
-        assert_eq!(code(Some(revoked.clone()), "h", Some(9)), "lease_revoked");
-        assert_eq!(code(Some(revoked), "other", Some(9)), "not_holder");
-        assert_eq!(code(Some(row(false, -1)), "h", None), "lease_expired");
+        assert_eq!(
+            code(Some(revoked.clone()), "h", Some(9)),
+            ErrorCode::LeaseRevoked
+        );
+        assert_eq!(code(Some(revoked), "other", Some(9)), ErrorCode::NotHolder);
+        assert_eq!(
+            code(Some(row(false, -1)), "h", None),
+            ErrorCode::LeaseExpired
+        );
         let wrong = refusal(
             "renew",
             Some(row(false, 5)),
@@ -124,7 +139,7 @@ mod tests {
             Some(9),
             Some(sha256("x")),
         );
-        assert_eq!(wrong.code(), "wrong_secret");
+        assert_eq!(wrong.code(), ErrorCode::WrongSecret);
         let stale_first = refusal(
             "renew",
             Some(row(false, 5)),
@@ -132,7 +147,7 @@ mod tests {
             Some(8),
             Some(sha256("x")),
         );
-        assert_eq!(stale_first.code(), "stale_fence");
+        assert_eq!(stale_first.code(), ErrorCode::StaleFence);
     }
 
     #[test]

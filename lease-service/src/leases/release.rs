@@ -6,6 +6,7 @@
 //! it can never touch a newer lease), and refused with its reason only otherwise.
 
 use diesel_async::{AsyncConnection, AsyncPgConnection};
+use leasehold::ErrorCode;
 use leasehold::api::{Lease, MAX_BATCH_RESOURCES, ReleaseLease, ReleaseResult};
 use leasehold::server::{check_batch_size, validate_name};
 
@@ -102,7 +103,7 @@ fn judge_unreleased(
         && row.id != id
     {
         return Err(ApiError::NotFound {
-            code: "lease_not_found",
+            code: ErrorCode::LeaseNotFound,
             message: format!("lease {id} is not the lease on {:?}", item.resource),
         });
     }
@@ -124,7 +125,7 @@ fn judge_unreleased(
     );
     metrics
         .conflicts
-        .with_label_values(&["release", refusal.code()])
+        .with_label_values(&["release", refusal.code().as_str()])
         .inc();
     Err(refusal)
 }
@@ -216,11 +217,11 @@ mod tests {
         }
     }
 
-    fn judged(item: &Release, current: Option<LeaseRow>) -> Result<LeaseStatus, String> {
+    fn judged(item: &Release, current: Option<LeaseRow>) -> Result<LeaseStatus, ErrorCode> {
         let metrics = Metrics::new().unwrap();
         judge_unreleased(&metrics, item, current)
             .map(|lease| lease.status)
-            .map_err(|err| err.code().to_owned())
+            .map_err(|err| err.code())
     }
 
     #[test]
@@ -244,23 +245,35 @@ mod tests {
             ..row(true, 5)
         });
         let cases = [
-            (release(Some(9), "s", None), revoked, "lease_revoked"),
-            (release(Some(8), "s", None), released.clone(), "stale_fence"),
+            (
+                release(Some(9), "s", None),
+                revoked,
+                ErrorCode::LeaseRevoked,
+            ),
+            (
+                release(Some(8), "s", None),
+                released.clone(),
+                ErrorCode::StaleFence,
+            ),
             (
                 release(Some(9), "x", None),
                 released.clone(),
-                "wrong_secret",
+                ErrorCode::WrongSecret,
             ),
-            (release(Some(9), "s", Some(2)), released, "lease_not_found"),
+            (
+                release(Some(9), "s", Some(2)),
+                released,
+                ErrorCode::LeaseNotFound,
+            ),
             (
                 release(Some(9), "s", None),
                 Some(row(false, -1)),
-                "lease_expired",
+                ErrorCode::LeaseExpired,
             ),
-            (release(Some(9), "s", None), None, "lease_not_found"),
+            (release(Some(9), "s", None), None, ErrorCode::LeaseNotFound),
         ];
         for (item, current, code) in cases {
-            assert_eq!(judged(&item, current), Err(code.to_owned()), "{item:?}");
+            assert_eq!(judged(&item, current), Err(code), "{item:?}");
         }
     }
 
@@ -292,7 +305,7 @@ mod tests {
                 .err()
                 .as_ref()
                 .map(ApiError::code),
-            Some("secret_required")
+            Some(ErrorCode::SecretRequired)
         );
         let checked = check_release(required, &request(Some("s")), Some(4)).unwrap();
         assert_eq!(

@@ -63,7 +63,7 @@ pub(super) async fn renew_group(
             let refusal = refusal("renew", current, &item.holder, item.fence, item.secret_hash);
             metrics
                 .conflicts
-                .with_label_values(&["renew", refusal.code()])
+                .with_label_values(&["renew", refusal.code().as_str()])
                 .inc();
             Err(refusal)
         })

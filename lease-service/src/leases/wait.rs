@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use leasehold::ErrorCode;
 use leasehold::api::{AcquireLease, MAX_ACQUIRE_WAIT_MS};
 use leasehold::server::wakeups::Wakeups;
 use tokio::time::Instant;
@@ -23,7 +24,7 @@ pub fn wait(request: &AcquireLease) -> Result<Duration, ApiError> {
     let wait_ms = request.wait_ms.unwrap_or(0);
     if wait_ms > MAX_ACQUIRE_WAIT_MS {
         return Err(ApiError::invalid(
-            "invalid_wait",
+            ErrorCode::InvalidWait,
             "wait_ms",
             format!("wait_ms must be at most {MAX_ACQUIRE_WAIT_MS}, got {wait_ms}"),
         ));
@@ -88,6 +89,6 @@ mod tests {
             Duration::from_secs(30)
         );
         let err = wait(&request(Some(MAX_ACQUIRE_WAIT_MS + 1))).unwrap_err();
-        assert_eq!(err.code(), "invalid_wait");
+        assert_eq!(err.code(), ErrorCode::InvalidWait);
     }
 }

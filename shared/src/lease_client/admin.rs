@@ -142,6 +142,7 @@ fn rejected((status, answer): (Option<StatusCode>, Result<ErrorBody, String>)) -
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::ErrorCode;
 
     #[test]
     fn every_set_has_its_listing() {
@@ -172,10 +173,17 @@ mod tests {
     fn an_operator_call_is_rejected_or_unavailable_never_lost() {
         let refused = rejected((
             Some(StatusCode::NOT_FOUND),
-            Ok(ErrorBody::new("not_found", "no lease 9")),
+            Ok(ErrorBody::new(ErrorCode::NotFound, "no lease 9")),
         ));
         assert!(
-            matches!(&refused, LeaseError::Rejected { status: 404, code, .. } if code == "not_found"),
+            matches!(
+                &refused,
+                LeaseError::Rejected {
+                    status: 404,
+                    code: ErrorCode::NotFound,
+                    ..
+                }
+            ),
             "{refused}"
         );
         assert!(matches!(

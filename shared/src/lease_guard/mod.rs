@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use crate::deadline::LeaseDeadline;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{DEFAULT_TTL_SECONDS, Lease};
+use crate::api::{DEFAULT_TTL_SECONDS, ErrorCode, Lease};
 use crate::lease_client::{LeaseClient, LeaseError};
 
 mod renewal;
@@ -100,7 +100,7 @@ impl GuardConfig {
 pub enum LeaseLost {
     /// lease-service refused a renewal: the lease expired, was released, revoked (`code`
     /// `lease_revoked`) or taken over.
-    Refused { code: String, reason: String },
+    Refused { code: ErrorCode, reason: String },
     /// No renewal succeeded in time (lease-service unreachable or paused); the lease may
     /// already have expired, so it must be treated as gone.
     Unconfirmed { last_error: Option<String> },
@@ -130,7 +130,7 @@ impl From<LeaseLost> for LeaseError {
         match lost {
             LeaseLost::Refused { code, reason } => LeaseError::Lost { code, reason },
             unconfirmed @ LeaseLost::Unconfirmed { .. } => LeaseError::Lost {
-                code: "lease_unconfirmed".to_owned(),
+                code: ErrorCode::LeaseUnconfirmed,
                 reason: unconfirmed.to_string(),
             },
         }

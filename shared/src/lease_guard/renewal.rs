@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{LeaseLost, Shared};
-use crate::api::{Lease, Proof, Secret};
+use crate::api::{ErrorCode, Lease, Proof, Secret};
 use crate::lease_client::{LeaseClient, LeaseError};
 use crate::retry::Backoff;
 
@@ -73,7 +73,12 @@ pub(super) async fn keep_renewed(
                     return;
                 }
                 Err(err) if err.is_refusal() => {
-                    shared.lose(LeaseLost::Refused { code: "refused".to_owned(), reason: err.to_string() });
+                    // Held or rejected: the refusal's own code, so the loss says which.
+                    let code = match &err {
+                        LeaseError::Rejected { code, .. } => code.clone(),
+                        _ => ErrorCode::LeaseHeld,
+                    };
+                    shared.lose(LeaseLost::Refused { code, reason: err.to_string() });
                     return;
                 }
                 Err(err) => {

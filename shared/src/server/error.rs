@@ -2,7 +2,7 @@
 //!
 //! Every non-2xx answer is JSON [`ErrorBody`]: `error` for people, `code` for programs.
 
-use crate::api::ErrorBody;
+use crate::api::{ErrorBody, ErrorCode};
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 use chrono::{DateTime, Utc};
@@ -12,7 +12,7 @@ pub enum ApiError {
     /// The request is malformed or a field is out of bounds.
     #[error("{message}")]
     Invalid {
-        code: &'static str,
+        code: ErrorCode,
         field: Option<&'static str>,
         message: String,
     },
@@ -26,13 +26,13 @@ pub enum ApiError {
     },
     /// The request contradicts the lease's state (not the holder, stale fence, expired, ...).
     #[error("{message}")]
-    Conflict { code: &'static str, message: String },
+    Conflict { code: ErrorCode, message: String },
     /// A well-formed request the service will not carry out (e.g. an idempotency key reused
     /// with different content).
     #[error("{message}")]
-    Unprocessable { code: &'static str, message: String },
+    Unprocessable { code: ErrorCode, message: String },
     #[error("{message}")]
-    NotFound { code: &'static str, message: String },
+    NotFound { code: ErrorCode, message: String },
     /// No bearer token, a malformed one, or one the service does not know.
     #[error("{0}")]
     Unauthorized(String),
@@ -58,7 +58,7 @@ pub enum ApiError {
     /// The service cannot do its work until an operator fixes its configuration (503); `code`
     /// names what is wrong, so that it is not taken for a passing outage.
     #[error("{message}")]
-    Misconfigured { code: &'static str, message: String },
+    Misconfigured { code: ErrorCode, message: String },
     #[error("internal error")]
     Internal(String),
     /// A refusal of a service this one called on a client's behalf (the dashboard's lease views
@@ -79,7 +79,7 @@ impl ApiError {
         }
     }
 
-    pub fn invalid(code: &'static str, field: &'static str, message: impl Into<String>) -> Self {
+    pub fn invalid(code: ErrorCode, field: &'static str, message: impl Into<String>) -> Self {
         Self::Invalid {
             code,
             field: Some(field),
@@ -87,24 +87,24 @@ impl ApiError {
         }
     }
 
-    pub fn code(&self) -> &str {
+    pub fn code(&self) -> ErrorCode {
         match self {
             Self::Invalid { code, .. }
             | Self::Conflict { code, .. }
             | Self::Unprocessable { code, .. }
             | Self::NotFound { code, .. }
-            | Self::Misconfigured { code, .. } => code,
-            Self::Held { .. } => "lease_held",
-            Self::Unauthorized(_) => "unauthorized",
-            Self::Forbidden(_) => "forbidden",
-            Self::OriginNotAllowed(_) => "origin_not_allowed",
-            Self::MethodNotAllowed => "method_not_allowed",
-            Self::PayloadTooLarge { .. } => "payload_too_large",
-            Self::UnsupportedMediaType => "unsupported_media_type",
-            Self::BodyTimeout { .. } => "request_timeout",
-            Self::Unavailable(_) => "unavailable",
-            Self::Internal(_) => "internal",
-            Self::Upstream { body, .. } => &body.code,
+            | Self::Misconfigured { code, .. } => code.clone(),
+            Self::Held { .. } => ErrorCode::LeaseHeld,
+            Self::Unauthorized(_) => ErrorCode::Unauthorized,
+            Self::Forbidden(_) => ErrorCode::Forbidden,
+            Self::OriginNotAllowed(_) => ErrorCode::OriginNotAllowed,
+            Self::MethodNotAllowed => ErrorCode::MethodNotAllowed,
+            Self::PayloadTooLarge { .. } => ErrorCode::PayloadTooLarge,
+            Self::UnsupportedMediaType => ErrorCode::UnsupportedMediaType,
+            Self::BodyTimeout { .. } => ErrorCode::RequestTimeout,
+            Self::Unavailable(_) => ErrorCode::Unavailable,
+            Self::Internal(_) => ErrorCode::Internal,
+            Self::Upstream { body, .. } => body.code.clone(),
         }
     }
 }

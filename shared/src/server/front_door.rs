@@ -12,6 +12,7 @@ use actix_web::{HttpResponse, ResponseError, web};
 
 use super::error::ApiError;
 use super::http::{BodyLimit, BodyTimedOut};
+use crate::api::ErrorCode;
 
 /// The origins other than its own whose web pages may call a service from a browser
 /// (`CORS_ALLOWED_ORIGINS`): none unless configured. A web page of any other origin can still
@@ -179,7 +180,7 @@ fn refusal(request: &ServiceRequest, provenance: Provenance) -> Option<ApiError>
     // that are not UTF-8 lossily, so `%FF%FE` and `%FE%FF` would both land on the queue "��".
     if !path_is_text(request.path()) {
         return Some(ApiError::Invalid {
-            code: "invalid_path",
+            code: ErrorCode::InvalidPath,
             field: None,
             message: "the path must percent-decode to UTF-8 text without NUL characters".to_owned(),
         });
@@ -187,7 +188,7 @@ fn refusal(request: &ServiceRequest, provenance: Provenance) -> Option<ApiError>
     // PostgreSQL text cannot hold NUL, and no parameter of any route has a use for it.
     if request.query_string().contains("%00") {
         return Some(ApiError::Invalid {
-            code: "invalid_query",
+            code: ErrorCode::InvalidQuery,
             field: None,
             message: "the query string must not contain NUL characters (%00)".to_owned(),
         });
@@ -354,19 +355,19 @@ fn as_json(
         }
     }
     let code = match status.as_u16() {
-        401 => "unauthorized",
-        403 => "forbidden",
-        404 => "not_found",
-        405 => "method_not_allowed",
-        408 => "request_timeout",
-        411 => "length_required",
-        413 => "payload_too_large",
-        414 => "uri_too_long",
-        415 => "unsupported_media_type",
-        431 => "headers_too_large",
-        503 => "unavailable",
-        500..=599 => "internal",
-        _ => "bad_request",
+        401 => ErrorCode::Unauthorized,
+        403 => ErrorCode::Forbidden,
+        404 => ErrorCode::NotFound,
+        405 => ErrorCode::MethodNotAllowed,
+        408 => ErrorCode::RequestTimeout,
+        411 => ErrorCode::LengthRequired,
+        413 => ErrorCode::PayloadTooLarge,
+        414 => ErrorCode::UriTooLong,
+        415 => ErrorCode::UnsupportedMediaType,
+        431 => ErrorCode::HeadersTooLarge,
+        503 => ErrorCode::Unavailable,
+        500..=599 => ErrorCode::Internal,
+        _ => ErrorCode::BadRequest,
     };
     let message = err.map_or_else(
         || status.canonical_reason().unwrap_or("error").to_owned(),

@@ -15,6 +15,7 @@ use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
 use super::error::ApiError;
 pub use super::front_door::{AllowedOrigins, front_door, json_errors};
 pub use super::paging::{DEFAULT_PAGE, MAX_PAGE, NamePage, Order, Page};
+use crate::api::ErrorCode;
 
 /// Starts a service's HTTP server on `listener`: `configure` mounts its routes and state, with
 /// request tracing, request metrics, trailing-slash normalisation, JSON 404s, the front door
@@ -189,7 +190,7 @@ pub async fn method_not_allowed() -> ApiError {
 /// The app's fallback for paths no route matches.
 pub async fn not_found(request: HttpRequest) -> ApiError {
     ApiError::NotFound {
-        code: "not_found",
+        code: ErrorCode::NotFound,
         message: format!("no route for {} {}", request.method(), request.path()),
     }
 }
@@ -209,9 +210,9 @@ fn json_config(limit: usize) -> web::JsonConfig {
 pub fn invalid_body(err: &serde_json::Error) -> ApiError {
     let message = err.to_string();
     let code = if message.starts_with("missing field") {
-        "missing_field"
+        ErrorCode::MissingField
     } else {
-        "invalid_field"
+        ErrorCode::InvalidField
     };
     ApiError::Invalid {
         code,
@@ -239,12 +240,12 @@ fn json_error(err: JsonPayloadError, limit: usize) -> ApiError {
         }
         JsonPayloadError::Deserialize(err) if err.is_data() => invalid_body(&err),
         JsonPayloadError::Deserialize(err) => ApiError::Invalid {
-            code: "malformed_json",
+            code: ErrorCode::MalformedJson,
             field: None,
             message: format!("request body is not valid JSON: {err}"),
         },
         other => ApiError::Invalid {
-            code: "malformed_json",
+            code: ErrorCode::MalformedJson,
             field: None,
             message: format!("could not read the request body: {other}"),
         },
@@ -253,14 +254,14 @@ fn json_error(err: JsonPayloadError, limit: usize) -> ApiError {
 
 fn path_config() -> web::PathConfig {
     web::PathConfig::default().error_handler(|err: PathError, _| {
-        ApiError::invalid("invalid_id", "id", format!("invalid path: {err}")).into()
+        ApiError::invalid(ErrorCode::InvalidId, "id", format!("invalid path: {err}")).into()
     })
 }
 
 fn query_config() -> web::QueryConfig {
     web::QueryConfig::default().error_handler(|err: QueryPayloadError, _| {
         ApiError::Invalid {
-            code: "invalid_query",
+            code: ErrorCode::InvalidQuery,
             field: None,
             message: format!("invalid query string: {err}"),
         }

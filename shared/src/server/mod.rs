@@ -22,6 +22,8 @@ pub mod wakeups;
 pub use error::ApiError;
 pub use json::Json;
 
+use crate::api::ErrorCode;
+
 /// A batch request lists 1 to `max` items: `field` with `len` of them (`what` names them in the
 /// message), else 400 `invalid_batch`.
 pub fn check_batch_size(
@@ -34,7 +36,7 @@ pub fn check_batch_size(
         return Ok(());
     }
     Err(ApiError::invalid(
-        "invalid_batch",
+        ErrorCode::InvalidBatch,
         field,
         format!("{field} must list 1 to {max} {what}, got {len}"),
     ))
@@ -90,7 +92,7 @@ pub fn validate_name_within(
     };
     match problem {
         Some(problem) => Err(ApiError::invalid(
-            "invalid_field",
+            ErrorCode::InvalidField,
             field,
             format!("{field} {problem}"),
         )),
@@ -125,7 +127,7 @@ pub fn validate_timestamp(
         return Ok(());
     }
     Err(ApiError::invalid(
-        "invalid_field",
+        ErrorCode::InvalidField,
         field,
         format!("{field} must lie within the years 1 to 9999, got {at}"),
     ))
@@ -153,7 +155,7 @@ mod tests {
             let err = check_batch_size("tasks", "completions", len, 3).err();
             assert_eq!(
                 err.as_ref().map(ApiError::code),
-                Some("invalid_batch"),
+                Some(ErrorCode::InvalidBatch),
                 "{len}"
             );
         }

@@ -5,6 +5,7 @@ use actix_web::{HttpRequest, HttpResponse};
 use serde::Serialize;
 
 use super::error::ApiError;
+use crate::api::ErrorCode;
 
 /// Page size when a listing names no `limit`, and the most one page may hold.
 pub const DEFAULT_PAGE: i64 = 100;
@@ -217,7 +218,7 @@ fn parse_limit(limit: Option<i64>) -> Result<i64, ApiError> {
         None => Ok(DEFAULT_PAGE),
         Some(limit) if limit >= 1 => Ok(limit.min(MAX_PAGE)),
         Some(limit) => Err(ApiError::invalid(
-            "invalid_limit",
+            ErrorCode::InvalidLimit,
             "limit",
             format!("limit must be at least 1, got {limit}"),
         )),
@@ -226,7 +227,7 @@ fn parse_limit(limit: Option<i64>) -> Result<i64, ApiError> {
 
 fn invalid_cursor() -> ApiError {
     ApiError::invalid(
-        "invalid_cursor",
+        ErrorCode::InvalidCursor,
         "cursor",
         "cursor is not one this service gave",
     )

@@ -20,7 +20,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tracing::Instrument;
 
-use crate::ErrorBody;
+use crate::{ErrorBody, ErrorCode};
 
 pub use operator::{Bulk, Created, QueueListing, TaskCounts, TaskListing};
 
@@ -34,7 +34,7 @@ pub enum CallError {
     #[error("task-service refused ({status} {code}): {error}")]
     Refused {
         status: u16,
-        code: String,
+        code: ErrorCode,
         error: String,
     },
 }
@@ -47,7 +47,7 @@ impl CallError {
     }
 
     /// task-service's error code, for refusals.
-    pub fn code(&self) -> Option<&str> {
+    pub fn code(&self) -> Option<&ErrorCode> {
         match self {
             Self::Refused { code, .. } => Some(code),
             Self::Transient(_) => None,
@@ -207,7 +207,7 @@ fn failure(status: StatusCode, bytes: &[u8]) -> CallError {
     let (code, error) = match body {
         Some(body) => (body.code, body.error),
         None => (
-            "unknown".to_owned(),
+            ErrorCode::Unknown,
             String::from_utf8_lossy(bytes).chars().take(200).collect(),
         ),
     };
@@ -227,7 +227,7 @@ mod tests {
     fn losses_are_409_and_404() {
         let refused = |status| CallError::Refused {
             status,
-            code: "x".to_owned(),
+            code: ErrorCode::Unknown,
             error: String::new(),
         };
         assert!(refused(409).is_loss());
@@ -251,13 +251,13 @@ mod tests {
             StatusCode::CONFLICT,
             br#"{"error":"stopped","code":"generator_stopped"}"#,
         );
-        assert_eq!(stopped.code(), Some("generator_stopped"));
+        assert_eq!(stopped.code(), Some(&ErrorCode::GeneratorStopped));
         let unreadable = failure(StatusCode::BAD_REQUEST, b"<html>no</html>");
         assert_eq!(
             unreadable,
             CallError::Refused {
                 status: 400,
-                code: "unknown".to_owned(),
+                code: ErrorCode::Unknown,
                 error: "<html>no</html>".to_owned(),
             }
         );

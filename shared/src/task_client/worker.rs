@@ -9,12 +9,12 @@ use serde_json::Value;
 use tracing::Instrument;
 
 use super::{CallError, TaskClient};
-use crate::ErrorBody;
 use crate::tasks::{
     ClaimNext, ClaimTasks, CompleteItem, CompleteTask, CompleteTasks, CompletedTasks, FailTask,
     Heartbeat, MAX_CLAIM_WAIT_MS, SnoozeTask, Task,
 };
 use crate::workers::{ClaimantLease, WorkerBeat, WorkerGone, WorkerLease};
+use crate::{ErrorBody, ErrorCode};
 
 impl TaskClient {
     /// `POST /api/tasks/next`: the tasks claimed (none when nothing is due). Without `limit` the
@@ -302,7 +302,7 @@ fn parse_claim(bytes: &[u8]) -> Result<Vec<Task>, CallError> {
 /// The error of a refusal reported inside an answer (a batch item's, or a claim's): transient
 /// for 5xx and 429, as the exchange itself would count it.
 fn refusal(status: u16, error: Option<ErrorBody>) -> CallError {
-    let error = error.unwrap_or_else(|| ErrorBody::new("unknown", ""));
+    let error = error.unwrap_or_else(|| ErrorBody::new(ErrorCode::Unknown, ""));
     if status >= 500 || status == 429 {
         CallError::Transient(format!(
             "task-service answered {status} ({}: {})",

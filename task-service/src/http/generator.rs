@@ -1,6 +1,7 @@
 //! The task generator's routes: its state and settings, start and stop.
 
 use actix_web::{HttpResponse, web};
+use leasehold::ErrorCode;
 use leasehold::api::ErrorBody;
 use leasehold::generator::{GeneratorSettings, GeneratorStatus, StartGenerator};
 use leasehold::server::ApiError;
@@ -62,9 +63,9 @@ pub(super) async fn generator_start(
             .map(Option::unwrap_or_default)
             .map_err(|err| ApiError::Invalid {
                 code: if err.is_data() {
-                    "invalid_field"
+                    ErrorCode::InvalidField
                 } else {
-                    "malformed_json"
+                    ErrorCode::MalformedJson
                 },
                 field: None,
                 message: format!("invalid request body: {err}"),

@@ -6,6 +6,7 @@ use chrono::{DateTime, TimeDelta, Timelike, Utc};
 use chrono_tz::Tz;
 use croner::Cron;
 use croner::parser::{CronParser, Seconds, Year};
+use leasehold::ErrorCode;
 use leasehold::schedules::CatchUp;
 use leasehold::server::{ApiError, validate_name_within};
 
@@ -34,7 +35,7 @@ impl Cadence {
         validate_name_within("cron", cron, MAX_CRON_CHARS)?;
         let zone: Tz = timezone.parse().map_err(|_| {
             ApiError::invalid(
-                "invalid_timezone",
+                ErrorCode::InvalidTimezone,
                 "timezone",
                 format!("unknown time zone {timezone:?} (an IANA name such as \"Europe/Paris\")"),
             )
@@ -137,7 +138,7 @@ fn ceil_second(at: DateTime<Utc>) -> DateTime<Utc> {
 
 fn invalid_cron(cron: &str, why: &str) -> ApiError {
     ApiError::invalid(
-        "invalid_cron",
+        ErrorCode::InvalidCron,
         "cron",
         format!(
             "invalid cron expression {cron:?}: {why} (5 fields, minute first, or 6, seconds first)"
@@ -177,23 +178,32 @@ mod tests {
         DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
     }
 
-    fn code(cron: &str, zone: &str) -> String {
-        Cadence::parse(cron, zone)
-            .err()
-            .map_or("accepted".to_owned(), |e| e.code().to_owned())
+    fn code(cron: &str, zone: &str) -> Result<(), ErrorCode> {
+        Cadence::parse(cron, zone).map(drop).map_err(|e| e.code())
     }
 
     #[test]
     fn five_and_six_fields_are_read_and_nonsense_is_refused() {
-        assert_eq!(code("*/5 * * * *", "UTC"), "accepted");
-        assert_eq!(code("*/10 * * * * *", "UTC"), "accepted");
-        assert_eq!(code("0 3 * * MON-FRI", "Europe/Paris"), "accepted");
-        assert_eq!(code("61 * * * *", "UTC"), "invalid_cron");
-        assert_eq!(code("* * *", "UTC"), "invalid_cron");
-        assert_eq!(code("0 0 30 2 *", "UTC"), "invalid_cron", "never fires");
-        assert_eq!(code("0 0 * * * * 2030", "UTC"), "invalid_cron", "no years");
-        assert_eq!(code("", "UTC"), "invalid_field");
-        assert_eq!(code("* * * * *", "Mars/Olympus_Mons"), "invalid_timezone");
+        assert_eq!(code("*/5 * * * *", "UTC"), Ok(()));
+        assert_eq!(code("*/10 * * * * *", "UTC"), Ok(()));
+        assert_eq!(code("0 3 * * MON-FRI", "Europe/Paris"), Ok(()));
+        assert_eq!(code("61 * * * *", "UTC"), Err(ErrorCode::InvalidCron));
+        assert_eq!(code("* * *", "UTC"), Err(ErrorCode::InvalidCron));
+        assert_eq!(
+            code("0 0 30 2 *", "UTC"),
+            Err(ErrorCode::InvalidCron),
+            "never fires"
+        );
+        assert_eq!(
+            code("0 0 * * * * 2030", "UTC"),
+            Err(ErrorCode::InvalidCron),
+            "no years"
+        );
+        assert_eq!(code("", "UTC"), Err(ErrorCode::InvalidField));
+        assert_eq!(
+            code("* * * * *", "Mars/Olympus_Mons"),
+            Err(ErrorCode::InvalidTimezone)
+        );
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod cadence;
 pub mod ticker;
 
 use chrono::{DateTime, Utc};
+use leasehold::ErrorCode;
 use leasehold::schedules::{
     CatchUp, CreateSchedule, MAX_SCHEDULE_NAME_CHARS, ReplaceSchedule, Schedule, ScheduleSpec,
     Schedules,
@@ -40,7 +41,7 @@ pub async fn create(
     let row = repo::insert_schedule(conn, &schedule, first)
         .await?
         .ok_or_else(|| ApiError::Conflict {
-            code: "schedule_exists",
+            code: ErrorCode::ScheduleExists,
             message: format!(
                 "a schedule named {:?} exists; PUT /api/schedules/{{name}} replaces it",
                 schedule.name
@@ -63,7 +64,7 @@ pub async fn replace(
         && named != name
     {
         return Err(ApiError::invalid(
-            "name_mismatch",
+            ErrorCode::NameMismatch,
             "name",
             format!("the body names the schedule {named:?}, the path {name:?}"),
         ));
@@ -146,7 +147,7 @@ fn validate(
         .unwrap_or(DEFAULT_MISFIRE_GRACE_SECONDS);
     if !(1..=MAX_MISFIRE_GRACE_SECONDS).contains(&grace) {
         return Err(ApiError::invalid(
-            "invalid_field",
+            ErrorCode::InvalidField,
             "misfire_grace_seconds",
             format!(
                 "misfire_grace_seconds must be between 1 and {MAX_MISFIRE_GRACE_SECONDS}, got {grace}"
@@ -190,7 +191,7 @@ async fn first_tick(conn: &mut Db, cadence: &Cadence) -> Result<DateTime<Utc>, A
     let now = repo::clock(conn).await?;
     cadence.after(now).ok_or_else(|| {
         ApiError::invalid(
-            "invalid_cron",
+            ErrorCode::InvalidCron,
             "cron",
             "the cron expression never fires again",
         )
@@ -199,7 +200,7 @@ async fn first_tick(conn: &mut Db, cadence: &Cadence) -> Result<DateTime<Utc>, A
 
 fn not_found(name: &str) -> ApiError {
     ApiError::NotFound {
-        code: "schedule_not_found",
+        code: ErrorCode::ScheduleNotFound,
         message: format!("no schedule named {name:?}"),
     }
 }

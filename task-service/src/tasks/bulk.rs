@@ -4,6 +4,7 @@
 //! one long lock; each is the bulk form of an operation that exists for one task, and does to
 //! each task what that does.
 
+use leasehold::ErrorCode;
 use leasehold::server::ApiError;
 use leasehold::tasks::{BulkResult, BulkTasks, MAX_BULK, TaskStatus};
 
@@ -51,7 +52,7 @@ fn filter<'r>(request: &'r BulkTasks, allowed: &Allowed) -> Result<BulkFilter<'r
         Some(status) => {
             let names: Vec<&str> = allowed.statuses.iter().map(|s| s.as_str()).collect();
             return Err(ApiError::invalid(
-                "invalid_status",
+                ErrorCode::InvalidStatus,
                 "status",
                 format!(
                     "a bulk {} takes tasks that are {}, not {}",
@@ -76,7 +77,7 @@ fn filter<'r>(request: &'r BulkTasks, allowed: &Allowed) -> Result<BulkFilter<'r
         && ids.len() > MAX_BULK as usize
     {
         return Err(ApiError::invalid(
-            "too_many_ids",
+            ErrorCode::TooManyIds,
             "ids",
             format!("at most {MAX_BULK} ids, got {}", ids.len()),
         ));
@@ -84,7 +85,7 @@ fn filter<'r>(request: &'r BulkTasks, allowed: &Allowed) -> Result<BulkFilter<'r
     let limit = request.limit.unwrap_or(MAX_BULK);
     if !(1..=MAX_BULK).contains(&limit) {
         return Err(ApiError::invalid(
-            "invalid_limit",
+            ErrorCode::InvalidLimit,
             "limit",
             format!("limit must be between 1 and {MAX_BULK}, got {limit}"),
         ));

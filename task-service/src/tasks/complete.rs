@@ -6,6 +6,7 @@
 //! is one such group. Each completion is still judged exactly as it would be alone.
 
 use diesel_async::AsyncConnection;
+use leasehold::ErrorCode;
 use leasehold::LeaseError;
 use leasehold::api::Proof;
 use leasehold::server::{ApiError, check_batch_size, first_duplicate, validate_name};
@@ -99,7 +100,7 @@ pub(super) fn checked(request: &CompleteTasks) -> Result<Vec<Completion>, ApiErr
     )?;
     if let Some(id) = first_duplicate(request.tasks.iter().map(|item| item.id)) {
         return Err(ApiError::invalid(
-            "duplicate_task",
+            ErrorCode::DuplicateTask,
             "tasks",
             format!("task {id} is listed twice"),
         ));

@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 
+use leasehold::ErrorCode;
 use leasehold::LeaseError;
 use leasehold::api::{LeaseCheck, LeaseStanding, MAX_BATCH_RESOURCES};
 
@@ -24,11 +25,11 @@ pub(crate) fn shared(task: &TaskRow) -> Option<(&str, i64)> {
 pub(crate) fn verdict(check: &LeaseCheck) -> Result<(), LeaseError> {
     let code = match check.standing {
         LeaseStanding::Held => return Ok(()),
-        LeaseStanding::Revoked => "lease_revoked",
-        _ => "lease_lost",
+        LeaseStanding::Revoked => ErrorCode::LeaseRevoked,
+        _ => ErrorCode::LeaseLost,
     };
     Err(LeaseError::Lost {
-        code: code.to_owned(),
+        code,
         reason: format!(
             "the lease {:?} of fence {} that covers the task is {:?}",
             check.resource, check.fence, check.standing
@@ -85,12 +86,12 @@ mod tests {
     fn only_a_held_lease_lets_its_claimant_act_and_a_revoke_is_named() {
         assert!(verdict(&check(LeaseStanding::Held)).is_ok());
         for (standing, code) in [
-            (LeaseStanding::Lapsed, "lease_lost"),
-            (LeaseStanding::Expired, "lease_lost"),
-            (LeaseStanding::Released, "lease_lost"),
-            (LeaseStanding::Superseded, "lease_lost"),
-            (LeaseStanding::Missing, "lease_lost"),
-            (LeaseStanding::Revoked, "lease_revoked"),
+            (LeaseStanding::Lapsed, ErrorCode::LeaseLost),
+            (LeaseStanding::Expired, ErrorCode::LeaseLost),
+            (LeaseStanding::Released, ErrorCode::LeaseLost),
+            (LeaseStanding::Superseded, ErrorCode::LeaseLost),
+            (LeaseStanding::Missing, ErrorCode::LeaseLost),
+            (LeaseStanding::Revoked, ErrorCode::LeaseRevoked),
         ] {
             match verdict(&check(standing)) {
                 Err(LeaseError::Lost { code: got, .. }) => assert_eq!(got, code, "{standing:?}"),

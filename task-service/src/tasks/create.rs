@@ -5,6 +5,7 @@
 //! lease, with a deadline the database enforces, so a generator replica that lost its lease
 //! (paused, partitioned) cannot add tasks beside the one that took over.
 
+use leasehold::ErrorCode;
 use leasehold::api::LeaseStatus;
 use leasehold::server::ApiError;
 use leasehold::tasks::{CreateTask, Task};
@@ -63,7 +64,7 @@ pub(super) async fn existing(conn: &mut Db, task: &NewTask) -> Result<Created, A
     let existing = existing.task;
     if !differing.is_empty() {
         return Err(ApiError::Unprocessable {
-            code: "idempotency_key_reused",
+            code: ErrorCode::IdempotencyKeyReused,
             message: format!(
                 "idempotency_key {key:?} already names task {}, made by a request with a \
                  different {}",
@@ -125,13 +126,13 @@ async fn create_generated(
     }
     if !repo::generator(conn).await?.running {
         return Err(ApiError::Conflict {
-            code: "generator_stopped",
+            code: ErrorCode::GeneratorStopped,
             message: "the generator is stopped: it may create no task until it is started"
                 .to_owned(),
         });
     }
     Err(ApiError::Conflict {
-        code: "stale_generator",
+        code: ErrorCode::StaleGenerator,
         message: format!("the generator lease of fence {fence} ran out before the task was stored"),
     })
 }
@@ -156,7 +157,7 @@ async fn check_generator_fence(engine: &Engine, fence: i64) -> Result<chrono::Ti
             Ok(chrono::TimeDelta::milliseconds(lease.expires_in_ms))
         }
         other => Err(ApiError::Conflict {
-            code: "stale_generator",
+            code: ErrorCode::StaleGenerator,
             message: format!(
                 "fence {fence} does not hold the generator lease (current: {})",
                 other.map_or("none".to_owned(), |lease| lease.fence.to_string())

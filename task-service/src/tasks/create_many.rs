@@ -8,6 +8,7 @@ use std::collections::HashSet;
 
 use actix_web::ResponseError;
 use diesel_async::AsyncConnection;
+use leasehold::ErrorCode;
 use leasehold::server::http::invalid_body;
 use leasehold::server::{ApiError, check_batch_size};
 use leasehold::tasks::{CreateResult, CreateTask, MAX_CREATE_BATCH};
@@ -83,7 +84,7 @@ fn check(engine: &Engine, tasks: Vec<serde_json::Value>) -> Vec<Result<NewTask, 
                 leasehold::strict::from_value(task).map_err(|err| invalid_body(&err))?;
             if task.generator_fence.is_some() {
                 return Err(ApiError::invalid(
-                    "invalid_field",
+                    ErrorCode::InvalidField,
                     "generator_fence",
                     "a batch cannot carry a generator's create; send it alone",
                 ));
@@ -93,7 +94,7 @@ fn check(engine: &Engine, tasks: Vec<serde_json::Value>) -> Vec<Result<NewTask, 
                 && !keys.insert(key.clone())
             {
                 return Err(ApiError::invalid(
-                    "duplicate_idempotency_key",
+                    ErrorCode::DuplicateIdempotencyKey,
                     "idempotency_key",
                     format!("idempotency_key {key:?} is named twice in this batch"),
                 ));
@@ -161,21 +162,21 @@ mod tests {
         items.extend(unreadable);
         items.push(create(None));
         let checked = check(&engine, items);
-        let codes: Vec<&str> = checked
+        let codes: Vec<Option<ErrorCode>> = checked
             .iter()
-            .map(|c| c.as_ref().map_or_else(ApiError::code, |_| "ok"))
+            .map(|c| c.as_ref().err().map(ApiError::code))
             .collect();
         assert_eq!(
             codes,
             [
-                "ok",
-                "invalid_field",
-                "duplicate_idempotency_key",
-                "invalid_field",
-                "missing_field",
-                "invalid_field",
-                "invalid_field",
-                "ok"
+                None,
+                Some(ErrorCode::InvalidField),
+                Some(ErrorCode::DuplicateIdempotencyKey),
+                Some(ErrorCode::InvalidField),
+                Some(ErrorCode::MissingField),
+                Some(ErrorCode::InvalidField),
+                Some(ErrorCode::InvalidField),
+                None
             ]
         );
     }

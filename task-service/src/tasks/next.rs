@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use leasehold::ErrorCode;
 use leasehold::server::{ApiError, validate_name, validate_name_within};
 use leasehold::tasks::{ClaimTasks, MAX_CLAIM, MAX_CLAIM_WAIT_MS, MAX_QUEUE_CHARS, Task};
 use leasehold::workers::ClaimantLease;
@@ -30,7 +31,7 @@ pub fn want(request: &ClaimTasks) -> Result<(Want, Duration), ApiError> {
     let wait_ms = request.wait_ms.unwrap_or(0);
     if wait_ms > MAX_CLAIM_WAIT_MS {
         return Err(ApiError::invalid(
-            "invalid_wait",
+            ErrorCode::InvalidWait,
             "wait_ms",
             format!("wait_ms must be at most {MAX_CLAIM_WAIT_MS}, got {wait_ms}"),
         ));
@@ -53,7 +54,7 @@ pub fn want_of(
     let limit = limit.unwrap_or(1);
     if !(1..=MAX_CLAIM).contains(&limit) {
         return Err(ApiError::invalid(
-            "invalid_limit",
+            ErrorCode::InvalidLimit,
             "limit",
             format!("limit must be between 1 and {MAX_CLAIM}, got {limit}"),
         ));
@@ -64,7 +65,7 @@ pub fn want_of(
             crate::workers::check_id(&worker.id)?;
             if worker.fence < 1 {
                 return Err(ApiError::invalid(
-                    "invalid_fence",
+                    ErrorCode::InvalidFence,
                     "worker.fence",
                     format!("a lease's fence is at least 1, got {}", worker.fence),
                 ));
@@ -189,7 +190,7 @@ mod tests {
         assert_eq!(most.limit, MAX_CLAIM);
         for bad in [0, -1, MAX_CLAIM + 1] {
             let err = want(&claim_request(Some(bad), None)).unwrap_err();
-            assert_eq!(err.code(), "invalid_limit", "limit {bad}");
+            assert_eq!(err.code(), ErrorCode::InvalidLimit, "limit {bad}");
         }
     }
 
@@ -198,6 +199,6 @@ mod tests {
         let (_, wait) = want(&claim_request(None, Some(MAX_CLAIM_WAIT_MS))).unwrap();
         assert_eq!(wait, Duration::from_secs(30));
         let err = want(&claim_request(None, Some(MAX_CLAIM_WAIT_MS + 1))).unwrap_err();
-        assert_eq!(err.code(), "invalid_wait");
+        assert_eq!(err.code(), ErrorCode::InvalidWait);
     }
 }

@@ -1,6 +1,7 @@
 //! Reads: one task, its history, a page of a listing, the counts per queue and status, the
 //! gauges, and the dashboard's overview. Nothing here locks a row or writes.
 
+use leasehold::ErrorCode;
 use leasehold::server::http::Page;
 use leasehold::server::{ApiError, validate_name_within};
 use leasehold::tasks::{MAX_QUEUE_CHARS, OneTask, TaskCounts, TaskStatus};
@@ -59,7 +60,7 @@ pub fn statuses(within: &[TaskStatus], wanted: Option<&str>) -> Result<Vec<TaskS
         for name in wanted.split(',') {
             chosen.push(TaskStatus::parse(name.trim()).ok_or_else(|| {
                 ApiError::invalid(
-                    "invalid_status",
+                    ErrorCode::InvalidStatus,
                     "status",
                     format!(
                         "unknown status {name:?}; known: pending, running, succeeded, dead, \
@@ -278,7 +279,7 @@ pub fn check_window(window_seconds: i64) -> Result<(), ApiError> {
         Ok(())
     } else {
         Err(ApiError::invalid(
-            "invalid_query",
+            ErrorCode::InvalidQuery,
             "window_seconds",
             "window_seconds must be 300, 3600 or 86400",
         ))
@@ -518,6 +519,6 @@ mod tests {
         let ended = [TaskStatus::Succeeded, TaskStatus::Dead];
         assert!(statuses(&ended, Some("running")).unwrap().is_empty());
         let err = statuses(&all, Some("pending,finished")).unwrap_err();
-        assert_eq!(err.code(), "invalid_status");
+        assert_eq!(err.code(), ErrorCode::InvalidStatus);
     }
 }

@@ -3,6 +3,7 @@
 //! a worker's lease means to that worker (lost, revoked, or lease-service unreachable or
 //! misconfigured, which is not the worker's fault and so is 503, not 409).
 
+use leasehold::ErrorCode;
 use leasehold::LeaseError;
 use leasehold::server::ApiError;
 use leasehold::tasks::TaskStatus;
@@ -11,14 +12,14 @@ use super::Engine;
 
 pub(super) fn task_not_found(id: i64) -> ApiError {
     ApiError::NotFound {
-        code: "task_not_found",
+        code: ErrorCode::TaskNotFound,
         message: format!("no task with id {id}"),
     }
 }
 
 pub(super) fn finished(id: i64, status: TaskStatus) -> ApiError {
     ApiError::Conflict {
-        code: "task_finished",
+        code: ErrorCode::TaskFinished,
         message: format!("task {id} is already {}", status.as_str()),
     }
 }
@@ -37,8 +38,11 @@ pub(super) fn lease_refusal(engine: &Engine, operation: &str, err: LeaseError) -
                 .inc();
             // An operator's revoke is named as such: the worker was evicted, not late.
             let code = match &err {
-                LeaseError::Lost { code, .. } if code == "lease_revoked" => "lease_revoked",
-                _ => "lease_lost",
+                LeaseError::Lost {
+                    code: ErrorCode::LeaseRevoked,
+                    ..
+                } => ErrorCode::LeaseRevoked,
+                _ => ErrorCode::LeaseLost,
             };
             ApiError::Conflict {
                 code,

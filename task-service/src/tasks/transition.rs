@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use diesel_async::AsyncConnection;
+use leasehold::ErrorCode;
 use leasehold::LeaseError;
 use leasehold::server::{ApiError, validate_name};
 use leasehold::tasks::{FailTask, Heartbeat, MAX_SNOOZE_SECONDS, SnoozeTask, Task, TaskStatus};
@@ -231,7 +232,7 @@ pub async fn snooze(
     validate_name("processor", &request.processor)?;
     if !request.seconds.is_finite() || !(0.0..=MAX_SNOOZE_SECONDS).contains(&request.seconds) {
         return Err(ApiError::invalid(
-            "invalid_snooze",
+            ErrorCode::InvalidSnooze,
             "seconds",
             format!(
                 "seconds must be between 0 and {MAX_SNOOZE_SECONDS}, got {}",
@@ -264,7 +265,7 @@ pub async fn retry(conn: &mut Db, engine: &Engine, id: i64) -> Result<Task, ApiE
             match task.status {
                 TaskStatus::Dead => Ok(repo::requeue_dead(conn, id).await?),
                 other => Err(ApiError::Conflict {
-                    code: "not_dead",
+                    code: ErrorCode::NotDead,
                     message: format!(
                         "task {id} is {}: only a dead task can be retried",
                         other.as_str()
@@ -340,7 +341,7 @@ pub(super) async fn finish(
                 .inc();
             engine.release_own_after_commit(&row, processor).await;
             Err(ApiError::Conflict {
-                code: "cancelled",
+                code: ErrorCode::Cancelled,
                 message: format!("task {} was cancelled; stop working on it", row.id),
             })
         }
@@ -361,7 +362,7 @@ pub(super) fn check_owner(
         && task.fence != Some(fence)
     {
         return Err(ApiError::Conflict {
-            code: "lease_lost",
+            code: ErrorCode::LeaseLost,
             message: format!(
                 "fence {fence} is not the task's current fence {}: another claim superseded yours",
                 task.fence.map_or("(none)".to_owned(), |f| f.to_string())
@@ -370,13 +371,13 @@ pub(super) fn check_owner(
     }
     if task.processor.as_deref() != Some(processor) {
         return Err(ApiError::Conflict {
-            code: "not_owner",
+            code: ErrorCode::NotOwner,
             message: format!("task {} is not claimed by {processor:?}", task.id),
         });
     }
     if status != TaskStatus::Running {
         return Err(ApiError::Conflict {
-            code: "lease_lost",
+            code: ErrorCode::LeaseLost,
             message: format!("task {} is no longer running", task.id),
         });
     }
@@ -388,46 +389,52 @@ mod tests {
     use super::*;
     use crate::tasks::fixtures;
 
-    fn refusal(task: &TaskRow, processor: &str, fence: Option<i64>) -> String {
-        check_owner(task, processor, fence)
-            .err()
-            .map_or("allowed".to_owned(), |err| err.code().to_owned())
+    fn refusal(task: &TaskRow, processor: &str, fence: Option<i64>) -> Result<(), ErrorCode> {
+        check_owner(task, processor, fence).map_err(|err| err.code())
     }
 
     #[test]
     fn the_current_worker_may_act_with_or_without_its_fence() {
         let task = fixtures::row(TaskStatus::Running, Some("w1"), Some(7));
-        assert_eq!(refusal(&task, "w1", Some(7)), "allowed");
-        assert_eq!(refusal(&task, "w1", None), "allowed");
+        assert_eq!(refusal(&task, "w1", Some(7)), Ok(()));
+        assert_eq!(refusal(&task, "w1", None), Ok(()));
     }
 
     #[test]
     fn a_superseded_fence_is_lost_even_under_the_same_name() {
         let task = fixtures::row(TaskStatus::Running, Some("w1"), Some(7));
-        assert_eq!(refusal(&task, "w1", Some(6)), "lease_lost");
+        assert_eq!(refusal(&task, "w1", Some(6)), Err(ErrorCode::LeaseLost));
         // The fence is judged first: a stale claim learns that it lost the lease.
-        assert_eq!(refusal(&task, "w2", Some(6)), "lease_lost");
+        assert_eq!(refusal(&task, "w2", Some(6)), Err(ErrorCode::LeaseLost));
     }
 
     #[test]
     fn another_worker_is_not_the_owner() {
         let task = fixtures::row(TaskStatus::Running, Some("w1"), Some(7));
-        assert_eq!(refusal(&task, "w2", None), "not_owner");
-        assert_eq!(refusal(&task, "w2", Some(7)), "not_owner");
+        assert_eq!(refusal(&task, "w2", None), Err(ErrorCode::NotOwner));
+        assert_eq!(refusal(&task, "w2", Some(7)), Err(ErrorCode::NotOwner));
     }
 
     #[test]
     fn a_task_no_longer_running_is_lost_and_a_finished_one_says_so() {
         let pending = fixtures::row(TaskStatus::Pending, Some("w1"), Some(7));
-        assert_eq!(refusal(&pending, "w1", Some(7)), "lease_lost");
+        assert_eq!(refusal(&pending, "w1", Some(7)), Err(ErrorCode::LeaseLost));
         for done in [
             TaskStatus::Succeeded,
             TaskStatus::Dead,
             TaskStatus::Cancelled,
         ] {
             let task = fixtures::row(done, Some("w1"), Some(7));
-            assert_eq!(refusal(&task, "w1", Some(7)), "task_finished", "{done:?}");
-            assert_eq!(refusal(&task, "w2", Some(6)), "task_finished", "{done:?}");
+            assert_eq!(
+                refusal(&task, "w1", Some(7)),
+                Err(ErrorCode::TaskFinished),
+                "{done:?}"
+            );
+            assert_eq!(
+                refusal(&task, "w2", Some(6)),
+                Err(ErrorCode::TaskFinished),
+                "{done:?}"
+            );
         }
     }
 }

@@ -7,6 +7,7 @@
 use std::sync::PoisonError;
 use std::time::Duration;
 
+use leasehold::ErrorCode;
 use leasehold::LeaseError;
 use leasehold::server::ApiError;
 
@@ -47,7 +48,7 @@ impl TtlVerdict {
             tracing::error!("{message}");
         }
         ApiError::Misconfigured {
-            code: "task_lease_ttl_rejected",
+            code: ErrorCode::TaskLeaseTtlRejected,
             message,
         }
     }
@@ -82,9 +83,11 @@ pub async fn check_lease_ttl(engine: &Engine) -> Result<(), ApiError> {
             });
             Ok(())
         }
-        Err(LeaseError::Rejected { code, error, .. }) if code == "invalid_ttl" => {
-            Err(engine.lease_ttl_verdict.reject(engine.lease_ttl, &error))
-        }
+        Err(LeaseError::Rejected {
+            code: ErrorCode::InvalidTtl,
+            error,
+            ..
+        }) => Err(engine.lease_ttl_verdict.reject(engine.lease_ttl, &error)),
         Err(err) => {
             tracing::debug!(error = %err, "could not probe the task lease TTL");
             Ok(())

@@ -3,6 +3,7 @@
 //! they hold what PostgreSQL cannot (NUL in `jsonb` or `text`) to a clear refusal instead of a
 //! database error.
 
+use leasehold::ErrorCode;
 use leasehold::server::{ApiError, validate_name_within};
 use leasehold::tasks::{CreateTask, MAX_QUEUE_CHARS};
 
@@ -20,7 +21,7 @@ const PRIORITY_RANGE: std::ops::RangeInclusive<i32> = -1000..=1000;
 pub fn validate_new(engine: &Engine, request: CreateTask) -> Result<NewTask, ApiError> {
     if !request.task_data.is_object() {
         return Err(ApiError::invalid(
-            "invalid_field",
+            ErrorCode::InvalidField,
             "task_data",
             "task_data must be a JSON object",
         ));
@@ -31,7 +32,7 @@ pub fn validate_new(engine: &Engine, request: CreateTask) -> Result<NewTask, Api
     let priority = request.priority.unwrap_or(0);
     if !PRIORITY_RANGE.contains(&priority) {
         return Err(ApiError::invalid(
-            "invalid_field",
+            ErrorCode::InvalidField,
             "priority",
             format!("priority must be between -1000 and 1000, got {priority}"),
         ));
@@ -39,7 +40,7 @@ pub fn validate_new(engine: &Engine, request: CreateTask) -> Result<NewTask, Api
     let max_attempts = request.max_attempts.unwrap_or(engine.default_max_attempts);
     if !(1..=1000).contains(&max_attempts) {
         return Err(ApiError::invalid(
-            "invalid_field",
+            ErrorCode::InvalidField,
             "max_attempts",
             format!("max_attempts must be between 1 and 1000, got {max_attempts}"),
         ));
@@ -72,14 +73,14 @@ pub(super) fn check_size(field: &'static str, value: &serde_json::Value) -> Resu
         .unwrap_or(usize::MAX);
     if size > MAX_DATA_BYTES {
         return Err(ApiError::invalid(
-            "too_large",
+            ErrorCode::TooLarge,
             field,
             format!("{field} is {size} bytes; at most {MAX_DATA_BYTES} are accepted"),
         ));
     }
     if leasehold::server::contains_nul(value) {
         return Err(ApiError::invalid(
-            "invalid_field",
+            ErrorCode::InvalidField,
             field,
             format!("{field} must not contain NUL characters (\\u0000)"),
         ));
@@ -99,10 +100,10 @@ mod tests {
         serde_json::from_value(body).unwrap()
     }
 
-    fn refusal(body: serde_json::Value) -> String {
+    fn refusal(body: serde_json::Value) -> Result<(), ErrorCode> {
         validate_new(&fixtures::engine(), request(body))
-            .err()
-            .map_or("accepted".to_owned(), |err| err.code().to_owned())
+            .map(drop)
+            .map_err(|err| err.code())
     }
 
     #[test]
@@ -115,54 +116,54 @@ mod tests {
 
     #[test]
     fn task_data_must_be_an_object() {
-        assert_eq!(refusal(json!({"task_data": [1]})), "invalid_field");
-        assert_eq!(refusal(json!({"task_data": "x"})), "invalid_field");
+        assert_eq!(
+            refusal(json!({"task_data": [1]})),
+            Err(ErrorCode::InvalidField)
+        );
+        assert_eq!(
+            refusal(json!({"task_data": "x"})),
+            Err(ErrorCode::InvalidField)
+        );
     }
 
     #[test]
     fn priority_is_held_to_its_range() {
         for ok in [-1000, 0, 1000] {
-            assert_eq!(
-                refusal(json!({"task_data": {}, "priority": ok})),
-                "accepted"
-            );
+            assert_eq!(refusal(json!({"task_data": {}, "priority": ok})), Ok(()));
         }
         for bad in [-1001, 1001] {
             assert_eq!(
                 refusal(json!({"task_data": {}, "priority": bad})),
-                "invalid_field"
+                Err(ErrorCode::InvalidField)
             );
         }
     }
 
     #[test]
     fn max_attempts_is_held_to_its_range() {
-        assert_eq!(
-            refusal(json!({"task_data": {}, "max_attempts": 1})),
-            "accepted"
-        );
+        assert_eq!(refusal(json!({"task_data": {}, "max_attempts": 1})), Ok(()));
         assert_eq!(
             refusal(json!({"task_data": {}, "max_attempts": 1000})),
-            "accepted"
+            Ok(())
         );
         assert_eq!(
             refusal(json!({"task_data": {}, "max_attempts": 0})),
-            "invalid_field"
+            Err(ErrorCode::InvalidField)
         );
         assert_eq!(
             refusal(json!({"task_data": {}, "max_attempts": 1001})),
-            "invalid_field"
+            Err(ErrorCode::InvalidField)
         );
     }
 
     #[test]
     fn queue_and_key_are_held_to_their_byte_limits() {
         let queue = |n: usize| json!({"task_data": {}, "queue": "q".repeat(n)});
-        assert_eq!(refusal(queue(MAX_QUEUE_CHARS)), "accepted");
-        assert_ne!(refusal(queue(MAX_QUEUE_CHARS + 1)), "accepted");
+        assert_eq!(refusal(queue(MAX_QUEUE_CHARS)), Ok(()));
+        assert_ne!(refusal(queue(MAX_QUEUE_CHARS + 1)), Ok(()));
         let key = |n: usize| json!({"task_data": {}, "idempotency_key": "k".repeat(n)});
-        assert_eq!(refusal(key(MAX_KEY_CHARS)), "accepted");
-        assert_ne!(refusal(key(MAX_KEY_CHARS + 1)), "accepted");
+        assert_eq!(refusal(key(MAX_KEY_CHARS)), Ok(()));
+        assert_ne!(refusal(key(MAX_KEY_CHARS + 1)), Ok(()));
     }
 
     #[test]
@@ -171,7 +172,7 @@ mod tests {
         let sized = |n: usize| json!({"a": "x".repeat(n - 8)});
         assert!(check_size("task_data", &sized(MAX_DATA_BYTES)).is_ok());
         let err = check_size("task_data", &sized(MAX_DATA_BYTES + 1)).unwrap_err();
-        assert_eq!(err.code(), "too_large");
+        assert_eq!(err.code(), ErrorCode::TooLarge);
     }
 
     #[test]
@@ -182,7 +183,7 @@ mod tests {
             json!({"a": [1, {"b": ["\u{0}"]}]}),
         ] {
             let err = check_size("task_data", &value).unwrap_err();
-            assert_eq!(err.code(), "invalid_field", "{value}");
+            assert_eq!(err.code(), ErrorCode::InvalidField, "{value}");
         }
         assert!(check_size("task_data", &json!({"a": ["x", {"b": "0"}]})).is_ok());
     }

@@ -3,6 +3,7 @@
 
 use std::sync::PoisonError;
 
+use leasehold::ErrorCode;
 use leasehold::LeaseError;
 use leasehold::api::Lease;
 use leasehold::server::ApiError;
@@ -312,7 +313,11 @@ impl<'w> Round<'w> {
     /// Records why a lease-service call of this round failed: no claim of it succeeds then.
     fn lease_call_failed(&mut self, engine: &Engine, err: LeaseError) {
         match err {
-            LeaseError::Rejected { code, error, .. } if code == "invalid_ttl" => {
+            LeaseError::Rejected {
+                code: ErrorCode::InvalidTtl,
+                error,
+                ..
+            } => {
                 self.misconfigured =
                     Some(engine.lease_ttl_verdict.reject(engine.lease_ttl, &error));
             }
