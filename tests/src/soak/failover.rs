@@ -111,9 +111,15 @@ impl std::fmt::Display for FailoverReport {
         if self.missing.is_empty() {
             writeln!(f, "every acknowledged write is on the surviving primary")?;
         } else {
+            // The first few say what was lost; hundreds would push the rest of the report out
+            // of what CI shows.
+            const SHOWN: usize = 20;
             writeln!(f, "LOST {} acknowledged writes:", self.missing.len())?;
-            for missing in &self.missing {
+            for missing in self.missing.iter().take(SHOWN) {
                 writeln!(f, "  {missing}")?;
+            }
+            if self.missing.len() > SHOWN {
+                writeln!(f, "  ... and {} more", self.missing.len() - SHOWN)?;
             }
         }
         writeln!(
@@ -261,6 +267,8 @@ async fn ledger_client(
 pub struct Injected {
     fault: Fault,
     injected: Instant,
+    /// The injection's wall-clock time, to match against the logs' (`HH:MM:SS.mmm`, local).
+    wall: String,
     promoted: Instant,
     healthy: Instant,
 }
@@ -281,6 +289,7 @@ pub async fn inject(
         .node_pid(old)
         .ok_or("the primary is not running")?;
     let injected = Instant::now();
+    let wall = chrono::Local::now().format("%H:%M:%S%.3f").to_string();
     match fault {
         Fault::Failover => {
             let result = tokio::task::block_in_place(|| formation.perform_failover());
@@ -322,6 +331,7 @@ pub async fn inject(
     Ok(Injected {
         fault,
         injected,
+        wall,
         promoted,
         healthy: Instant::now(),
     })
@@ -359,7 +369,12 @@ pub fn timeline(injected: &[Injected], lost: &[(String, Instant)]) -> Vec<String
     for fault in injected {
         events.push((
             fault.injected,
-            format!("{} {:?} injected", at(fault.injected), fault.fault),
+            format!(
+                "{} {:?} injected (at {})",
+                at(fault.injected),
+                fault.fault,
+                fault.wall
+            ),
         ));
         events.push((
             fault.promoted,

@@ -242,13 +242,17 @@ pub async fn run(options: SoakOptions) -> Summary {
         report,
         failover,
         log_dir: log_dir.display().to_string(),
+        story: Vec::new(),
     };
+    let mut summary = summary;
     // A failed run's logs are what tells its story: the services' would go with them as the
     // stack stops (the verdict is not a panic), the formation's with its directory.
     if !summary.passed() {
         crate::keep_logs();
         if let Some(backing) = &backing {
-            backing.formation.lock().await.copy_logs_to(&log_dir);
+            let formation = backing.formation.lock().await;
+            formation.copy_logs_to(&log_dir);
+            summary.story = story(formation.story(), &log_dir);
         }
     }
     drop(stack);
@@ -260,5 +264,63 @@ fn record(done: Result<Result<(), String>, tokio::task::JoinError>, errors: &mut
         Ok(Ok(())) => {}
         Ok(Err(error)) => errors.push(error),
         Err(join) => errors.push(format!("a fault task failed: {join}")),
+    }
+}
+
+/// The formation's story merged with the services' sessions (which node each opened a session
+/// on, by the line `leasehold::server::database` logs), in time order by each line's first
+/// `HH:MM:SS`.
+fn story(formation: Vec<String>, log_dir: &std::path::Path) -> Vec<String> {
+    const SESSION: &str = "database session opened on a writable node";
+    let mut lines = formation;
+    if let Ok(entries) = std::fs::read_dir(log_dir) {
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !(name.starts_with("lease-service") || name.starts_with("task-service")) {
+                continue;
+            }
+            let Ok(text) = std::fs::read_to_string(entry.path()) else {
+                continue;
+            };
+            let service = name.trim_end_matches(".log");
+            lines.extend(
+                text.lines()
+                    .filter(|line| line.contains(SESSION))
+                    .map(|line| format!("{service} {line}")),
+            );
+        }
+    }
+    lines.sort_by_key(|line| clock_of(line).to_owned());
+    lines
+}
+
+/// The first `HH:MM:SS` in `line`, or "" when it has none.
+fn clock_of(line: &str) -> &str {
+    let bytes = line.as_bytes();
+    (0..bytes.len().saturating_sub(7))
+        .find(|&i| {
+            let b = &bytes[i..i + 8];
+            b[2] == b':'
+                && b[5] == b':'
+                && [0, 1, 3, 4, 6, 7].iter().all(|&j| b[j].is_ascii_digit())
+        })
+        .map_or("", |i| &line[i..i + 8])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::clock_of;
+
+    #[test]
+    fn a_lines_clock_is_its_first_hh_mm_ss_in_either_log_format() {
+        assert_eq!(
+            clock_of("node1 06:49:16 2122 INFO  FSM transition"),
+            "06:49:16"
+        );
+        assert_eq!(
+            clock_of("lease-service-1 2026-11-28T06:49:16.123Z  INFO opened"),
+            "06:49:16"
+        );
+        assert_eq!(clock_of("no clock 12:3 here"), "");
     }
 }

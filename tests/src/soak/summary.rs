@@ -29,6 +29,9 @@ pub struct Summary {
     pub failover: Option<super::FailoverReport>,
     /// Where the services' logs are.
     pub log_dir: String,
+    /// A failed run on a formation: what its keepers did and which node each service session
+    /// wrote to, in time order (CI shows a failed test's output, not its logs).
+    pub story: Vec<String>,
 }
 
 impl Summary {
@@ -97,6 +100,15 @@ impl fmt::Display for Summary {
                 self.options.drain_timeout,
                 self.left.as_deref().unwrap_or("(nothing read)")
             )?,
+        }
+        if !self.story.is_empty() {
+            writeln!(
+                f,
+                "the formation's story (keepers' transitions, services' sessions):"
+            )?;
+            for line in &self.story {
+                writeln!(f, "  {line}")?;
+            }
         }
         if let Some(failover) = &self.failover {
             write!(f, "{failover}")?;

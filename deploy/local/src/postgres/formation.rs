@@ -332,6 +332,40 @@ impl Formation {
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// What each node's keeper did, in time order: its state machine's transitions and the
+    /// settings that decide which node takes writes and whether a commit waits for a standby.
+    /// Lines as the logs have them (`HH:MM:SS`, local time of this machine), each after its
+    /// node's name: for a failed test's report, where the logs themselves may be out of reach.
+    pub fn story(&self) -> Vec<String> {
+        const TOLD: [&str; 5] = [
+            "FSM transition from",
+            "Setting synchronous_standby_names",
+            "Setting default_transaction_read_only",
+            "network partition",
+            "Failed to",
+        ];
+        let mut lines: Vec<(String, String)> = Vec::new();
+        for node in &self.nodes {
+            let Ok(text) = std::fs::read_to_string(&node.log) else {
+                continue;
+            };
+            for line in text
+                .lines()
+                .filter(|line| TOLD.iter().any(|t| line.contains(t)))
+            {
+                let time = line
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned();
+                lines.push((time, format!("{} {line}", node.name)));
+            }
+        }
+        // Stable: a node's lines of one second keep their order.
+        lines.sort_by(|a, b| a.0.cmp(&b.0));
+        lines.into_iter().map(|(_, line)| line).collect()
+    }
+
     /// Copies the monitor's and each node's logs (pg_autoctl's, and PostgreSQL's own under
     /// `PGDATA/log`) into `dir`, named by node: the directory they live in goes with the
     /// formation, and a failed test needs them after.
