@@ -283,11 +283,16 @@ fn story(formation: Vec<String>, log_dir: &std::path::Path) -> Vec<String> {
                 continue;
             };
             let service = name.trim_end_matches(".log");
-            lines.extend(
-                text.lines()
-                    .filter(|line| line.contains(SESSION))
-                    .map(|line| format!("{service} {line}")),
-            );
+            // A service opens sessions all the time: only a move to another node or timeline
+            // is part of the story.
+            let mut last = "";
+            for line in text.lines().filter(|line| line.contains(SESSION)) {
+                let node = line.find("host=").map_or("", |at| &line[at..]);
+                if node != last {
+                    lines.push(format!("{service} {} session on {node}", clock_of(line)));
+                    last = node;
+                }
+            }
         }
     }
     lines.sort_by_key(|line| clock_of(line).to_owned());
