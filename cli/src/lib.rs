@@ -9,10 +9,11 @@
 //! `tasks tail`) show a live count on standard error while standard output stays clean.
 //!
 //! Layout: one module per command group, as in tokio mini-redis's `src/cmd/`: `leases`,
-//! `tasks`, `generator`, `queues` and `schedules` each hold their clap subcommand and the code
-//! that runs it; `api` holds the two services' clients (`leasehold::LeaseClient` and
-//! `leasehold::TaskClient`, the typed clients every caller shares) and how a failed request is
-//! reported, `out` the output (JSON, tables, progress). This file holds the top-level command line and `run`.
+//! `tasks`, `generator`, `queues`, `schedules` and `workers` each hold their clap subcommand
+//! and the code that runs it (`leases` and `tasks`, the larger, one module per operation);
+//! `api` holds the two services' clients (`leasehold::LeaseClient` and `leasehold::TaskClient`,
+//! the typed clients every caller shares) and how a failed request is reported, `out` the
+//! output (JSON, tables, progress). This file holds the top-level command line and `run`.
 
 mod api;
 mod generator;
