@@ -15,8 +15,8 @@ use leasehold::tasks::{
 };
 use tracing::field::Empty;
 
+use super::owner::{check_owner, finish};
 use super::refusal::{lease_refusal, task_not_found};
-use super::transition::{check_owner, finish};
 use super::validate::check_size;
 use super::{CompletionGroups, Engine, Transition, cover};
 use crate::repo::{self, Db, TaskRow};

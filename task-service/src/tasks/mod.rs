@@ -34,19 +34,24 @@
 //! row lookups, and the mapping of a row to the API's [`Task`].
 
 mod bulk;
+mod cancel;
 mod claim;
 mod complete;
 mod complete_then_claim;
 mod cover;
 mod create;
 pub mod create_many;
+mod fail;
 mod groups;
+mod heartbeat;
 mod limits;
 mod next;
+mod owner;
 pub mod read;
 mod ready;
 mod refusal;
-mod transition;
+mod retry;
+mod snooze;
 mod ttl;
 mod validate;
 
@@ -62,17 +67,21 @@ use crate::repo::{self, Db, TaskRow};
 use leasehold::server::wakeups::Wakeups;
 
 pub use bulk::{cancel_many, delete_many, retry_many};
+pub use cancel::cancel;
 pub use claim::{Claimed, Want, claim_group, claims_per_group, end_cancelled};
 pub use complete::{Completion, complete, complete_group, complete_many, completions_per_group};
 pub use complete_then_claim::complete_then_claim;
 pub use create::{Created, create};
 pub use create_many::create_many;
+pub use fail::fail;
 pub use groups::{ClaimGroups, CompletionGroups, claim_groups, completion_groups};
+pub use heartbeat::heartbeat;
 pub use limits::Unlimited;
 pub use next::{WAKEUP_CHANNEL, claim, want};
 pub use read::{counts, events, get, overview};
 pub use ready::ready;
-pub use transition::{cancel, fail, heartbeat, retry, snooze};
+pub use retry::retry;
+pub use snooze::snooze;
 pub use ttl::{TtlVerdict, check_lease_ttl};
 pub use validate::{MAX_DATA_BYTES, validate_new};
 
