@@ -75,6 +75,7 @@ pub mod strict;
 pub mod task_client;
 pub mod tasks;
 pub mod telemetry;
+mod transport;
 pub mod workers;
 
 pub use api::{ErrorBody, ErrorCode, Lease, LeaseStatus};

@@ -15,12 +15,11 @@ mod worker;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use crate::ErrorCode;
+use crate::transport::{self, Call, Sent};
 use reqwest::StatusCode;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tracing::Instrument;
-
-use crate::{ErrorBody, ErrorCode};
 
 pub use operator::{Bulk, Created, QueueListing, TaskCounts, TaskListing};
 
@@ -131,8 +130,23 @@ impl TaskClient {
         let index = self.current.load(Ordering::Relaxed) % count;
         let base = self.urls.get(index).map_or("", String::as_str);
         let url = format!("{base}{path}");
-        let timeout = self.timeout.saturating_add(wait);
-        let result = exchange(&self.http, method, &url, query, body, timeout).await;
+        let call = Call {
+            method,
+            url: &url,
+            query,
+            body,
+            bearer: None,
+            timeout: Some(self.timeout.saturating_add(wait)),
+        };
+        let result = match transport::exchange(&self.http, "task-service", call).await {
+            Sent::Answer { status, body } => Ok(Answer { status, body }),
+            Sent::Refused { status, body } => Err(CallError::Refused {
+                status: status.as_u16(),
+                code: body.code,
+                error: body.error,
+            }),
+            Sent::Transient(reason) => Err(CallError::Transient(reason)),
+        };
         if let Err(CallError::Transient(reason)) = &result
             && count > 1
         {
@@ -155,69 +169,6 @@ impl TaskClient {
     }
 }
 
-async fn exchange<B: Serialize>(
-    http: &reqwest::Client,
-    method: reqwest::Method,
-    url: &str,
-    query: &[(&str, String)],
-    body: Option<&B>,
-    timeout: Duration,
-) -> Result<Answer, CallError> {
-    let span = crate::telemetry::client_span(method.as_str(), url);
-    let sent = async {
-        let mut request = http
-            .request(method, url)
-            .timeout(timeout)
-            .headers(crate::telemetry::inject())
-            .query(query);
-        if let Some(body) = body {
-            request = request.json(body);
-        }
-        request.send().await
-    }
-    .instrument(span.clone())
-    .await;
-    let response = sent.map_err(|err| {
-        let reason = crate::lease_client::describe(&err);
-        crate::telemetry::record_response(&span, Err(&reason));
-        CallError::Transient(reason)
-    })?;
-    let status = response.status();
-    crate::telemetry::record_response(&span, Ok(status.as_u16()));
-    let bytes = response
-        .bytes()
-        .await
-        .map_err(|err| CallError::Transient(crate::lease_client::describe(&err)))?;
-    if status.is_success() {
-        return Ok(Answer {
-            status,
-            body: bytes.to_vec(),
-        });
-    }
-    Err(failure(status, &bytes))
-}
-
-/// A non-2xx answer as a [`CallError`]: transient when it says "try later".
-fn failure(status: StatusCode, bytes: &[u8]) -> CallError {
-    let body: Option<ErrorBody> = serde_json::from_slice(bytes).ok();
-    if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
-        let detail = body.map_or_else(String::new, |b| format!(" ({}: {})", b.code, b.error));
-        return CallError::Transient(format!("task-service answered {status}{detail}"));
-    }
-    let (code, error) = match body {
-        Some(body) => (body.code, body.error),
-        None => (
-            ErrorCode::Unknown,
-            String::from_utf8_lossy(bytes).chars().take(200).collect(),
-        ),
-    };
-    CallError::Refused {
-        status: status.as_u16(),
-        code,
-        error,
-    }
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -234,32 +185,5 @@ mod tests {
         assert!(refused(404).is_loss());
         assert!(!refused(400).is_loss());
         assert!(!CallError::Transient("x".to_owned()).is_loss());
-    }
-
-    #[test]
-    fn only_refusals_that_say_try_later_are_transient() {
-        let body = br#"{"error":"busy","code":"unavailable"}"#;
-        for status in [
-            StatusCode::SERVICE_UNAVAILABLE,
-            StatusCode::TOO_MANY_REQUESTS,
-        ] {
-            let err = failure(status, body);
-            assert!(matches!(err, CallError::Transient(_)), "{err}");
-            assert!(err.to_string().contains("unavailable: busy"), "{err}");
-        }
-        let stopped = failure(
-            StatusCode::CONFLICT,
-            br#"{"error":"stopped","code":"generator_stopped"}"#,
-        );
-        assert_eq!(stopped.code(), Some(&ErrorCode::GeneratorStopped));
-        let unreadable = failure(StatusCode::BAD_REQUEST, b"<html>no</html>");
-        assert_eq!(
-            unreadable,
-            CallError::Refused {
-                status: 400,
-                code: ErrorCode::Unknown,
-                error: "<html>no</html>".to_owned(),
-            }
-        );
     }
 }

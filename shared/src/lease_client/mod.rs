@@ -8,7 +8,6 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use reqwest::StatusCode;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -18,59 +17,15 @@ use crate::api::{
     Lease, LeaseCheck, LeasePage, LeaseRef, Proof, ReleaseLease, ReleaseLeases, ReleasedLeases,
     RenewLease, Secret,
 };
+use crate::transport::{self, Call, Sent};
 
 // The operators' calls (list, read by id, revoke), in a file of their own.
 mod admin;
+mod error;
 mod wait;
 pub use admin::{LeaseListing, LeaseSet};
-
-/// Why a lease call did not succeed.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum LeaseError {
-    /// Another holder has an unexpired lease on the resource.
-    #[error("lease on {resource:?} is held by {holder:?} until {expires_at:?}")]
-    Held {
-        resource: String,
-        holder: String,
-        expires_at: Option<DateTime<Utc>>,
-        /// Time left on the holder's lease, by the database's clock when it answered.
-        expires_in: Option<Duration>,
-    },
-    /// The lease is no longer ours: expired, released, revoked by an operator (`lease_revoked`),
-    /// taken over, stale fence, or gone.
-    #[error("lease lost ({code}): {reason}")]
-    Lost { code: ErrorCode, reason: String },
-    /// lease-service could not be reached or failed, after retries.
-    #[error("lease-service unavailable: {0}")]
-    Unavailable(String),
-    /// The request was refused as invalid (a 4xx other than a conflict).
-    #[error("lease-service refused the request ({status} {code}): {error}")]
-    Rejected {
-        status: u16,
-        code: ErrorCode,
-        error: String,
-    },
-    /// `acquire_with_timeout` gave up.
-    #[error("gave up acquiring {resource:?} after {waited:?}; last holder {last_holder:?}")]
-    AcquireTimeout {
-        resource: String,
-        waited: Duration,
-        last_holder: Option<String>,
-    },
-    /// A guard was configured in a way that cannot keep a lease.
-    #[error("invalid lease guard configuration: {0}")]
-    InvalidConfig(String),
-}
-
-impl LeaseError {
-    /// True when lease-service answered and said no, as opposed to not answering.
-    pub fn is_refusal(&self) -> bool {
-        matches!(
-            self,
-            Self::Held { .. } | Self::Lost { .. } | Self::Rejected { .. }
-        )
-    }
-}
+pub use error::LeaseError;
+use error::refusal;
 
 pub use crate::retry::RetryPolicy;
 
@@ -443,113 +398,32 @@ impl LeaseClient {
         body: Option<&B>,
         wait: Duration,
     ) -> Outcome<T> {
-        use tracing::Instrument;
-        let span = crate::telemetry::client_span(method.as_str(), url);
-        let sent = async {
-            let mut request = self
-                .http
-                .request(method, url)
-                .headers(crate::telemetry::inject())
-                .query(query);
-            if let Some(token) = &self.bearer {
-                request = request.bearer_auth(token.expose());
-            }
-            if !wait.is_zero() {
-                let timeout = self.timeout.unwrap_or(Duration::from_secs(30));
-                request = request.timeout(timeout.saturating_add(wait));
-            }
-            if let Some(body) = body {
-                request = request.json(body);
-            }
-            request.send().await
-        }
-        .instrument(span.clone())
-        .await;
-        let response = match sent {
-            Ok(response) => response,
-            Err(err) => {
-                let reason = describe(&err);
-                crate::telemetry::record_response(&span, Err(&reason));
-                return Outcome::Transient(reason);
-            }
+        let call = Call {
+            method,
+            url,
+            query,
+            body,
+            bearer: self.bearer.as_ref(),
+            timeout: (!wait.is_zero()).then(|| {
+                self.timeout
+                    .unwrap_or(Duration::from_secs(30))
+                    .saturating_add(wait)
+            }),
         };
-        let status = response.status();
-        crate::telemetry::record_response(&span, Ok(status.as_u16()));
-        let bytes = match response.bytes().await {
-            Ok(bytes) => bytes,
-            Err(err) => return Outcome::Transient(describe(&err)),
-        };
-        if status.is_success() {
-            return match serde_json::from_slice(&bytes) {
+        match transport::exchange(&self.http, "lease-service", call).await {
+            Sent::Answer { status, body } => match serde_json::from_slice(&body) {
                 Ok(value) => Outcome::Ok(status, value),
                 Err(err) => {
                     Outcome::Transient(format!("unreadable answer from lease-service: {err}"))
                 }
-            };
+            },
+            Sent::Refused { status, body } => Outcome::Refused(status, body),
+            Sent::Transient(reason) => Outcome::Transient(reason),
         }
-        if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
-            return Outcome::Transient(format!("lease-service answered {status}"));
-        }
-        let body = serde_json::from_slice(&bytes).unwrap_or_else(|_| {
-            ErrorBody::new(
-                ErrorCode::Unknown,
-                String::from_utf8_lossy(&bytes)
-                    .chars()
-                    .take(200)
-                    .collect::<String>(),
-            )
-        });
-        Outcome::Refused(status, body)
     }
 }
 
 /// Whole seconds, at least 1: lease-service counts TTLs in seconds.
 fn ttl_seconds(ttl: Duration) -> i64 {
     i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX).max(1)
-}
-
-/// A failed HTTP exchange in a few words that say which kind it was (timed out, could not
-/// connect, or reqwest's own words): what the clients of both services log and report.
-pub fn describe(err: &reqwest::Error) -> String {
-    if err.is_timeout() {
-        format!("timed out: {err}")
-    } else if err.is_connect() {
-        format!("cannot connect: {err}")
-    } else {
-        err.to_string()
-    }
-}
-
-fn refusal(
-    resource: &str,
-    status: Option<StatusCode>,
-    err: Result<ErrorBody, String>,
-) -> LeaseError {
-    let body = match (status, err) {
-        (_, Err(reason)) | (None, Ok(ErrorBody { error: reason, .. })) => {
-            return LeaseError::Unavailable(reason);
-        }
-        (Some(_), Ok(body)) => body,
-    };
-    let status = status.unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    match (status, &body.code) {
-        (StatusCode::CONFLICT, ErrorCode::LeaseHeld) => LeaseError::Held {
-            resource: resource.to_owned(),
-            holder: body.holder.unwrap_or_default(),
-            expires_at: body.expires_at,
-            expires_in: body
-                .expires_in_ms
-                .and_then(|ms| u64::try_from(ms).ok())
-                .map(Duration::from_millis),
-        },
-        (StatusCode::CONFLICT | StatusCode::NOT_FOUND, _) => LeaseError::Lost {
-            code: body.code,
-            reason: body.error,
-        },
-        _ => LeaseError::Rejected {
-            status: status.as_u16(),
-            code: body.code,
-            error: body.error,
-        },
-    }
 }
