@@ -264,53 +264,7 @@ pub async fn acquire_many(
         request.resources.len(),
         MAX_BATCH_RESOURCES,
     )?;
-    for resource in &request.resources {
-        validate_name("resource", resource)?;
-    }
-    if let Some(resource) = first_duplicate(&request.resources) {
-        return Err(ApiError::invalid(
-            ErrorCode::DuplicateResource,
-            "resources",
-            format!("resource {resource:?} is listed twice"),
-        ));
-    }
-    let holders: Vec<&str> = match (&request.holder, &request.holders) {
-        (Some(holder), None) => {
-            validate_name("holder", holder)?;
-            request.resources.iter().map(|_| holder.as_str()).collect()
-        }
-        (None, Some(holders)) => {
-            if holders.len() != request.resources.len() {
-                return Err(ApiError::invalid(
-                    ErrorCode::InvalidBatch,
-                    "holders",
-                    format!(
-                        "holders must name one holder per resource: {} holders for {} resources",
-                        holders.len(),
-                        request.resources.len()
-                    ),
-                ));
-            }
-            for holder in holders {
-                validate_name("holders", holder)?;
-            }
-            holders.iter().map(String::as_str).collect()
-        }
-        (None, None) => {
-            return Err(ApiError::invalid(
-                ErrorCode::MissingField,
-                "holder",
-                "missing field `holder` (or `holders`, one per resource)",
-            ));
-        }
-        (Some(_), Some(_)) => {
-            return Err(ApiError::invalid(
-                ErrorCode::InvalidBatch,
-                "holders",
-                "give either `holder` or `holders`, not both",
-            ));
-        }
-    };
+    let holders = batch_holders(request)?;
     let ttl_seconds = ttl.resolve(request.ttl_seconds)?;
     check_metadata(request.metadata.as_ref())?;
     let new_secrets: Vec<String> = request.resources.iter().map(|_| new_secret()).collect();
@@ -353,6 +307,64 @@ pub async fn acquire_many(
             Acquired::Contended => {}
         }
     }
+    count_batch(metrics, &answer);
+    Ok(answer)
+}
+
+/// A batch acquire's resources checked (names, no repeats) and its holder for each: `holder`
+/// for all, or `holders` one per resource.
+fn batch_holders(request: &AcquireLeases) -> Result<Vec<&str>, ApiError> {
+    for resource in &request.resources {
+        validate_name("resource", resource)?;
+    }
+    if let Some(resource) = first_duplicate(&request.resources) {
+        return Err(ApiError::invalid(
+            ErrorCode::DuplicateResource,
+            "resources",
+            format!("resource {resource:?} is listed twice"),
+        ));
+    }
+    Ok(match (&request.holder, &request.holders) {
+        (Some(holder), None) => {
+            validate_name("holder", holder)?;
+            request.resources.iter().map(|_| holder.as_str()).collect()
+        }
+        (None, Some(holders)) => {
+            if holders.len() != request.resources.len() {
+                return Err(ApiError::invalid(
+                    ErrorCode::InvalidBatch,
+                    "holders",
+                    format!(
+                        "holders must name one holder per resource: {} holders for {} resources",
+                        holders.len(),
+                        request.resources.len()
+                    ),
+                ));
+            }
+            for holder in holders {
+                validate_name("holders", holder)?;
+            }
+            holders.iter().map(String::as_str).collect()
+        }
+        (None, None) => {
+            return Err(ApiError::invalid(
+                ErrorCode::MissingField,
+                "holder",
+                "missing field `holder` (or `holders`, one per resource)",
+            ));
+        }
+        (Some(_), Some(_)) => {
+            return Err(ApiError::invalid(
+                ErrorCode::InvalidBatch,
+                "holders",
+                "give either `holder` or `holders`, not both",
+            ));
+        }
+    })
+}
+
+/// Counts a batch's acquisitions, reentrant acquires and refusals.
+fn count_batch(metrics: &Metrics, answer: &AcquiredLeases) {
     let count = |n: usize| u64::try_from(n).unwrap_or(0);
     metrics
         .acquisitions
@@ -366,7 +378,6 @@ pub async fn acquire_many(
         .conflicts
         .with_label_values(&["acquire", ErrorCode::LeaseHeld.as_str()])
         .inc_by(count(answer.held.len()));
-    Ok(answer)
 }
 
 #[cfg(test)]

@@ -126,6 +126,17 @@ impl<'w> Round<'w> {
                 started_at: limits.started_at(&task),
             });
         }
+        self.record_claims(conn, engine, &to_claim).await
+    }
+
+    /// Records the claims of `to_claim` in one statement, and each request's tasks in the order
+    /// the candidates came: priority, then schedule.
+    async fn record_claims(
+        &mut self,
+        conn: &mut Db,
+        engine: &Engine,
+        to_claim: &[ToClaim],
+    ) -> Result<(), ApiError> {
         if to_claim.is_empty() {
             return Ok(());
         }
@@ -164,7 +175,7 @@ impl<'w> Round<'w> {
                 .map(|row| (row.id, row))
                 .collect();
         // Each request's tasks in the order the candidates came: priority, then schedule.
-        for claim in &to_claim {
+        for claim in to_claim {
             if let Some(row) = rows.remove(&claim.task.0) {
                 self.claimed[claim.owner].push(row);
             }
