@@ -44,6 +44,19 @@ impl std::str::FromStr for CatchUp {
     }
 }
 
+/// A `catch_up` read from task-service's schedules table. A word this enum does not know is an
+/// error, never a guess: the column's CHECK constraint allows only these two.
+#[cfg(feature = "server")]
+impl diesel::deserialize::FromSql<diesel::sql_types::Text, diesel::pg::Pg> for CatchUp {
+    fn from_sql(value: diesel::pg::PgValue<'_>) -> diesel::deserialize::Result<Self> {
+        let text = <String as diesel::deserialize::FromSql<
+            diesel::sql_types::Text,
+            diesel::pg::Pg,
+        >>::from_sql(value)?;
+        Ok(text.parse()?)
+    }
+}
+
 /// `PUT /api/schedules/{name}` (the whole definition, replacing any before), and, with its
 /// name, `POST /api/schedules` ([`CreateSchedule`]). A field it does not take (a task's
 /// `idempotency_key` or `scheduled_at`, a typo) is refused, not dropped: the schedule would

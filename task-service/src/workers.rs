@@ -54,7 +54,11 @@ pub async fn beat(engine: &Engine, id: &str, beat: &WorkerBeat) -> Result<Worker
     }
     let resource = resource(id);
     let ttl = Duration::from_secs(beat.ttl_seconds.unsigned_abs());
-    let metadata = serde_json::to_value(&beat.info)
+    let registered = Registered {
+        id: id.to_owned(),
+        info: beat.info.clone(),
+    };
+    let metadata = serde_json::to_value(&registered)
         .map_err(|err| ApiError::Internal(format!("encoding a worker's info: {err}")))?;
     if let Some(fence) = beat.fence {
         let proof = Proof {
@@ -195,9 +199,18 @@ pub async fn list(engine: &Engine) -> Result<Workers, ApiError> {
     Ok(Workers { workers })
 }
 
-/// A worker process as its lease shows it.
+/// What a worker process's lease carries as metadata: the process's id, which the listing reads
+/// here rather than cut out of the lease's resource name, and what the process says of itself.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Registered {
+    id: String,
+    #[serde(flatten)]
+    info: WorkerInfo,
+}
+
+/// A worker process as its lease shows it; none for a lease its beats did not take.
 fn state(lease: Lease) -> Option<WorkerState> {
-    let id = lease.resource.strip_prefix(RESOURCE_PREFIX)?.to_owned();
+    let Registered { id, info } = serde_json::from_value(lease.metadata?).ok()?;
     let liveness = match lease.status {
         LeaseStatus::Active => WorkerLiveness::Alive,
         LeaseStatus::Released | LeaseStatus::Revoked => WorkerLiveness::Stopped,
@@ -206,10 +219,7 @@ fn state(lease: Lease) -> Option<WorkerState> {
     Some(WorkerState {
         id,
         liveness,
-        // What the process said; nothing when the lease was taken by anything else.
-        info: lease
-            .metadata
-            .and_then(|metadata| serde_json::from_value::<WorkerInfo>(metadata).ok()),
+        info: Some(info),
         since: lease.created_at,
         last_beat_at: lease.renewed_at.unwrap_or(lease.created_at),
         until: lease.released_at.unwrap_or(lease.expires_at),

@@ -7,6 +7,7 @@ use diesel::query_builder::{BoxedSqlQuery, SqlQuery};
 use diesel::sql_types::{BigInt, Bool, Integer, Jsonb, Nullable, Text, Timestamptz};
 use diesel::{OptionalExtension, QueryableByName};
 use diesel_async::RunQueryDsl;
+use leasehold::schedules::CatchUp;
 use leasehold::server::db::{Cache, OneRow};
 use tracing::Instrument;
 
@@ -32,7 +33,7 @@ pub struct ScheduleRow {
     #[diesel(sql_type = Integer)]
     pub max_attempts: i32,
     #[diesel(sql_type = Text)]
-    pub catch_up: String,
+    pub catch_up: CatchUp,
     #[diesel(sql_type = Integer)]
     pub misfire_grace_seconds: i32,
     #[diesel(sql_type = Bool)]
@@ -65,7 +66,7 @@ pub struct NewSchedule {
     pub queue: String,
     pub priority: i32,
     pub max_attempts: i32,
-    pub catch_up: &'static str,
+    pub catch_up: CatchUp,
     pub misfire_grace_seconds: i32,
     pub concurrency_key: Option<String>,
 }
@@ -100,7 +101,7 @@ fn bound<'a>(
         .bind::<Text, _>(&schedule.queue)
         .bind::<Integer, _>(schedule.priority)
         .bind::<Integer, _>(schedule.max_attempts)
-        .bind::<Text, _>(schedule.catch_up)
+        .bind::<Text, _>(schedule.catch_up.as_str())
         .bind::<Integer, _>(schedule.misfire_grace_seconds)
         .bind::<Timestamptz, _>(next_tick_at)
         .bind::<Nullable<Text>, _>(schedule.concurrency_key.as_deref())

@@ -15,8 +15,7 @@ pub mod ticker;
 use chrono::{DateTime, Utc};
 use leasehold::ErrorCode;
 use leasehold::schedules::{
-    CatchUp, CreateSchedule, MAX_SCHEDULE_NAME_CHARS, ReplaceSchedule, Schedule, ScheduleSpec,
-    Schedules,
+    CreateSchedule, MAX_SCHEDULE_NAME_CHARS, ReplaceSchedule, Schedule, ScheduleSpec, Schedules,
 };
 use leasehold::server::{ApiError, validate_name_within};
 use leasehold::tasks::CreateTask;
@@ -175,7 +174,7 @@ fn validate(
         queue: task.queue,
         priority: task.priority,
         max_attempts: task.max_attempts,
-        catch_up: spec.catch_up.unwrap_or_default().as_str(),
+        catch_up: spec.catch_up.unwrap_or_default(),
         misfire_grace_seconds: grace,
         concurrency_key: task.concurrency_key,
     };
@@ -206,10 +205,6 @@ fn not_found(name: &str) -> ApiError {
 }
 
 fn to_api(row: ScheduleRow) -> Result<Schedule, ApiError> {
-    let catch_up: CatchUp = row
-        .catch_up
-        .parse()
-        .map_err(|err: String| ApiError::Internal(err))?;
     Ok(Schedule {
         name: row.name,
         cron: row.cron,
@@ -219,7 +214,7 @@ fn to_api(row: ScheduleRow) -> Result<Schedule, ApiError> {
         priority: row.priority,
         max_attempts: row.max_attempts,
         concurrency_key: row.concurrency_key,
-        catch_up,
+        catch_up: row.catch_up,
         misfire_grace_seconds: row.misfire_grace_seconds,
         paused: row.paused,
         next_tick_at: row.next_tick_at,

@@ -127,12 +127,13 @@ async fn tick_due(conn: &mut Db, engine: &Engine) -> Result<(i64, Vec<(String, u
 /// tick whose task exists already stores none).
 async fn tick(conn: &mut Db, due: &DueSchedule) -> Result<(Plan, u64), ApiError> {
     let schedule = &due.schedule;
-    let (Some(next_tick), Ok(catch_up)) = (schedule.next_tick_at, schedule.catch_up.parse()) else {
+    let Some(next_tick) = schedule.next_tick_at else {
         return Err(ApiError::Internal(format!(
-            "schedule {:?} is due without a next tick or with catch_up {:?}",
-            schedule.name, schedule.catch_up
+            "schedule {:?} is due without a next tick",
+            schedule.name
         )));
     };
+    let catch_up = schedule.catch_up;
     let plan = match Cadence::parse(&schedule.cron, &schedule.timezone) {
         Ok(cadence) => cadence.plan(
             next_tick,
