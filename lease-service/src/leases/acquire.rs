@@ -15,7 +15,7 @@ use leasehold::api::{
 };
 use leasehold::server::{check_batch_size, first_duplicate, sha256, validate_name};
 
-use super::groups::{GroupContext, Groups, group_failed};
+use super::context::{GroupContext, group_failed};
 use super::refusal::{held, secret_required, wrong_secret};
 use super::{
     AcquireOutcome, OnResource, SecretPolicy, TtlPolicy, check_metadata, leases_left, new_secret,
@@ -25,6 +25,7 @@ use crate::db;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::repo::{self, AcquireProof, Acquired};
+use leasehold::server::coalesce::Coalescer;
 
 /// A single acquire without a secret, checked, waiting for its group.
 #[derive(Debug)]
@@ -43,70 +44,71 @@ impl OnResource for Acquisition {
     }
 }
 
-impl Groups {
-    /// `POST /api/leases`.
-    pub async fn acquire(&self, request: &AcquireLease) -> Result<AcquireOutcome, ApiError> {
-        let GroupContext {
-            ttl,
-            secrets,
-            metrics,
-            ..
-        } = &self.context;
-        validate_name("resource", &request.resource)?;
-        validate_name("holder", &request.holder)?;
-        let ttl_seconds = ttl.resolve(request.ttl_seconds)?;
-        check_metadata(request.metadata.as_ref())?;
-        // A presented secret is the holder's own: a reentrant acquire must match it, and a new
-        // acquisition keeps it, so a holder whose answer was lost still holds its proof.
-        let secret = match &request.secret {
-            Some(presented) => {
-                check_own_secret(presented)?;
-                presented.expose().to_owned()
-            }
-            None => new_secret(),
-        };
-        let secret_hash = sha256(&secret);
-        // The group statement carries no metadata: an acquire that sets some runs alone.
-        if request.secret.is_none() && request.metadata.is_none() && !repo::acquire_is_broken() {
-            let acquisition = Acquisition {
-                resource: request.resource.clone(),
-                holder: request.holder.clone(),
-                ttl_seconds,
-                secret,
-                secret_hash,
-            };
-            return self
-                .acquires
-                .submit((), acquisition)
-                .await
-                .unwrap_or_else(group_failed);
+/// `POST /api/leases`.
+pub(super) async fn acquire(
+    acquires: &Coalescer<(), Acquisition, Result<AcquireOutcome, ApiError>>,
+    context: &GroupContext,
+    request: &AcquireLease,
+) -> Result<AcquireOutcome, ApiError> {
+    let GroupContext {
+        ttl,
+        secrets,
+        metrics,
+        ..
+    } = context;
+    validate_name("resource", &request.resource)?;
+    validate_name("holder", &request.holder)?;
+    let ttl_seconds = ttl.resolve(request.ttl_seconds)?;
+    check_metadata(request.metadata.as_ref())?;
+    // A presented secret is the holder's own: a reentrant acquire must match it, and a new
+    // acquisition keeps it, so a holder whose answer was lost still holds its proof.
+    let secret = match &request.secret {
+        Some(presented) => {
+            check_own_secret(presented)?;
+            presented.expose().to_owned()
         }
-        // Only a reentrant acquire needs proof, and whether it is one is known only inside the
-        // statement: a wrong secret is refused there, not here.
-        let proof = AcquireProof {
-            new_secret_hash: &secret_hash,
-            presented_hash: request.secret.is_some().then_some(secret_hash.as_slice()),
-            require_secret: secrets.required,
-        };
-        let mut conn = db::connection(&self.context.pool).await?;
-        let acquired = repo::acquire(
-            &mut conn,
-            &request.resource,
-            &request.holder,
+        None => new_secret(),
+    };
+    let secret_hash = sha256(&secret);
+    // The group statement carries no metadata: an acquire that sets some runs alone.
+    if request.secret.is_none() && request.metadata.is_none() && !repo::acquire_is_broken() {
+        let acquisition = Acquisition {
+            resource: request.resource.clone(),
+            holder: request.holder.clone(),
             ttl_seconds,
-            proof,
-            request.metadata.as_ref(),
-        )
-        .await?;
-        answer_acquire(
-            *secrets,
-            metrics,
-            (&request.resource, &request.holder),
-            request.secret.as_ref(),
             secret,
-            acquired,
-        )
+            secret_hash,
+        };
+        return acquires
+            .submit((), acquisition)
+            .await
+            .unwrap_or_else(group_failed);
     }
+    // Only a reentrant acquire needs proof, and whether it is one is known only inside the
+    // statement: a wrong secret is refused there, not here.
+    let proof = AcquireProof {
+        new_secret_hash: &secret_hash,
+        presented_hash: request.secret.is_some().then_some(secret_hash.as_slice()),
+        require_secret: secrets.required,
+    };
+    let mut conn = db::connection(&context.pool).await?;
+    let acquired = repo::acquire(
+        &mut conn,
+        &request.resource,
+        &request.holder,
+        ttl_seconds,
+        proof,
+        request.metadata.as_ref(),
+    )
+    .await?;
+    answer_acquire(
+        *secrets,
+        metrics,
+        (&request.resource, &request.holder),
+        request.secret.as_ref(),
+        secret,
+        acquired,
+    )
 }
 
 /// A secret an acquire presents may become the lease's (a new acquisition keeps it), so it must

@@ -9,12 +9,13 @@
 
 use std::future::Future;
 
-use leasehold::api::{Lease, MAX_BATCH_RESOURCES};
+use leasehold::api::{AcquireLease, Lease, MAX_BATCH_RESOURCES, ReleaseLease, RenewLease};
 use leasehold::server::coalesce::{self, Coalescer, distinct_prefix};
 
-use super::acquire::{Acquisition, acquire_group};
-use super::release::release_group;
-use super::renew::renew_group;
+use super::acquire::{self, Acquisition, acquire_group};
+use super::context::GroupContext;
+use super::release::{self, release_group};
+use super::renew::{self, renew_group};
 use super::{AcquireOutcome, OnResource, SecretPolicy, TtlPolicy};
 use crate::db::DbPool;
 use crate::error::ApiError;
@@ -38,15 +39,6 @@ impl std::fmt::Debug for Groups {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Groups").finish_non_exhaustive()
     }
-}
-
-/// What a group's work needs.
-#[derive(Clone)]
-pub(super) struct GroupContext {
-    pub(super) pool: DbPool,
-    pub(super) ttl: TtlPolicy,
-    pub(super) secrets: SecretPolicy,
-    pub(super) metrics: Metrics,
 }
 
 impl Groups {
@@ -74,11 +66,26 @@ impl Groups {
     }
 }
 
-/// What a member gets when its group's work panicked.
-pub(super) fn group_failed<T>() -> Result<T, ApiError> {
-    Err(ApiError::Internal(
-        "the group this request was served in failed".to_owned(),
-    ))
+impl Groups {
+    /// `POST /api/leases` (see [`super::acquire`]).
+    pub async fn acquire(&self, request: &AcquireLease) -> Result<AcquireOutcome, ApiError> {
+        acquire::acquire(&self.acquires, &self.context, request).await
+    }
+
+    /// `PUT /api/leases/renew` (see [`super::renew`]).
+    pub async fn renew(&self, request: &RenewLease) -> Result<Lease, ApiError> {
+        renew::renew(&self.renewals, &self.context, request).await
+    }
+
+    /// `DELETE /api/leases/release`, and `DELETE /api/leases/{id}` with `id` (see
+    /// [`super::release`]).
+    pub async fn release(
+        &self,
+        request: &ReleaseLease,
+        id: Option<i64>,
+    ) -> Result<Lease, ApiError> {
+        release::release(&self.releases, &self.context, request, id).await
+    }
 }
 
 /// The next group: the waiting requests up to the first that names a resource again (one

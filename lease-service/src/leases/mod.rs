@@ -11,6 +11,7 @@
 
 mod acquire;
 mod check;
+mod context;
 mod groups;
 pub mod read;
 mod refusal;

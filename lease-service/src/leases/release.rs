@@ -10,33 +10,33 @@ use leasehold::ErrorCode;
 use leasehold::api::{Lease, MAX_BATCH_RESOURCES, ReleaseLease, ReleaseResult};
 use leasehold::server::{check_batch_size, validate_name};
 
-use super::groups::{GroupContext, Groups, group_failed};
+use super::context::{GroupContext, group_failed};
 use super::refusal::{refusal, secret_matches};
 use super::{SecretPolicy, leases_left, to_api};
 use crate::db;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::repo::{self, LeaseRow, Release};
+use leasehold::server::coalesce::Coalescer;
 
-impl Groups {
-    /// `DELETE /api/leases/release` (and `DELETE /api/leases/{id}`, with `id`).
-    ///
-    /// A release repeated by the same holder, with the same fence if it gave one, after the
-    /// lease was already released answers as the first did: its first answer may have been
-    /// lost. It reads, and writes nothing, so it can never touch a newer lease. A lease an
-    /// operator revoked was never released by its holder, so its holder is refused
-    /// (`lease_revoked`): a 200 would tell it that it held the lease to the end.
-    pub async fn release(
-        &self,
-        request: &ReleaseLease,
-        id: Option<i64>,
-    ) -> Result<Lease, ApiError> {
-        let release = check_release(self.context.secrets, request, id)?;
-        self.releases
-            .submit((), release)
-            .await
-            .unwrap_or_else(group_failed)
-    }
+/// `DELETE /api/leases/release` (and `DELETE /api/leases/{id}`, with `id`).
+///
+/// A release repeated by the same holder, with the same fence if it gave one, after the
+/// lease was already released answers as the first did: its first answer may have been
+/// lost. It reads, and writes nothing, so it can never touch a newer lease. A lease an
+/// operator revoked was never released by its holder, so its holder is refused
+/// (`lease_revoked`): a 200 would tell it that it held the lease to the end.
+pub(super) async fn release(
+    releases: &Coalescer<(), Release, Result<Lease, ApiError>>,
+    context: &GroupContext,
+    request: &ReleaseLease,
+    id: Option<i64>,
+) -> Result<Lease, ApiError> {
+    let release = check_release(context.secrets, request, id)?;
+    releases
+        .submit((), release)
+        .await
+        .unwrap_or_else(group_failed)
 }
 
 /// A release's names and proof, checked.

@@ -8,35 +8,38 @@
 use leasehold::api::{Lease, RenewLease};
 use leasehold::server::validate_name;
 
-use super::groups::{GroupContext, Groups, group_failed};
+use super::context::{GroupContext, group_failed};
 use super::refusal::refusal;
 use super::{leases_left, to_api};
 use crate::db;
 use crate::error::ApiError;
 use crate::repo::{self, Renewal};
+use leasehold::server::coalesce::Coalescer;
 
-impl Groups {
-    /// `PUT /api/leases/renew`.
-    pub async fn renew(&self, request: &RenewLease) -> Result<Lease, ApiError> {
-        validate_name("resource", &request.resource)?;
-        validate_name("holder", &request.holder)?;
-        super::check_metadata(request.metadata.as_ref())?;
-        let renewal = Renewal {
-            resource: request.resource.clone(),
-            holder: request.holder.clone(),
-            fence: request.fence,
-            secret_hash: self.context.secrets.presented(request.secret.as_ref())?,
-            ttl_seconds: request
-                .ttl_seconds
-                .map(|seconds| self.context.ttl.resolve(Some(seconds)))
-                .transpose()?,
-            metadata: request.metadata.clone(),
-        };
-        self.renewals
-            .submit((), renewal)
-            .await
-            .unwrap_or_else(group_failed)
-    }
+/// `PUT /api/leases/renew`.
+pub(super) async fn renew(
+    renewals: &Coalescer<(), Renewal, Result<Lease, ApiError>>,
+    context: &GroupContext,
+    request: &RenewLease,
+) -> Result<Lease, ApiError> {
+    validate_name("resource", &request.resource)?;
+    validate_name("holder", &request.holder)?;
+    super::check_metadata(request.metadata.as_ref())?;
+    let renewal = Renewal {
+        resource: request.resource.clone(),
+        holder: request.holder.clone(),
+        fence: request.fence,
+        secret_hash: context.secrets.presented(request.secret.as_ref())?,
+        ttl_seconds: request
+            .ttl_seconds
+            .map(|seconds| context.ttl.resolve(Some(seconds)))
+            .transpose()?,
+        metadata: request.metadata.clone(),
+    };
+    renewals
+        .submit((), renewal)
+        .await
+        .unwrap_or_else(group_failed)
 }
 
 pub(super) async fn renew_group(
