@@ -97,7 +97,7 @@ impl LeaseState {
             }
             *known
         };
-        self.deadline.confirm(sent, ttl);
+        self.deadline.confirm(sent, Some(ttl));
     }
 
     pub(crate) fn lose(&self, reason: String) {

@@ -62,7 +62,7 @@ pub(super) async fn keep_renewed(
                 Ok(mut lease) => {
                     // Renewals do not repeat the secret; keep the acquire's.
                     lease.secret.clone_from(&secret);
-                    shared.deadline.confirm(sent, lease_ttl(&lease));
+                    shared.deadline.confirm(sent, Some(lease_ttl(&lease)));
                     next_renewal = sent + interval;
                     last_error = None;
                     retries.reset();
