@@ -39,12 +39,13 @@ impl LeaseDeadline {
         }
     }
 
-    /// Records a confirmation of a lease of `ttl` by a request sent at `sent`. Only a later
-    /// request moves the deadline: a late answer to an earlier one confirms nothing new.
-    pub fn confirm(&self, sent: Instant, ttl: Duration) {
+    /// Records a confirmation of a lease of `ttl` by a request sent at `sent`; an answer that
+    /// gave no TTL (from a service older than the field) confirms the TTL last known. Only a
+    /// later request moves the deadline: a late answer to an earlier one confirms nothing new.
+    pub fn confirm(&self, sent: Instant, ttl: Option<Duration>) {
         let mut confirmed = self.lock();
         if sent >= confirmed.0 {
-            *confirmed = (sent, ttl);
+            *confirmed = (sent, ttl.unwrap_or(confirmed.1));
         }
     }
 
@@ -81,15 +82,27 @@ mod tests {
         let start = Instant::now();
         let deadline = LeaseDeadline::new(start, Duration::from_secs(30), Duration::from_secs(2));
         assert_eq!(deadline.at(), start + Duration::from_secs(28));
-        deadline.confirm(start + Duration::from_secs(15), Duration::from_secs(30));
+        deadline.confirm(
+            start + Duration::from_secs(15),
+            Some(Duration::from_secs(30)),
+        );
         assert_eq!(deadline.at(), start + Duration::from_secs(43));
         assert_eq!(deadline.confirmed(), start + Duration::from_secs(15));
         // A late answer to an older request.
-        deadline.confirm(start + Duration::from_secs(5), Duration::from_secs(30));
+        deadline.confirm(
+            start + Duration::from_secs(5),
+            Some(Duration::from_secs(30)),
+        );
         assert_eq!(deadline.at(), start + Duration::from_secs(43));
         // A renewal that changed the TTL.
-        deadline.confirm(start + Duration::from_secs(20), Duration::from_secs(10));
+        deadline.confirm(
+            start + Duration::from_secs(20),
+            Some(Duration::from_secs(10)),
+        );
         assert_eq!(deadline.at(), start + Duration::from_secs(28));
+        // An answer that did not say: the TTL last confirmed holds.
+        deadline.confirm(start + Duration::from_secs(21), None);
+        assert_eq!(deadline.at(), start + Duration::from_secs(29));
         assert!(!deadline.passed());
     }
 

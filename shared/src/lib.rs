@@ -16,7 +16,8 @@
 //! * [`keep_alive`]: how long idle connections live, so a client never reuses one the server
 //!   is closing.
 //! * [`retry`]: the one backoff every retry loop paces itself by; [`deadline`]: the one
-//!   conservative lease deadline, for the guard and the worker's heartbeat.
+//!   conservative lease deadline, and [`keep_confirmed`]: the one loop that keeps it confirmed,
+//!   for the guard's renewals and the worker's heartbeats.
 //! * `server` (feature `server`): what the HTTP services share: the error type and its JSON
 //!   mapping, the start-up and command line, extractor configuration, the database pool and
 //!   migrations, group commit (`coalesce`), HTTP metrics, paging.
@@ -57,6 +58,7 @@ pub mod generator;
 pub mod identity;
 pub mod integers;
 pub mod keep_alive;
+pub mod keep_confirmed;
 pub mod lease_client;
 pub mod lease_guard;
 #[cfg(feature = "metrics-server")]

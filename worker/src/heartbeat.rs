@@ -11,12 +11,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use leasehold::LeaseDeadline;
+use leasehold::keep_confirmed::{Confirmation, Ended, keep_confirmed};
+use leasehold::retry::Backoff;
 use leasehold::tasks::Task;
-use tokio::time::{Instant, sleep_until};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::ctx::Ctx;
-use leasehold::retry::{Backoff, Waits};
 
 /// Retries of heartbeats, completions and failures: from this...
 const RETRY_MIN: Duration = Duration::from_millis(100);
@@ -46,9 +47,8 @@ pub(crate) fn lease_ttl(task: &Task) -> Duration {
 
 /// What the runner and the heartbeat loop know about a task's lease.
 pub(crate) struct LeaseState {
-    /// The lease's TTL as task-service's last accepted claim or heartbeat answer gave it.
-    ttl: Mutex<Duration>,
-    /// Counted from the send instant of the last accepted claim or heartbeat.
+    /// Counted from the send instant of the last accepted claim or heartbeat, by the last TTL
+    /// task-service's answers gave.
     deadline: LeaseDeadline,
     /// Between heartbeats: the configured interval, or half the TTL if that is shorter, so that
     /// a failed heartbeat is retried for at least another half TTL before the lease runs out.
@@ -64,17 +64,12 @@ impl LeaseState {
     /// The lease of a task whose claim, sent at `claim_sent`, was answered with a lease of `ttl`.
     pub(crate) fn new(ttl: Duration, configured_interval: Duration, claim_sent: Instant) -> Self {
         Self {
-            ttl: Mutex::new(ttl),
             deadline: LeaseDeadline::new(claim_sent, ttl, LeaseDeadline::default_margin(ttl)),
             interval: configured_interval.min(ttl / 2),
             reason: Mutex::new(None),
             refused: std::sync::atomic::AtomicBool::new(false),
             lost: CancellationToken::new(),
         }
-    }
-
-    pub(crate) fn confirmed(&self) -> Instant {
-        self.deadline.confirmed()
     }
 
     /// The instant after which the lease is treated as lost unless confirmed again.
@@ -85,19 +80,6 @@ impl LeaseState {
     /// How long to wait between heartbeats of this task.
     pub(crate) fn interval(&self) -> Duration {
         self.interval
-    }
-
-    /// A request sent at `sent` was accepted, with an answer that gave the lease's TTL (or not,
-    /// from a task-service older than the field: then the TTL is taken as unchanged).
-    pub(crate) fn confirm(&self, sent: Instant, ttl: Option<Duration>) {
-        let ttl = {
-            let mut known = self.ttl.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Some(ttl) = ttl {
-                *known = ttl;
-            }
-            *known
-        };
-        self.deadline.confirm(sent, ttl);
     }
 
     pub(crate) fn lose(&self, reason: String) {
@@ -132,7 +114,9 @@ impl LeaseState {
     }
 }
 
-/// Heartbeats a task until `stop`, or until its lease is lost (refused, or its deadline passed).
+/// Heartbeats a task until `stop`, or until its lease is lost (refused, or its deadline passed):
+/// the one keep-alive loop ([`keep_confirmed`]), with task-service's heartbeat as its call, and
+/// the chaos `pause` as calls postponed.
 pub(crate) async fn keep_alive(
     ctx: Arc<Ctx>,
     id: i64,
@@ -141,30 +125,13 @@ pub(crate) async fn keep_alive(
     stop: CancellationToken,
     pause: Option<(Instant, Instant)>,
 ) {
-    let settings = &ctx.settings;
-    let processor = settings.worker_id.as_str();
-    let mut backoff = retry_backoff(lease.interval());
-    let mut next = lease.confirmed() + lease.interval();
-    let mut last_error: Option<String> = None;
+    let (ctx, state): (&Ctx, &LeaseState) = (&ctx, &lease);
+    let processor = ctx.settings.worker_id.as_str();
     let mut paused = false;
-    let unconfirmed = |last_error: &Option<String>| match last_error {
-        Some(err) => format!("no heartbeat confirmed before the lease deadline; last error: {err}"),
-        None => "no heartbeat confirmed before the lease deadline".to_owned(),
-    };
-    loop {
-        let deadline = lease.deadline();
-        tokio::select! {
-            biased;
-            () = stop.cancelled() => return,
-            () = sleep_until(deadline) => {
-                lease.lose(unconfirmed(&last_error));
-                return;
-            }
-            () = sleep_until(next) => {}
-        }
-        if let Some((from, until)) = pause {
+    let beat = move || {
+        let postponed = pause.and_then(|(from, until)| {
             let now = Instant::now();
-            if now >= from && now < until {
+            (now >= from && now < until).then(|| {
                 if !paused {
                     paused = true;
                     tracing::warn!(
@@ -174,60 +141,71 @@ pub(crate) async fn keep_alive(
                         "chaos: skipping heartbeats of task {id}"
                     );
                 }
-                next = until;
-                continue;
+                until
+            })
+        });
+        async move {
+            if let Some(until) = postponed {
+                return Confirmation::Postponed(until);
+            }
+            match ctx.client.heartbeat(id, processor, fence).await {
+                Ok(task) => {
+                    ctx.metrics.heartbeats.with_label_values(&["ok"]).inc();
+                    let ttl = task.as_ref().and_then(Task::lease_ttl);
+                    tracing::debug!(
+                        task_id = id,
+                        fence,
+                        must_heart_beat_before = ?task.and_then(|t| t.must_heart_beat_before),
+                        "heartbeat accepted"
+                    );
+                    Confirmation::Confirmed { ttl }
+                }
+                Err(err) if err.is_loss() => {
+                    ctx.metrics.heartbeats.with_label_values(&["refused"]).inc();
+                    Confirmation::Lost(err)
+                }
+                Err(err) => {
+                    ctx.metrics.heartbeats.with_label_values(&["error"]).inc();
+                    let left = state.deadline().saturating_duration_since(Instant::now());
+                    tracing::warn!(
+                        task_id = id,
+                        fence,
+                        error = %err,
+                        deadline_in_ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
+                        "heartbeat of task {id} failed; retrying until the lease deadline"
+                    );
+                    Confirmation::Failed(err.to_string())
+                }
             }
         }
-        let sent = Instant::now();
-        let result = tokio::select! {
-            biased;
-            () = stop.cancelled() => return,
-            () = sleep_until(deadline) => {
-                lease.lose(unconfirmed(&last_error));
-                return;
-            }
-            result = ctx.client.heartbeat(id, processor, fence) => result,
-        };
-        match result {
-            Ok(task) => {
-                ctx.metrics.heartbeats.with_label_values(&["ok"]).inc();
-                lease.confirm(sent, task.as_ref().and_then(Task::lease_ttl));
-                backoff.reset();
-                last_error = None;
-                next = sent + lease.interval();
-                tracing::debug!(
-                    task_id = id,
-                    fence,
-                    must_heart_beat_before = ?task.and_then(|t| t.must_heart_beat_before),
-                    "heartbeat accepted"
-                );
-            }
-            Err(err) if err.is_loss() => {
-                ctx.metrics.heartbeats.with_label_values(&["refused"]).inc();
-                lease.lose_refused(format!("heartbeat refused: {err}"));
-                return;
-            }
-            Err(err) => {
-                ctx.metrics.heartbeats.with_label_values(&["error"]).inc();
-                let left = lease.deadline().saturating_duration_since(Instant::now());
-                tracing::warn!(
-                    task_id = id,
-                    fence,
-                    error = %err,
-                    deadline_in_ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
-                    "heartbeat of task {id} failed; retrying until the lease deadline"
-                );
-                last_error = Some(err.to_string());
-                next = Instant::now() + backoff.next_delay();
-            }
+    };
+    let interval = lease.interval();
+    match keep_confirmed(
+        &lease.deadline,
+        interval,
+        retry_backoff(interval),
+        &stop,
+        beat,
+    )
+    .await
+    {
+        Ended::Stopped => {}
+        Ended::Lost(err) => lease.lose_refused(format!("heartbeat refused: {err}")),
+        Ended::Unconfirmed {
+            last_error: Some(err),
+        } => lease.lose(format!(
+            "no heartbeat confirmed before the lease deadline; last error: {err}"
+        )),
+        Ended::Unconfirmed { last_error: None } => {
+            lease.lose("no heartbeat confirmed before the lease deadline".to_owned());
         }
     }
 }
 
 /// Retries of a task's heartbeats and final answer, paced by its heartbeat `interval`.
-pub(crate) fn retry_backoff(interval: Duration) -> Waits {
+pub(crate) fn retry_backoff(interval: Duration) -> Backoff {
     let max = (interval / 2).min(RETRY_MAX);
-    Backoff::new(RETRY_MIN.min(max), max).waits()
+    Backoff::new(RETRY_MIN.min(max), max)
 }
 
 #[cfg(test)]
@@ -240,10 +218,14 @@ mod tests {
         let ttl = Duration::from_secs(30);
         let lease = LeaseState::new(ttl, Duration::from_secs(15), start);
         assert_eq!(lease.deadline(), start + Duration::from_secs(28));
-        lease.confirm(start + Duration::from_secs(15), Some(ttl));
+        lease
+            .deadline
+            .confirm(start + Duration::from_secs(15), Some(ttl));
         assert_eq!(lease.deadline(), start + Duration::from_secs(43));
         // A late answer to an older heartbeat.
-        lease.confirm(start + Duration::from_secs(5), Some(ttl));
+        lease
+            .deadline
+            .confirm(start + Duration::from_secs(5), Some(ttl));
         assert_eq!(lease.deadline(), start + Duration::from_secs(43));
         lease.lose("first".to_owned());
         lease.lose("second".to_owned());
@@ -259,14 +241,14 @@ mod tests {
         assert_eq!(lease.interval(), Duration::from_secs(2));
         assert_eq!(lease.deadline(), start + Duration::from_millis(3_600));
         // A heartbeat answer that says the renewed lease lasts 10 s.
-        lease.confirm(
+        lease.deadline.confirm(
             start + Duration::from_secs(2),
             Some(Duration::from_secs(10)),
         );
         // (The margin stays the one the claim's TTL set: 400 ms.)
         assert_eq!(lease.deadline(), start + Duration::from_millis(11_600));
         // An answer without the field keeps the last TTL known.
-        lease.confirm(start + Duration::from_secs(4), None);
+        lease.deadline.confirm(start + Duration::from_secs(4), None);
         assert_eq!(lease.deadline(), start + Duration::from_millis(13_600));
         // A configured interval shorter than half the TTL is kept.
         let fast = LeaseState::new(Duration::from_secs(30), Duration::from_secs(1), start);

@@ -36,7 +36,8 @@
 //!
 //! - [`runner`]: the claim loop, and nothing else;
 //! - `task_run`: one task's run, up to its answer; `heartbeat`: keeping its lease, on the
-//!   deadline type the lease guard uses ([`leasehold::LeaseDeadline`]);
+//!   deadline type and the keep-alive loop the lease guard uses ([`leasehold::LeaseDeadline`],
+//!   [`leasehold::keep_confirmed`]);
 //! - `ctx`: what the three above share (settings, client, slots, load), below them all so that
 //!   none imports another's home;
 //! - [`completions`]: answers gathered into batch completions;

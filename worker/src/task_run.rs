@@ -358,7 +358,7 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Option<Task>, CallError>>,
 {
-    let mut backoff = retry_backoff(lease.interval());
+    let mut backoff = retry_backoff(lease.interval()).waits();
     loop {
         // Checked here too, not only by the heartbeat loop: after a pause of the whole process
         // (SIGSTOP, a VM freeze) this task may run before that loop notices the deadline.

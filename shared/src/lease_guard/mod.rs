@@ -222,7 +222,6 @@ impl LeaseGuard {
             shared.clone(),
             stop.clone(),
             interval,
-            sent,
         ));
         Ok(Self {
             client,
