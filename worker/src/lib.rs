@@ -55,6 +55,7 @@ mod heartbeat;
 pub mod metrics;
 mod presence;
 pub mod runner;
+mod stopping;
 mod task_run;
 
 pub use config::{Cli, ConfigError, Settings, WorkerConfig, default_worker_id};

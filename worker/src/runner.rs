@@ -40,8 +40,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::Context;
 use tokio::sync::Semaphore;
-use tokio::task::{JoinError, JoinSet};
-use tokio::time::{Instant, sleep, sleep_until};
+use tokio::task::JoinSet;
+use tokio::time::{Instant, sleep};
 use tokio_util::sync::CancellationToken;
 
 use crate::chaos;
@@ -51,6 +51,7 @@ use crate::ctx::Ctx;
 use crate::handler::TaskHandler;
 use crate::metrics::{Metrics, MetricsServer};
 use crate::presence::{self, Load};
+use crate::stopping::{runner_ended, stop};
 use crate::task_run::{HandBack, process};
 use leasehold::ErrorCode;
 use leasehold::retry::Backoff;
@@ -375,7 +376,7 @@ async fn claim_loop<H: TaskHandler>(
         }
     }
     riders.close();
-    stop(&ctx, claiming).await;
+    stop(&ctx, &claiming.hand_back, &mut claiming.running).await;
 }
 
 /// What the claim loop does after a claim.
@@ -461,63 +462,4 @@ async fn claim<H: TaskHandler>(
         return Claim::Again;
     }
     Claim::BackOff
-}
-
-/// After the claim loop: lets in-flight tasks finish within the grace period, then hands back
-/// the rest.
-async fn stop<H: TaskHandler>(ctx: &Ctx, mut claiming: Claiming<H>) {
-    let settings = &ctx.settings;
-    // Tasks claimed ahead that have not started go back at once: nobody here will start them.
-    claiming.hand_back.unstarted.cancel();
-    let running = &mut claiming.running;
-    tracing::info!(
-        in_flight = running.len(),
-        grace_seconds = settings.shutdown_grace.as_secs_f64(),
-        "shutting down: no longer claiming; letting in-flight tasks finish"
-    );
-    drain(ctx, running, Instant::now() + settings.shutdown_grace).await;
-    if !running.is_empty() {
-        tracing::warn!(
-            tasks = running.len(),
-            "grace period over: cancelling unfinished tasks and handing them back"
-        );
-        claiming.hand_back.all.cancel();
-        drain(
-            ctx,
-            running,
-            Instant::now() + HAND_BACK_TIMEOUT + settings.request_timeout * 2,
-        )
-        .await;
-        if !running.is_empty() {
-            tracing::warn!(
-                tasks = running.len(),
-                "abandoning tasks that could not be handed back; they are reclaimed when their \
-                 leases expire"
-            );
-            running.shutdown().await;
-        }
-    }
-}
-
-/// Waits for runners to end, until `until`.
-async fn drain(ctx: &Ctx, running: &mut JoinSet<()>, until: Instant) {
-    loop {
-        tokio::select! {
-            biased;
-            joined = running.join_next() => match joined {
-                Some(joined) => runner_ended(ctx, joined),
-                None => return,
-            },
-            () = sleep_until(until) => return,
-        }
-    }
-}
-
-fn runner_ended(ctx: &Ctx, joined: Result<(), JoinError>) {
-    ctx.load.done.fetch_add(1, Ordering::Relaxed);
-    if let Err(err) = joined
-        && err.is_panic()
-    {
-        tracing::error!(error = %err, "a task runner panicked");
-    }
 }
