@@ -118,37 +118,61 @@ pub(crate) async fn process<H: TaskHandler>(
     // The handler is finished or its future was just dropped; tell anything it started, too.
     cancel.cancel();
 
+    answer(
+        &ctx,
+        id,
+        fence,
+        &lease,
+        claim_sent,
+        crash_at.is_some(),
+        outcome,
+    )
+    .await;
+}
+
+/// What the worker does once the task's work is over: a loss is logged (and the lease given up,
+/// unless task-service refused it), a task handed back goes back, and a finished one is
+/// completed, snoozed or failed. `crash_pending`: a chaos crash was due beyond the work's end.
+async fn answer(
+    ctx: &Arc<Ctx>,
+    id: i64,
+    fence: Option<i64>,
+    lease: &LeaseState,
+    claim_sent: Instant,
+    crash_pending: bool,
+    outcome: Outcome,
+) {
     match outcome {
         Outcome::Lost => {
             ctx.metrics.lost.inc();
             tracing::warn!(
                 task_id = id,
                 fence,
-                processor,
+                processor = ctx.settings.worker_id.as_str(),
                 reason = %lease.reason(),
                 "lost task {id}: work cancelled; it will not be completed by this worker"
             );
             if !lease.was_refused() {
-                give_up(&ctx, id, fence, &lease.reason()).await;
+                give_up(ctx, id, fence, &lease.reason()).await;
             }
         }
-        Outcome::HandBack => hand_back_task(&ctx, id, fence, &lease).await,
+        Outcome::HandBack => hand_back_task(ctx, id, fence, lease).await,
         Outcome::Done(result) => {
-            if crash_at.is_some() {
+            if crash_pending {
                 crash(id, fence); // the chosen point lay beyond the end of the work
             }
             match result {
-                Ok(Ok(output)) => complete(&ctx, id, fence, &lease, claim_sent, output).await,
+                Ok(Ok(output)) => complete(ctx, id, fence, lease, claim_sent, output).await,
                 Ok(Err(failure)) => match failure.snooze {
-                    Some(delay) => snooze(&ctx, id, fence, &lease, delay).await,
-                    None => fail(&ctx, id, fence, &lease, failure).await,
+                    Some(delay) => snooze(ctx, id, fence, lease, delay).await,
+                    None => fail(ctx, id, fence, lease, failure).await,
                 },
                 Err(panic) => {
                     let failure = TaskFailure::retryable(format!(
                         "the task handler panicked: {}",
                         panic_message(panic.as_ref())
                     ));
-                    fail(&ctx, id, fence, &lease, failure).await;
+                    fail(ctx, id, fence, lease, failure).await;
                 }
             }
         }
