@@ -32,6 +32,8 @@ pub mod defaults {
 pub const MAX_NAME_CHARS: usize = leasehold::api::MAX_NAME_CHARS;
 /// Longest `WORKER_QUEUE` accepted (task-service's limit on a queue name).
 pub const MAX_QUEUE_CHARS: usize = leasehold::tasks::MAX_QUEUE_CHARS;
+/// Shortest heartbeat interval accepted, in seconds.
+pub const MIN_HEARTBEAT_INTERVAL_SECONDS: f64 = 0.01;
 /// Longest heartbeat interval accepted, in seconds (lease-service's default longest TTL).
 pub const MAX_HEARTBEAT_INTERVAL_SECONDS: f64 = 3_600.0;
 /// Longest grace period accepted, in seconds.
@@ -230,66 +232,26 @@ impl WorkerConfig {
                 self.prefetch, self.concurrency
             )));
         }
-        if !self.heartbeat_interval_seconds.is_finite()
-            || self.heartbeat_interval_seconds <= 0.0
-            || self.heartbeat_interval_seconds > MAX_HEARTBEAT_INTERVAL_SECONDS
-        {
-            return Err(ConfigError(format!(
-                "HEARTBEAT_INTERVAL_SECONDS ({}) must be a positive number of seconds, at most \
-                 {MAX_HEARTBEAT_INTERVAL_SECONDS}",
-                self.heartbeat_interval_seconds
-            )));
-        }
-        let heartbeat_interval = seconds(
+        let heartbeat_interval = seconds_within(
             "HEARTBEAT_INTERVAL_SECONDS",
             self.heartbeat_interval_seconds,
+            MIN_HEARTBEAT_INTERVAL_SECONDS..=MAX_HEARTBEAT_INTERVAL_SECONDS,
         )?;
-        if heartbeat_interval < Duration::from_millis(10) {
-            return Err(ConfigError(format!(
-                "HEARTBEAT_INTERVAL_SECONDS ({}) must be at least 0.01",
-                self.heartbeat_interval_seconds
-            )));
-        }
-        if self.poll_min_ms == 0 {
-            return Err(ConfigError("POLL_MIN_MS must be at least 1".to_owned()));
-        }
-        if self.claim_wait_ms > leasehold::tasks::MAX_CLAIM_WAIT_MS {
-            return Err(ConfigError(format!(
-                "CLAIM_WAIT_MS must be at most {}",
-                leasehold::tasks::MAX_CLAIM_WAIT_MS
-            )));
-        }
-        if self.poll_max_ms < self.poll_min_ms {
-            return Err(ConfigError(format!(
-                "POLL_MAX_MS ({}) must not be less than POLL_MIN_MS ({})",
-                self.poll_max_ms, self.poll_min_ms
-            )));
-        }
-        if !self.shutdown_grace_seconds.is_finite()
-            || !(0.0..=MAX_SHUTDOWN_GRACE_SECONDS).contains(&self.shutdown_grace_seconds)
-        {
-            return Err(ConfigError(format!(
-                "SHUTDOWN_GRACE_SECONDS ({}) must be between 0 and {MAX_SHUTDOWN_GRACE_SECONDS}",
-                self.shutdown_grace_seconds
-            )));
-        }
-        let shutdown_grace = seconds("SHUTDOWN_GRACE_SECONDS", self.shutdown_grace_seconds)?;
+        self.check_polling()?;
+        let shutdown_grace = seconds_within(
+            "SHUTDOWN_GRACE_SECONDS",
+            self.shutdown_grace_seconds,
+            0.0..=MAX_SHUTDOWN_GRACE_SECONDS,
+        )?;
         probability("CHAOS_CRASH_PROBABILITY", self.chaos_crash_probability)?;
         probability(
             "CHAOS_HEARTBEAT_PAUSE_PROBABILITY",
             self.chaos_heartbeat_pause_probability,
         )?;
-        if !self.chaos_heartbeat_pause_seconds.is_finite()
-            || !(0.0..=MAX_SHUTDOWN_GRACE_SECONDS).contains(&self.chaos_heartbeat_pause_seconds)
-        {
-            return Err(ConfigError(format!(
-                "CHAOS_HEARTBEAT_PAUSE_SECONDS ({}) must be between 0 and {MAX_SHUTDOWN_GRACE_SECONDS}",
-                self.chaos_heartbeat_pause_seconds
-            )));
-        }
-        let heartbeat_pause = seconds(
+        let heartbeat_pause = seconds_within(
             "CHAOS_HEARTBEAT_PAUSE_SECONDS",
             self.chaos_heartbeat_pause_seconds,
+            0.0..=MAX_SHUTDOWN_GRACE_SECONDS,
         )?;
         Ok(Settings {
             task_service_urls,
@@ -311,6 +273,26 @@ impl WorkerConfig {
             },
             metrics_addr: self.metrics_addr,
         })
+    }
+
+    /// The idle waits and the claim's wait.
+    fn check_polling(&self) -> Result<(), ConfigError> {
+        if self.poll_min_ms == 0 {
+            return Err(ConfigError("POLL_MIN_MS must be at least 1".to_owned()));
+        }
+        if self.claim_wait_ms > leasehold::tasks::MAX_CLAIM_WAIT_MS {
+            return Err(ConfigError(format!(
+                "CLAIM_WAIT_MS must be at most {}",
+                leasehold::tasks::MAX_CLAIM_WAIT_MS
+            )));
+        }
+        if self.poll_max_ms < self.poll_min_ms {
+            return Err(ConfigError(format!(
+                "POLL_MAX_MS ({}) must not be less than POLL_MIN_MS ({})",
+                self.poll_max_ms, self.poll_min_ms
+            )));
+        }
+        Ok(())
     }
 
     fn urls(&self) -> Result<Vec<String>, ConfigError> {
@@ -360,6 +342,22 @@ fn seconds(setting: &str, value: f64) -> Result<Duration, ConfigError> {
             "{setting} ({value}) is not a usable duration: {err}"
         ))
     })
+}
+
+/// `value` seconds of `setting`, a finite number within `range`.
+fn seconds_within(
+    setting: &str,
+    value: f64,
+    range: std::ops::RangeInclusive<f64>,
+) -> Result<Duration, ConfigError> {
+    if !value.is_finite() || !range.contains(&value) {
+        return Err(ConfigError(format!(
+            "{setting} ({value}) must be between {} and {} seconds",
+            range.start(),
+            range.end()
+        )));
+    }
+    seconds(setting, value)
 }
 
 fn probability(setting: &str, value: f64) -> Result<(), ConfigError> {
