@@ -112,14 +112,7 @@ fn take_lapsed_sql(with_due: bool) -> String {
     };
     format!(
         "WITH cancelled AS (
-     UPDATE tasks SET status = 'cancelled', processed_at = now(), updated_at = now()
-     WHERE id IN (SELECT id FROM tasks
-                  WHERE status = 'running' AND must_heartbeat_before <= now()
-                    AND ($1::text IS NULL OR queue = $1)
-                    AND cancel_requested
-                  ORDER BY must_heartbeat_before
-                  LIMIT $2
-                  FOR UPDATE SKIP LOCKED)
+     {CANCEL_LAPSED}
      RETURNING {COLUMNS}, {from_running}, NULL::bigint AS claim_slot
  ), claimable AS (
      SELECT {COLUMNS} FROM tasks
@@ -167,6 +160,19 @@ pub struct Taken {
     pub claim_slot: Option<i64>,
 }
 
+/// Ends as cancelled up to `$2` running tasks (of queue `$1`, if given) whose cancellation was
+/// asked for and whose lease has run out by the recorded expiry, oldest first, skipping rows
+/// another transaction holds: the claim's statement and the sweeper's share it.
+const CANCEL_LAPSED: &str = "\
+UPDATE tasks SET status = 'cancelled', processed_at = now(), updated_at = now()
+     WHERE id IN (SELECT id FROM tasks
+                  WHERE status = 'running' AND must_heartbeat_before <= now()
+                    AND ($1::text IS NULL OR queue = $1)
+                    AND cancel_requested
+                  ORDER BY must_heartbeat_before
+                  LIMIT $2
+                  FOR UPDATE SKIP LOCKED)";
+
 /// Ends as cancelled up to `batch` running tasks (of `queue`, if given) whose cancellation was
 /// asked for and whose lease has run out by the recorded expiry: their workers stopped
 /// heartbeating, so nobody else would end them. The retention sweeper runs it for queues nobody
@@ -177,14 +183,7 @@ pub async fn cancel_lapsed(conn: &mut Db, queue: Option<&str>, batch: i64) -> Re
     async move {
         diesel::sql_query(format!(
             "WITH moved AS (
-                 UPDATE tasks SET status = 'cancelled', processed_at = now(), updated_at = now()
-                 WHERE id IN (SELECT id FROM tasks
-                              WHERE status = 'running' AND must_heartbeat_before <= now()
-                                AND ($1::text IS NULL OR queue = $1)
-                                AND cancel_requested
-                              ORDER BY must_heartbeat_before
-                              LIMIT $2
-                              FOR UPDATE SKIP LOCKED)
+                 {CANCEL_LAPSED}
                  RETURNING {COLUMNS}, {from_running}
              ), {history}
              SELECT * FROM moved",
