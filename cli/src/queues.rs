@@ -81,10 +81,9 @@ pub(crate) async fn queues(api: &Api, out: &Out, command: QueueCommand) -> anyho
                             .await
                             .map_err(api.tasks_failed("GET", "/api/queues"))
                     };
-                    let first = read(listing.clone()).await?;
-                    let queues = pages(first, all, |cursor| {
+                    let queues = pages(listing.cursor.clone(), all, |cursor| {
                         read(QueueListing {
-                            cursor: Some(cursor),
+                            cursor,
                             ..listing.clone()
                         })
                     })

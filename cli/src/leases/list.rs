@@ -24,13 +24,9 @@ pub(super) async fn list(
         newest_first: page.sort.newest_first(),
     };
     let read = || async {
-        let first = client
-            .list(&listing)
-            .await
-            .map_err(api.leases_failed("GET", &set.path()))?;
-        let listed = pages(first, page.all, |cursor| {
+        let listed = pages(listing.cursor.clone(), page.all, |cursor| {
             let listing = LeaseListing {
-                cursor: Some(cursor),
+                cursor,
                 ..listing.clone()
             };
             async move {

@@ -83,14 +83,16 @@ impl Paged for leasehold::api::LeasePage {
     }
 }
 
-/// `first`, and with `all` every page after it, each read by `fetch` from the cursor before it.
+/// The page at `cursor` (the first page when none), and with `all` every page after it, each
+/// read by `fetch` from the cursor before it.
 pub(crate) async fn pages<P: Paged, Fut: Future<Output = anyhow::Result<P>>>(
-    mut first: P,
+    cursor: Option<String>,
     all: bool,
-    mut fetch: impl FnMut(String) -> Fut,
+    mut fetch: impl FnMut(Option<String>) -> Fut,
 ) -> anyhow::Result<P> {
+    let mut first = fetch(cursor).await?;
     while all && let Some(cursor) = first.take_cursor() {
-        let next = fetch(cursor).await?;
+        let next = fetch(Some(cursor)).await?;
         first.append(next);
     }
     Ok(first)

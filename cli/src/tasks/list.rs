@@ -64,13 +64,9 @@ async fn read(
     page: &PageArgs,
 ) -> anyhow::Result<(String, Option<String>)> {
     let client = &api.tasks;
-    let first = client
-        .list(listing)
-        .await
-        .map_err(api.tasks_failed("GET", "/api/tasks"))?;
-    let listed = pages(first, page.all, |cursor| {
+    let listed = pages(listing.cursor.clone(), page.all, |cursor| {
         let listing = TaskListing {
-            cursor: Some(cursor),
+            cursor,
             ..listing.clone()
         };
         async move {
