@@ -49,11 +49,7 @@ impl std::str::FromStr for CatchUp {
 #[cfg(feature = "server")]
 impl diesel::deserialize::FromSql<diesel::sql_types::Text, diesel::pg::Pg> for CatchUp {
     fn from_sql(value: diesel::pg::PgValue<'_>) -> diesel::deserialize::Result<Self> {
-        let text = <String as diesel::deserialize::FromSql<
-            diesel::sql_types::Text,
-            diesel::pg::Pg,
-        >>::from_sql(value)?;
-        Ok(text.parse()?)
+        crate::server::db::closed_set_from_sql(value, "catch_up", |text| text.parse().ok())
     }
 }
 

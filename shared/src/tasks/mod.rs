@@ -90,11 +90,7 @@ impl TaskStatus {
 #[cfg(feature = "server")]
 impl diesel::deserialize::FromSql<diesel::sql_types::Text, diesel::pg::Pg> for TaskStatus {
     fn from_sql(value: diesel::pg::PgValue<'_>) -> diesel::deserialize::Result<Self> {
-        let text = <String as diesel::deserialize::FromSql<
-            diesel::sql_types::Text,
-            diesel::pg::Pg,
-        >>::from_sql(value)?;
-        Self::parse(&text).ok_or_else(|| format!("unknown task status {text:?}").into())
+        crate::server::db::closed_set_from_sql(value, "task status", Self::parse)
     }
 }
 

@@ -230,7 +230,7 @@ pub async fn run(options: SoakOptions) -> Summary {
         None => None,
     };
     let log_dir = crate::log_dir();
-    let summary = Summary {
+    let mut summary = Summary {
         seed: options.seed,
         options,
         faults,
@@ -244,7 +244,6 @@ pub async fn run(options: SoakOptions) -> Summary {
         log_dir: log_dir.display().to_string(),
         story: Vec::new(),
     };
-    let mut summary = summary;
     // A failed run's logs are what tells its story: the services' would go with them as the
     // stack stops (the verdict is not a panic), the formation's with its directory.
     if !summary.passed() {
