@@ -13,6 +13,7 @@ use leasehold::api::{
     AcquireLease, AcquireLeases, AcquiredLeases, HeldLease, MAX_BATCH_RESOURCES, MAX_NAME_CHARS,
     MIN_OWN_SECRET_CHARS, Secret,
 };
+use leasehold::server::coalesce::Coalescer;
 use leasehold::server::{check_batch_size, first_duplicate, sha256, validate_name};
 
 use super::context::{GroupContext, group_failed};
@@ -25,7 +26,6 @@ use crate::db;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::repo::{self, AcquireProof, Acquired};
-use leasehold::server::coalesce::Coalescer;
 
 /// A single acquire without a secret, checked, waiting for its group.
 #[derive(Debug)]

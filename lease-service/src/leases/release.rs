@@ -8,6 +8,7 @@
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use leasehold::ErrorCode;
 use leasehold::api::{Lease, MAX_BATCH_RESOURCES, ReleaseLease, ReleaseResult};
+use leasehold::server::coalesce::Coalescer;
 use leasehold::server::{check_batch_size, validate_name};
 
 use super::context::{GroupContext, group_failed};
@@ -17,7 +18,6 @@ use crate::db;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::repo::{self, LeaseRow, Release};
-use leasehold::server::coalesce::Coalescer;
 
 /// `DELETE /api/leases/release` (and `DELETE /api/leases/{id}`, with `id`).
 ///

@@ -6,6 +6,7 @@
 //! against the lease as it now is (see `refusal`).
 
 use leasehold::api::{Lease, RenewLease};
+use leasehold::server::coalesce::Coalescer;
 use leasehold::server::validate_name;
 
 use super::context::{GroupContext, group_failed};
@@ -14,7 +15,6 @@ use super::{leases_left, to_api};
 use crate::db;
 use crate::error::ApiError;
 use crate::repo::{self, Renewal};
-use leasehold::server::coalesce::Coalescer;
 
 /// `PUT /api/leases/renew`.
 pub(super) async fn renew(
