@@ -16,7 +16,8 @@
 //! - [`leases`]: the rules, one module per operation (acquire, renew, release, revoke, read),
 //!   and the groups concurrent single requests are served in;
 //! - [`repo`]: every SQL statement, one module per kind;
-//! - [`sweeper`]: retention, on the replica that holds the sweeper's lease;
+//! - [`maintenance`]: the background jobs, one module each (retention, on the replica that
+//!   holds the sweeper's lease; the wake-up listener, on every replica);
 //! - [`metrics`], and [`error`], the shared `ApiError`.
 
 pub mod config;
@@ -27,9 +28,9 @@ pub mod error {
 }
 pub mod http;
 pub mod leases;
+pub mod maintenance;
 pub mod metrics;
 pub mod repo;
-pub mod sweeper;
 
 use std::net::TcpListener;
 use std::time::Duration;
@@ -42,9 +43,9 @@ use tokio_util::sync::CancellationToken;
 use crate::config::ServeConfig;
 use crate::http::AppState;
 use crate::leases::{Groups, SecretPolicy, TtlPolicy};
+use crate::maintenance::SweeperConfig;
 use crate::metrics::Metrics;
-use crate::sweeper::SweeperConfig;
-use leasehold::server::wakeups::{self, Wakeups};
+use leasehold::server::wakeups::Wakeups;
 
 /// Runs lease-service until SIGTERM or SIGINT: migrates (unless told not to), listens, sweeps.
 pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
@@ -61,7 +62,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
 }
 
 /// Serves on `listener` until `stop` is cancelled, then finishes in-flight requests (up to the
-/// grace period), stops the sweeper and releases its lease.
+/// grace period), stops the background jobs ([`maintenance`]) and releases the sweeper's lease.
 pub async fn run(
     config: ServeConfig,
     listener: TcpListener,
@@ -100,20 +101,15 @@ pub async fn run(
         ),
         wakeups: wakeups.clone(),
     });
-    tokio::spawn(wakeups::listen(
-        database,
-        leases::WAKEUP_CHANNEL,
-        "lease-service wake-ups",
-        wakeups,
-        stop.clone(),
-    ));
     if !config.require_secret {
         tracing::info!(
             "renew and release without the lease's secret are accepted (the sample's clients); set LEASE_REQUIRE_SECRET=true to require proof of holding"
         );
     }
-    let sweeper = sweeper::run(
+    let maintenance = maintenance::run(
+        database,
         pool,
+        wakeups,
         metrics.clone(),
         SweeperConfig {
             holder: config.server.holder("lease-service"),
@@ -129,6 +125,6 @@ pub async fn run(
         http_metrics: metrics.http.clone(),
     };
     server
-        .run_until_stopped(listener, stop, state, http::configure(ttl), sweeper)
+        .run_until_stopped(listener, stop, state, http::configure(ttl), maintenance)
         .await
 }

@@ -21,9 +21,11 @@
 //!   ready), and the claim and completion groups;
 //! - [`generator`]: the generator's desired state and who leads it;
 //! - [`queues`]: pause and resume, and each queue's state;
-//! - [`schedules`]: periodic tasks, and the ticker every replica runs to make their ticks;
+//! - [`schedules`]: periodic tasks (their definitions; the ticker is in [`maintenance`]);
 //! - [`repo`]: every SQL statement, one module per kind;
-//! - [`sweeper`]: retention and lapsed cancellations, on one replica ([`leasehold::Singleton`]);
+//! - [`maintenance`]: the background jobs, one module each, composed in one place: on one
+//!   replica (lapsed cancellations, the history rollup, retention) and on every replica (the
+//!   schedule ticker, the wake-up listener);
 //! - [`metrics`].
 
 pub mod config;
@@ -31,12 +33,12 @@ pub mod dashboard;
 pub mod db;
 pub mod generator;
 pub mod http;
+pub mod maintenance;
 pub mod metrics;
 pub mod queues;
 pub mod repo;
 pub mod schedules;
 pub mod state;
-pub mod sweeper;
 pub mod tasks;
 pub mod workers;
 
@@ -53,11 +55,11 @@ use leasehold::{Backoff, LeaseClient, RetryPolicy};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::ServeConfig;
+use crate::maintenance::LeaderConfig;
 use crate::metrics::Metrics;
 use crate::state::AppState;
-use crate::sweeper::SweeperConfig;
 use crate::tasks::Engine;
-use leasehold::server::wakeups::{self, Wakeups};
+use leasehold::server::wakeups::Wakeups;
 
 /// Runs task-service until SIGTERM or SIGINT.
 pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
@@ -67,7 +69,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
 }
 
 /// Serves on `listener` until `stop` is cancelled, then finishes in-flight requests (up to the
-/// grace period) and stops the sweeper and the schedule ticker.
+/// grace period) and stops the background jobs ([`maintenance`]).
 pub async fn run(
     config: ServeConfig,
     listener: TcpListener,
@@ -105,15 +107,7 @@ pub async fn run(
         schedules_changed: std::sync::Arc::default(),
         unlimited: tasks::Unlimited::default(),
     };
-    tokio::spawn(wakeups::listen(
-        database,
-        tasks::WAKEUP_CHANNEL,
-        "task-service wake-ups",
-        engine.wakeups.clone(),
-        stop.clone(),
-    ));
-    let sweeper_engine = engine.clone();
-    let ticker = schedules::ticker::run(pool.clone(), engine.clone(), stop.clone());
+    let maintenance_engine = engine.clone();
     let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
     let reads_in_flight = config.reads_in_flight(cores);
     tracing::info!(reads_in_flight, "heavy reads served at once");
@@ -124,10 +118,11 @@ pub async fn run(
         reads_in_flight,
     ));
     tracing::info!(lease_service = %lease_url, "task-service calls lease-service");
-    let sweeper = sweeper::run(
+    let maintenance = maintenance::run(
+        database,
         pool,
-        sweeper_engine,
-        SweeperConfig {
+        maintenance_engine,
+        LeaderConfig {
             holder: config.server.holder("task-service"),
             interval: Duration::from_secs(config.sweep_interval_seconds),
             retention_seconds: config.retention_seconds,
@@ -140,11 +135,7 @@ pub async fn run(
         auth: config.auth_tokens,
         http_metrics: metrics.http.clone(),
     };
-    // Boxed: the two loops' futures are large, and are only moved onto their own task.
-    let background = Box::pin(async move {
-        tokio::join!(sweeper, ticker);
-    });
     server
-        .run_until_stopped(listener, stop, state, http::configure, background)
+        .run_until_stopped(listener, stop, state, http::configure, maintenance)
         .await
 }

@@ -205,7 +205,7 @@ impl Server {
         let served = server.await.context("serving HTTP");
         stop.cancel();
         if background.await.is_err() {
-            tracing::warn!("a background job (sweeper or ticker) panicked");
+            tracing::warn!("a background job panicked");
         }
         tracing::info!("{name} stopped");
         served

@@ -1,7 +1,8 @@
 //! Periodic tasks: schedules that make one task per tick of a cron expression.
 //!
 //! A schedule's state is its row (`repo::schedules`), never a replica's memory, so ticks survive
-//! restarts and replica changes; every replica runs the [`ticker`], and the row lock decides
+//! restarts and replica changes; every replica runs the
+//! [`schedule ticker`](crate::maintenance::schedule_ticker), and the row lock decides
 //! which one makes each tick. The tick's instant is in its task's idempotency key
 //! ([`leasehold::schedules::tick_key`]), so even two tickers could not make one tick twice.
 //! [`cadence`] says when a schedule ticks and what a late round makes.
@@ -10,7 +11,6 @@
 //! same checks as a task create, and compute the next tick from the database's clock.
 
 pub mod cadence;
-pub mod ticker;
 
 use chrono::{DateTime, Utc};
 use leasehold::ErrorCode;

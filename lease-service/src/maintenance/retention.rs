@@ -1,4 +1,5 @@
-//! Retention: deletes leases that ended long ago, so the table does not grow forever.
+//! Retention: deletes leases that ended long ago, and their history, so the tables do not grow
+//! forever.
 //!
 //! Every replica runs the loop, but a round only sweeps on the replica that holds the lease
 //! [`SWEEPER_RESOURCE`]; the others stand by. The lease is taken with the same statement
@@ -21,6 +22,7 @@ const BATCH: i64 = 1000;
 
 pub use leasehold::server::startup::SweeperConfig;
 
+/// Runs rounds until `stop`, then releases the lease so another replica takes over at once.
 pub async fn run(pool: DbPool, metrics: Metrics, config: SweeperConfig, stop: CancellationToken) {
     // Long enough to survive one missed round, so the same replica keeps sweeping.
     let ttl_seconds = i32::try_from(config.interval.as_secs().saturating_mul(3))

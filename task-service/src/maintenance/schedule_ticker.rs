@@ -24,8 +24,8 @@ use leasehold::server::ApiError;
 use leasehold::server::db::{self, DbPool};
 use tokio_util::sync::CancellationToken;
 
-use super::cadence::{Cadence, Plan};
 use crate::repo::{self, Db, DueSchedule, NewTask};
+use crate::schedules::cadence::{Cadence, Plan};
 use crate::tasks::Engine;
 
 /// The longest sleep between rounds.
