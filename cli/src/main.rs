@@ -2,11 +2,9 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
-    let cli = leasehold_cli::Cli::parse();
+    let cli: leasehold_cli::Cli = leasehold::flags::parse();
     match leasehold_cli::run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {

@@ -17,7 +17,8 @@ pub struct ServeConfig {
     /// Requests that arrive while all are busy go together as the next statement, one commit
     /// for all; 1 makes the largest groups, more suit more cores. At most a third of
     /// DATABASE_POOL_SIZE.
-    #[arg(long, env = "GROUPS_IN_FLIGHT", default_value_t = 2)]
+    #[arg(long, env = "GROUPS_IN_FLIGHT", default_value_t = 2,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub groups_in_flight: usize,
 
     /// Lease length when a request names none.
@@ -25,26 +26,31 @@ pub struct ServeConfig {
     pub default_ttl_seconds: i64,
 
     /// Shortest `ttl_seconds` a request may ask for.
-    #[arg(long, env = "LEASE_MIN_TTL_SECONDS", default_value_t = 1)]
+    #[arg(long, env = "LEASE_MIN_TTL_SECONDS", default_value_t = 1,
+          value_parser = clap::value_parser!(i64).range(1..=i64::from(i32::MAX)))]
     pub min_ttl_seconds: i64,
 
     /// Longest `ttl_seconds` a request may ask for.
-    #[arg(long, env = "LEASE_MAX_TTL_SECONDS", default_value_t = 3600)]
+    #[arg(long, env = "LEASE_MAX_TTL_SECONDS", default_value_t = 3600,
+          value_parser = clap::value_parser!(i64).range(1..=i64::from(i32::MAX)))]
     pub max_ttl_seconds: i64,
 
     /// The most two database nodes' clocks may differ, in milliseconds. Expiry is judged by the
     /// primary's clock; after a failover, a lease the old primary set may be taken over only
     /// this long after it expired, so that a new primary whose clock runs ahead cannot end it
-    /// early (0..60000).
-    #[arg(long, env = "LEASE_MAX_CLOCK_SKEW_MS", default_value_t = 1000)]
+    /// early.
+    #[arg(long, env = "LEASE_MAX_CLOCK_SKEW_MS", default_value_t = 1000,
+          value_parser = clap::value_parser!(u32).range(0..=60_000))]
     pub max_clock_skew_ms: u32,
 
     /// Expired or released leases older than this are deleted by the retention sweeper.
-    #[arg(long, env = "LEASE_RETENTION_SECONDS", default_value_t = 86_400)]
+    #[arg(long, env = "LEASE_RETENTION_SECONDS", default_value_t = 86_400,
+          value_parser = clap::value_parser!(i64).range(0..))]
     pub retention_seconds: i64,
 
     /// How often the retention sweeper runs (on whichever replica holds its lease).
-    #[arg(long, env = "LEASE_SWEEP_INTERVAL_SECONDS", default_value_t = 60)]
+    #[arg(long, env = "LEASE_SWEEP_INTERVAL_SECONDS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..))]
     pub sweep_interval_seconds: u64,
 
     /// Acquires that may wait for a held lease (`wait_ms`) on this replica at once. One past
@@ -88,17 +94,13 @@ impl ServeConfig {
                     .to_owned(),
             );
         }
-        if self.max_clock_skew_ms > 60_000 {
-            return Err("LEASE_MAX_CLOCK_SKEW_MS must be at most 60000".to_owned());
-        }
-        if self.min_ttl_seconds < 1 || self.min_ttl_seconds > self.max_ttl_seconds {
+        // The bounds of each setting are in its attribute; what is left are the rules between
+        // settings.
+        if self.min_ttl_seconds > self.max_ttl_seconds {
             return Err(format!(
-                "LEASE_MIN_TTL_SECONDS ({}) must be at least 1 and at most LEASE_MAX_TTL_SECONDS ({})",
+                "LEASE_MIN_TTL_SECONDS ({}) must be at most LEASE_MAX_TTL_SECONDS ({})",
                 self.min_ttl_seconds, self.max_ttl_seconds
             ));
-        }
-        if self.max_ttl_seconds > i64::from(i32::MAX) {
-            return Err("LEASE_MAX_TTL_SECONDS is too large".to_owned());
         }
         if !(self.min_ttl_seconds..=self.max_ttl_seconds).contains(&self.default_ttl_seconds) {
             return Err(format!(
@@ -106,19 +108,10 @@ impl ServeConfig {
                 self.default_ttl_seconds, self.min_ttl_seconds, self.max_ttl_seconds
             ));
         }
-        if self.retention_seconds < 0 {
-            return Err("LEASE_RETENTION_SECONDS must not be negative".to_owned());
-        }
-        if self.sweep_interval_seconds == 0 {
-            return Err("LEASE_SWEEP_INTERVAL_SECONDS must be at least 1".to_owned());
-        }
-        self.server.validate()?;
         // Three kinds of group (acquire, renew, release) each hold up to that many connections.
-        if self.groups_in_flight == 0 || 3 * self.groups_in_flight > self.server.database_pool_size
-        {
+        if 3 * self.groups_in_flight > self.server.database_pool_size {
             return Err(
-                "GROUPS_IN_FLIGHT must be at least 1 and at most a third of DATABASE_POOL_SIZE"
-                    .to_owned(),
+                "GROUPS_IN_FLIGHT must be at most a third of DATABASE_POOL_SIZE".to_owned(),
             );
         }
         Ok(())
@@ -165,5 +158,40 @@ mod tests {
         assert!(refused.validate().is_err());
         let accepted = serve_config(&["--database-pool-size", "6", "--groups-in-flight", "2"]);
         assert_eq!(accepted.validate(), Ok(()));
+    }
+
+    /// Each setting's bounds are declared once, in its attribute: clap refuses a value outside
+    /// them, naming the variable.
+    #[test]
+    fn a_setting_out_of_its_bounds_is_refused_by_its_variable() {
+        use clap::CommandFactory as _;
+        for (flag, bad, variable) in [
+            ("--min-ttl-seconds", "0", "LEASE_MIN_TTL_SECONDS"),
+            ("--max-ttl-seconds", "2147483648", "LEASE_MAX_TTL_SECONDS"),
+            ("--max-clock-skew-ms", "60001", "LEASE_MAX_CLOCK_SKEW_MS"),
+            ("--retention-seconds", "-1", "LEASE_RETENTION_SECONDS"),
+            (
+                "--sweep-interval-seconds",
+                "0",
+                "LEASE_SWEEP_INTERVAL_SECONDS",
+            ),
+            ("--groups-in-flight", "0", "GROUPS_IN_FLIGHT"),
+        ] {
+            let command =
+                leasehold::flags::values_named_by_env(ServiceCli::<ServeConfig>::command());
+            let refusal = command
+                .try_get_matches_from([
+                    "lease-service",
+                    "--database-url",
+                    "postgres://db/leases",
+                    &format!("{flag}={bad}"),
+                ])
+                .expect_err(flag)
+                .to_string();
+            assert!(
+                refusal.contains(&format!("<{variable}>")),
+                "{flag} {bad}: {refusal}"
+            );
+        }
     }
 }

@@ -54,6 +54,7 @@
 
 pub mod api;
 pub mod deadline;
+pub mod flags;
 pub mod generator;
 pub mod identity;
 pub mod integers;
@@ -70,7 +71,6 @@ pub mod schedules;
 pub mod schema;
 #[cfg(feature = "server")]
 pub mod server;
-pub mod service_url;
 pub mod shutdown;
 pub mod singleton;
 pub mod strict;
@@ -82,9 +82,9 @@ pub mod workers;
 
 pub use api::{ErrorBody, ErrorCode, Lease, LeaseStatus};
 pub use deadline::LeaseDeadline;
+pub use flags::{float_within, service_url};
 pub use lease_client::{LeaseClient, LeaseError};
 pub use lease_guard::{GuardConfig, LeaseGuard, LeaseHandle, LeaseLost, with_lease};
 pub use retry::{Backoff, RetryPolicy};
-pub use service_url::service_url;
 pub use singleton::{Singleton, SingletonEvent};
 pub use task_client::{CallError, TaskClient};

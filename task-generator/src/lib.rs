@@ -38,11 +38,11 @@ use produce::Producer;
 #[derive(Debug, Clone, Args)]
 pub struct GeneratorConfig {
     /// Base URL of task-service.
-    #[arg(long, env = "TASK_SERVICE_URL")]
+    #[arg(long, env = "TASK_SERVICE_URL", value_parser = leasehold::service_url)]
     pub task_service_url: String,
 
     /// Base URL of lease-service.
-    #[arg(long, env = "LEASE_SERVICE_URL")]
+    #[arg(long, env = "LEASE_SERVICE_URL", value_parser = leasehold::service_url)]
     pub lease_service_url: String,
 
     /// Bearer token sent to both services: it needs the `leaseholder` role in lease-service's
@@ -66,15 +66,19 @@ pub struct GeneratorConfig {
 
     /// Length of the leader's lease: a dead leader is replaced within this plus one retry
     /// interval.
-    #[arg(long, env = "GENERATOR_LEASE_TTL_SECONDS", default_value_t = 30)]
+    #[arg(long, env = "GENERATOR_LEASE_TTL_SECONDS", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub lease_ttl_seconds: u64,
 
-    /// How often a standby tries to take the lease (jittered ±20 %).
-    #[arg(long, env = "GENERATOR_RETRY_INTERVAL_SECONDS", default_value_t = 5.0)]
+    /// How often a standby tries to take the lease (jittered ±20 %). Bounded, so that no
+    /// duration made from it can overflow.
+    #[arg(long, env = "GENERATOR_RETRY_INTERVAL_SECONDS", default_value_t = 5.0,
+          value_parser = leasehold::float_within(0.01..=3600.0))]
     pub retry_interval_seconds: f64,
 
     /// How often the leader re-reads the desired state from task-service.
-    #[arg(long, env = "GENERATOR_SETTINGS_POLL_MS", default_value_t = 1000)]
+    #[arg(long, env = "GENERATOR_SETTINGS_POLL_MS", default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     pub settings_poll_ms: u64,
 
     /// Queue of the tasks it creates.
@@ -86,34 +90,9 @@ pub struct GeneratorConfig {
     pub metrics_addr: Option<SocketAddr>,
 }
 
-impl GeneratorConfig {
-    pub fn validate(&self) -> Result<(), String> {
-        for (name, url) in [
-            ("TASK_SERVICE_URL", &self.task_service_url),
-            ("LEASE_SERVICE_URL", &self.lease_service_url),
-        ] {
-            leasehold::service_url(name, url)?;
-        }
-        if !(1..=3600).contains(&self.lease_ttl_seconds) {
-            return Err("GENERATOR_LEASE_TTL_SECONDS must be between 1 and 3600".to_owned());
-        }
-        // Bounded, so that no duration made from it can overflow.
-        if !(0.01..=3600.0).contains(&self.retry_interval_seconds) {
-            return Err(
-                "GENERATOR_RETRY_INTERVAL_SECONDS must be between 0.01 and 3600".to_owned(),
-            );
-        }
-        if !(1..=3_600_000).contains(&self.settings_poll_ms) {
-            return Err("GENERATOR_SETTINGS_POLL_MS must be between 1 and 3600000".to_owned());
-        }
-        Ok(())
-    }
-}
-
 /// Contends for the lease and, while leading, produces tasks, until `shutdown` is cancelled;
 /// then releases the lease (so a standby takes over at once) and returns.
 pub async fn run(config: GeneratorConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
-    config.validate().map_err(anyhow::Error::msg)?;
     let holder = config
         .generator_id
         .clone()

@@ -15,7 +15,7 @@ struct Cli {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+    let cli: Cli = leasehold::flags::parse();
     // Flushes buffered spans when main returns.
     let _telemetry = leasehold::telemetry::init("task-generator");
     let shutdown = CancellationToken::new();

@@ -4,6 +4,9 @@ use clap::Args;
 use leasehold::server::auth::Auth;
 use leasehold::server::startup::ServerArgs;
 
+/// The longest retry delay accepted: 30 days.
+const MAX_RETRY_SECONDS: f64 = 2_592_000.0;
+
 #[derive(Debug, Clone, Args)]
 pub struct ServeConfig {
     /// PostgreSQL URL of the tasks database.
@@ -17,7 +20,8 @@ pub struct ServeConfig {
     #[arg(
         long,
         env = "LEASE_SERVICE_URL",
-        default_value = "http://127.0.0.1:8081"
+        default_value = "http://127.0.0.1:8081",
+        value_parser = leasehold::service_url
     )]
     pub lease_service_url: String,
 
@@ -25,7 +29,8 @@ pub struct ServeConfig {
     /// replica. Claims and single completions arriving while all are busy wait and then go
     /// together, in one transaction and one lease-service call; 1 makes the largest groups,
     /// which is fastest on few cores.
-    #[arg(long, env = "GROUPS_IN_FLIGHT", default_value_t = 1)]
+    #[arg(long, env = "GROUPS_IN_FLIGHT", default_value_t = 1,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub groups_in_flight: usize,
 
     /// Heavy reads (task listings, counts, the queues, the dashboard's overview and charts, the
@@ -38,7 +43,8 @@ pub struct ServeConfig {
     pub reads_in_flight: usize,
 
     /// Length of the lease behind each claim; workers must heartbeat well within it.
-    #[arg(long, env = "TASK_LEASE_TTL_SECONDS", default_value_t = 30)]
+    #[arg(long, env = "TASK_LEASE_TTL_SECONDS", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub lease_ttl_seconds: u64,
 
     /// Bearer token sent to lease-service (a token with the `leaseholder` role there, when its
@@ -54,7 +60,8 @@ pub struct ServeConfig {
     pub auth_tokens: Auth,
 
     /// Timeout of a lease-service call made while task rows are locked.
-    #[arg(long, env = "LEASE_CALL_TIMEOUT_MS", default_value_t = 2000)]
+    #[arg(long, env = "LEASE_CALL_TIMEOUT_MS", default_value_t = 2000,
+          value_parser = clap::value_parser!(u64).range(1..))]
     pub lease_call_timeout_ms: u64,
 
     /// Prefix of the lease resource of a task (`<prefix><id>`).
@@ -72,23 +79,28 @@ pub struct ServeConfig {
     pub generator_resource: String,
 
     /// Attempts a task gets when its creator names none.
-    #[arg(long, env = "TASK_DEFAULT_MAX_ATTEMPTS", default_value_t = 10)]
+    #[arg(long, env = "TASK_DEFAULT_MAX_ATTEMPTS", default_value_t = 10,
+          value_parser = clap::value_parser!(i32).range(1..=1000))]
     pub default_max_attempts: i32,
 
     /// First retry delay after a failure; it doubles with each attempt (with jitter).
-    #[arg(long, env = "TASK_RETRY_BASE_SECONDS", default_value_t = 1.0)]
+    #[arg(long, env = "TASK_RETRY_BASE_SECONDS", default_value_t = 1.0,
+          value_parser = leasehold::float_within(0.0..=MAX_RETRY_SECONDS))]
     pub retry_base_seconds: f64,
 
     /// Longest retry delay (at most 30 days).
-    #[arg(long, env = "TASK_RETRY_MAX_SECONDS", default_value_t = 300.0)]
+    #[arg(long, env = "TASK_RETRY_MAX_SECONDS", default_value_t = 300.0,
+          value_parser = leasehold::float_within(0.0..=MAX_RETRY_SECONDS))]
     pub retry_max_seconds: f64,
 
     /// Finished tasks (succeeded, dead, cancelled) older than this are deleted.
-    #[arg(long, env = "TASK_RETENTION_SECONDS", default_value_t = 604_800)]
+    #[arg(long, env = "TASK_RETENTION_SECONDS", default_value_t = 604_800,
+          value_parser = clap::value_parser!(i64).range(0..))]
     pub retention_seconds: i64,
 
     /// How often the retention sweeper runs (on whichever replica holds its lease).
-    #[arg(long, env = "TASK_SWEEP_INTERVAL_SECONDS", default_value_t = 60)]
+    #[arg(long, env = "TASK_SWEEP_INTERVAL_SECONDS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..))]
     pub sweep_interval_seconds: u64,
 
     /// Most distinct queue names that get a `queue` label of their own in `/metrics`: the first
@@ -110,40 +122,20 @@ impl ServeConfig {
         wanted.clamp(1, (self.server.database_pool_size / 2).max(1))
     }
 
-    /// Refuses a configuration that cannot work, with a sentence saying why.
+    /// Refuses a configuration that cannot work, with a sentence saying why: the rules
+    /// between settings (each setting's own bounds are in its attribute, checked by clap).
     pub fn validate(&self) -> Result<(), String> {
-        if !(1..=3600).contains(&self.lease_ttl_seconds) {
-            return Err("TASK_LEASE_TTL_SECONDS must be between 1 and 3600".to_owned());
-        }
-        if self.lease_call_timeout_ms == 0 {
-            return Err("LEASE_CALL_TIMEOUT_MS must be at least 1".to_owned());
-        }
-        if !(1..=1000).contains(&self.default_max_attempts) {
-            return Err("TASK_DEFAULT_MAX_ATTEMPTS must be between 1 and 1000".to_owned());
-        }
-        if !(self.retry_base_seconds >= 0.0 && self.retry_base_seconds <= self.retry_max_seconds) {
+        if self.retry_base_seconds > self.retry_max_seconds {
             return Err(
-                "TASK_RETRY_BASE_SECONDS must be at least 0 and at most TASK_RETRY_MAX_SECONDS"
-                    .to_owned(),
+                "TASK_RETRY_BASE_SECONDS must be at most TASK_RETRY_MAX_SECONDS".to_owned(),
             );
         }
-        if self.retry_max_seconds > 2_592_000.0 {
-            return Err("TASK_RETRY_MAX_SECONDS must be at most 2592000 (30 days)".to_owned());
-        }
-        if self.retention_seconds < 0 {
-            return Err("TASK_RETENTION_SECONDS must not be negative".to_owned());
-        }
-        if self.sweep_interval_seconds == 0 {
-            return Err("TASK_SWEEP_INTERVAL_SECONDS must be at least 1".to_owned());
-        }
-        self.server.validate()?;
-        if !(1..=self.server.database_pool_size).contains(&self.groups_in_flight) {
-            return Err("GROUPS_IN_FLIGHT must be between 1 and DATABASE_POOL_SIZE".to_owned());
+        if self.groups_in_flight > self.server.database_pool_size {
+            return Err("GROUPS_IN_FLIGHT must be at most DATABASE_POOL_SIZE".to_owned());
         }
         if self.reads_in_flight > (self.server.database_pool_size / 2).max(1) {
             return Err("READS_IN_FLIGHT must be at most half of DATABASE_POOL_SIZE".to_owned());
         }
-        leasehold::service_url("LEASE_SERVICE_URL", &self.lease_service_url)?;
         Ok(())
     }
 }
@@ -183,5 +175,47 @@ mod tests {
         let one_connection = serve_config(&["--database-pool-size", "1"]);
         assert_eq!(one_connection.validate(), Ok(()));
         assert_eq!(one_connection.reads_in_flight(8), 1);
+    }
+
+    /// Each setting's bounds are declared once, in its attribute: clap refuses a value outside
+    /// them, naming the variable.
+    #[test]
+    fn a_setting_out_of_its_bounds_is_refused_by_its_variable() {
+        use clap::CommandFactory as _;
+        for (flag, bad, variable) in [
+            ("--lease-ttl-seconds", "3601", "TASK_LEASE_TTL_SECONDS"),
+            ("--lease-call-timeout-ms", "0", "LEASE_CALL_TIMEOUT_MS"),
+            (
+                "--default-max-attempts",
+                "1001",
+                "TASK_DEFAULT_MAX_ATTEMPTS",
+            ),
+            ("--retry-base-seconds", "-1", "TASK_RETRY_BASE_SECONDS"),
+            ("--retry-max-seconds", "2592001", "TASK_RETRY_MAX_SECONDS"),
+            ("--retention-seconds", "-1", "TASK_RETENTION_SECONDS"),
+            (
+                "--sweep-interval-seconds",
+                "0",
+                "TASK_SWEEP_INTERVAL_SECONDS",
+            ),
+            ("--groups-in-flight", "0", "GROUPS_IN_FLIGHT"),
+            ("--lease-service-url", "https://x", "LEASE_SERVICE_URL"),
+        ] {
+            let command =
+                leasehold::flags::values_named_by_env(ServiceCli::<ServeConfig>::command());
+            let refusal = command
+                .try_get_matches_from([
+                    "task-service",
+                    "--database-url",
+                    "postgres://db/tasks",
+                    &format!("{flag}={bad}"),
+                ])
+                .expect_err(flag)
+                .to_string();
+            assert!(
+                refusal.contains(&format!("<{variable}>")),
+                "{flag} {bad}: {refusal}"
+            );
+        }
     }
 }

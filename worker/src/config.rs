@@ -212,44 +212,48 @@ impl WorkerConfig {
         let task_service_urls = self.urls()?;
         let worker_id = match &self.worker_id {
             Some(id) => {
-                check_name("WORKER_ID", id, MAX_NAME_CHARS)?;
+                check_name(&setting("worker_id"), id, MAX_NAME_CHARS)?;
                 id.clone()
             }
             None => default_worker_id(),
         };
         if let Some(queue) = &self.queue {
-            check_name("WORKER_QUEUE", queue, MAX_QUEUE_CHARS)?;
+            check_name(&setting("queue"), queue, MAX_QUEUE_CHARS)?;
         }
         if self.concurrency == 0 || self.concurrency > MAX_CONCURRENCY {
             return Err(ConfigError(format!(
-                "WORKER_CONCURRENCY ({}) must be between 1 and {MAX_CONCURRENCY}",
+                "{} ({}) must be between 1 and {MAX_CONCURRENCY}",
+                setting("concurrency"),
                 self.concurrency
             )));
         }
         if self.prefetch > self.concurrency {
             return Err(ConfigError(format!(
-                "WORKER_PREFETCH ({}) must be at most WORKER_CONCURRENCY ({})",
-                self.prefetch, self.concurrency
+                "{} ({}) must be at most {} ({})",
+                setting("prefetch"),
+                self.prefetch,
+                setting("concurrency"),
+                self.concurrency
             )));
         }
         let heartbeat_interval = seconds_within(
-            "HEARTBEAT_INTERVAL_SECONDS",
+            "heartbeat_interval_seconds",
             self.heartbeat_interval_seconds,
             MIN_HEARTBEAT_INTERVAL_SECONDS..=MAX_HEARTBEAT_INTERVAL_SECONDS,
         )?;
         self.check_polling()?;
         let shutdown_grace = seconds_within(
-            "SHUTDOWN_GRACE_SECONDS",
+            "shutdown_grace_seconds",
             self.shutdown_grace_seconds,
             0.0..=MAX_SHUTDOWN_GRACE_SECONDS,
         )?;
-        probability("CHAOS_CRASH_PROBABILITY", self.chaos_crash_probability)?;
+        probability("chaos_crash_probability", self.chaos_crash_probability)?;
         probability(
-            "CHAOS_HEARTBEAT_PAUSE_PROBABILITY",
+            "chaos_heartbeat_pause_probability",
             self.chaos_heartbeat_pause_probability,
         )?;
         let heartbeat_pause = seconds_within(
-            "CHAOS_HEARTBEAT_PAUSE_SECONDS",
+            "chaos_heartbeat_pause_seconds",
             self.chaos_heartbeat_pause_seconds,
             0.0..=MAX_SHUTDOWN_GRACE_SECONDS,
         )?;
@@ -278,18 +282,25 @@ impl WorkerConfig {
     /// The idle waits and the claim's wait.
     fn check_polling(&self) -> Result<(), ConfigError> {
         if self.poll_min_ms == 0 {
-            return Err(ConfigError("POLL_MIN_MS must be at least 1".to_owned()));
+            return Err(ConfigError(format!(
+                "{} must be at least 1",
+                setting("poll_min_ms")
+            )));
         }
         if self.claim_wait_ms > leasehold::tasks::MAX_CLAIM_WAIT_MS {
             return Err(ConfigError(format!(
-                "CLAIM_WAIT_MS must be at most {}",
+                "{} must be at most {}",
+                setting("claim_wait_ms"),
                 leasehold::tasks::MAX_CLAIM_WAIT_MS
             )));
         }
         if self.poll_max_ms < self.poll_min_ms {
             return Err(ConfigError(format!(
-                "POLL_MAX_MS ({}) must not be less than POLL_MIN_MS ({})",
-                self.poll_max_ms, self.poll_min_ms
+                "{} ({}) must not be less than {} ({})",
+                setting("poll_max_ms"),
+                self.poll_max_ms,
+                setting("poll_min_ms"),
+                self.poll_min_ms
             )));
         }
         Ok(())
@@ -302,12 +313,15 @@ impl WorkerConfig {
             if raw.is_empty() {
                 continue;
             }
-            urls.push(leasehold::service_url("TASK_SERVICE_URL", raw).map_err(ConfigError)?);
+            let url = leasehold::service_url(raw)
+                .map_err(|err| ConfigError(format!("{} {err}", setting("task_service_urls"))))?;
+            urls.push(url);
         }
         if urls.is_empty() {
-            return Err(ConfigError(
-                "TASK_SERVICE_URL must name at least one task-service URL".to_owned(),
-            ));
+            return Err(ConfigError(format!(
+                "{} must name at least one task-service URL",
+                setting("task_service_urls")
+            )));
         }
         Ok(urls)
     }
@@ -316,6 +330,18 @@ impl WorkerConfig {
 /// `host:pid:random-hex`: unique per process (and per call), readable in the tasks table.
 pub fn default_worker_id() -> String {
     leasehold::identity::instance_id("worker")
+}
+
+/// The environment variable of the flag whose field is `id`, as its attribute names it.
+/// `validate` also checks configurations built in code ([`WorkerConfig::new`]), so it keeps the
+/// worker's rules, and names each setting through this rather than writing its name again.
+fn setting(id: &str) -> String {
+    use clap::CommandFactory as _;
+    Cli::command()
+        .get_arguments()
+        .find(|arg| arg.get_id() == id)
+        .and_then(clap::Arg::get_env)
+        .map_or_else(|| id.to_owned(), |env| env.to_string_lossy().into_owned())
 }
 
 fn check_name(setting: &str, value: &str, max_chars: usize) -> Result<(), ConfigError> {
@@ -344,12 +370,13 @@ fn seconds(setting: &str, value: f64) -> Result<Duration, ConfigError> {
     })
 }
 
-/// `value` seconds of `setting`, a finite number within `range`.
+/// `value` seconds of the setting whose field is `id`, a finite number within `range`.
 fn seconds_within(
-    setting: &str,
+    id: &str,
     value: f64,
     range: std::ops::RangeInclusive<f64>,
 ) -> Result<Duration, ConfigError> {
+    let setting = setting(id);
     if !value.is_finite() || !range.contains(&value) {
         return Err(ConfigError(format!(
             "{setting} ({value}) must be between {} and {} seconds",
@@ -357,15 +384,17 @@ fn seconds_within(
             range.end()
         )));
     }
-    seconds(setting, value)
+    seconds(&setting, value)
 }
 
-fn probability(setting: &str, value: f64) -> Result<(), ConfigError> {
+/// The setting whose field is `id`, a probability.
+fn probability(id: &str, value: f64) -> Result<(), ConfigError> {
     if value.is_finite() && (0.0..=1.0).contains(&value) {
         Ok(())
     } else {
         Err(ConfigError(format!(
-            "{setting} ({value}) must be a probability between 0 and 1"
+            "{} ({value}) must be a probability between 0 and 1",
+            setting(id)
         )))
     }
 }

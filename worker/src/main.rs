@@ -7,12 +7,11 @@
 //! per 1,000 tasks; batched: 47 → 22). A handler that computes belongs in a program of its own
 //! on the multi-threaded runtime (or `spawn_blocking`), as the library leaves that choice to it.
 
-use clap::Parser;
 use leasehold_worker::{Cli, SleepHandler};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+    let cli: Cli = leasehold::flags::parse();
     // Flushes buffered spans when main returns.
     let _telemetry = leasehold::telemetry::init("worker");
     leasehold_worker::run(

@@ -45,7 +45,7 @@ impl<S: Args> ServiceCli<S> {
         I: IntoIterator<Item = T>,
         T: Into<std::ffi::OsString> + Clone,
     {
-        let mut matches = Self::command()
+        let mut matches = crate::flags::values_named_by_env(Self::command())
             .name(name)
             .bin_name(name)
             .about(about)

@@ -31,19 +31,22 @@ pub struct ServerArgs {
     #[arg(long, env = "SKIP_MIGRATIONS", default_value_t = false)]
     pub skip_migrations: bool,
 
-    /// Database connections in the pool.
-    #[arg(long, env = "DATABASE_POOL_SIZE", default_value_t = 16)]
+    /// Database connections in the pool (at least 1).
+    #[arg(long, env = "DATABASE_POOL_SIZE", default_value_t = 16,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub database_pool_size: usize,
 
     /// Milliseconds to reach one database host, log in and learn whether it takes writes; then
-    /// the next host of DATABASE_URL is tried (1..60000).
-    #[arg(long, env = "DATABASE_CONNECT_TIMEOUT_MS", default_value_t = 2_000)]
+    /// the next host of DATABASE_URL is tried.
+    #[arg(long, env = "DATABASE_CONNECT_TIMEOUT_MS", default_value_t = 2_000,
+          value_parser = clap::value_parser!(u64).range(1..=60_000))]
     pub database_connect_timeout_ms: u64,
 
     /// PostgreSQL's statement_timeout for every session, in milliseconds. A connection that
     /// sends nothing back for a second longer (a frozen server, a commit waiting for a standby
-    /// that is gone) is closed and its request answered 503 (100..600000).
-    #[arg(long, env = "DATABASE_STATEMENT_TIMEOUT_MS", default_value_t = 5_000)]
+    /// that is gone) is closed and its request answered 503.
+    #[arg(long, env = "DATABASE_STATEMENT_TIMEOUT_MS", default_value_t = 5_000,
+          value_parser = clap::value_parser!(u64).range(100..=600_000))]
     pub database_statement_timeout_ms: u64,
 
     /// HTTP worker threads (0: one per CPU core).
@@ -72,29 +75,13 @@ pub struct ServerArgs {
 
     /// Milliseconds a request waiting for the database's news (a claim's or an acquire's
     /// `wait_ms`) waits without any before it looks again: how late a lost notification, or a
-    /// lapsed lease, reaches it (10..600000).
-    #[arg(long, env = "WAIT_RECHECK_MS", default_value_t = 2_000)]
+    /// lapsed lease, reaches it.
+    #[arg(long, env = "WAIT_RECHECK_MS", default_value_t = 2_000,
+          value_parser = clap::value_parser!(u64).range(10..=600_000))]
     pub wait_recheck_ms: u64,
 }
 
 impl ServerArgs {
-    /// Refuses settings that cannot work, with a sentence saying why.
-    pub fn validate(&self) -> Result<(), String> {
-        if self.database_pool_size == 0 {
-            return Err("DATABASE_POOL_SIZE must be at least 1".to_owned());
-        }
-        if !(1..=60_000).contains(&self.database_connect_timeout_ms) {
-            return Err("DATABASE_CONNECT_TIMEOUT_MS must be between 1 and 60000".to_owned());
-        }
-        if !(100..=600_000).contains(&self.database_statement_timeout_ms) {
-            return Err("DATABASE_STATEMENT_TIMEOUT_MS must be between 100 and 600000".to_owned());
-        }
-        if !(10..=600_000).contains(&self.wait_recheck_ms) {
-            return Err("WAIT_RECHECK_MS must be between 10 and 600000".to_owned());
-        }
-        Ok(())
-    }
-
     /// The service's database at `url`, bounded by these flags' timeouts, each session
     /// starting with `session`.
     pub fn database(
@@ -238,16 +225,41 @@ mod tests {
         assert_eq!(args.http_workers, 0);
         assert_eq!(args.shutdown_grace_seconds, 10);
         assert_eq!(args.client_request_timeout_ms, 5000);
-        assert!(args.validate().is_ok());
     }
 
+    /// A bound is written once, in the flag's attribute, and clap's refusal names the variable
+    /// it came from, whether set as a flag or in the environment.
     #[test]
-    fn an_empty_pool_is_refused() {
-        let args = parse(&["--database-pool-size", "0"]);
-        assert_eq!(
-            args.validate().expect_err("refused"),
-            "DATABASE_POOL_SIZE must be at least 1"
-        );
+    fn a_setting_out_of_its_bounds_is_refused_by_name() {
+        for (flag, bad) in [
+            ("--database-pool-size", "0"),
+            ("--database-connect-timeout-ms", "0"),
+            ("--database-connect-timeout-ms", "60001"),
+            ("--database-statement-timeout-ms", "99"),
+            ("--wait-recheck-ms", "9"),
+        ] {
+            let argv = ["service", flag, bad];
+            let refusal = Cli::try_parse_from(argv).expect_err(flag).to_string();
+            let variable = flag
+                .trim_start_matches("--")
+                .replace('-', "_")
+                .to_uppercase();
+            assert!(
+                refusal.contains(&variable) && refusal.contains(bad),
+                "{flag} {bad}: {refusal}"
+            );
+        }
+        for (flag, edge) in [
+            ("--database-pool-size", "1"),
+            ("--database-connect-timeout-ms", "60000"),
+            ("--database-statement-timeout-ms", "100"),
+            ("--wait-recheck-ms", "10"),
+        ] {
+            assert!(
+                Cli::try_parse_from(["service", flag, edge]).is_ok(),
+                "{flag} {edge}"
+            );
+        }
     }
 
     #[test]
