@@ -84,9 +84,9 @@ pub struct Limits {
     held_back: BTreeMap<String, String>,
     /// Queues whose limit kept this claim from taking what it asked for, and which limit.
     pub bound: Vec<(String, &'static str)>,
-    /// The database's clock once the limited queues' rows were locked: the claim counted their
-    /// running tasks from then on, so its tasks of those queues are recorded to start then.
-    locked_at: Option<DateTime<Utc>>,
+    /// Per queue with a concurrency limit (of the queue or per key), the database's clock read
+    /// in a statement after the one that counted its running tasks ([`Limits::counted`]).
+    counted_at: BTreeMap<String, DateTime<Utc>>,
 }
 
 #[derive(Debug)]
@@ -128,12 +128,6 @@ impl Locked {
     pub async fn count(self, conn: &mut Db) -> Result<Limits, ApiError> {
         let limits = self.0;
         let mut this = Limits::default();
-        if limits
-            .iter()
-            .any(|l| l.concurrency_limit.is_some() || l.key_concurrency_limit.is_some())
-        {
-            this.locked_at = Some(repo::clock(conn).await?);
-        }
         for limit in &limits {
             if let Some(most) = limit.key_concurrency_limit {
                 this.keyed.insert(
@@ -162,6 +156,10 @@ impl Locked {
                     let room = (i64::from(most) - taken).max(0);
                     this.rooms.insert(limit.queue.clone(), room);
                 }
+            }
+            let at = repo::clock(conn).await?;
+            for queue in counted {
+                this.counted(queue, at);
             }
         }
         let paced: Vec<&str> = limits
@@ -312,6 +310,9 @@ impl Limits {
             .into_iter()
             .map(|row| (row.id, row))
             .collect();
+        // After the walk, which counted each key's running tasks.
+        let at = repo::clock(conn).await?;
+        self.counted(queue, at);
         let mut due = Vec::with_capacity(locked.len());
         for candidate in candidates {
             if let Some(row) = candidate.id.and_then(|id| locked.remove(&id)) {
@@ -375,7 +376,8 @@ impl Limits {
             if starts > 0 {
                 #[allow(clippy::cast_precision_loss)]
                 let left = bucket.available - starts as f64;
-                repo::spend_tokens(conn, queue, left, bucket.at).await?;
+                repo::spend_tokens(conn, queue, left, self.start_of(queue).unwrap_or(bucket.at))
+                    .await?;
             }
             // An empty bucket wakes its waiting claims at its next token even when this claim
             // took from other queues only (a claim of every queue steps over it).
@@ -397,21 +399,31 @@ impl Limits {
         Ok(())
     }
 
-    /// When `task`, if this claim starts it, is recorded to have started: the moment its
-    /// queue's bucket was read, for tasks of rate-limited queues (so the history shows the
-    /// times the bucket was spent at); the moment the queue's row was locked, for tasks of
-    /// queues with a concurrency limit (the claim counted their running tasks from then, often
-    /// after waiting for the claim before it, so the history must not show an earlier start
-    /// than the count it was judged by); none (the claim's `now()`) for the others.
+    /// When `task`, if this claim starts it, is recorded to have started
+    /// ([`Limits::start_of`] its queue).
     pub fn started_at(&self, task: &TaskRow) -> Option<DateTime<Utc>> {
-        self.tokens
-            .get(&task.queue)
-            .map(|bucket| bucket.at)
-            .or_else(|| {
-                (self.rooms.contains_key(&task.queue) || self.keyed.contains_key(&task.queue))
-                    .then_some(self.locked_at)
-                    .flatten()
-            })
+        self.start_of(&task.queue)
+    }
+
+    /// When this claim's tasks of `queue` are recorded to start, so that the history shows
+    /// each start no earlier than what it was judged by: the latest of the moment its bucket
+    /// was read (rate limits: the history shows the times the bucket was spent at, and the
+    /// bucket is spent at that time) and the clock read after its running tasks were counted
+    /// (concurrency limits, of the queue and per key). Each count is a statement of its own
+    /// (under READ COMMITTED only a later statement sees what committed meanwhile), and a task
+    /// of another claim may end between the lock and the count: its end is recorded at its
+    /// transaction's start, so a start recorded at the lock could come before an end the count
+    /// already saw, and the history would show one task too many running. None (the claim's
+    /// statement time) for queues without limits.
+    pub fn start_of(&self, queue: &str) -> Option<DateTime<Utc>> {
+        let bucket = self.tokens.get(queue).map(|bucket| bucket.at);
+        bucket.max(self.counted_at.get(queue).copied())
+    }
+
+    /// `queue`'s running tasks were counted before `at`.
+    fn counted(&mut self, queue: &str, at: DateTime<Utc>) {
+        let latest = self.counted_at.entry(queue.to_owned()).or_insert(at);
+        *latest = (*latest).max(at);
     }
 
     /// Where each key-limited queue's next claim starts its walk: after the key furthest along
@@ -503,5 +515,41 @@ mod tests {
             .unwrap_or_else(PoisonError::into_inner)
             .len();
         assert_eq!(kept, 1);
+    }
+
+    /// A start is recorded no earlier than what judged it: the clock read after the count of
+    /// running tasks (of the queue, or the walk over its keys), when that is later than the
+    /// bucket's read; the bucket's read when nothing was counted after it. The failover soak
+    /// saw the difference: a key's task ending between the bucket's read and the walk over the
+    /// keys, recorded at its transaction's start, showed three tasks of a key limited to two
+    /// running at the start the claim had recorded.
+    #[test]
+    fn a_start_is_recorded_after_the_counts_it_was_judged_by() {
+        let at = |ms: i64| DateTime::<Utc>::from_timestamp_millis(ms).unwrap_or_default();
+        let mut limits = Limits::default();
+        limits.tokens.insert(
+            "paced".to_owned(),
+            Bucket {
+                available: 3.0,
+                per_second: 1.0,
+                left: 3,
+                at: at(1_000),
+            },
+        );
+        assert_eq!(limits.start_of("paced"), Some(at(1_000)));
+        limits.counted("paced", at(1_005));
+        limits.counted("paced", at(1_003));
+        assert_eq!(
+            limits.start_of("paced"),
+            Some(at(1_005)),
+            "the latest count"
+        );
+        limits.counted("keyed", at(2_000));
+        assert_eq!(limits.start_of("keyed"), Some(at(2_000)));
+        assert_eq!(
+            limits.start_of("free"),
+            None,
+            "an unlimited queue's: the claim's own"
+        );
     }
 }

@@ -57,10 +57,10 @@ pub async fn mark_claimed(
         let starts: Vec<Option<DateTime<Utc>>> = claims.iter().map(|c| c.started_at).collect();
         let froms: Vec<&str> = claims.iter().map(|c| c.from.as_str()).collect();
         let firsts: Vec<bool> = claims.iter().map(|c| c.first).collect();
-        // The claim is recorded at the task's start: the claim's `now()`, except for
-        // rate-limited queues, whose claims record the moment they read the bucket (after the
-        // queue's lock was granted, so later than `now()`): the history then shows the times the
-        // bucket was spent at, and the invariant checker judges the rate by them.
+        // The claim is recorded at the task's start: the claim's `now()`, except for limited
+        // queues, whose claims record a moment after they read what they were judged by (their
+        // bucket, their running tasks: `Limits::start_of`), later than `now()`: the history then
+        // shows starts the invariant checker can judge the limits by.
         diesel::sql_query(format!(
             "WITH moved AS (
              UPDATE tasks SET {set}
