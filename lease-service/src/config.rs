@@ -164,7 +164,6 @@ mod tests {
     /// them, naming the variable.
     #[test]
     fn a_setting_out_of_its_bounds_is_refused_by_its_variable() {
-        use clap::CommandFactory as _;
         for (flag, bad, variable) in [
             ("--min-ttl-seconds", "0", "LEASE_MIN_TTL_SECONDS"),
             ("--max-ttl-seconds", "2147483648", "LEASE_MAX_TTL_SECONDS"),
@@ -177,17 +176,16 @@ mod tests {
             ),
             ("--groups-in-flight", "0", "GROUPS_IN_FLIGHT"),
         ] {
-            let command =
-                leasehold::flags::values_named_by_env(ServiceCli::<ServeConfig>::command());
-            let refusal = command
-                .try_get_matches_from([
-                    "lease-service",
-                    "--database-url",
-                    "postgres://db/leases",
-                    &format!("{flag}={bad}"),
-                ])
-                .expect_err(flag)
-                .to_string();
+            let argv = [
+                "lease-service",
+                "--database-url",
+                "postgres://db/leases",
+                &format!("{flag}={bad}"),
+            ];
+            let refusal =
+                ServiceCli::<ServeConfig>::try_parse_from_as("lease-service", "test", argv)
+                    .expect_err(flag)
+                    .to_string();
             assert!(
                 refusal.contains(&format!("<{variable}>")),
                 "{flag} {bad}: {refusal}"

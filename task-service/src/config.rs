@@ -181,7 +181,6 @@ mod tests {
     /// them, naming the variable.
     #[test]
     fn a_setting_out_of_its_bounds_is_refused_by_its_variable() {
-        use clap::CommandFactory as _;
         for (flag, bad, variable) in [
             ("--lease-ttl-seconds", "3601", "TASK_LEASE_TTL_SECONDS"),
             ("--lease-call-timeout-ms", "0", "LEASE_CALL_TIMEOUT_MS"),
@@ -201,17 +200,16 @@ mod tests {
             ("--groups-in-flight", "0", "GROUPS_IN_FLIGHT"),
             ("--lease-service-url", "https://x", "LEASE_SERVICE_URL"),
         ] {
-            let command =
-                leasehold::flags::values_named_by_env(ServiceCli::<ServeConfig>::command());
-            let refusal = command
-                .try_get_matches_from([
-                    "task-service",
-                    "--database-url",
-                    "postgres://db/tasks",
-                    &format!("{flag}={bad}"),
-                ])
-                .expect_err(flag)
-                .to_string();
+            let argv = [
+                "task-service",
+                "--database-url",
+                "postgres://db/tasks",
+                &format!("{flag}={bad}"),
+            ];
+            let refusal =
+                ServiceCli::<ServeConfig>::try_parse_from_as("task-service", "test", argv)
+                    .expect_err(flag)
+                    .to_string();
             assert!(
                 refusal.contains(&format!("<{variable}>")),
                 "{flag} {bad}: {refusal}"

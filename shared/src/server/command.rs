@@ -45,14 +45,29 @@ impl<S: Args> ServiceCli<S> {
         I: IntoIterator<Item = T>,
         T: Into<std::ffi::OsString> + Clone,
     {
+        Self::try_parse_from_as(name, about, args).unwrap_or_else(|err| err.exit())
+    }
+
+    /// [`parse_from_as`](Self::parse_from_as), returning clap's refusal (which names the
+    /// environment variable of the value it refused) instead of exiting with it.
+    pub fn try_parse_from_as<I, T>(
+        name: &'static str,
+        about: &'static str,
+        args: I,
+    ) -> Result<ServiceCommand<S>, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
         let mut matches = crate::flags::values_named_by_env(Self::command())
             .name(name)
             .bin_name(name)
             .about(about)
-            .get_matches_from(args);
-        let cli = Self::from_arg_matches_mut(&mut matches).unwrap_or_else(|err| err.exit());
-        cli.command
-            .unwrap_or_else(|| ServiceCommand::Serve(Box::new(cli.serve)))
+            .try_get_matches_from(args)?;
+        let cli = Self::from_arg_matches_mut(&mut matches)?;
+        Ok(cli
+            .command
+            .unwrap_or_else(|| ServiceCommand::Serve(Box::new(cli.serve))))
     }
 }
 
