@@ -24,7 +24,9 @@ use leasehold::server::db::{self, DbPool};
 use leasehold::{GuardConfig, Singleton};
 use tokio_util::sync::CancellationToken;
 
-use super::{LapsedCancellations, Retention, Rollup};
+use super::lapsed::LapsedCancellations;
+use super::retention::Retention;
+use super::rollup::Rollup;
 use crate::tasks::Engine;
 
 /// The lease the leader holds (named for the job it first had, and kept so that replicas of
