@@ -53,6 +53,8 @@
 //! ```
 
 pub mod api;
+#[cfg(feature = "server")]
+pub mod closed_set;
 pub mod deadline;
 pub mod flags;
 pub mod generator;

@@ -5,8 +5,7 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-/// Longest schedule name, in characters.
-pub const MAX_SCHEDULE_NAME_CHARS: usize = 200;
+pub use crate::schema::MAX_SCHEDULE_NAME_CHARS;
 
 /// What happens to ticks that no replica reached in time (every replica was down, or the
 /// schedule's replica could not reach the database, for longer than the misfire grace).
@@ -49,7 +48,7 @@ impl std::str::FromStr for CatchUp {
 #[cfg(feature = "server")]
 impl diesel::deserialize::FromSql<diesel::sql_types::Text, diesel::pg::Pg> for CatchUp {
     fn from_sql(value: diesel::pg::PgValue<'_>) -> diesel::deserialize::Result<Self> {
-        crate::server::db::closed_set_from_sql(value, "catch_up", |text| text.parse().ok())
+        crate::closed_set::from_sql(value, "catch_up", |text| text.parse().ok())
     }
 }
 

@@ -7,6 +7,25 @@ use utoipa::openapi::schema::{
 };
 use utoipa::openapi::{Ref, RefOr};
 
+// The bounds of names and batches: stated here, below the wire types that hold them and
+// re-exported there, so that the schemas and the types read one number.
+
+/// Longest `resource` or `holder` accepted, in characters.
+pub const MAX_NAME_CHARS: usize = 512;
+
+/// Most resources one `POST /api/leases/batch` may acquire.
+pub const MAX_BATCH_RESOURCES: usize = 100;
+
+/// Longest queue name task-service accepts, in characters. The worker checks its `WORKER_QUEUE`
+/// against it at startup, so a bad setting fails there rather than on every claim.
+pub const MAX_QUEUE_CHARS: usize = 128;
+
+/// Longest idempotency or concurrency key, in characters.
+pub const MAX_KEY_CHARS: usize = 255;
+
+/// Longest schedule name, in characters.
+pub const MAX_SCHEDULE_NAME_CHARS: usize = 200;
+
 /// A name holds no control character (Unicode's `Cc`, what `char::is_control` finds).
 pub const NAME_PATTERN: &str = r"^[^\u0000-\u001F\u007F-\u009F]*$";
 
@@ -46,20 +65,16 @@ macro_rules! name_schema {
 
 name_schema!(
     Name,
-    crate::api::MAX_NAME_CHARS,
+    MAX_NAME_CHARS,
     "A name: a resource, a holder, a processor."
 );
-name_schema!(QueueName, crate::tasks::MAX_QUEUE_CHARS, "A queue's name.");
+name_schema!(QueueName, MAX_QUEUE_CHARS, "A queue's name.");
 name_schema!(
     Key,
-    crate::tasks::MAX_KEY_CHARS,
+    MAX_KEY_CHARS,
     "A key: an idempotency key, a concurrency key."
 );
-name_schema!(
-    ScheduleName,
-    crate::schedules::MAX_SCHEDULE_NAME_CHARS,
-    "A schedule's name."
-);
+name_schema!(ScheduleName, MAX_SCHEDULE_NAME_CHARS, "A schedule's name.");
 
 /// A JSON object: task data and outputs, lease metadata. PostgreSQL's `jsonb` cannot hold a
 /// NUL character, so none may appear in a key or a string at any depth; the schema states it
@@ -89,7 +104,7 @@ pub fn resources_once() -> utoipa::openapi::schema::Array {
     let mut array = ArrayBuilder::new()
         .items(RefOr::Ref(Ref::from_schema_name("Name")))
         .min_items(Some(1))
-        .max_items(Some(crate::api::MAX_BATCH_RESOURCES))
+        .max_items(Some(MAX_BATCH_RESOURCES))
         .build();
     array.unique_items = true;
     array

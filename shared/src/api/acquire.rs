@@ -20,7 +20,7 @@ pub struct AcquireLease {
     /// The holder's proof: a reentrant acquire must present the secret of the lease it already
     /// has, and a new acquisition keeps the one presented (instead of drawing one), so that a
     /// holder whose answer was lost can still prove itself. [`MIN_OWN_SECRET_CHARS`] to
-    /// [`MAX_NAME_CHARS`] characters; keep it as secret as one lease-service draws.
+    /// [`MAX_NAME_CHARS`](crate::schema::MAX_NAME_CHARS) characters; keep it as secret as one lease-service draws.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>, min_length = 32, max_length = 512)]
     pub secret: Option<Secret>,
@@ -43,9 +43,6 @@ pub const MIN_OWN_SECRET_CHARS: usize = 32;
 
 /// The longest an acquire may wait for a held lease ([`AcquireLease::wait_ms`]).
 pub const MAX_ACQUIRE_WAIT_MS: u64 = 30_000;
-
-/// Most resources one `POST /api/leases/batch` may acquire.
-pub const MAX_BATCH_RESOURCES: usize = 100;
 
 /// `POST /api/leases/batch`: acquire many resources in one statement (how task-service claims
 /// a batch of tasks with one call and one commit). Each resource is acquired as

@@ -14,16 +14,13 @@ mod check;
 mod error_code;
 mod release;
 
+pub use crate::schema::{MAX_BATCH_RESOURCES, MAX_NAME_CHARS};
 pub use acquire::{
-    AcquireLease, AcquireLeases, AcquiredLeases, MAX_ACQUIRE_WAIT_MS, MAX_BATCH_RESOURCES,
-    MIN_OWN_SECRET_CHARS,
+    AcquireLease, AcquireLeases, AcquiredLeases, MAX_ACQUIRE_WAIT_MS, MIN_OWN_SECRET_CHARS,
 };
 pub use check::{CheckLeases, CheckedLeases, HeldLease, LeaseCheck, LeaseRef, LeaseStanding};
 pub use error_code::{ErrorCode, UnknownCode};
 pub use release::{ReleaseLease, ReleaseLeases, ReleaseResult, ReleasedLeases, RenewLease};
-
-/// Longest `resource` or `holder` accepted, in characters.
-pub const MAX_NAME_CHARS: usize = 512;
 
 /// The sample's lease length, used when a request names no `ttl_seconds`.
 pub const DEFAULT_TTL_SECONDS: i64 = 30;

@@ -293,15 +293,3 @@ macro_rules! db_span {
         )
     };
 }
-
-/// A closed set's value read from a text column: `parse` knows every word the column's CHECK
-/// constraint allows, and one it does not know is an error naming `what`, never a guess.
-pub fn closed_set_from_sql<T>(
-    value: diesel::pg::PgValue<'_>,
-    what: &str,
-    parse: impl FnOnce(&str) -> Option<T>,
-) -> diesel::deserialize::Result<T> {
-    let text =
-        <String as diesel::deserialize::FromSql<diesel::sql_types::Text, Pg>>::from_sql(value)?;
-    parse(&text).ok_or_else(|| format!("unknown {what} {text:?}").into())
-}

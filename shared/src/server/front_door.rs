@@ -10,8 +10,8 @@ use actix_web::http::{StatusCode, header};
 use actix_web::middleware::Next;
 use actix_web::{HttpResponse, ResponseError, web};
 
+use super::body::{BodyLimit, BodyTimedOut};
 use super::error::ApiError;
-use super::http::{BodyLimit, BodyTimedOut};
 use crate::api::ErrorCode;
 
 /// The origins other than its own whose web pages may call a service from a browser

@@ -12,6 +12,7 @@ use actix_web::middleware::Next;
 use actix_web::{HttpRequest, HttpResponse, web};
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
 
+use super::body::{BodyLimit, BodyTimedOut};
 use super::error::ApiError;
 pub use super::front_door::{AllowedOrigins, front_door, json_errors};
 pub use super::paging::{DEFAULT_PAGE, MAX_PAGE, NamePage, Order, Page};
@@ -107,11 +108,6 @@ async fn body_deadline(
     next.call(request).await
 }
 
-/// The error inside the I/O error of a body that came too slowly; it carries the timeout.
-#[derive(Debug, thiserror::Error)]
-#[error("request body not received within {0:?}")]
-pub(super) struct BodyTimedOut(pub(super) std::time::Duration);
-
 /// Registers the JSON, raw body, path and query extractor configurations on a service: a body
 /// read as JSON or as bytes is bounded by `max_body_bytes` alike.
 pub fn extractors(cfg: &mut web::ServiceConfig, max_body_bytes: usize) {
@@ -133,10 +129,6 @@ pub fn with_body_limit(
         .app_data(web::PayloadConfig::new(max_body_bytes))
         .app_data(BodyLimit(max_body_bytes))
 }
-
-/// The body limit [`extractors`] set, for the answer to a body past it.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct BodyLimit(pub(super) usize);
 
 /// A resource that answers `GET` with `handler` and 405 JSON to any other method.
 pub fn get_only<F, Args>(path: &str, handler: F) -> actix_web::Resource

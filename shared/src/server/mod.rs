@@ -5,6 +5,7 @@
 //! run, with the flags they have in common ([`startup`]).
 
 pub mod auth;
+mod body;
 pub mod coalesce;
 pub mod command;
 pub mod database;

@@ -15,17 +15,11 @@ pub use work::{
     FailTask, Heartbeat, ItemError, ItemResult, MAX_SNOOZE_SECONDS, NoTask, SnoozeTask,
 };
 
+pub use crate::schema::{MAX_KEY_CHARS, MAX_QUEUE_CHARS};
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-
-/// Longest queue name task-service accepts, in characters. The worker checks its `WORKER_QUEUE`
-/// against it at startup, so a bad setting fails there rather than on every claim.
-pub const MAX_QUEUE_CHARS: usize = 128;
-
-/// Longest idempotency or concurrency key, in characters.
-pub const MAX_KEY_CHARS: usize = 255;
 
 /// Most tasks one claim (`POST /api/tasks/next` with `limit`) may take. Each claimed task takes
 /// a lease in one lease-service batch, so it may not exceed that batch's limit.
@@ -90,7 +84,7 @@ impl TaskStatus {
 #[cfg(feature = "server")]
 impl diesel::deserialize::FromSql<diesel::sql_types::Text, diesel::pg::Pg> for TaskStatus {
     fn from_sql(value: diesel::pg::PgValue<'_>) -> diesel::deserialize::Result<Self> {
-        crate::server::db::closed_set_from_sql(value, "task status", Self::parse)
+        crate::closed_set::from_sql(value, "task status", Self::parse)
     }
 }
 

@@ -18,7 +18,7 @@ pub struct ClaimTasks {
     #[schema(minimum = 1, maximum = 100)]
     pub limit: Option<i64>,
     /// With nothing due, hold the request up to this many milliseconds (at most
-    /// [`MAX_CLAIM_WAIT_MS`]) until a task is due; without it, answer at once (the sample's
+    /// [`MAX_CLAIM_WAIT_MS`](super::MAX_CLAIM_WAIT_MS)) until a task is due; without it, answer at once (the sample's
     /// clients send none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[serde(deserialize_with = "crate::integers::optional")]
@@ -78,7 +78,7 @@ pub struct ClaimNext {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<crate::schema::QueueName>)]
     pub queue: Option<String>,
-    /// At most this many tasks (1 to [`MAX_CLAIM`]); one when absent.
+    /// At most this many tasks (1 to [`MAX_CLAIM`](super::MAX_CLAIM)); one when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[serde(deserialize_with = "crate::integers::optional")]
     #[schema(minimum = 1, maximum = 100)]
