@@ -10,20 +10,20 @@ use leasehold::generator::{
 };
 use leasehold::server::ApiError;
 
+use crate::context::Context;
 use crate::repo::{self, Db, GeneratorRow};
-use crate::tasks::Engine;
 
 pub async fn settings(conn: &mut Db) -> Result<GeneratorSettings, ApiError> {
     Ok(to_api(repo::generator(conn).await?))
 }
 
-pub async fn status(conn: &mut Db, engine: &Engine) -> Result<GeneratorStatus, ApiError> {
+pub async fn status(conn: &mut Db, engine: &Context) -> Result<GeneratorStatus, ApiError> {
     let settings = settings(conn).await?;
     Ok(compose(settings, leader(engine).await?))
 }
 
 /// The replica holding the generator's lease, as lease-service tells it.
-async fn leader(engine: &Engine) -> Result<Option<GeneratorLeader>, ApiError> {
+async fn leader(engine: &Context) -> Result<Option<GeneratorLeader>, ApiError> {
     ask_leader(&engine.leases_retrying(), engine)
         .await
         .map_err(|err| ApiError::Unavailable(format!("cannot ask lease-service who leads: {err}")))
@@ -31,7 +31,7 @@ async fn leader(engine: &Engine) -> Result<Option<GeneratorLeader>, ApiError> {
 
 async fn ask_leader(
     leases: &leasehold::LeaseClient,
-    engine: &Engine,
+    engine: &Context,
 ) -> Result<Option<GeneratorLeader>, leasehold::LeaseError> {
     Ok(leases
         .current(&engine.generator_resource)
@@ -74,7 +74,7 @@ fn compose(settings: GeneratorSettings, leader: Option<GeneratorLeader>) -> Gene
 /// changed, never that the change was made and only its answer failed.
 pub async fn start(
     conn: &mut Db,
-    engine: &Engine,
+    engine: &Context,
     change: StartGenerator,
 ) -> Result<GeneratorStatus, ApiError> {
     let current = repo::generator(conn).await?;
@@ -115,7 +115,7 @@ pub async fn start(
 /// gates every generator create, so it is stored first: an operator can stop the generator
 /// while lease-service is down. Who leads is then asked once, without retries, only for the
 /// answer; if lease-service cannot tell, the answer says the leader is unknown.
-pub async fn stop(conn: &mut Db, engine: &Engine) -> Result<GeneratorStatus, ApiError> {
+pub async fn stop(conn: &mut Db, engine: &Context) -> Result<GeneratorStatus, ApiError> {
     let settings = to_api(repo::set_generator(conn, false, None, None, None).await?);
     Ok(match ask_leader(&engine.leases, engine).await {
         Ok(leader) => compose(settings, leader),

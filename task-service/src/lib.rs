@@ -13,7 +13,9 @@
 //!
 //! - [`config`]: the service's settings (flags and environment variables);
 //! - [`db`]: the embedded migrations;
-//! - [`state`]: what every handler reaches (pool, groups, the rules' [`tasks::Engine`] with its
+//! - [`context`]: what the rules need besides a connection ([`context::Context`]: the one
+//!   lease-service client, settings, and the state every replica keeps);
+//! - [`state`]: what every handler reaches (pool, groups, the rules' [`context::Context`] with its
 //!   one lease-service client, the heavy reads' turns);
 //! - [`http`]: the task and generator routes, thin handlers, one rule call each;
 //!   [`dashboard`]: the operator page and its routes;
@@ -29,6 +31,7 @@
 //! - [`metrics`].
 
 pub mod config;
+pub mod context;
 pub mod dashboard;
 pub mod db;
 pub mod generator;
@@ -58,7 +61,6 @@ use crate::config::ServeConfig;
 use crate::maintenance::LeaderConfig;
 use crate::metrics::Metrics;
 use crate::state::AppState;
-use crate::tasks::Engine;
 use leasehold::server::wakeups::Wakeups;
 
 /// Runs task-service until SIGTERM or SIGINT.
@@ -85,7 +87,7 @@ pub async fn run(
         .lease_service_token
         .as_ref()
         .map(leasehold::api::Secret::expose);
-    let engine = Engine {
+    let engine = context::Context {
         leases: LeaseClient::with_timeout(&lease_url, call_timeout)
             .with_retry(RetryPolicy::none())
             .with_bearer_token(token),
@@ -98,14 +100,14 @@ pub async fn run(
             Duration::from_secs_f64(config.retry_max_seconds),
         ),
         metrics: metrics.clone(),
-        lease_ttl_verdict: tasks::TtlVerdict::default(),
+        lease_ttl_verdict: context::TtlVerdict::default(),
         wakeups: Wakeups::new(
             stop.clone(),
             config.server.wait_recheck(),
             metrics.claims_waiting.clone(),
         ),
         schedules_changed: std::sync::Arc::default(),
-        unlimited: tasks::Unlimited::default(),
+        unlimited: context::Unlimited::default(),
     };
     let maintenance_engine = engine.clone();
     let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);

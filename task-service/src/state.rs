@@ -1,4 +1,4 @@
-//! What every handler can reach: the pool, the claim and completion groups, the [`Engine`],
+//! What every handler can reach: the pool, the claim and completion groups, the [`Context`],
 //! and the turns of the heavy reads.
 
 use std::sync::Arc;
@@ -9,21 +9,22 @@ use leasehold::server::ApiError;
 use leasehold::server::db::DbPool;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::tasks::{self, ClaimGroups, CompletionGroups, Engine};
+use crate::context::Context;
+use crate::tasks::{self, ClaimGroups, CompletionGroups};
 
 pub struct AppState {
     pub pool: DbPool,
     /// Claims and single completions, served in groups of those that arrive together.
     pub claims: ClaimGroups,
     pub completions: CompletionGroups,
-    pub engine: Engine,
+    pub engine: Context,
     pub reads: Reads,
 }
 
 impl AppState {
     /// The groups run up to `in_flight` statements each at once (claims: per queue); up to
     /// `reads_in_flight` heavy reads run at once.
-    pub fn new(pool: DbPool, engine: Engine, in_flight: usize, reads_in_flight: usize) -> Self {
+    pub fn new(pool: DbPool, engine: Context, in_flight: usize, reads_in_flight: usize) -> Self {
         Self {
             claims: tasks::claim_groups(&pool, &engine, in_flight),
             completions: tasks::completion_groups(&pool, &engine, in_flight),

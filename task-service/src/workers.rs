@@ -18,8 +18,8 @@ use leasehold::workers::{
     WorkerLiveness, WorkerState, Workers, resource,
 };
 
+use crate::context::Context;
 use crate::dashboard::passed_on;
-use crate::tasks::Engine;
 
 /// Most worker processes listed (live first).
 pub const MAX_LISTED: u32 = 1000;
@@ -38,7 +38,7 @@ const MAX_LABEL_CHARS: usize = 200;
 /// answer timed out) leaves a lease the next beat still proves, so a lease-service that
 /// requires proof never refuses the process its own lease. One that brings none (an older
 /// worker) gets lease-service's secret in the answer to the beat that took the lease.
-pub async fn beat(engine: &Engine, id: &str, beat: &WorkerBeat) -> Result<WorkerLease, ApiError> {
+pub async fn beat(engine: &Context, id: &str, beat: &WorkerBeat) -> Result<WorkerLease, ApiError> {
     check_id(id)?;
     validate_name("instance", &beat.instance)?;
     check_info(&beat.info)?;
@@ -121,7 +121,7 @@ fn check_secret(secret: &Secret) -> Result<(), ApiError> {
 /// `DELETE /api/workers/{id}`: the process stops; its lease is released, so it shows as stopped
 /// at once rather than lost when its TTL runs out. A lease that already ended (it lapsed while
 /// the process was paused) is as good as released: the process is gone either way.
-pub async fn gone(engine: &Engine, id: &str, gone: &WorkerGone) -> Result<(), ApiError> {
+pub async fn gone(engine: &Context, id: &str, gone: &WorkerGone) -> Result<(), ApiError> {
     check_id(id)?;
     validate_name("instance", &gone.instance)?;
     let proof = Proof {
@@ -154,7 +154,7 @@ pub(crate) fn check_id(id: &str) -> Result<(), ApiError> {
 /// `GET /api/workers`: every live worker process (up to [`MAX_LISTED`]), then the newest of
 /// those gone that lease-service remembers, to the same bound. The live ones are read apart, to
 /// the end, so no number of ended leases can hide a live process.
-pub async fn list(engine: &Engine) -> Result<Workers, ApiError> {
+pub async fn list(engine: &Context) -> Result<Workers, ApiError> {
     let listing = |set, cursor| LeaseListing {
         set,
         resource_prefix: Some(RESOURCE_PREFIX.to_owned()),

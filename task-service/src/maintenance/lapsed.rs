@@ -5,8 +5,9 @@
 
 use leasehold::server::ApiError;
 
+use crate::context::Context;
 use crate::repo::{self, Db};
-use crate::tasks::{self, Engine};
+use crate::tasks;
 
 /// Tasks one statement ends; more are taken by the next, at once.
 const BATCH: i64 = 1000;
@@ -16,7 +17,7 @@ pub struct LapsedCancellations;
 
 impl LapsedCancellations {
     /// Ends every lapsed cancellation, releasing and counting each as it commits.
-    pub async fn run(&self, conn: &mut Db, engine: &Engine) -> Result<(), ApiError> {
+    pub async fn run(&self, conn: &mut Db, engine: &Context) -> Result<(), ApiError> {
         loop {
             let cancelled = repo::cancel_lapsed(conn, None, BATCH).await?;
             tasks::end_cancelled(engine, &cancelled).await;

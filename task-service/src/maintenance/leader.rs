@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 use super::lapsed::LapsedCancellations;
 use super::retention::Retention;
 use super::rollup::Rollup;
-use crate::tasks::Engine;
+use crate::context::Context;
 
 /// The lease the leader holds (named for the job it first had, and kept so that replicas of
 /// an older build and this one elect one leader between them).
@@ -49,7 +49,7 @@ pub struct LeaderJobs {
 /// until `stop`; a round under way when `stop` comes is finished first.
 pub async fn run(
     pool: DbPool,
-    engine: Engine,
+    engine: Context,
     config: LeaderConfig,
     jobs: LeaderJobs,
     stop: CancellationToken,
@@ -109,7 +109,7 @@ pub async fn run(
 }
 
 /// Runs each job once, on one connection, and counts the round.
-async fn round(pool: &DbPool, engine: &Engine, jobs: &LeaderJobs) {
+async fn round(pool: &DbPool, engine: &Context, jobs: &LeaderJobs) {
     let ran = async {
         let mut conn = db::connection(pool).await?;
         jobs.lapsed.run(&mut conn, engine).await?;

@@ -29,13 +29,14 @@ use leasehold::server::db::DbPool;
 use leasehold::server::wakeups;
 use tokio_util::sync::CancellationToken;
 
-use crate::tasks::{self, Engine};
+use crate::context::Context;
+use crate::tasks;
 
 /// Runs every job until `stop`.
 pub async fn run(
     database: Database,
     pool: DbPool,
-    engine: Engine,
+    engine: Context,
     leader: LeaderConfig,
     stop: CancellationToken,
 ) {

@@ -24,9 +24,9 @@ use leasehold::server::ApiError;
 use leasehold::server::db::{self, DbPool};
 use tokio_util::sync::CancellationToken;
 
+use crate::context::Context;
 use crate::repo::{self, Db, DueSchedule, NewTask};
 use crate::schedules::cadence::{Cadence, Plan};
-use crate::tasks::Engine;
 
 /// The longest sleep between rounds.
 pub const RECHECK: Duration = Duration::from_secs(5);
@@ -34,7 +34,7 @@ pub const RECHECK: Duration = Duration::from_secs(5);
 const SCHEDULES_PER_ROUND: i64 = 50;
 
 /// Runs rounds until `stop`; a round under way when `stop` comes is finished first.
-pub async fn run(pool: DbPool, engine: Engine, stop: CancellationToken) {
+pub async fn run(pool: DbPool, engine: Context, stop: CancellationToken) {
     let backoff = Backoff::new(Duration::from_millis(200), RECHECK);
     let mut failures = 0u32;
     while !stop.is_cancelled() {
@@ -61,7 +61,7 @@ pub async fn run(pool: DbPool, engine: Engine, stop: CancellationToken) {
 }
 
 /// Makes every due tick; how long until the next one (at most [`RECHECK`]).
-async fn round(pool: &DbPool, engine: &Engine) -> Result<Duration, ApiError> {
+async fn round(pool: &DbPool, engine: &Context) -> Result<Duration, ApiError> {
     let mut conn = db::connection(pool).await?;
     loop {
         let (locked, made) = tick_due(&mut conn, engine).await?;
@@ -86,7 +86,7 @@ async fn round(pool: &DbPool, engine: &Engine) -> Result<Duration, ApiError> {
 
 /// One transaction: up to [`SCHEDULES_PER_ROUND`] due schedules locked, their ticks' tasks
 /// made, and each moved to its next tick. How many were locked, and the tasks made per queue.
-async fn tick_due(conn: &mut Db, engine: &Engine) -> Result<(i64, Vec<(String, u64)>), ApiError> {
+async fn tick_due(conn: &mut Db, engine: &Context) -> Result<(i64, Vec<(String, u64)>), ApiError> {
     let mut counted: Vec<(String, &'static str, u64)> = Vec::new();
     let (locked, made) = conn
         .transaction::<_, ApiError, _>(async |conn| {

@@ -130,6 +130,12 @@ impl TaskRow {
             secret: self.lease_secret.as_ref().map(Secret::expose),
         }
     }
+
+    /// The shared lease this task's current claim is under (its worker process's), with its
+    /// fence; none: the task's own lease.
+    pub fn shared_lease(&self) -> Option<(&str, i64)> {
+        Some((self.lease_resource.as_deref()?, self.lease_fence?))
+    }
 }
 
 /// What a transition's statement returns after [`COLUMNS`] for its history ([`history`]), with

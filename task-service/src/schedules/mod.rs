@@ -20,8 +20,9 @@ use leasehold::schedules::{
 use leasehold::server::{ApiError, validate_name_within};
 use leasehold::tasks::CreateTask;
 
+use crate::context::Context;
 use crate::repo::{self, Db, NewSchedule, ScheduleRow};
-use crate::tasks::{Engine, validate_new};
+use crate::tasks::validate_new;
 use cadence::Cadence;
 
 /// The grace a schedule gets when its definition names none, in seconds.
@@ -32,7 +33,7 @@ const MAX_MISFIRE_GRACE_SECONDS: i32 = 86_400;
 /// `POST /api/schedules`: the new schedule, or 409 `schedule_exists`.
 pub async fn create(
     conn: &mut Db,
-    engine: &Engine,
+    engine: &Context,
     request: CreateSchedule,
 ) -> Result<Schedule, ApiError> {
     let (schedule, cadence) = validate(engine, request.name, request.spec)?;
@@ -55,7 +56,7 @@ pub async fn create(
 /// names a schedule names the path's, or is refused.
 pub async fn replace(
     conn: &mut Db,
-    engine: &Engine,
+    engine: &Context,
     name: &str,
     request: ReplaceSchedule,
 ) -> Result<(Schedule, bool), ApiError> {
@@ -111,7 +112,7 @@ pub async fn delete(conn: &mut Db, name: &str) -> Result<Schedule, ApiError> {
 /// missed ticks to catch up.
 pub async fn set_paused(
     conn: &mut Db,
-    engine: &Engine,
+    engine: &Context,
     name: &str,
     paused: bool,
 ) -> Result<Schedule, ApiError> {
@@ -134,7 +135,7 @@ pub async fn set_paused(
 }
 
 fn validate(
-    engine: &Engine,
+    engine: &Context,
     name: String,
     spec: ScheduleSpec,
 ) -> Result<(NewSchedule, Cadence), ApiError> {

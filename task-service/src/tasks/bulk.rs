@@ -8,8 +8,8 @@ use leasehold::ErrorCode;
 use leasehold::server::ApiError;
 use leasehold::tasks::{BulkResult, BulkTasks, MAX_BULK, TaskStatus};
 
-use super::Engine;
 use super::read::{check_filter, creation_bound};
+use crate::context::Context;
 use crate::repo::{self, BulkFilter, Db, TaskFilter};
 
 /// What one bulk operation may touch: the statuses it allows, and those it takes by default.
@@ -107,7 +107,7 @@ fn touched(n: usize) -> BulkResult {
 /// their attempts renewed. The claims waiting for their queues are woken.
 pub async fn retry_many(
     conn: &mut Db,
-    engine: &Engine,
+    engine: &Context,
     request: &BulkTasks,
 ) -> Result<BulkResult, ApiError> {
     let rows = repo::retry_matching(conn, &filter(request, &RETRY)?).await?;
@@ -129,7 +129,7 @@ pub async fn retry_many(
 /// next heartbeat.
 pub async fn cancel_many(
     conn: &mut Db,
-    engine: &Engine,
+    engine: &Context,
     request: &BulkTasks,
 ) -> Result<BulkResult, ApiError> {
     let rows = repo::cancel_matching(conn, &filter(request, &CANCEL)?).await?;

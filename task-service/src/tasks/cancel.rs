@@ -5,12 +5,13 @@ use leasehold::server::ApiError;
 use leasehold::tasks::{Task, TaskStatus};
 
 use super::refusal::finished;
-use super::{Engine, locked, to_api};
+use super::{locked, to_api};
+use crate::context::Context;
 use crate::repo::{self, Db};
 
 /// A pending task is cancelled at once (200, `Ok(true)`); a running one is marked, and its
 /// worker's next heartbeat or completion ends it (202, `Ok(false)`).
-pub async fn cancel(conn: &mut Db, engine: &Engine, id: i64) -> Result<(Task, bool), ApiError> {
+pub async fn cancel(conn: &mut Db, engine: &Context, id: i64) -> Result<(Task, bool), ApiError> {
     let (row, immediate) = conn
         .transaction::<_, ApiError, _>(async |conn| {
             let task = locked(conn, id).await?;

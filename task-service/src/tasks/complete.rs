@@ -18,7 +18,8 @@ use tracing::field::Empty;
 use super::owner::{check_owner, finish};
 use super::refusal::{lease_refusal, task_not_found};
 use super::validate::check_size;
-use super::{CompletionGroups, Engine, Transition, cover};
+use super::{CompletionGroups, Transition, cover};
+use crate::context::Context;
 use crate::repo::{self, Db, TaskRow};
 
 /// One completion in a group: who completes which task, with what output, and the worker
@@ -52,7 +53,7 @@ pub fn completions_per_group(waiting: &[Completion]) -> usize {
 ))]
 pub async fn complete(
     groups: &CompletionGroups,
-    engine: &Engine,
+    engine: &Context,
     id: i64,
     request: CompleteTask,
 ) -> Result<Task, ApiError> {
@@ -81,7 +82,7 @@ pub async fn complete(
 #[tracing::instrument(name = "complete tasks", skip_all, fields(task.processor = %request.processor))]
 pub async fn complete_many(
     conn: &mut Db,
-    engine: &Engine,
+    engine: &Context,
     request: &CompleteTasks,
 ) -> Result<Vec<ItemResult>, ApiError> {
     let completions = checked(request)?;
@@ -118,7 +119,7 @@ pub(super) fn checked(request: &CompleteTasks) -> Result<Vec<Completion>, ApiErr
 
 /// Each completion's answer, in order, as `PUT /{id}/complete` would have given it alone.
 pub(super) async fn item_results(
-    engine: &Engine,
+    engine: &Context,
     completions: &[Completion],
     outcomes: Vec<Result<Transition, ApiError>>,
 ) -> Vec<ItemResult> {
@@ -145,7 +146,7 @@ pub(super) async fn item_results(
 
 /// What a completion's transition answers: the task, or the refusal; counts completions.
 async fn answer(
-    engine: &Engine,
+    engine: &Context,
     outcome: Result<Transition, ApiError>,
     processor: &str,
 ) -> Result<Task, ApiError> {
@@ -171,7 +172,7 @@ async fn answer(
 ))]
 pub async fn complete_group(
     conn: &mut Db,
-    engine: &Engine,
+    engine: &Context,
     completions: &[Completion],
 ) -> Result<Vec<Result<Transition, ApiError>>, ApiError> {
     tracing::Span::current().record(
@@ -196,7 +197,7 @@ pub async fn complete_group(
 /// proven.
 pub(super) async fn judge(
     conn: &mut Db,
-    engine: &Engine,
+    engine: &Context,
     completions: &[Completion],
     held: &[(String, i64)],
 ) -> Result<Vec<Result<Transition, ApiError>>, ApiError> {
@@ -225,7 +226,7 @@ pub(super) async fn judge(
 /// one statement, if the rows still show those claimants under those leases.
 async fn judge_covered(
     conn: &mut Db,
-    engine: &Engine,
+    engine: &Context,
     completions: &[Completion],
     held: &[(String, i64)],
     outcomes: &mut [Option<Result<Transition, ApiError>>],
@@ -316,7 +317,7 @@ async fn judge_locked(
 /// lease released, or its worker's checked), and the proven ones end in one statement.
 async fn end_proven(
     conn: &mut Db,
-    engine: &Engine,
+    engine: &Context,
     completions: &[Completion],
     releasing: &[(usize, TaskRow)],
     outcomes: &mut [Option<Result<Transition, ApiError>>],
@@ -345,7 +346,7 @@ async fn end_proven(
     Ok(())
 }
 
-fn observe_completed(engine: &Engine, row: &TaskRow, took: f64) {
+fn observe_completed(engine: &Context, row: &TaskRow, took: f64) {
     engine
         .metrics
         .claim_to_complete
@@ -358,7 +359,7 @@ fn observe_completed(engine: &Engine, row: &TaskRow, took: f64) {
 /// process's) have it checked (one read for every such task), both while the rows are locked.
 /// Each failed proof is the refusal its completion answers with.
 async fn prove_ends(
-    engine: &Engine,
+    engine: &Context,
     completions: &[Completion],
     releasing: &[(usize, TaskRow)],
 ) -> Vec<Result<(), ApiError>> {

@@ -12,7 +12,8 @@ use tracing::field::Empty;
 
 use super::complete::{checked, item_results};
 use super::next::{answered, submit, want_of};
-use super::{ClaimGroups, Engine, span_ids as ids};
+use super::{ClaimGroups, span_ids as ids};
+use crate::context::Context;
 
 /// Judges `request`'s completions, then claims what `next` asks for, in one transaction.
 #[tracing::instrument(name = "complete tasks and claim", skip_all, fields(
@@ -23,7 +24,7 @@ use super::{ClaimGroups, Engine, span_ids as ids};
 ))]
 pub async fn complete_then_claim(
     claims: &ClaimGroups,
-    engine: &Engine,
+    engine: &Context,
     request: &CompleteTasks,
     next: &ClaimNext,
 ) -> Result<CompletedTasks, ApiError> {

@@ -13,12 +13,12 @@ use leasehold::ErrorCode;
 use leasehold::LeaseError;
 use leasehold::api::{LeaseCheck, LeaseStanding, MAX_BATCH_RESOURCES};
 
-use super::Engine;
+use crate::context::Context;
 use crate::repo::TaskRow;
 
 /// The shared lease `task`'s current claim is under, with its fence; none: the task's own.
 pub(crate) fn shared(task: &TaskRow) -> Option<(&str, i64)> {
-    Some((task.lease_resource.as_deref()?, task.lease_fence?))
+    task.shared_lease()
 }
 
 /// What a check means to the claimant: it may act only while the lease is held.
@@ -40,7 +40,7 @@ pub(crate) fn verdict(check: &LeaseCheck) -> Result<(), LeaseError> {
 /// Where each of `leases` stands, in order, asking lease-service once per distinct lease (in
 /// calls of at most [`MAX_BATCH_RESOURCES`]).
 pub(crate) async fn check(
-    engine: &Engine,
+    engine: &Context,
     leases: &[(&str, i64)],
 ) -> Result<Vec<LeaseCheck>, LeaseError> {
     let mut distinct: Vec<(&str, i64)> = leases.to_vec();

@@ -11,8 +11,9 @@ use leasehold::server::ApiError;
 use leasehold::tasks::{CreateTask, Task};
 use tracing::field::Empty;
 
+use super::to_api;
 use super::validate::validate_new;
-use super::{Engine, to_api};
+use crate::context::Context;
 use crate::repo::{self, Db, NewTask, TaskRow};
 
 /// A created task answers 201; a repeat of an idempotent create answers 200 with the first.
@@ -25,7 +26,7 @@ pub enum Created {
 #[tracing::instrument(name = "create task", skip_all, fields(task.id = Empty, task.queue = Empty))]
 pub async fn create(
     conn: &mut Db,
-    engine: &Engine,
+    engine: &Context,
     request: CreateTask,
 ) -> Result<Created, ApiError> {
     let generator_fence = request.generator_fence;
@@ -104,7 +105,7 @@ fn differences(existing: &repo::KeyedTask, task: &NewTask) -> Vec<&'static str> 
 /// holds the lease and the generator is started; `None` when its idempotency key is taken.
 async fn create_generated(
     conn: &mut Db,
-    engine: &Engine,
+    engine: &Context,
     task: &NewTask,
     fence: i64,
 ) -> Result<Option<TaskRow>, ApiError> {
@@ -144,7 +145,10 @@ const GENERATOR_DEADLINE_MARGIN: chrono::TimeDelta = chrono::TimeDelta::millisec
 /// A generator replica may create tasks only under the generator lease's current fence: a
 /// replica that lost the lease (paused, partitioned) and has not noticed yet is refused.
 /// Returns how long the lease has left by lease-service's clock.
-async fn check_generator_fence(engine: &Engine, fence: i64) -> Result<chrono::TimeDelta, ApiError> {
+async fn check_generator_fence(
+    engine: &Context,
+    fence: i64,
+) -> Result<chrono::TimeDelta, ApiError> {
     let current = engine
         .leases_retrying()
         .current(&engine.generator_resource)

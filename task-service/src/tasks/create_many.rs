@@ -14,14 +14,15 @@ use leasehold::server::{ApiError, check_batch_size};
 use leasehold::tasks::{CreateResult, CreateTask, MAX_CREATE_BATCH};
 
 use super::create::{Created, existing};
+use super::to_api;
 use super::validate::validate_new;
-use super::{Engine, to_api};
+use crate::context::Context;
 use crate::repo::{self, Db, NewTask};
 
 #[tracing::instrument(name = "create tasks", skip_all, fields(tasks = request.tasks.len()))]
 pub async fn create_many(
     conn: &mut Db,
-    engine: &Engine,
+    engine: &Context,
     request: Batch,
 ) -> Result<Vec<CreateResult>, ApiError> {
     check_batch_size("tasks", "tasks", request.tasks.len(), MAX_CREATE_BATCH)?;
@@ -75,7 +76,7 @@ pub struct Batch {
 
 /// Each create read and validated as if alone; a generator's fenced create, and a repeat of a
 /// key named earlier in the batch, are refused.
-fn check(engine: &Engine, tasks: Vec<serde_json::Value>) -> Vec<Result<NewTask, ApiError>> {
+fn check(engine: &Context, tasks: Vec<serde_json::Value>) -> Vec<Result<NewTask, ApiError>> {
     let mut keys = HashSet::new();
     tasks
         .into_iter()
@@ -104,7 +105,7 @@ fn check(engine: &Engine, tasks: Vec<serde_json::Value>) -> Vec<Result<NewTask, 
         .collect()
 }
 
-fn result(engine: &Engine, outcome: Result<Created, ApiError>) -> CreateResult {
+fn result(engine: &Context, outcome: Result<Created, ApiError>) -> CreateResult {
     match outcome {
         Ok(Created::New(task)) => {
             engine

@@ -6,9 +6,10 @@ use leasehold::server::{ApiError, validate_name};
 use leasehold::tasks::{FailTask, Task, TaskStatus};
 use tracing::field::Empty;
 
+use super::Transition;
 use super::owner::{finish, owned, prove_end};
 use super::validate::MAX_ERROR_BYTES;
-use super::{Engine, Transition};
+use crate::context::Context;
 use crate::repo::{self, Db};
 
 #[tracing::instrument(name = "fail task", skip_all, fields(
@@ -20,7 +21,7 @@ use crate::repo::{self, Db};
 ))]
 pub async fn fail(
     conn: &mut Db,
-    engine: &Engine,
+    engine: &Context,
     id: i64,
     request: &FailTask,
 ) -> Result<Task, ApiError> {

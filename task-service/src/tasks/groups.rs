@@ -7,9 +7,10 @@
 use leasehold::server::ApiError;
 use leasehold::server::coalesce::{self, Coalescer};
 
+use super::Transition;
 use super::claim::{Claimed, Want, claim_group, claims_per_group};
 use super::complete::{Completion, complete_group, completions_per_group};
-use super::{Engine, Transition};
+use crate::context::Context;
 use crate::db::{self, DbPool};
 
 /// Claim requests gathered by queue into [`claim_group`]s.
@@ -20,7 +21,7 @@ pub type CompletionGroups = Coalescer<(), Completion, Result<Transition, ApiErro
 
 /// The claim groups: up to `in_flight` per queue at once, each on a connection of its own from
 /// `pool`.
-pub fn claim_groups(pool: &DbPool, engine: &Engine, in_flight: usize) -> ClaimGroups {
+pub fn claim_groups(pool: &DbPool, engine: &Context, in_flight: usize) -> ClaimGroups {
     let (pool, engine) = (pool.clone(), engine.clone());
     coalesce::grouped(
         in_flight,
@@ -37,7 +38,7 @@ pub fn claim_groups(pool: &DbPool, engine: &Engine, in_flight: usize) -> ClaimGr
 }
 
 /// The completion groups: up to `in_flight` at once, each on a connection of its own from `pool`.
-pub fn completion_groups(pool: &DbPool, engine: &Engine, in_flight: usize) -> CompletionGroups {
+pub fn completion_groups(pool: &DbPool, engine: &Context, in_flight: usize) -> CompletionGroups {
     let (pool, engine) = (pool.clone(), engine.clone());
     coalesce::grouped(
         in_flight,

@@ -11,7 +11,8 @@ use tracing::field::Empty;
 
 use super::owner::{finish, owned};
 use super::refusal::lease_refusal;
-use super::{Engine, Transition, cover};
+use super::{Transition, cover};
+use crate::context::Context;
 use crate::repo::{self, Db, TaskRow};
 
 #[tracing::instrument(name = "heartbeat task", skip_all, fields(
@@ -23,7 +24,7 @@ use crate::repo::{self, Db, TaskRow};
 ))]
 pub async fn heartbeat(
     conn: &mut Db,
-    engine: &Engine,
+    engine: &Context,
     id: i64,
     request: &Heartbeat,
 ) -> Result<Task, ApiError> {
@@ -56,7 +57,7 @@ pub async fn heartbeat(
 /// stays its own only while both its heartbeats and its process's lease go on, so a task whose
 /// claim answer never reached its worker is not kept by the process's lease.
 async fn keep_alive(
-    engine: &Engine,
+    engine: &Context,
     task: &TaskRow,
     processor: &str,
 ) -> Result<(Option<chrono::DateTime<chrono::Utc>>, Duration), ApiError> {

@@ -24,13 +24,15 @@
 //! * `cover`: the lease that covers a claim (the task's own, or its worker process's), and its
 //!   check;
 //! * `groups`: how claims and completions are gathered into groups (built once, the same way);
-//! * `transition`: heartbeat, fail, retry and cancel, and the ownership check they share;
+//! * `heartbeat`, `fail`, `snooze`, `cancel`, `retry`: one transition each, and `owner`, the
+//!   ownership check they share;
+//! * `bulk`: retry, cancel and delete by filter;
 //! * `read`: one task, its history, listings, counts, gauges and the dashboard's overview;
 //! * `ready`: whether this replica can serve (`/readyz`);
 //! * `refusal`: the errors several operations answer with;
 //! * `ttl`: whether lease-service accepts the task lease TTL (for `/readyz` and claims).
 //!
-//! This module keeps what every operation shares: the [`Engine`], how a transition ends, the
+//! This module keeps what every operation shares (besides [`crate::context`]): how a transition ends, the
 //! row lookups, and the mapping of a row to the API's [`Task`].
 
 mod bulk;
@@ -55,16 +57,10 @@ mod snooze;
 mod ttl;
 mod validate;
 
-use std::time::Duration;
-
-use leasehold::api::Proof;
 use leasehold::server::ApiError;
 use leasehold::tasks::Task;
-use leasehold::{Backoff, LeaseClient, RetryPolicy};
 
-use crate::metrics::Metrics;
 use crate::repo::{self, Db, TaskRow};
-use leasehold::server::wakeups::Wakeups;
 
 pub use bulk::{cancel_many, delete_many, retry_many};
 pub use cancel::cancel;
@@ -76,81 +72,15 @@ pub use create_many::create_many;
 pub use fail::fail;
 pub use groups::{ClaimGroups, CompletionGroups, claim_groups, completion_groups};
 pub use heartbeat::heartbeat;
-pub use limits::Unlimited;
 pub use next::{WAKEUP_CHANNEL, claim, want};
 pub use read::{counts, events, get, overview};
 pub use ready::ready;
 pub use retry::retry;
 pub use snooze::snooze;
-pub use ttl::{TtlVerdict, check_lease_ttl};
+pub use ttl::check_lease_ttl;
 pub use validate::{MAX_DATA_BYTES, validate_new};
 
 use refusal::task_not_found;
-
-/// What the task rules need besides a connection.
-#[derive(Debug, Clone)]
-pub struct Engine {
-    /// task-service's one client of lease-service: short timeout, no retries, since most calls
-    /// are made while task rows are locked; [`Engine::leases_retrying`] is the same client for
-    /// calls nothing is locked for.
-    pub leases: LeaseClient,
-    pub lease_ttl: Duration,
-    pub lease_prefix: String,
-    /// The generator's lease resource: a create naming a `generator_fence` is checked against it.
-    pub generator_resource: String,
-    pub default_max_attempts: i32,
-    /// How long a failed task waits before its next attempt, counted by its attempts.
-    pub retry: Backoff,
-    pub metrics: Metrics,
-    /// Whether lease-service accepts [`Engine::lease_ttl`].
-    pub lease_ttl_verdict: TtlVerdict,
-    /// The claims waiting for work on this replica.
-    pub wakeups: Wakeups,
-    /// Wakes this replica's schedule ticker when a rule here changed a schedule.
-    pub schedules_changed: std::sync::Arc<tokio::sync::Notify>,
-    /// The queues this replica's claims last found without limits.
-    pub unlimited: limits::Unlimited,
-}
-
-impl Engine {
-    fn resource(&self, id: i64) -> String {
-        format!("{}{id}", self.lease_prefix)
-    }
-
-    /// The wait, in seconds, before the next attempt of a task that failed `attempts` times.
-    pub fn retry_delay(&self, attempts: i32) -> f64 {
-        let attempts = u32::try_from(attempts).unwrap_or(0);
-        self.retry.delay(attempts).as_secs_f64()
-    }
-
-    /// The lease-service client, retrying transient failures: for calls made while no task row
-    /// is locked (releases after commit, the generator's lease, the sweeper's singleton).
-    pub fn leases_retrying(&self) -> LeaseClient {
-        self.leases.clone().with_retry(RetryPolicy::default())
-    }
-
-    /// Releases the task's own lease after the transaction that ended it committed (a shared
-    /// lease, its worker process's, is the process's to end). A failure only means the lease
-    /// runs out by itself.
-    async fn release_own_after_commit(&self, row: &TaskRow, processor: &str) {
-        if cover::shared(row).is_none() {
-            self.release_after_commit(row.id, processor, row.lease_proof())
-                .await;
-        }
-    }
-
-    /// Releases a lease after the transaction that ended its task committed. A failure only
-    /// means the lease runs out by itself.
-    async fn release_after_commit(&self, id: i64, processor: &str, proof: Proof<'_>) {
-        if let Err(err) = self
-            .leases_retrying()
-            .release(&self.resource(id), processor, proof)
-            .await
-        {
-            tracing::debug!(task = id, error = %err, "lease release after commit failed; it will expire");
-        }
-    }
-}
 
 /// How a locked transition ended: a task to answer with, or a refusal that still committed a
 /// change (a cancellation noticed on the way), whose lease must then be released.
@@ -206,13 +136,19 @@ fn span_ids(ids: impl Iterator<Item = i64>) -> String {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod fixtures {
+    use std::time::Duration;
+
+    use leasehold::server::wakeups::Wakeups;
     use leasehold::tasks::TaskStatus;
+    use leasehold::{Backoff, LeaseClient};
 
     use super::*;
+    use crate::context::Context;
+    use crate::metrics::Metrics;
 
-    pub(super) fn engine() -> Engine {
+    pub(super) fn engine() -> Context {
         let leases = LeaseClient::new("http://127.0.0.1:9");
-        Engine {
+        Context {
             leases,
             lease_ttl: Duration::from_secs(30),
             lease_prefix: "task:".to_owned(),
@@ -220,14 +156,14 @@ mod fixtures {
             default_max_attempts: 7,
             retry: Backoff::new(Duration::from_secs(1), Duration::from_secs(60)),
             metrics: Metrics::new().unwrap(),
-            lease_ttl_verdict: TtlVerdict::default(),
+            lease_ttl_verdict: crate::context::TtlVerdict::default(),
             wakeups: Wakeups::new(
                 tokio_util::sync::CancellationToken::new(),
                 leasehold::server::wakeups::RECHECK,
                 prometheus::IntGauge::new("waiting", "waiting").unwrap(),
             ),
             schedules_changed: std::sync::Arc::default(),
-            unlimited: limits::Unlimited::default(),
+            unlimited: crate::context::Unlimited::default(),
         }
     }
 

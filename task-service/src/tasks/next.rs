@@ -14,7 +14,8 @@ use tokio::time::Instant;
 use tracing::field::Empty;
 
 use super::claim::{Claimed, Want};
-use super::{ClaimGroups, Engine, to_api};
+use super::{ClaimGroups, to_api};
+use crate::context::Context;
 use crate::repo::TaskRow;
 
 /// The channel the tasks table notifies when tasks become pending (key: the queue).
@@ -96,7 +97,7 @@ pub fn want_of(
 ))]
 pub async fn claim(
     claims: &ClaimGroups,
-    engine: &Engine,
+    engine: &Context,
     request: &ClaimTasks,
 ) -> Result<Vec<Task>, ApiError> {
     let (want, wait) = want(request)?;
@@ -135,7 +136,7 @@ pub async fn claim(
 
 /// The claimed rows as the API answers them: each with the task lease's TTL and, for a claim
 /// that waited, how long it waited before the round that took it.
-pub fn answered(engine: &Engine, rows: Vec<TaskRow>, waited: Option<Duration>) -> Vec<Task> {
+pub fn answered(engine: &Context, rows: Vec<TaskRow>, waited: Option<Duration>) -> Vec<Task> {
     rows.into_iter()
         .map(|row| {
             let task = to_api(row).with_lease_ttl(engine.lease_ttl);

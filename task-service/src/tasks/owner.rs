@@ -11,7 +11,8 @@ use leasehold::server::ApiError;
 use leasehold::tasks::{Task, TaskStatus};
 
 use super::refusal::{finished, lease_refusal};
-use super::{Engine, Transition, cover, locked, to_api};
+use super::{Transition, cover, locked, to_api};
+use crate::context::Context;
 use crate::repo::{self, Db, TaskRow};
 
 /// Locks the task for a transition by its worker: refused unless `processor` (with `fence`)
@@ -36,7 +37,7 @@ pub(super) async fn owned(
 /// The proof at the end of a worker's work on the task (a failure, a snooze): the task's own
 /// lease is released (only its current holder can); a shared one is checked.
 pub(super) async fn prove_end(
-    engine: &Engine,
+    engine: &Context,
     task: &TaskRow,
     processor: &str,
     operation: &str,
@@ -62,7 +63,7 @@ pub(super) async fn prove_end(
 /// After the transition's commit: release the lease of a task that a cancellation ended, and
 /// answer.
 pub(super) async fn finish(
-    engine: &Engine,
+    engine: &Context,
     outcome: Transition,
     processor: &str,
 ) -> Result<Task, ApiError> {

@@ -8,7 +8,8 @@ use leasehold::tasks::{MAX_QUEUE_CHARS, OneTask, TaskCounts, TaskStatus};
 use serde::Serialize;
 
 use super::refusal::task_not_found;
-use super::{Engine, to_api};
+use super::to_api;
+use crate::context::Context;
 use crate::generator;
 use crate::repo::{
     self, Db, OldestDue, Processor, QueueCount, TaskEvent, TaskFilter, ThroughputBucket,
@@ -385,7 +386,7 @@ pub fn pickup_bin_middle(bin: i32) -> f64 {
     2f64.powf((f64::from(bin) + 0.5) / f64::from(repo::PICKUP_BINS_PER_DOUBLING)) - 1.0
 }
 
-pub async fn overview(conn: &mut Db, engine: &Engine) -> Result<Overview, ApiError> {
+pub async fn overview(conn: &mut Db, engine: &Context) -> Result<Overview, ApiError> {
     Ok(Overview {
         counts: repo::counts(conn).await?,
         oldest_due: repo::oldest_due(conn).await?,

@@ -6,7 +6,8 @@ use std::time::Duration;
 use leasehold::server::ApiError;
 use leasehold::server::db::{self, DbPool};
 
-use super::{Engine, check_lease_ttl};
+use super::check_lease_ttl;
+use crate::context::Context;
 
 /// One budget for the whole check, within a Kubernetes readiness probe's `timeoutSeconds: 2`:
 /// a probe that gives up before the answer learns nothing of why.
@@ -14,7 +15,7 @@ const BUDGET: Duration = Duration::from_secs(2);
 
 /// The database node reached when this replica can serve; otherwise why not, naming what it
 /// was still waiting for when the budget ran out.
-pub async fn ready(pool: &DbPool, engine: &Engine) -> Result<db::DatabaseNode, ApiError> {
+pub async fn ready(pool: &DbPool, engine: &Context) -> Result<db::DatabaseNode, ApiError> {
     let waiting_on = std::cell::Cell::new("the database");
     let check =
         async {

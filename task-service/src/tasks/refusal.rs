@@ -8,7 +8,7 @@ use leasehold::LeaseError;
 use leasehold::server::ApiError;
 use leasehold::tasks::TaskStatus;
 
-use super::Engine;
+use crate::context::Context;
 
 pub(super) fn task_not_found(id: i64) -> ApiError {
     ApiError::NotFound {
@@ -25,7 +25,7 @@ pub(super) fn finished(id: i64, status: TaskStatus) -> ApiError {
 }
 
 /// lease-service said no (or could not be asked) about a worker's lease.
-pub(super) fn lease_refusal(engine: &Engine, operation: &str, err: LeaseError) -> ApiError {
+pub(super) fn lease_refusal(engine: &Context, operation: &str, err: LeaseError) -> ApiError {
     match err {
         LeaseError::Unavailable(reason) => {
             ApiError::Unavailable(format!("lease-service unavailable: {reason}"))

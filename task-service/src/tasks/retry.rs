@@ -5,12 +5,13 @@ use leasehold::ErrorCode;
 use leasehold::server::ApiError;
 use leasehold::tasks::{Task, TaskStatus};
 
-use super::{Engine, locked, to_api};
+use super::{locked, to_api};
+use crate::context::Context;
 use crate::repo::{self, Db};
 
 /// An operator's retry of a dead task (`POST /{id}/retry`): pending again, due now, with its
 /// attempts renewed; any other status is 409 `not_dead`.
-pub async fn retry(conn: &mut Db, engine: &Engine, id: i64) -> Result<Task, ApiError> {
+pub async fn retry(conn: &mut Db, engine: &Context, id: i64) -> Result<Task, ApiError> {
     let row = conn
         .transaction::<_, ApiError, _>(async |conn| {
             let task = locked(conn, id).await?;

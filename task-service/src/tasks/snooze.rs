@@ -6,8 +6,9 @@ use leasehold::server::{ApiError, validate_name};
 use leasehold::tasks::{MAX_SNOOZE_SECONDS, SnoozeTask, Task};
 use tracing::field::Empty;
 
+use super::Transition;
 use super::owner::{finish, owned, prove_end};
-use super::{Engine, Transition};
+use crate::context::Context;
 use crate::repo::{self, Db};
 
 /// The worker's snooze: its task back to pending, due in `seconds`, the attempt not charged
@@ -22,7 +23,7 @@ use crate::repo::{self, Db};
 ))]
 pub async fn snooze(
     conn: &mut Db,
-    engine: &Engine,
+    engine: &Context,
     id: i64,
     request: &SnoozeTask,
 ) -> Result<Task, ApiError> {

@@ -7,7 +7,7 @@ use leasehold::ErrorCode;
 use leasehold::server::{ApiError, validate_name_within};
 use leasehold::tasks::{CreateTask, MAX_QUEUE_CHARS};
 
-use super::Engine;
+use crate::context::Context;
 use crate::repo::NewTask;
 
 /// Largest `task_data` (and `task_output`), serialised.
@@ -18,7 +18,7 @@ const PRIORITY_RANGE: std::ops::RangeInclusive<i32> = -1000..=1000;
 
 /// What a create asks to store, checked, with its defaults filled in. A schedule's definition
 /// goes through it too, so that none of its ticks' tasks can be refused later.
-pub fn validate_new(engine: &Engine, request: CreateTask) -> Result<NewTask, ApiError> {
+pub fn validate_new(engine: &Context, request: CreateTask) -> Result<NewTask, ApiError> {
     if !request.task_data.is_object() {
         return Err(ApiError::invalid(
             ErrorCode::InvalidField,

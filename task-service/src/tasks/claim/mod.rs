@@ -14,9 +14,10 @@ use leasehold::api::Lease;
 use leasehold::server::ApiError;
 use leasehold::tasks::{CompleteItem, MAX_CLAIM, MAX_COMPLETE_BATCH};
 
+use super::Transition;
 use super::complete::{self, Completion};
 use super::limits::Limits;
-use super::{Engine, Transition};
+use crate::context::Context;
 use crate::repo::{self, Db, TaskRow};
 use round::Round;
 use standing::Standing;
@@ -98,7 +99,7 @@ pub fn claims_per_group(wants: &[Want]) -> usize {
 ))]
 pub async fn claim_group(
     conn: &mut Db,
-    engine: &Engine,
+    engine: &Context,
     queue: Option<&str>,
     wants: &[Want],
 ) -> Result<Vec<Claimed>, ApiError> {
@@ -155,7 +156,7 @@ struct Outcome {
 /// the lapsed and due tasks taken and granted within the queues' limits.
 async fn in_transaction(
     conn: &mut Db,
-    engine: &Engine,
+    engine: &Context,
     queue: Option<&str>,
     wants: &[Want],
     completions: &[Completion],
@@ -244,7 +245,7 @@ async fn in_transaction(
 /// process's lease.
 async fn take(
     conn: &mut Db,
-    engine: &Engine,
+    engine: &Context,
     queue: Option<&str>,
     round: &mut Round<'_>,
     limits: &mut Limits,
@@ -287,7 +288,7 @@ async fn take(
 impl Outcome {
     /// After the commit: counts what the group did, and releases the leases of the tasks it
     /// ended (exhausted or cancelled).
-    async fn account(&self, engine: &Engine, wants: &[Want]) {
+    async fn account(&self, engine: &Context, wants: &[Want]) {
         let metrics = &engine.metrics;
         for (queue, limit) in &self.bound {
             metrics
@@ -346,7 +347,7 @@ impl Outcome {
 
 /// After the commit that ended lapsed tasks as cancelled: counts them, and releases their
 /// leases on their last workers' behalf, should any still be live.
-pub async fn end_cancelled(engine: &Engine, cancelled: &[TaskRow]) {
+pub async fn end_cancelled(engine: &Context, cancelled: &[TaskRow]) {
     for row in cancelled {
         engine
             .metrics

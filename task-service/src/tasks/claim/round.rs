@@ -11,10 +11,11 @@ use leasehold::tasks::TaskStatus;
 
 use super::Want;
 use super::taken::{exhausted, owner_of};
+use crate::context::Context;
 use crate::repo::{self, Db, TaskRow};
+use crate::tasks::cover;
 use crate::tasks::limits::Limits;
 use crate::tasks::refusal::credentials_refused;
-use crate::tasks::{Engine, cover};
 
 /// What one claim group has taken so far, per request.
 pub(super) struct Round<'w> {
@@ -72,7 +73,7 @@ impl<'w> Round<'w> {
     pub(super) async fn grant(
         &mut self,
         conn: &mut Db,
-        engine: &Engine,
+        engine: &Context,
         candidates: Vec<TaskRow>,
         limits: &Limits,
         granted: &std::sync::Mutex<Vec<(i64, String, Lease)>>,
@@ -134,7 +135,7 @@ impl<'w> Round<'w> {
     async fn record_claims(
         &mut self,
         conn: &mut Db,
-        engine: &Engine,
+        engine: &Context,
         to_claim: &[ToClaim],
     ) -> Result<(), ApiError> {
         if to_claim.is_empty() {
@@ -197,7 +198,7 @@ impl<'w> Round<'w> {
     async fn prove_lapsed_over(
         &mut self,
         conn: &mut Db,
-        engine: &Engine,
+        engine: &Context,
         owned: Vec<(TaskRow, usize)>,
     ) -> Result<Vec<(TaskRow, usize)>, ApiError> {
         let needs_check = |task: &TaskRow, owner: usize| {
@@ -250,7 +251,7 @@ impl<'w> Round<'w> {
     async fn take_own_leases(
         &mut self,
         conn: &mut Db,
-        engine: &Engine,
+        engine: &Context,
         own: Vec<(TaskRow, usize)>,
         limits: &Limits,
         granted: &std::sync::Mutex<Vec<(i64, String, Lease)>>,
@@ -322,7 +323,7 @@ impl<'w> Round<'w> {
     }
 
     /// Records why a lease-service call of this round failed: no claim of it succeeds then.
-    fn lease_call_failed(&mut self, engine: &Engine, err: LeaseError) {
+    fn lease_call_failed(&mut self, engine: &Context, err: LeaseError) {
         match err {
             LeaseError::Rejected {
                 code: ErrorCode::InvalidTtl,

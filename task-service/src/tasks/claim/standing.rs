@@ -4,8 +4,9 @@
 use leasehold::server::ApiError;
 
 use super::Want;
+use crate::context::Context;
+use crate::tasks::cover;
 use crate::tasks::refusal::lease_refusal;
-use crate::tasks::{Engine, cover};
 
 /// Where the worker processes' leases a claim group's requests name stand, by lease-service's
 /// word, read in one call (`cover::check` asks once per distinct lease). A request's
@@ -20,7 +21,7 @@ pub(super) struct Standing {
 }
 
 impl Standing {
-    pub(super) async fn read(engine: &Engine, wants: &[Want]) -> Standing {
+    pub(super) async fn read(engine: &Context, wants: &[Want]) -> Standing {
         let mut named: Vec<&(String, i64)> =
             wants.iter().filter_map(|w| w.lease.as_ref()).collect();
         named.sort_unstable();
@@ -53,7 +54,7 @@ impl Standing {
     /// under it would be, rather than handed tasks its worker could never complete.
     /// (A completion under such a lease is judged the slow way instead, which asks again and
     /// answers the refusal.)
-    pub(super) fn verdict(&self, engine: &Engine, want: &Want) -> Result<(), ApiError> {
+    pub(super) fn verdict(&self, engine: &Context, want: &Want) -> Result<(), ApiError> {
         let Some(lease) = want.lease.as_ref() else {
             return Ok(());
         };
