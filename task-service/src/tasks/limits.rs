@@ -16,7 +16,9 @@
 //! * Rate: every start spends a token, a lapsed task's new claim included. The bucket is read
 //!   when the claim holds the queue's lock (the statement's start, not the transaction's), so
 //!   claims read it in the order they spend it, each after the one before committed; a task's
-//!   start is recorded at that moment, and no window of those moments holds more starts than
+//!   start is recorded at that moment, or later when the claim counted running tasks after it
+//!   ([`Limits::start_of`]: the bucket is then spent at that later moment, which only
+//!   under-credits its refill), and no window of those moments holds more starts than
 //!   `burst + per_second × its length`.
 //!
 //! The invariant checker proves each from the history (`tests/src/checker.rs`). Unlimited
