@@ -48,7 +48,8 @@ pub struct Limits {
     /// Queues whose limit kept this claim from taking what it asked for, and which limit.
     pub bound: Vec<(String, &'static str)>,
     /// Per queue with a concurrency limit (of the queue or per key), the database's clock read
-    /// in a statement after the one that counted its running tasks ([`Limits::counted`]).
+    /// after the snapshot its running tasks were counted from ([`Limits::counted`]): in a
+    /// statement after the queue's count, in the walk's own statement for its keys.
     counted_at: BTreeMap<String, DateTime<Utc>>,
 }
 
@@ -258,6 +259,9 @@ impl Limits {
         let candidates =
             repo::due_by_key(conn, queue, keyed.limit, keyed.cursor.as_deref(), room).await?;
         repo::plan_generically(conn, false).await?;
+        if let Some(at) = candidates.iter().map(|c| c.counted_at).max() {
+            self.counted(queue, at);
+        }
         if let Some(full) = candidates.iter().find(|c| c.id.is_none()) {
             self.bind(queue, "key_concurrency");
             if let Some(key) = &full.concurrency_key {
@@ -273,9 +277,6 @@ impl Limits {
             .into_iter()
             .map(|row| (row.id, row))
             .collect();
-        // After the walk, which counted each key's running tasks.
-        let at = repo::clock(conn).await?;
-        self.counted(queue, at);
         let mut due = Vec::with_capacity(locked.len());
         for candidate in candidates {
             if let Some(row) = candidate.id.and_then(|id| locked.remove(&id)) {
@@ -362,12 +363,6 @@ impl Limits {
         Ok(())
     }
 
-    /// When `task`, if this claim starts it, is recorded to have started
-    /// ([`Limits::start_of`] its queue).
-    pub fn started_at(&self, task: &TaskRow) -> Option<DateTime<Utc>> {
-        self.start_of(&task.queue)
-    }
-
     /// When this claim's tasks of `queue` are recorded to start, so that the history shows
     /// each start no earlier than what it was judged by: the latest of the moment its bucket
     /// was read (rate limits: the history shows the times the bucket was spent at, and the
@@ -377,7 +372,7 @@ impl Limits {
     /// of another claim may end between the lock and the count: its end is recorded at its
     /// transaction's start, so a start recorded at the lock could come before an end the count
     /// already saw, and the history would show one task too many running. None (the claim's
-    /// statement time) for queues without limits.
+    /// `now()`) for queues without limits.
     pub fn start_of(&self, queue: &str) -> Option<DateTime<Utc>> {
         let bucket = self.tokens.get(queue).map(|bucket| bucket.at);
         bucket.max(self.counted_at.get(queue).copied())

@@ -1,8 +1,9 @@
 //! The due tasks a claim takes: in priority and schedule order, or fairly across the keys of
 //! a key-limited queue.
 
+use chrono::{DateTime, Utc};
 use diesel::QueryableByName;
-use diesel::sql_types::{Array, BigInt, Integer, Nullable, Text};
+use diesel::sql_types::{Array, BigInt, Integer, Nullable, Text, Timestamptz};
 use diesel_async::RunQueryDsl;
 use leasehold::server::db::Cache;
 use tracing::Instrument;
@@ -84,6 +85,11 @@ pub struct KeyedCandidate {
     /// Where the walk found its key: the furthest served becomes the queue's cursor.
     #[diesel(sql_type = BigInt)]
     pub visit: i64,
+    /// The database's clock as the statement ran, so after the snapshot its counts of each
+    /// key's running tasks were read from: a start recorded then comes after every end those
+    /// counts saw.
+    #[diesel(sql_type = Timestamptz)]
+    pub counted_at: DateTime<Utc>,
 }
 
 /// Up to `room` due tasks of the key-limited `queue` (not paused), fairly across keys and
@@ -190,12 +196,12 @@ pub const DUE_BY_KEY: &str = "
                ORDER BY concurrency_key, priority DESC, scheduled_at, id
                LIMIT $3) u
     )
-    (SELECT id, concurrency_key, visit FROM candidates
+    (SELECT id, concurrency_key, visit, clock_timestamp() AS counted_at FROM candidates
      WHERE NOT EXISTS (SELECT 1 FROM queues WHERE queue = $1 AND paused)
      ORDER BY turn, priority DESC, visit
      LIMIT $3)
     UNION ALL
-    (SELECT NULL, k, visit FROM walked
+    (SELECT NULL, k, visit, clock_timestamp() FROM walked
      WHERE room <= 0 AND NOT EXISTS (SELECT 1 FROM queues WHERE queue = $1 AND paused)
      ORDER BY visit DESC LIMIT 1)";
 

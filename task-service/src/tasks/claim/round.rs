@@ -124,7 +124,7 @@ impl<'w> Round<'w> {
                 owner,
                 task: (task.id, task.status, task.fence.is_none()),
                 cover: Cover::Shared { resource, fence },
-                started_at: limits.started_at(&task),
+                started_at: limits.start_of(&task.queue),
             });
         }
         self.record_claims(conn, engine, &to_claim).await
@@ -315,7 +315,7 @@ impl<'w> Round<'w> {
                     owner,
                     task: (task.id, task.status, task.fence.is_none()),
                     cover: Cover::Own(lease),
-                    started_at: limits.started_at(&task),
+                    started_at: limits.start_of(&task.queue),
                 });
             }
         }
