@@ -366,7 +366,7 @@ async fn prove_ends(
     let refused = |err| lease_refusal(engine, "complete", err);
     let mut proofs: Vec<Option<Result<(), ApiError>>> = releasing.iter().map(|_| None).collect();
     let (shared, own): (Vec<usize>, Vec<usize>) =
-        (0..releasing.len()).partition(|at| cover::shared(&releasing[*at].1).is_some());
+        (0..releasing.len()).partition(|at| releasing[*at].1.shared_lease().is_some());
     if !own.is_empty() {
         let leases: Vec<(String, String, Proof<'_>)> = own
             .iter()
@@ -396,7 +396,7 @@ async fn prove_ends(
     if !shared.is_empty() {
         let leases: Vec<(&str, i64)> = shared
             .iter()
-            .filter_map(|at| cover::shared(&releasing[*at].1))
+            .filter_map(|at| releasing[*at].1.shared_lease())
             .collect();
         match cover::check(engine, &leases).await {
             Ok(checks) => {

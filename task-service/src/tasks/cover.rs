@@ -14,12 +14,6 @@ use leasehold::LeaseError;
 use leasehold::api::{LeaseCheck, LeaseStanding, MAX_BATCH_RESOURCES};
 
 use crate::context::Context;
-use crate::repo::TaskRow;
-
-/// The shared lease `task`'s current claim is under, with its fence; none: the task's own.
-pub(crate) fn shared(task: &TaskRow) -> Option<(&str, i64)> {
-    task.shared_lease()
-}
 
 /// What a check means to the claimant: it may act only while the lease is held.
 pub(crate) fn verdict(check: &LeaseCheck) -> Result<(), LeaseError> {

@@ -62,7 +62,7 @@ async fn keep_alive(
     processor: &str,
 ) -> Result<(Option<chrono::DateTime<chrono::Utc>>, Duration), ApiError> {
     let refused = |err| lease_refusal(engine, "heartbeat", err);
-    let Some(lease) = cover::shared(task) else {
+    let Some(lease) = task.shared_lease() else {
         let lease = engine
             .leases
             .renew(

@@ -43,7 +43,7 @@ pub(super) async fn prove_end(
     operation: &str,
 ) -> Result<(), ApiError> {
     let refused = |err| lease_refusal(engine, operation, err);
-    match cover::shared(task) {
+    match task.shared_lease() {
         None => engine
             .leases
             .release(&engine.resource(task.id), processor, task.lease_proof())

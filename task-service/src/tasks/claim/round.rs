@@ -203,7 +203,7 @@ impl<'w> Round<'w> {
     ) -> Result<Vec<(TaskRow, usize)>, ApiError> {
         let needs_check = |task: &TaskRow, owner: usize| {
             task.status == TaskStatus::Running
-                && cover::shared(task).is_none()
+                && task.shared_lease().is_none()
                 && self.wants[owner].lease.is_some()
         };
         let last_lease = |task: &TaskRow| (engine.resource(task.id), task.lease_fence.unwrap_or(0));
