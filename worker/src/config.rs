@@ -212,13 +212,13 @@ impl WorkerConfig {
         let task_service_urls = self.urls()?;
         let worker_id = match &self.worker_id {
             Some(id) => {
-                check_name(&setting("worker_id"), id, MAX_NAME_CHARS)?;
+                check_name("worker_id", id, MAX_NAME_CHARS)?;
                 id.clone()
             }
             None => default_worker_id(),
         };
         if let Some(queue) = &self.queue {
-            check_name(&setting("queue"), queue, MAX_QUEUE_CHARS)?;
+            check_name("queue", queue, MAX_QUEUE_CHARS)?;
         }
         if self.concurrency == 0 || self.concurrency > MAX_CONCURRENCY {
             return Err(ConfigError(format!(
@@ -344,30 +344,25 @@ fn setting(id: &str) -> String {
         .map_or_else(|| id.to_owned(), |env| env.to_string_lossy().into_owned())
 }
 
-fn check_name(setting: &str, value: &str, max_chars: usize) -> Result<(), ConfigError> {
+/// The setting whose field is `id`, a name of at most `max_chars` characters.
+fn check_name(id: &str, value: &str, max_chars: usize) -> Result<(), ConfigError> {
     if value.trim().is_empty() {
-        return Err(ConfigError(format!("{setting} must not be empty")));
+        return Err(ConfigError(format!("{} must not be empty", setting(id))));
     }
     let chars = value.chars().count();
     if chars > max_chars {
         return Err(ConfigError(format!(
-            "{setting} is {chars} characters long; at most {max_chars} are allowed"
+            "{} is {chars} characters long; at most {max_chars} are allowed",
+            setting(id)
         )));
     }
     if value.chars().any(char::is_control) {
         return Err(ConfigError(format!(
-            "{setting} must not contain control characters"
+            "{} must not contain control characters",
+            setting(id)
         )));
     }
     Ok(())
-}
-
-fn seconds(setting: &str, value: f64) -> Result<Duration, ConfigError> {
-    Duration::try_from_secs_f64(value).map_err(|err| {
-        ConfigError(format!(
-            "{setting} ({value}) is not a usable duration: {err}"
-        ))
-    })
 }
 
 /// `value` seconds of the setting whose field is `id`, a finite number within `range`.
@@ -376,15 +371,20 @@ fn seconds_within(
     value: f64,
     range: std::ops::RangeInclusive<f64>,
 ) -> Result<Duration, ConfigError> {
-    let setting = setting(id);
     if !value.is_finite() || !range.contains(&value) {
         return Err(ConfigError(format!(
-            "{setting} ({value}) must be between {} and {} seconds",
+            "{} ({value}) must be between {} and {} seconds",
+            setting(id),
             range.start(),
             range.end()
         )));
     }
-    seconds(&setting, value)
+    Duration::try_from_secs_f64(value).map_err(|err| {
+        ConfigError(format!(
+            "{} ({value}) is not a usable duration: {err}",
+            setting(id)
+        ))
+    })
 }
 
 /// The setting whose field is `id`, a probability.
