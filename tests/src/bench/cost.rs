@@ -10,7 +10,8 @@
 //!   what group commit shares, the write transactions what each waits for;
 //! - where PostgreSQL's time goes: the statements that took the most execution time, per task,
 //!   from `pg_stat_statements` (the bench's cluster loads it when installed). A trigger's
-//!   statements are listed apart (nested) and are also counted in the statement that fired them.
+//!   statements are listed apart (nested) and are also counted in the statement that fired them;
+//! - where the WAL goes: its largest kinds of record, from `pg_waldump` ([`super::wal`]).
 
 use std::time::Duration;
 
@@ -21,6 +22,7 @@ use leasehold::server::db::OneRow;
 use serde::Serialize;
 
 use super::connect;
+use super::wal::{WalKind, WalLog};
 
 /// Clock ticks per second of `/proc/<pid>/stat`'s times: Linux exposes them in `USER_HZ`, which
 /// is 100 on every architecture it runs on, whatever the kernel's own tick rate.
@@ -206,6 +208,8 @@ pub struct Cost {
     /// The statements PostgreSQL spent the most time executing; empty without
     /// `pg_stat_statements`.
     pub statements: Vec<StatementCost>,
+    /// The largest kinds of WAL record; empty without `pg_waldump`.
+    pub wal_by_kind: Vec<WalKind>,
 }
 
 /// The kinds of process a cost is told by, as columns.
@@ -228,6 +232,7 @@ pub(super) struct Meter {
     start: Counters,
     /// Whether `pg_stat_statements` was reset for this run.
     statements: bool,
+    wal_log: Option<WalLog>,
 }
 
 impl Meter {
@@ -237,6 +242,7 @@ impl Meter {
         url: &str,
         postmaster: u32,
         services: Vec<(&'static str, u32)>,
+        wal_log: Option<WalLog>,
     ) -> Meter {
         let statements = reset_statements(url).await;
         let start = counters(url).await;
@@ -249,6 +255,7 @@ impl Meter {
             bench_ms: own_cpu_ms(),
             start,
             statements,
+            wal_log,
         }
     }
 
@@ -313,6 +320,9 @@ impl Meter {
             } else {
                 Vec::new()
             },
+            wal_by_kind: self.wal_log.as_ref().map_or_else(Vec::new, |log| {
+                log.by_kind(&self.start.lsn, &end.lsn, tasks)
+            }),
         }
     }
 }

@@ -61,6 +61,7 @@ mod pickup;
 mod reads;
 mod report;
 mod sample;
+mod wal;
 
 use std::time::Duration;
 
@@ -142,6 +143,9 @@ impl Bench {
                 ("task-service", self.tasks.pid_u32()),
                 ("lease-service", self.leases.pid_u32()),
             ],
+            leasehold_local::postgres::find_server_binaries()
+                .ok()
+                .and_then(|bindir| wal::WalLog::of(&bindir, self.postgres.data_dir())),
         )
         .await
     }

@@ -187,6 +187,31 @@ impl Report {
                 }
             }
         }
+        let dumped: Vec<&Cost> = self
+            .costs
+            .iter()
+            .filter(|c| !c.wal_by_kind.is_empty())
+            .collect();
+        if !dumped.is_empty() {
+            let _ = writeln!(
+                out,
+                "\n### where the WAL goes: the largest kinds of record, per task (pg_waldump; images: full pages written after a checkpoint)\n"
+            );
+            let _ = writeln!(
+                out,
+                "| run | record | records per task | bytes per task | image bytes per task |"
+            );
+            let _ = writeln!(out, "|---|---|---:|---:|---:|");
+            for c in dumped {
+                for k in &c.wal_by_kind {
+                    let _ = writeln!(
+                        out,
+                        "| {} | {} | {:.2} | {:.0} | {:.0} |",
+                        c.run, k.kind, k.records_per_task, k.bytes_per_task, k.fpi_bytes_per_task
+                    );
+                }
+            }
+        }
         for skipped in &self.skipped {
             let _ = writeln!(out, "\n{skipped}");
         }
