@@ -31,9 +31,10 @@ pub async fn synthesize_history(database_url: &str, tasks: u64, span: &str, unti
                    FROM generate_series(1, {tasks}) g) s
              RETURNING id, queue, created_at AS at0, attempts
          )
-         INSERT INTO task_events (at, queue, from_status, to_status, processor, charged,
+         INSERT INTO task_events (at, queue, from_status, to_status, claimants, charged,
                                   task_ids, fences, attempts, pickup_ms)
-         SELECT at0 + ev.after, queue, ev.from_status, ev.to_status, ev.processor, ev.charged,
+         SELECT at0 + ev.after, queue, ev.from_status, ev.to_status,
+                CASE WHEN ev.processor IS NOT NULL THEN ARRAY[ev.processor] END, ev.charged,
                 ARRAY[id], ARRAY[ev.fence], ARRAY[ev.attempts],
                 CASE WHEN ev.first THEN ARRAY[EXTRACT(EPOCH FROM pickup) * 1000] END
          FROM (SELECT id, queue, at0, attempts,

@@ -197,7 +197,8 @@ async fn tasks_claimed_under_a_worker_lease_take_no_lease_of_their_own() {
     // The history names the lease of the claim's group: one row for the four.
     let claims = query(
         &s.task_db,
-        "SELECT lease_resource, cardinality(task_ids) AS n, lease_fences[1] AS lease_fence
+        "SELECT claimant_leases[1] AS lease_resource, cardinality(task_ids) AS n,
+                lease_fences[1] AS lease_fence
          FROM task_events WHERE to_status = 'running'",
     )
     .await;
@@ -614,7 +615,8 @@ async fn a_claim_made_where_its_tasks_are_found_is_recorded_as_any_other() {
         let history = query(
             &s.task_db,
             &format!(
-                "SELECT from_status, to_status, processor, charged, lease_resource, fences,
+                "SELECT from_status, to_status, claimants, charged, claimant_leases,
+                        claimant_of, fences,
                         attempts, lease_fences, cardinality(pickup_ms) AS pickups,
                         0 <= ALL(pickup_ms) AS pickups_measured
                  FROM task_events WHERE task_ids && ARRAY[{ids}]::bigint[] ORDER BY id"
@@ -637,6 +639,6 @@ async fn a_claim_made_where_its_tasks_are_found_is_recorded_as_any_other() {
     assert_eq!(in_place.2, apart.2, "the history differs");
     // One creation row and one claim row each, the claim naming the worker's lease.
     assert_eq!(in_place.2.len(), 2, "{:?}", in_place.2);
-    assert_eq!(in_place.2[1]["lease_resource"], "worker:w1");
+    assert_eq!(in_place.2[1]["claimant_leases"], json!(["worker:w1"]));
     assert_eq!(in_place.2[1]["pickups"], 2);
 }

@@ -12,7 +12,7 @@ async fn history_since(task_db: &str, after: i64) -> Vec<Value> {
     query(
         task_db,
         &format!(
-            "SELECT id, from_status, to_status, processor, queue, charged,
+            "SELECT id, from_status, to_status, claimants, claimant_of, queue, charged,
                     array_to_json(task_ids) AS task_ids, array_to_json(fences) AS fences,
                     array_to_json(attempts) AS attempts, array_to_json(pickup_ms) AS pickup_ms
              FROM task_events WHERE id > {after} ORDER BY id"
@@ -86,9 +86,15 @@ async fn each_transition_of_a_group_writes_one_history_row_naming_its_tasks() {
         (
             &claim["from_status"],
             &claim["to_status"],
-            &claim["processor"]
+            &claim["claimants"],
+            &claim["claimant_of"]
         ),
-        (&json!("pending"), &json!("running"), &json!("w"))
+        (
+            &json!("pending"),
+            &json!("running"),
+            &json!(["w"]),
+            &Value::Null
+        )
     );
     assert_eq!(sorted(&claim["task_ids"]), ids);
     for (place, id) in claim["task_ids"].as_array().unwrap().iter().enumerate() {
@@ -353,7 +359,7 @@ async fn a_database_upgraded_from_per_row_history_answers_as_before() {
     let rows = query(
         &task_db,
         "SELECT queue, cardinality(task_ids) AS n FROM task_events
-         WHERE processor = 'w2' ORDER BY queue",
+         WHERE claimants = ARRAY['w2'] ORDER BY queue",
     )
     .await;
     assert_eq!(
@@ -363,4 +369,123 @@ async fn a_database_upgraded_from_per_row_history_answers_as_before() {
             json!({"queue": "q1", "n": 1})
         ]
     );
+}
+
+/// One statement that moves several claimants' tasks alike writes one row, naming each
+/// claimant once and each task's by its place; the per-task view, the task's own history and a
+/// database taken back to a row per claimant all answer as a row per claimant did.
+#[tokio::test]
+async fn a_group_of_several_claimants_is_one_row_naming_each_tasks_claimant() {
+    let lease_db = fresh_database().await;
+    let task_db = fresh_database().await;
+    let leases = Service::lease_service(&lease_db, &[]).await;
+    let tasks = Service::task_service(&task_db, &leases.base_url(), &[]).await;
+
+    // Three tasks die under two workers: w2 claims the first two, w1 the last.
+    let items: Vec<Value> = (0..3)
+        .map(|i| json!({"task_data": {"n": i}, "max_attempts": 1}))
+        .collect();
+    let created = tasks
+        .post("/api/tasks/batch", &json!({ "tasks": items }))
+        .await;
+    assert_eq!(created.status, 200, "{:?}", created.body);
+    for (processor, limit) in [("w2", 2), ("w1", 1)] {
+        let claimed = tasks
+            .post(
+                "/api/tasks/next",
+                &json!({"processor": processor, "limit": limit}),
+            )
+            .await;
+        assert_eq!(claimed.status, 202, "{:?}", claimed.body);
+        for task in claimed.body.as_array().unwrap() {
+            let failed = tasks
+                .put(
+                    &format!("/api/tasks/{}/fail", task["id"]),
+                    &json!({"processor": processor, "fence": task["fence"], "error": "boom"}),
+                )
+                .await;
+            assert_eq!(failed.status, 202, "{:?}", failed.body);
+            assert_eq!(failed.body["status"], "dead", "{:?}", failed.body);
+        }
+    }
+    let seen = last_id(&history_since(&task_db, 0).await, 0);
+
+    // One retry of all three: the dead tasks keep their last processor, so the statement moves
+    // two claimants' tasks alike. One row; w1 first (claimants in name order), the tasks in id
+    // order.
+    let retried = tasks
+        .post("/api/tasks/retry", &json!({"status": "dead"}))
+        .await;
+    assert_eq!(retried.status, 200, "{:?}", retried.body);
+    assert_eq!(retried.body["touched"], 3, "{:?}", retried.body);
+    let rows = history_since(&task_db, seen).await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(
+        (
+            &rows[0]["from_status"],
+            &rows[0]["to_status"],
+            &rows[0]["claimants"],
+            &rows[0]["claimant_of"],
+            &rows[0]["task_ids"]
+        ),
+        (
+            &json!("dead"),
+            &json!("pending"),
+            &json!(["w1", "w2"]),
+            &json!([2, 2, 1]),
+            &json!([1, 2, 3])
+        )
+    );
+
+    // Each task's transitions, as the checker and the charts read them.
+    let transitions = "SELECT task_id, from_status, to_status, processor, fence, attempts,
+                              lease_resource
+                       FROM task_transitions ORDER BY task_id, at, from_status NULLS FIRST";
+    let before = query(&task_db, transitions).await;
+    let retries: Vec<(i64, String)> = before
+        .iter()
+        .filter(|t| t["from_status"] == "dead")
+        .map(|t| {
+            (
+                t["task_id"].as_i64().unwrap(),
+                t["processor"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        retries,
+        vec![(1, "w2".into()), (2, "w2".into()), (3, "w1".into())]
+    );
+    // And each task's own history, through the API.
+    for (id, processor) in [(1, "w2"), (3, "w1")] {
+        let events = tasks.get(&format!("/api/tasks/{id}/events")).await;
+        assert_eq!(events.status, 200, "{:?}", events.body);
+        let last = events.body["events"].as_array().unwrap().last().unwrap();
+        assert_eq!(
+            (&last["fromStatus"], &last["processor"]),
+            (&json!("dead"), &json!(processor)),
+            "{:?}",
+            events.body
+        );
+    }
+
+    // Taken back to a row per claimant, and upgraded again: the same transitions.
+    drop(tasks);
+    tests::revert_tasks_schema(&task_db, "2026-11-28-000120_history_rows_across_claimants").await;
+    let per_claimant = query(
+        &task_db,
+        "SELECT processor, array_to_json(task_ids) AS task_ids FROM task_events
+         WHERE from_status = 'dead' ORDER BY processor",
+    )
+    .await;
+    assert_eq!(
+        per_claimant,
+        vec![
+            json!({"processor": "w1", "task_ids": [3]}),
+            json!({"processor": "w2", "task_ids": [1, 2]})
+        ]
+    );
+    assert_eq!(query(&task_db, transitions).await, before);
+    task_service::migrate(&task_db).await.unwrap();
+    assert_eq!(query(&task_db, transitions).await, before);
 }

@@ -159,24 +159,41 @@ fn before(which: &str) -> String {
 }
 
 /// The history of the transition the CTE `moved` made: one `task_events` row per group of its
-/// rows that moved alike (moment, queue, from and to status, processor, covering lease), naming the group's
-/// tasks with their fences, attempts and lease fences, for the rows `only` (a condition on them) keeps. The
-/// statement that makes a transition writes it as one more CTE, so history costs a row per
-/// group, not a trigger call per task, and nothing else (a heartbeat) pays for it. `moved`
-/// returns [`COLUMNS`] and the columns of [`event`].
+/// rows that moved alike (moment, queue, from and to status, whether charged), naming the
+/// group's tasks with their fences, attempts and lease fences, for the rows `only` (a condition
+/// on them) keeps. Each task's claimant (processor and covering lease) is named by its place in
+/// the row's distinct `claimants`: a claim group of one task for each of sixteen workers writes
+/// one row, not sixteen, and a group for one worker stores its name once (`claimant_of` NULL:
+/// every task's claimant is the first). The statement that makes a transition writes it as one
+/// more CTE, so history costs a row per group, not a trigger call per task, and nothing else (a
+/// heartbeat) pays for it. `moved` returns [`COLUMNS`] and the columns of [`event`].
 fn history(only: &str) -> String {
     format!(
         "history AS (
-             INSERT INTO task_events (at, queue, from_status, to_status, processor, charged,
-                                      lease_resource, task_ids, fences, attempts, lease_fences,
-                                      pickup_ms)
-             SELECT event_at, queue, from_status, status, processor, charged, lease_resource,
+             INSERT INTO task_events (at, queue, from_status, to_status, charged, claimants,
+                                      claimant_leases, claimant_of, task_ids, fences, attempts,
+                                      lease_fences, pickup_ms)
+             SELECT event_at, queue, from_status, status, charged,
+                    CASE WHEN bool_or(processor IS NOT NULL OR lease_resource IS NOT NULL)
+                         THEN array_agg(processor ORDER BY claimant) FILTER (WHERE leads) END,
+                    CASE WHEN bool_or(lease_resource IS NOT NULL)
+                         THEN array_agg(lease_resource ORDER BY claimant) FILTER (WHERE leads)
+                    END,
+                    CASE WHEN max(claimant) > 1 THEN array_agg(claimant ORDER BY id) END,
                     array_agg(id ORDER BY id), array_agg(fence ORDER BY id),
                     array_agg(attempts ORDER BY id), array_agg(lease_fence ORDER BY id),
                     CASE WHEN bool_or(pickup_ms IS NOT NULL)
                          THEN array_agg(pickup_ms ORDER BY id) END
-             FROM moved WHERE {only}
-             GROUP BY event_at, queue, from_status, status, processor, charged, lease_resource
+             FROM (SELECT moved.*,
+                          dense_rank() OVER (PARTITION BY event_at, queue, from_status, status,
+                                                          charged
+                                             ORDER BY processor, lease_resource)::int
+                              AS claimant,
+                          row_number() OVER (PARTITION BY event_at, queue, from_status, status,
+                                                          charged, processor, lease_resource)
+                              = 1 AS leads
+                   FROM moved WHERE {only}) moved
+             GROUP BY event_at, queue, from_status, status, charged
          )"
     )
 }

@@ -456,10 +456,11 @@ pub async fn events(conn: &mut Db, task_id: i64) -> Result<Vec<TaskEvent>> {
     async move {
         // The containment finds the task's rows by their index; the unnest picks its place.
         diesel::sql_query(
-            "SELECT e.at, e.from_status, e.to_status, e.processor, u.fence, u.attempts
+            "SELECT e.at, e.from_status, e.to_status,
+                    e.claimants[coalesce(u.claimant, 1)] AS processor, u.fence, u.attempts
              FROM task_events e
-             CROSS JOIN LATERAL unnest(e.task_ids, e.fences, e.attempts)
-                 AS u(task_id, fence, attempts)
+             CROSS JOIN LATERAL unnest(e.task_ids, e.fences, e.attempts, e.claimant_of)
+                 AS u(task_id, fence, attempts, claimant)
              WHERE e.task_ids @> ARRAY[$1::bigint] AND u.task_id = $1
              ORDER BY e.id LIMIT 1000",
         )
