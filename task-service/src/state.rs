@@ -1,4 +1,4 @@
-//! What every handler can reach: the pool, the claim and completion groups, the [`Context`],
+//! What every handler can reach: the pool, the claim, completion and create groups, the [`Context`],
 //! and the turns of the heavy reads.
 
 use std::sync::Arc;
@@ -10,13 +10,15 @@ use leasehold::server::db::DbPool;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::context::Context;
-use crate::tasks::{self, ClaimGroups, CompletionGroups};
+use crate::tasks::{self, ClaimGroups, CompletionGroups, CreateGroups};
 
 pub struct AppState {
     pub pool: DbPool,
     /// Claims and single completions, served in groups of those that arrive together.
     pub claims: ClaimGroups,
     pub completions: CompletionGroups,
+    /// Single creates, stored in groups of those that arrive together.
+    pub creates: CreateGroups,
     pub engine: Context,
     pub reads: Reads,
 }
@@ -28,6 +30,7 @@ impl AppState {
         Self {
             claims: tasks::claim_groups(&pool, &engine, in_flight),
             completions: tasks::completion_groups(&pool, &engine, in_flight),
+            creates: tasks::create_groups(&pool, in_flight),
             pool,
             engine,
             reads: Reads::new(reads_in_flight),

@@ -170,3 +170,73 @@ async fn a_waiting_claim_gets_tasks_of_a_bulk_insert() {
         .unwrap();
     assert!(!claimed.is_empty());
 }
+
+/// Single creates that arrive together are stored together (one statement), each answered as
+/// it would have been alone: a new task 201 with an id of its own, a repeat of a key 200 with
+/// the first task (a repeat within the same group too), a key reused for another task 422.
+#[tokio::test]
+async fn single_creates_arriving_together_are_each_answered_as_alone() {
+    let (_leases, tasks, task_db) = services().await;
+    let first = tasks
+        .post(
+            "/api/tasks",
+            &json!({"task_data": {"n": "first"}, "idempotency_key": "taken"}),
+        )
+        .await;
+    assert_eq!(first.status, 201, "{:?}", first.body);
+
+    let mut bodies = Vec::new();
+    for n in 0..40 {
+        bodies.push(("new", json!({"task_data": {"n": n}})));
+    }
+    for _ in 0..10 {
+        bodies.push((
+            "repeat",
+            json!({"task_data": {"n": "first"}, "idempotency_key": "taken"}),
+        ));
+        bodies.push((
+            "fresh",
+            json!({"task_data": {"n": "fresh"}, "idempotency_key": "fresh"}),
+        ));
+    }
+    for n in 0..5 {
+        bodies.push((
+            "reused",
+            json!({"task_data": {"n": n}, "idempotency_key": "taken"}),
+        ));
+    }
+    let answers = futures_util::future::join_all(
+        bodies
+            .iter()
+            .map(|(_, body)| tasks.post("/api/tasks", body)),
+    )
+    .await;
+
+    let mut new_ids = std::collections::HashSet::new();
+    let mut fresh = Vec::new();
+    for ((kind, body), answer) in bodies.iter().zip(&answers) {
+        match *kind {
+            "new" => {
+                assert_eq!(answer.status, 201, "{:?}", answer.body);
+                // Its own task, not a neighbour's of the same group.
+                assert_eq!(answer.body["taskData"], body["task_data"]);
+                assert!(new_ids.insert(answer.body["id"].as_i64().unwrap()));
+            }
+            "repeat" => {
+                assert_eq!(answer.status, 200, "{:?}", answer.body);
+                assert_eq!(answer.body["id"], first.body["id"]);
+            }
+            "fresh" => fresh.push((answer.status, answer.body["id"].as_i64().unwrap())),
+            _ => {
+                assert_eq!(answer.status, 422, "{:?}", answer.body);
+                assert_eq!(answer.body["code"], "idempotency_key_reused");
+            }
+        }
+    }
+    // The fresh key: one create made the task, the other nine were repeats of it.
+    assert_eq!(fresh.iter().filter(|(status, _)| *status == 201).count(), 1);
+    assert_eq!(fresh.iter().filter(|(status, _)| *status == 200).count(), 9);
+    assert!(fresh.windows(2).all(|pair| pair[0].1 == pair[1].1));
+    // Exactly those tasks are stored: the first, the fresh one and the forty new.
+    assert_eq!(snapshot(&task_db, "tasks").await.len(), 42);
+}

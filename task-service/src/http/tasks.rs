@@ -35,9 +35,15 @@ use crate::tasks::{self, Created};
     )
 )]
 pub(super) async fn create(state: State, body: Json<CreateTask>) -> Result<HttpResponse, ApiError> {
-    let mut conn = db::connection(&state.pool).await?;
     Ok(
-        match tasks::create(&mut conn, &state.engine, body.into_inner()).await? {
+        match tasks::create(
+            &state.pool,
+            &state.creates,
+            &state.engine,
+            body.into_inner(),
+        )
+        .await?
+        {
             Created::New(task) => HttpResponse::Created().json(task),
             Created::Existing(task) => HttpResponse::Ok().json(task),
         },

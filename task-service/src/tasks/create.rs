@@ -1,4 +1,5 @@
-//! Creating a task (`POST /api/tasks`). A create may be repeated with the same idempotency key
+//! Creating a task (`POST /api/tasks`). Creates that arrive together are stored together
+//! ([`create_group`]: one statement and one commit, as a batch's), each answered as if alone. A create may be repeated with the same idempotency key
 //! after a lost answer, so a taken key answers with the task it names, but only when the repeat
 //! asks for the same task: otherwise its creator would silently get one it did not ask for. The
 //! generator's creates carry its lease's fence and are stored only while that fence holds the
@@ -8,12 +9,14 @@
 use leasehold::ErrorCode;
 use leasehold::api::LeaseStatus;
 use leasehold::server::ApiError;
-use leasehold::tasks::{CreateTask, Task};
+use leasehold::tasks::{CreateTask, MAX_CREATE_BATCH, Task};
 use tracing::field::Empty;
 
+use super::CreateGroups;
 use super::to_api;
 use super::validate::validate_new;
 use crate::context::Context;
+use crate::db::{self, DbPool};
 use crate::repo::{self, Db, NewTask, TaskRow};
 
 /// A created task answers 201; a repeat of an idempotent create answers 200 with the first.
@@ -25,34 +28,79 @@ pub enum Created {
 
 #[tracing::instrument(name = "create task", skip_all, fields(task.id = Empty, task.queue = Empty))]
 pub async fn create(
-    conn: &mut Db,
+    pool: &DbPool,
+    creates: &CreateGroups,
     engine: &Context,
     request: CreateTask,
 ) -> Result<Created, ApiError> {
     let generator_fence = request.generator_fence;
     let task = validate_new(engine, request)?;
-    let inserted = match generator_fence {
-        Some(fence) => create_generated(conn, engine, &task, fence).await?,
-        None => repo::insert(conn, &task).await?,
+    let created = match generator_fence {
+        Some(fence) => {
+            let mut conn = db::connection(pool).await?;
+            match create_generated(&mut conn, engine, &task, fence).await? {
+                Some(row) => Created::New(to_api(row)),
+                None => existing(&mut conn, &task).await?,
+            }
+        }
+        None => creates
+            .submit((), task)
+            .await
+            .unwrap_or_else(|| Err(ApiError::Internal("the create group failed".to_owned())))?,
     };
-    if let Some(row) = &inserted {
+    if let Created::New(task) = &created {
         let span = tracing::Span::current();
-        span.record("task.id", row.id);
-        span.record("task.queue", row.queue.as_str());
-    }
-    if let Some(row) = inserted {
+        span.record("task.id", task.id);
+        span.record("task.queue", task.queue.as_str());
         engine
             .metrics
             .created
-            .with_label_values(&[row.queue.as_str()])
+            .with_label_values(&[task.queue.as_str()])
             .inc();
-        return Ok(Created::New(to_api(row)));
     }
-    existing(conn, &task).await
+    Ok(created)
+}
+
+/// Creates stored by one statement (and one commit): single creates that arrive together, or
+/// a batch's valid items (in the batch's transaction). Each is answered as it would be alone: a
+/// taken key, a repeat within the group too, answers as a repeated create does. Ids are drawn
+/// in the order given.
+pub async fn create_group(
+    conn: &mut Db,
+    tasks: &[&NewTask],
+) -> Result<Vec<Result<Created, ApiError>>, ApiError> {
+    if let [task] = tasks {
+        // Alone (the common case under light load): the single insert, kept prepared, one
+        // round trip where a statement over a set takes two.
+        return Ok(vec![match repo::insert(conn, task).await? {
+            Some(row) => Ok(Created::New(to_api(row))),
+            None => existing(conn, task).await,
+        }]);
+    }
+    let mut stored = vec![None; tasks.len()];
+    for inserted in repo::insert_many(conn, tasks).await? {
+        let place = usize::try_from(inserted.ord - 1).ok();
+        if let Some(slot) = place.and_then(|place| stored.get_mut(place)) {
+            *slot = Some(inserted.row);
+        }
+    }
+    let mut answers = Vec::with_capacity(tasks.len());
+    for (task, row) in tasks.iter().zip(stored) {
+        answers.push(match row {
+            Some(row) => Ok(Created::New(to_api(row))),
+            None => existing(conn, task).await,
+        });
+    }
+    Ok(answers)
+}
+
+/// How many of the waiting creates form the next group: as many as a batch may hold.
+pub fn creates_per_group(waiting: &[NewTask]) -> usize {
+    waiting.len().min(MAX_CREATE_BATCH)
 }
 
 /// The key of `task` is taken: the task it names, if the create is the same request.
-pub(super) async fn existing(conn: &mut Db, task: &NewTask) -> Result<Created, ApiError> {
+async fn existing(conn: &mut Db, task: &NewTask) -> Result<Created, ApiError> {
     let key = task.idempotency_key.as_deref().unwrap_or_default();
     let existing = repo::find_by_idempotency_key(conn, key, task.scheduled_at)
         .await?

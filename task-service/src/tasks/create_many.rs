@@ -13,11 +13,10 @@ use leasehold::server::http::invalid_body;
 use leasehold::server::{ApiError, check_batch_size};
 use leasehold::tasks::{CreateResult, CreateTask, MAX_CREATE_BATCH};
 
-use super::create::{Created, existing};
-use super::to_api;
+use super::create::{Created, create_group};
 use super::validate::validate_new;
 use crate::context::Context;
-use crate::repo::{self, Db, NewTask};
+use crate::repo::{Db, NewTask};
 
 #[tracing::instrument(name = "create tasks", skip_all, fields(tasks = request.tasks.len()))]
 pub async fn create_many(
@@ -30,22 +29,7 @@ pub async fn create_many(
     let answers = conn
         .transaction::<_, ApiError, _>(async |conn| {
             let valid: Vec<&NewTask> = checked.iter().filter_map(|c| c.as_ref().ok()).collect();
-            let mut stored = vec![None; valid.len()];
-            for inserted in repo::insert_many(conn, &valid).await? {
-                let place = usize::try_from(inserted.ord - 1).ok();
-                if let Some(slot) = place.and_then(|place| stored.get_mut(place)) {
-                    *slot = Some(inserted.row);
-                }
-            }
-            let mut answers = Vec::with_capacity(valid.len());
-            for (task, row) in valid.iter().zip(stored) {
-                answers.push(match row {
-                    Some(row) => Ok(Created::New(to_api(row))),
-                    // The key was taken: answer as a repeat of a single create would be.
-                    None => existing(conn, task).await,
-                });
-            }
-            Ok(answers)
+            create_group(conn, &valid).await
         })
         .await?;
     let mut answers = answers.into_iter();

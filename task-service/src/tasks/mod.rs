@@ -70,7 +70,9 @@ pub use complete_then_claim::complete_then_claim;
 pub use create::{Created, create};
 pub use create_many::create_many;
 pub use fail::fail;
-pub use groups::{ClaimGroups, CompletionGroups, claim_groups, completion_groups};
+pub use groups::{
+    ClaimGroups, CompletionGroups, CreateGroups, claim_groups, completion_groups, create_groups,
+};
 pub use heartbeat::heartbeat;
 pub use next::{WAKEUP_CHANNEL, claim, want};
 pub use read::{counts, events, get, overview};
