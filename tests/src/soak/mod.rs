@@ -230,6 +230,7 @@ pub async fn run(options: SoakOptions) -> Summary {
         None => None,
     };
     let log_dir = crate::log_dir();
+    let planted_bug = options.break_acquire;
     let mut summary = Summary {
         seed: options.seed,
         options,
@@ -245,8 +246,10 @@ pub async fn run(options: SoakOptions) -> Summary {
         story: Vec::new(),
     };
     // A failed run's logs are what tells its story: the services' would go with them as the
-    // stack stops (the verdict is not a panic), the formation's with its directory.
-    if !summary.passed() {
+    // stack stops (the verdict is not a panic), the formation's with its directory. A run of a
+    // planted bug is meant to fail: its logs tell nothing, and kept they would outlive a test
+    // that passed.
+    if !summary.passed() && !planted_bug {
         crate::keep_logs();
         if let Some(backing) = &backing {
             let formation = backing.formation.lock().await;
