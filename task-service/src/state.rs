@@ -1,5 +1,5 @@
-//! What every handler can reach: the pool, the claim, completion and create groups, the [`Context`],
-//! and the turns of the heavy reads.
+//! What every handler can reach: the pool, the claim, completion and create groups, the
+//! [`Context`], and the turns of the heavy reads.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,10 +1,11 @@
 //! Creating a task (`POST /api/tasks`). Creates that arrive together are stored together
-//! ([`create_group`]: one statement and one commit, as a batch's), each answered as if alone. A create may be repeated with the same idempotency key
-//! after a lost answer, so a taken key answers with the task it names, but only when the repeat
-//! asks for the same task: otherwise its creator would silently get one it did not ask for. The
-//! generator's creates carry its lease's fence and are stored only while that fence holds the
-//! lease, with a deadline the database enforces, so a generator replica that lost its lease
-//! (paused, partitioned) cannot add tasks beside the one that took over.
+//! ([`create_group`]: one statement and one commit, as a batch's), each answered as if alone. A
+//! create may be repeated with the same idempotency key after a lost answer, so a taken key
+//! answers with the task it names, but only when the repeat asks for the same task: otherwise its
+//! creator would silently get one it did not ask for. The generator's creates carry its lease's
+//! fence and are stored only while that fence holds the lease, with a deadline the database
+//! enforces, so a generator replica that lost its lease (paused, partitioned) cannot add tasks
+//! beside the one that took over.
 
 use leasehold::ErrorCode;
 use leasehold::api::LeaseStatus;
@@ -38,10 +39,8 @@ pub async fn create(
     let created = match generator_fence {
         Some(fence) => {
             let mut conn = db::connection(pool).await?;
-            match create_generated(&mut conn, engine, &task, fence).await? {
-                Some(row) => Created::New(to_api(row)),
-                None => existing(&mut conn, &task).await?,
-            }
+            let stored = create_generated(&mut conn, engine, &task, fence).await?;
+            answer(&mut conn, &task, stored).await?
         }
         None => creates
             .submit((), task)
@@ -72,10 +71,8 @@ pub async fn create_group(
     if let [task] = tasks {
         // Alone (the common case under light load): the single insert, kept prepared, one
         // round trip where a statement over a set takes two.
-        return Ok(vec![match repo::insert(conn, task).await? {
-            Some(row) => Ok(Created::New(to_api(row))),
-            None => existing(conn, task).await,
-        }]);
+        let stored = repo::insert(conn, task).await?;
+        return Ok(vec![answer(conn, task, stored).await]);
     }
     let mut stored = vec![None; tasks.len()];
     for inserted in repo::insert_many(conn, tasks).await? {
@@ -86,10 +83,7 @@ pub async fn create_group(
     }
     let mut answers = Vec::with_capacity(tasks.len());
     for (task, row) in tasks.iter().zip(stored) {
-        answers.push(match row {
-            Some(row) => Ok(Created::New(to_api(row))),
-            None => existing(conn, task).await,
-        });
+        answers.push(answer(conn, task, row).await);
     }
     Ok(answers)
 }
@@ -97,6 +91,19 @@ pub async fn create_group(
 /// How many of the waiting creates form the next group: as many as a batch may hold.
 pub fn creates_per_group(waiting: &[NewTask]) -> usize {
     waiting.len().min(MAX_CREATE_BATCH)
+}
+
+/// The answer to a create whose insert stored `stored`: the new task, or, when nothing was stored
+/// (its idempotency key is taken), the task the key names.
+async fn answer(
+    conn: &mut Db,
+    task: &NewTask,
+    stored: Option<TaskRow>,
+) -> Result<Created, ApiError> {
+    match stored {
+        Some(row) => Ok(Created::New(to_api(row))),
+        None => existing(conn, task).await,
+    }
 }
 
 /// The key of `task` is taken: the task it names, if the create is the same request.
