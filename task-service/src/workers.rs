@@ -183,11 +183,16 @@ pub async fn list(engine: &Context) -> Result<Workers, ApiError> {
         .await
         .map_err(passed_on)?;
     let room = (MAX_LISTED as usize).saturating_sub(leases.len());
+    // Those the first read did not list, by resource rather than by status: a process that
+    // took its lease anew between the two reads is active in the second, and filtered by
+    // status it was listed by neither.
+    let listed: std::collections::HashSet<String> =
+        leases.iter().map(|lease| lease.resource.clone()).collect();
     leases.extend(
         ended
             .leases
             .into_iter()
-            .filter(|lease| lease.status != LeaseStatus::Active)
+            .filter(|lease| !listed.contains(&lease.resource))
             .take(room),
     );
     let mut workers: Vec<WorkerState> = leases.into_iter().filter_map(state).collect();
