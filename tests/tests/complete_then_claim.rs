@@ -240,6 +240,57 @@ async fn refused_completions_do_not_stop_the_claim_and_bad_requests_write_nothin
     );
 }
 
+/// A claim that travels with completions never takes a task one of them names: in a queue
+/// without limits the claim's statement goes out beside the completions' (one round trip), and
+/// a completion judged after it must find its task untouched, as if judged first. Here a worker
+/// completes, without a fence, a task nobody claimed: were it claimed for that worker on the
+/// way, the completion would find it the worker's, and end a task never worked.
+#[tokio::test]
+async fn a_completion_is_judged_on_its_task_as_it_was_before_the_claim_it_carries() {
+    let s = stack().await;
+    let ids = s.create("q", 2).await;
+    let fence = s.beat("w1").await;
+    let worker = json!({"id": "w1", "fence": fence});
+    // The first claim also tells task-service that `q` has no limits.
+    let first = s
+        .claim(json!({"processor": "w1", "queue": "q", "worker": worker}))
+        .await;
+    assert_eq!(first["id"], ids[0]);
+    let answer = s
+        .tasks
+        .put(
+            "/api/tasks/complete",
+            &json!({"processor": "w1", "tasks": [
+                {"id": ids[0], "fence": first["fence"]},
+                {"id": ids[1]},
+            ], "next": {"queue": "q", "limit": 1, "worker": worker}}),
+        )
+        .await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    assert_eq!(
+        answer.body["results"][0]["status"], 202,
+        "{:?}",
+        answer.body
+    );
+    assert_eq!(
+        answer.body["results"][1]["status"], 409,
+        "a task nobody claimed is not the worker's to complete: {:?}",
+        answer.body
+    );
+    assert_ne!(s.status(ids[1]).await, "succeeded");
+    // Stepped over by that group, it is the next claim's.
+    let claimed = ids_of(&answer.body["claimed"]);
+    let next = if claimed.is_empty() {
+        s.claim(json!({"processor": "w1", "queue": "q", "worker": worker}))
+            .await["id"]
+            .clone()
+    } else {
+        json!(claimed[0])
+    };
+    assert_eq!(next, ids[1]);
+    assert_eq!(s.status(ids[1]).await, "running");
+}
+
 /// The bundled worker with one slot carries each claim on the completion before it: about one
 /// request per task, where a claim and a completion made two; every task succeeds once.
 #[tokio::test]
