@@ -240,11 +240,11 @@ async fn refused_completions_do_not_stop_the_claim_and_bad_requests_write_nothin
     );
 }
 
-/// A claim that travels with completions never takes a task one of them names: in a queue
-/// without limits the claim's statement goes out beside the completions' (one round trip), and
-/// a completion judged after it must find its task untouched, as if judged first. Here a worker
-/// completes, without a fence, a task nobody claimed: were it claimed for that worker on the
-/// way, the completion would find it the worker's, and end a task never worked.
+/// The completions a claim carries are judged on their tasks as they were before the claim:
+/// here a worker completes, without a fence, a task nobody claimed. Had the claim taken that
+/// task first (for that very worker), the completion would find it the worker's and end a task
+/// never worked; a build that sent the claim's statement beside the completions' without
+/// stepping over their tasks did exactly that.
 #[tokio::test]
 async fn a_completion_is_judged_on_its_task_as_it_was_before_the_claim_it_carries() {
     let s = stack().await;
@@ -278,7 +278,7 @@ async fn a_completion_is_judged_on_its_task_as_it_was_before_the_claim_it_carrie
         answer.body
     );
     assert_ne!(s.status(ids[1]).await, "succeeded");
-    // Stepped over by that group, it is the next claim's.
+    // Claimed by that request once its completion was refused, or by the next claim.
     let claimed = ids_of(&answer.body["claimed"]);
     let next = if claimed.is_empty() {
         s.claim(json!({"processor": "w1", "queue": "q", "worker": worker}))

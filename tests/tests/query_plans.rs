@@ -90,29 +90,18 @@ async fn a_claim_walks_the_due_index_even_when_statistics_have_not_seen_its_queu
         resources: vec![Some("worker:w"); 32],
         fences: vec![1; 32],
         hint: std::time::Duration::from_secs(30),
-        // The group's carried completions name the first due tasks (as a stale or confused
-        // worker's might): the statement steps over them, still walking the index.
-        completing: (20_001..=20_016).collect(),
     };
     // A session of its own: the set-up's scans, made by this one, may not be counted yet.
     let mut claimer = AsyncPgConnection::establish(&db).await.unwrap();
     let (claimed, scans) =
         repo::in_index_order::<_, diesel::result::Error>(&mut claimer, async |conn| {
             let taken = repo::take_lapsed(conn, Some("burst"), 32, 32, Some(&slots)).await?;
-            let claimed: Vec<i64> = taken
-                .iter()
-                .filter(|row| row.claim_slot.is_some())
-                .map(|row| row.task.id)
-                .collect();
+            let claimed = taken.iter().filter(|row| row.claim_slot.is_some()).count();
             Ok((claimed, scans_of(conn, "tasks").await))
         })
         .await
         .unwrap();
-    assert_eq!(claimed.len(), 32);
-    assert!(
-        claimed.iter().all(|id| !slots.completing.contains(id)),
-        "the claim took a task the group's completions judge: {claimed:?}"
-    );
+    assert_eq!(claimed, 32);
     assert_eq!(scans.seq_scan, 0);
     assert!(
         scans.rows_read < 500,
@@ -348,7 +337,6 @@ async fn claim_group_statements(conn: &mut AsyncPgConnection) -> diesel::QueryRe
         resources: vec![Some("worker:w"), None],
         fences: vec![1, 0],
         hint: std::time::Duration::from_secs(30),
-        completing: Vec::new(),
     };
     let taken = repo::take_lapsed(conn, Some("q"), 2, 2, Some(&slots)).await?;
     claimed.extend(

@@ -120,7 +120,7 @@ pub struct Covered<'a> {
 ///
 /// Kept prepared: it runs only in claim groups, in [`super::in_index_order`]'s transactions.
 pub async fn mark_succeeded_covered(
-    mut conn: &Db,
+    conn: &mut Db,
     done: &[Covered<'_>],
 ) -> Result<Vec<(TaskRow, f64)>> {
     let span = leasehold::db_span!("UPDATE", "tasks");
@@ -162,7 +162,7 @@ pub async fn mark_succeeded_covered(
         .bind::<Array<Text>, _>(&resources)
         .bind::<Array<BigInt>, _>(&lease_fences)
         .cached()
-        .load(&mut conn)
+        .load(conn)
         .await?;
         Ok(rows.into_iter().map(|row| (row.task, row.took)).collect())
     }

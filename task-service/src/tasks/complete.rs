@@ -201,64 +201,9 @@ pub(super) async fn judge(
     completions: &[Completion],
     held: &[(String, i64)],
 ) -> Result<Vec<Result<Transition, ApiError>>, ApiError> {
-    let covered = judge_covered(conn, engine, completions, held).await?;
-    judge_rest(conn, engine, completions, covered).await
-}
-
-/// What [`judge_covered`] left for [`judge_rest`]: each completion's verdict, if it has one.
-pub(super) type Verdicts = Vec<Option<Result<Transition, ApiError>>>;
-
-/// The fast path: completions under a lease lease-service has said is `held` end their tasks in
-/// one statement, if the rows still show those claimants under those leases. Takes the
-/// connection shared, so that a claim group can send its claiming statement in the same round
-/// trip (pipelined; PostgreSQL runs the two one after the other, this one first).
-pub(super) async fn judge_covered(
-    conn: &Db,
-    engine: &Context,
-    completions: &[Completion],
-    held: &[(String, i64)],
-) -> Result<Verdicts, ApiError> {
-    let mut outcomes: Verdicts = completions.iter().map(|_| None).collect();
-    let covered: Vec<repo::Covered<'_>> = completions
-        .iter()
-        .filter(|c| check_size("task_output", &c.item.task_output).is_ok())
-        .filter_map(|c| {
-            let (resource, fence) = c.lease.as_ref().filter(|lease| held.contains(lease))?;
-            Some(repo::Covered {
-                id: c.item.id,
-                output: &c.item.task_output,
-                processor: &c.processor,
-                fence: c.item.fence,
-                lease_resource: resource,
-                lease_fence: *fence,
-            })
-        })
-        .collect();
-    if covered.is_empty() {
-        return Ok(outcomes);
-    }
-    let at: std::collections::HashMap<i64, usize> = completions
-        .iter()
-        .enumerate()
-        .map(|(index, c)| (c.item.id, index))
-        .collect();
-    for (row, took) in repo::mark_succeeded_covered(conn, &covered).await? {
-        observe_completed(engine, &row, took);
-        if let Some(&index) = at.get(&row.id) {
-            outcomes[index] = Some(Ok(Transition::Done(row)));
-        }
-    }
-    Ok(outcomes)
-}
-
-/// The slow path, for the completions [`judge_covered`] left: row locked, owner checked, lease
-/// proven. Answers every completion's verdict, in order.
-pub(super) async fn judge_rest(
-    conn: &mut Db,
-    engine: &Context,
-    completions: &[Completion],
-    mut outcomes: Verdicts,
-) -> Result<Vec<Result<Transition, ApiError>>, ApiError> {
+    let mut outcomes: Vec<Option<Result<Transition, ApiError>>> =
+        completions.iter().map(|_| None).collect();
+    judge_covered(conn, engine, completions, held, &mut outcomes).await?;
     let releasing = judge_locked(conn, completions, &mut outcomes).await?;
     if !releasing.is_empty() {
         end_proven(conn, engine, completions, &releasing, &mut outcomes).await?;
@@ -275,6 +220,47 @@ pub(super) async fn judge_rest(
             })
         })
         .collect())
+}
+
+/// The fast path: completions under a lease lease-service has said is `held` end their tasks in
+/// one statement, if the rows still show those claimants under those leases.
+async fn judge_covered(
+    conn: &mut Db,
+    engine: &Context,
+    completions: &[Completion],
+    held: &[(String, i64)],
+    outcomes: &mut [Option<Result<Transition, ApiError>>],
+) -> Result<(), ApiError> {
+    let covered: Vec<repo::Covered<'_>> = completions
+        .iter()
+        .filter(|c| check_size("task_output", &c.item.task_output).is_ok())
+        .filter_map(|c| {
+            let (resource, fence) = c.lease.as_ref().filter(|lease| held.contains(lease))?;
+            Some(repo::Covered {
+                id: c.item.id,
+                output: &c.item.task_output,
+                processor: &c.processor,
+                fence: c.item.fence,
+                lease_resource: resource,
+                lease_fence: *fence,
+            })
+        })
+        .collect();
+    if covered.is_empty() {
+        return Ok(());
+    }
+    let at: std::collections::HashMap<i64, usize> = completions
+        .iter()
+        .enumerate()
+        .map(|(index, c)| (c.item.id, index))
+        .collect();
+    for (row, took) in repo::mark_succeeded_covered(conn, &covered).await? {
+        observe_completed(engine, &row, took);
+        if let Some(&index) = at.get(&row.id) {
+            outcomes[index] = Some(Ok(Transition::Done(row)));
+        }
+    }
+    Ok(())
 }
 
 /// The slow path's first half: the rows of the completions not yet judged are locked and their

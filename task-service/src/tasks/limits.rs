@@ -85,12 +85,6 @@ impl Limits {
 pub struct Locked(Vec<repo::QueueLimit>);
 
 impl Locked {
-    /// Whether no limit binds the queues the claim may take from: [`Locked::count`] then reads
-    /// nothing, and no completion frees room a count would see.
-    pub fn binds_nothing(&self) -> bool {
-        self.0.is_empty()
-    }
-
     /// Reads the locked queues' room: their running tasks and their buckets, each in a
     /// statement of its own after the lock (under READ COMMITTED only a later statement sees
     /// what a claim that held the lock before committed), and after whatever the claim's

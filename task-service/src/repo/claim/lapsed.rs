@@ -32,7 +32,7 @@ use super::record::{ClaimFrom, claim_event, claim_set};
 /// of their own are taken. For single claims of workers that name their process's lease, the
 /// statement that finds the work is the one that claims it, as graphile-worker's `get_job` is.
 pub async fn take_lapsed(
-    mut conn: &Db,
+    conn: &mut Db,
     queue: Option<&str>,
     limit: i64,
     batch_room: i64,
@@ -51,12 +51,11 @@ pub async fn take_lapsed(
                     .bind::<Array<Nullable<Text>>, _>(&slots.resources)
                     .bind::<Array<BigInt>, _>(&slots.fences)
                     .bind::<Double, _>(slots.hint.as_secs_f64())
-                    .bind::<Array<BigInt>, _>(&slots.completing)
                     .cached()
-                    .load(&mut conn)
+                    .load(conn)
                     .await
             }
-            None => query.cached().load(&mut conn).await,
+            None => query.cached().load(conn).await,
         }
     }
     .instrument(span)
@@ -65,13 +64,6 @@ pub async fn take_lapsed(
 
 /// [`take_lapsed`]'s statement, with the part that takes due tasks when `with_due`.
 fn take_lapsed_sql(with_due: bool) -> String {
-    // The tasks the group's carried completions judge are never touched: the statement may run
-    // before the completions that find their rows changed are judged (see [`Slots`]).
-    let not_completing = if with_due {
-        "AND id <> ALL($8::bigint[])"
-    } else {
-        ""
-    };
     let (due_part, moved, due_rows) = if with_due {
         (
             format!(
@@ -104,7 +96,7 @@ fn take_lapsed_sql(with_due: bool) -> String {
                 }),
                 claim = claim_event("'pending'::text", "s.slot_first"),
                 due = lock_due_sql(
-                    &format!("AND queue = $1 {not_completing}"),
+                    "AND queue = $1",
                     "GREATEST($2 - (SELECT count(*) FROM claimable), 0)"
                 ),
             ),
@@ -120,13 +112,13 @@ fn take_lapsed_sql(with_due: bool) -> String {
     };
     format!(
         "WITH cancelled AS (
-     {cancel}
+     {CANCEL_LAPSED}
      RETURNING {COLUMNS}, {from_running}, NULL::bigint AS claim_slot
  ), claimable AS (
      SELECT {COLUMNS} FROM tasks
      WHERE status = 'running' AND must_heartbeat_before <= now()
        AND ($1::text IS NULL OR queue = $1) {NOT_PAUSED}
-       AND NOT cancel_requested AND attempts < max_attempts {not_completing}
+       AND NOT cancel_requested AND attempts < max_attempts
      ORDER BY must_heartbeat_before
      LIMIT $2
      FOR UPDATE SKIP LOCKED
@@ -134,7 +126,7 @@ fn take_lapsed_sql(with_due: bool) -> String {
      SELECT {COLUMNS} FROM tasks
      WHERE status = 'running' AND must_heartbeat_before <= now()
        AND ($1::text IS NULL OR queue = $1)
-       AND NOT cancel_requested AND attempts >= max_attempts {not_completing}
+       AND NOT cancel_requested AND attempts >= max_attempts
      ORDER BY must_heartbeat_before
      LIMIT GREATEST($3 - (SELECT count(*) FROM claimable), 0)
      FOR UPDATE SKIP LOCKED
@@ -143,7 +135,6 @@ fn take_lapsed_sql(with_due: bool) -> String {
  UNION ALL SELECT *, NULL::bigint FROM claimable
  UNION ALL SELECT *, NULL::bigint FROM exhausted
  {due_rows}",
-        cancel = cancel_lapsed_sql(not_completing),
         from_running = event("'running'"),
         history = history("true"),
     )
@@ -152,20 +143,12 @@ fn take_lapsed_sql(with_due: bool) -> String {
 /// The claimants of a claim group's slots, in order (slot 1 first): a request with a `limit`
 /// of `n` holds `n` slots. A slot whose claimant named a shared lease (`resources`, and
 /// `fences`) can be claimed by [`take_lapsed`]; `hint` is what [`mark_claimed`] takes.
-///
-/// `completing` are the tasks the group's carried completions judge, which the statement steps
-/// over (lapsed, due or to be cancelled alike). The group may send it before those completions
-/// are all judged (beside the statement that ends the covered ones, in one round trip); a
-/// completion judged after it must find its task as the claim left it, that is, untouched,
-/// exactly as if the completions had all been judged first. A task stepped over waits for the
-/// next group, as one locked by another transaction does.
 #[derive(Debug)]
 pub struct Slots<'a> {
     pub processors: Vec<&'a str>,
     pub resources: Vec<Option<&'a str>>,
     pub fences: Vec<i64>,
     pub hint: std::time::Duration,
-    pub completing: Vec<i64>,
 }
 
 /// A row [`take_lapsed`] came back with, and the slot it was claimed for there, if it was.
@@ -179,20 +162,16 @@ pub struct Taken {
 
 /// Ends as cancelled up to `$2` running tasks (of queue `$1`, if given) whose cancellation was
 /// asked for and whose lease has run out by the recorded expiry, oldest first, skipping rows
-/// another transaction holds and those `filter` leaves out: the claim's statement and the
-/// sweeper's share it.
-fn cancel_lapsed_sql(filter: &str) -> String {
-    format!(
-        "UPDATE tasks SET status = 'cancelled', processed_at = now(), updated_at = now()
+/// another transaction holds: the claim's statement and the sweeper's share it.
+const CANCEL_LAPSED: &str = "\
+UPDATE tasks SET status = 'cancelled', processed_at = now(), updated_at = now()
      WHERE id IN (SELECT id FROM tasks
                   WHERE status = 'running' AND must_heartbeat_before <= now()
                     AND ($1::text IS NULL OR queue = $1)
-                    AND cancel_requested {filter}
+                    AND cancel_requested
                   ORDER BY must_heartbeat_before
                   LIMIT $2
-                  FOR UPDATE SKIP LOCKED)"
-    )
-}
+                  FOR UPDATE SKIP LOCKED)";
 
 /// Ends as cancelled up to `batch` running tasks (of `queue`, if given) whose cancellation was
 /// asked for and whose lease has run out by the recorded expiry: their workers stopped
@@ -204,11 +183,10 @@ pub async fn cancel_lapsed(conn: &mut Db, queue: Option<&str>, batch: i64) -> Re
     async move {
         diesel::sql_query(format!(
             "WITH moved AS (
-                 {cancel}
+                 {CANCEL_LAPSED}
                  RETURNING {COLUMNS}, {from_running}
              ), {history}
              SELECT * FROM moved",
-            cancel = cancel_lapsed_sql(""),
             from_running = event("'running'"),
             history = history("true"),
         ))

@@ -194,56 +194,22 @@ async fn in_transaction(
             completions: Vec::new(),
         })
         .collect();
-    let mut round = Round::new(&screened);
-    let (completed, mut limits, first, rows) = match locked {
-        Some(locked) if locked.binds_nothing() && !completions.is_empty() => {
-            // No limit binds the queue, so the completions free no room the claim would count:
-            // the claim's first statement goes out with theirs, one round trip for both
-            // (pipelined; PostgreSQL runs them in order, the completions first). It steps over
-            // the tasks being completed, which the slow path may judge after it.
-            let limits = locked.count(conn).await?;
-            let completing = completions.iter().map(|c| c.item.id).collect();
-            let first = FirstTake::new(engine, queue, round.wants, &limits, completing);
-            let shared: &Db = conn;
-            let (covered, rows) = tokio::join!(
-                complete::judge_covered(shared, engine, completions, &standing.held),
-                first.run(shared, queue),
-            );
-            let (covered, rows) = (covered?, rows?);
-            let completed = complete::judge_rest(conn, engine, completions, covered).await?;
-            (completed, limits, first, rows)
-        }
-        locked => {
-            let completed = if completions.is_empty() {
-                Vec::new()
-            } else {
-                complete::judge(conn, engine, completions, &standing.held).await?
-            };
-            let locked = match locked {
-                Some(locked) => locked,
-                None => Limits::lock(conn, queue).await?,
-            };
-            // Counted after the completions, whose slots they free.
-            let limits = locked.count(conn).await?;
-            let first = FirstTake::new(engine, queue, round.wants, &limits, Vec::new());
-            let rows = first.run(conn, queue).await?;
-            (completed, limits, first, rows)
-        }
+    let completed = if completions.is_empty() {
+        Vec::new()
+    } else {
+        complete::judge(conn, engine, completions, &standing.held).await?
     };
+    let locked = match locked {
+        Some(locked) => locked,
+        None => Limits::lock(conn, queue).await?,
+    };
+    // Counted after the completions, whose slots they free.
+    let mut limits = locked.count(conn).await?;
     if let Some(queue) = queue {
         engine.unlimited.learn(queue, limits.is_unlimited());
     }
-    take(
-        conn,
-        engine,
-        queue,
-        &mut round,
-        &mut limits,
-        granted,
-        &first,
-        rows,
-    )
-    .await?;
+    let mut round = Round::new(&screened);
+    take(conn, engine, queue, &mut round, &mut limits, granted).await?;
     let started: Vec<&TaskRow> = round.claimed.iter().flatten().collect();
     limits.settle(conn, &started).await?;
     let refused = match (round.taken(), round.misconfigured, round.unavailable) {
@@ -268,38 +234,8 @@ async fn in_transaction(
     })
 }
 
-/// The group's first claiming statement ([`repo::take_lapsed`]): its lapsed tasks, and for a
-/// claim of one queue without limits its due ones, for the room the group's requests want.
-struct FirstTake<'w> {
-    total: i64,
-    due_slots: Option<repo::Slots<'w>>,
-}
-
-impl<'w> FirstTake<'w> {
-    /// `completing`: the tasks the group's completions judge, which the statement steps over
-    /// (only a statement that takes due tasks is sent before they are all judged).
-    fn new(
-        engine: &Context,
-        queue: Option<&str>,
-        wants: &'w [Want],
-        limits: &Limits,
-        completing: Vec<i64>,
-    ) -> Self {
-        let total: i64 = wants.iter().map(|want| want.limit).sum();
-        let due_slots = (queue.is_some() && limits.is_unlimited()).then(|| repo::Slots {
-            completing,
-            ..slots(wants, engine.lease_ttl)
-        });
-        FirstTake { total, due_slots }
-    }
-
-    async fn run(&self, conn: &Db, queue: Option<&str>) -> Result<Vec<repo::Taken>, ApiError> {
-        Ok(repo::take_lapsed(conn, queue, self.total, MAX_CLAIM, self.due_slots.as_ref()).await?)
-    }
-}
-
 /// Takes the group's tasks: the lapsed first, then the due, within the room its requests and
-/// the queues' limits leave, from the `rows` its first statement (`first`) returned.
+/// the queues' limits leave.
 ///
 /// Lapsed tasks that are only to be ended are taken apart from those to claim, so that they
 /// never fill the places of claimable ones (nor spend a request's room). One lease-service
@@ -307,7 +243,6 @@ impl<'w> FirstTake<'w> {
 /// it. A claim of one queue without limits locks its due tasks in the same statement, for the
 /// room the claimable lapsed ones leave, and claims those of requests that named their
 /// process's lease.
-#[allow(clippy::too_many_arguments)]
 async fn take(
     conn: &mut Db,
     engine: &Context,
@@ -315,12 +250,14 @@ async fn take(
     round: &mut Round<'_>,
     limits: &mut Limits,
     granted: &Mutex<Vec<(i64, String, Lease)>>,
-    first: &FirstTake<'_>,
-    rows: Vec<repo::Taken>,
 ) -> Result<(), ApiError> {
-    let total = first.total;
-    let with_due = first.due_slots.is_some();
-    let taken = split_lapsed(rows);
+    let wants = round.wants;
+    let total: i64 = wants.iter().map(|want| want.limit).sum();
+    let due_slots =
+        (queue.is_some() && limits.is_unlimited()).then(|| slots(wants, engine.lease_ttl));
+    let with_due = due_slots.is_some();
+    let taken =
+        split_lapsed(repo::take_lapsed(conn, queue, total, MAX_CLAIM, due_slots.as_ref()).await?);
     round.cancelled = taken.cancelled;
     let read_due = usize::try_from(total)
         .unwrap_or(0)

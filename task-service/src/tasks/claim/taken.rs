@@ -47,7 +47,6 @@ pub(super) fn slots(wants: &[Want], hint: std::time::Duration) -> repo::Slots<'_
         resources: Vec::new(),
         fences: Vec::new(),
         hint,
-        completing: Vec::new(),
     };
     let holders = (1..).map_while(|slot| owner_of(wants, slot).map(|owner| &wants[owner]));
     for want in holders {
