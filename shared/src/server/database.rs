@@ -17,12 +17,12 @@
 //! ended, after the commit ([`super::db::OneRow`]).
 //!
 //! Once connected, every reply is awaited for at most the statement timeout and one second
-//! more ([`Watched`]). PostgreSQL's own `statement_timeout` bounds a statement that runs; it
-//! cannot bound a server that does not run at all (a paused VM, a partition), nor a commit that
-//! waits for a synchronous standby that is gone (PostgreSQL deliberately leaves the commit's
-//! wait out of `statement_timeout`). Then the connection is closed: its request answers 503
-//! (the write's outcome is unknown, never reported as done), the pool drops it, and the host is
-//! moved behind the others, so the next connection tries another node first.
+//! more (a `Watched` stream, below). PostgreSQL's own `statement_timeout` bounds a statement
+//! that runs; it cannot bound a server that does not run at all (a paused VM, a partition), nor
+//! a commit that waits for a synchronous standby that is gone (PostgreSQL deliberately leaves
+//! the commit's wait out of `statement_timeout`). Then the connection is closed: its request
+//! answers 503 (the write's outcome is unknown, never reported as done), the pool drops it, and
+//! the host is moved behind the others, so the next connection tries another node first.
 
 use std::future::Future;
 use std::io;
