@@ -29,13 +29,16 @@ pub fn binary(name: &str) -> PathBuf {
     path
 }
 
-/// The target directory the workspace's binaries were built in (the parent of their profile
-/// folder): where tests keep what they install and log.
+/// The cargo target directory this test, the bench or the soak runs from: where tests keep what
+/// they install and log. Not derived from the binaries under test, which `LEASEHOLD_BIN_DIR` may
+/// put anywhere (a run against other builds' binaries would otherwise log beside them).
 pub fn target_dir() -> PathBuf {
-    binary("lease-service")
-        .parent()
-        .and_then(Path::parent)
-        .map_or_else(std::env::temp_dir, Path::to_owned)
+    leasehold_local::postgres::cargo_target_dir().unwrap_or_else(|| {
+        binary("lease-service")
+            .parent()
+            .and_then(Path::parent)
+            .map_or_else(std::env::temp_dir, Path::to_owned)
+    })
 }
 
 /// A child process that cannot outlive its test. Dropping the guard (also while a panic
@@ -133,7 +136,7 @@ pub fn kill_process_tree(root: u32) {
 }
 
 #[cfg(test)]
-mod guard_tests {
+mod tests {
     use std::process::Stdio;
 
     use super::*;
@@ -167,5 +170,18 @@ mod guard_tests {
                 "{pid} outlived its test"
             );
         }
+    }
+
+    /// Logs and tools stay under the target directory the test runs from, even when
+    /// `LEASEHOLD_BIN_DIR` names binaries elsewhere (as the bench's A/B runs do).
+    #[test]
+    fn tests_keep_their_files_in_the_target_directory_they_run_from() {
+        let exe = std::env::current_exe().unwrap();
+        assert!(
+            exe.starts_with(target_dir()),
+            "{} is not under {}",
+            exe.display(),
+            target_dir().display()
+        );
     }
 }
