@@ -110,7 +110,7 @@ async fn a_claim_walks_the_due_index_even_when_statistics_have_not_seen_its_queu
     );
 }
 
-#[derive(QueryableByName)]
+#[derive(Debug, QueryableByName)]
 struct Prepared {
     #[diesel(sql_type = Text)]
     statement: String,
@@ -270,7 +270,7 @@ async fn task_key_lookups_stay_prepared_and_set_statements_outside_claims_are_pl
     let mut conn = AsyncPgConnection::establish(&task_db).await.unwrap();
     for _ in 0..6 {
         repo::find(&mut conn, 1).await.unwrap();
-        repo::lock_many(&mut conn, &[1, 2]).await.unwrap();
+        repo::counts_of(&mut conn, &["q".to_owned()]).await.unwrap();
     }
     let kept: Vec<String> = prepared_statements(&mut conn)
         .await
@@ -358,6 +358,9 @@ async fn claim_group_statements(conn: &mut AsyncPgConnection) -> diesel::QueryRe
         })
         .collect();
     repo::mark_succeeded_covered(conn, &done).await?;
+    // The limits' lock, as a claim of one queue and of every queue takes it.
+    repo::lock_limits(conn, Some("q")).await?;
+    repo::lock_limits(conn, None).await?;
     Ok(())
 }
 
@@ -414,6 +417,7 @@ async fn claim_group_statements_stay_prepared_and_never_keep_a_plan_that_scans_a
         "LIMIT $2",
         "claim_processor",
         "done_lease_fence",
+        "FOR NO KEY UPDATE",
     ] {
         assert!(
             kept.iter().any(|p| p.statement.contains(statement)),
@@ -421,6 +425,16 @@ async fn claim_group_statements_stay_prepared_and_never_keep_a_plan_that_scans_a
             kept.iter().map(|p| &p.statement).collect::<Vec<_>>()
         );
     }
+    // The limits' lock of one queue runs its generic plan once PostgreSQL has made five custom
+    // ones (its plan does not change with the name): planned at every call, as it was when one
+    // statement served both kinds of claim, it cost a claim group about 100 µs of planning.
+    let lock = kept
+        .iter()
+        .find(|p| p.statement.contains("key_cursor") && p.statement.contains("queue = $1"));
+    assert!(
+        lock.is_some_and(|p| p.generic_plans > 0),
+        "the limits' lock is planned at every call: {kept:#?}"
+    );
     assert_eq!(
         scans.seq_scan, 0,
         "a claim group's kept plan scans the grown tasks table"
@@ -432,6 +446,71 @@ async fn claim_group_statements_stay_prepared_and_never_keep_a_plan_that_scans_a
         "a claim group's kept plans read {} rows of the grown tasks table",
         scans.rows_read
     );
+}
+
+/// A completion group's statements (a worker's batch of completions: the rows locked, then
+/// marked succeeded) run their generic plans, made while `tasks` held twenty rows, and those
+/// still find each task by its id once the table holds 20,000.
+#[tokio::test]
+async fn completion_group_statements_run_generic_plans_that_never_scan_a_grown_table() {
+    let db = fresh_database().await;
+    task_service::migrate(&db).await.unwrap();
+    let mut conn = AsyncPgConnection::establish(&db).await.unwrap();
+    let mut setup = AsyncPgConnection::establish(&db).await.unwrap();
+    let running = "UPDATE tasks SET status = 'running', processor = 'w', fence = 1, attempts = 1,
+                          started_at = now(), must_heartbeat_before = now() + interval '1 hour'";
+    for sql in [
+        "ALTER TABLE tasks SET (autovacuum_enabled = false)".to_owned(),
+        "INSERT INTO tasks (task_data, queue, max_attempts)
+         SELECT '{}', 'q', 3 FROM generate_series(1, 20)"
+            .to_owned(),
+        format!("{running} WHERE id <= 20"),
+    ] {
+        diesel::sql_query(sql).execute(&mut setup).await.unwrap();
+    }
+    let output = serde_json::json!({"ok": true});
+    let complete = async |conn: &mut AsyncPgConnection, ids: Vec<i64>| {
+        repo::in_index_order_generic::<_, diesel::result::Error>(conn, async |conn| {
+            let locked = repo::lock_many(conn, &ids).await?;
+            let done: Vec<(i64, &serde_json::Value)> =
+                locked.iter().map(|t| (t.id, &output)).collect();
+            let ended = repo::mark_succeeded_many(conn, &done).await?;
+            Ok((ended.len(), scans_of(conn, "tasks").await))
+        })
+        .await
+        .unwrap()
+    };
+    for n in 0..8 {
+        let (ended, _) = complete(&mut conn, vec![2 * n + 1, 2 * n + 2]).await;
+        assert_eq!(ended, 2);
+    }
+    for sql in [
+        "INSERT INTO tasks (task_data, queue, max_attempts)
+         SELECT '{}', 'q', 3 FROM generate_series(1, 20000)"
+            .to_owned(),
+        format!("{running} WHERE id % 3 = 1 AND id > 100"),
+    ] {
+        diesel::sql_query(sql).execute(&mut setup).await.unwrap();
+    }
+    let (ended, scans) = complete(&mut conn, vec![19, 20, 103, 106]).await;
+    assert_eq!(ended, 4);
+    assert_eq!(
+        scans.seq_scan, 0,
+        "a completion group's plan scans the grown table"
+    );
+    assert!(
+        scans.rows_read <= 40,
+        "completing four tasks read {} rows of the grown tasks table",
+        scans.rows_read
+    );
+    let kept = prepared_statements(&mut conn).await;
+    for statement in ["ORDER BY id FOR UPDATE", "AS c(done_id, done_output)"] {
+        assert!(
+            kept.iter()
+                .any(|p| p.statement.contains(statement) && p.generic_plans > 0),
+            "{statement:?} does not run its generic plan: {kept:#?}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -55,7 +55,7 @@ pub use schedules::{
     bound_idle_in_transaction, delete_schedule, insert_schedule, lock_due_schedules, next_tick_in,
     replace_schedule, schedule, schedules, set_schedule_paused,
 };
-pub use transaction::{in_index_order, plan_generically};
+pub use transaction::{in_index_order, in_index_order_generic, plan_generically};
 pub use transition::{
     Covered, lock, lock_many, mark_final, mark_retry, mark_succeeded_covered, mark_succeeded_many,
     record_heartbeat, request_cancel, requeue_dead,

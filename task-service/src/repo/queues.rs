@@ -226,31 +226,41 @@ pub struct QueueLimit {
     pub rate_limited: bool,
 }
 
-/// Locks the rows of those of `queues` (all limited queues when none are named) that have a
-/// concurrency or rate limit, in name order (so claims locking several never deadlock), and returns
-/// their limits. A claim holds the locks to its commit: any other claim of these queues waits,
-/// then counts this one's tasks. Unlimited queues are neither returned nor locked.
+/// Locks the row of `queue` (of every limited queue when none is named) if it has a
+/// concurrency or rate limit, in name order (so claims locking several never deadlock), and
+/// returns their limits. A claim holds the locks to its commit: any other claim of these queues
+/// waits, then counts this one's tasks. Unlimited queues are neither returned nor locked.
 ///
 /// This must be its own statement, before [`running_counts`]: under READ COMMITTED a statement
 /// that waited for a lock still reads from the snapshot it started with, so only the next
 /// statement sees what the claim that held the lock committed.
-pub async fn lock_limits(conn: &mut Db, queues: Option<&[&str]>) -> Result<Vec<QueueLimit>> {
+pub async fn lock_limits(conn: &mut Db, queue: Option<&str>) -> Result<Vec<QueueLimit>> {
     let span = leasehold::db_span!("SELECT", "queues");
-    async move {
-        diesel::sql_query(
+    // Two statements, not one with `$1 IS NULL OR ...`: a kept plan of that one cannot use the
+    // name's index, so PostgreSQL judged it dearer than planning anew and planned it at every
+    // call (about 100 µs each, twelve times what running it took).
+    let sql = |filter: &str| {
+        format!(
             "SELECT queue, concurrency_limit, key_concurrency_limit, key_cursor,
                     rate_per_second IS NOT NULL AS rate_limited
              FROM queues
              WHERE (concurrency_limit IS NOT NULL OR rate_per_second IS NOT NULL
-                    OR key_concurrency_limit IS NOT NULL)
-               AND ($1::text[] IS NULL OR queue = ANY($1))
+                    OR key_concurrency_limit IS NOT NULL) {filter}
              ORDER BY queue
-             FOR NO KEY UPDATE",
+             FOR NO KEY UPDATE"
         )
-        .bind::<Nullable<Array<Text>>, _>(queues)
-        .cached()
-        .load(conn)
-        .await
+    };
+    async move {
+        match queue {
+            Some(queue) => {
+                diesel::sql_query(sql("AND queue = $1"))
+                    .bind::<Text, _>(queue)
+                    .cached()
+                    .load(conn)
+                    .await
+            }
+            None => diesel::sql_query(sql("")).cached().load(conn).await,
+        }
     }
     .instrument(span)
     .await

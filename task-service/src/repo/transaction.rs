@@ -40,7 +40,36 @@ pub async fn in_index_order<R, E>(
 where
     E: From<diesel::result::Error>,
 {
-    match AnsiTransactionManager::begin_transaction_sql(conn, BEGIN_IN_INDEX_ORDER).await {
+    opened_with(conn, BEGIN_IN_INDEX_ORDER, body).await
+}
+
+/// [`in_index_order`], with every kept statement run on its generic plan: for a completion
+/// group, whose statements over sets find each task by its id, a plan as good for one id as for
+/// a hundred. Left to choose, PostgreSQL judged the generic plan dearer than a custom one (it
+/// assumes ten ids where a custom plan counts them) and planned both statements at every call:
+/// 23 µs a task of a batched completion, against 100 to run them. A claim group keeps choosing
+/// (see `performance.md`: generic plans for the whole claim group were measured and left).
+pub async fn in_index_order_generic<R, E>(
+    conn: &mut Db,
+    body: impl AsyncFnOnce(&mut Db) -> std::result::Result<R, E>,
+) -> std::result::Result<R, E>
+where
+    E: From<diesel::result::Error>,
+{
+    opened_with(conn, BEGIN_IN_INDEX_ORDER_GENERIC, body).await
+}
+
+/// Runs `body` in a transaction opened by `begin` (one simple-query message), committed if it
+/// returns `Ok`, rolled back otherwise.
+async fn opened_with<R, E>(
+    conn: &mut Db,
+    begin: &str,
+    body: impl AsyncFnOnce(&mut Db) -> std::result::Result<R, E>,
+) -> std::result::Result<R, E>
+where
+    E: From<diesel::result::Error>,
+{
+    match AnsiTransactionManager::begin_transaction_sql(conn, begin).await {
         Ok(()) => {}
         // The caller's own transaction goes on as it was.
         Err(err @ diesel::result::Error::AlreadyInTransaction) => return Err(err.into()),
@@ -73,6 +102,11 @@ where
 /// [`in_index_order`]'s opening: the transaction, then its switches.
 const BEGIN_IN_INDEX_ORDER: &str =
     "BEGIN; SET LOCAL enable_sort = off; SET LOCAL enable_seqscan = off; SET LOCAL jit = off";
+
+/// [`in_index_order_generic`]'s opening.
+const BEGIN_IN_INDEX_ORDER_GENERIC: &str = "BEGIN; SET LOCAL enable_sort = off; \
+     SET LOCAL enable_seqscan = off; SET LOCAL jit = off; \
+     SET LOCAL plan_cache_mode = force_generic_plan";
 
 /// Makes this transaction's prepared statements use their generic plan (`true`), or choose
 /// as PostgreSQL does by default (`false`).

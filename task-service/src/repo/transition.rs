@@ -29,6 +29,10 @@ pub async fn lock(conn: &mut Db, id: i64) -> Result<Option<TaskRow>> {
 }
 
 /// The tasks among `ids`, locked in id order (so that two batches cannot deadlock).
+///
+/// Kept prepared: it runs only in [`super::in_index_order`]'s transactions (claim groups, and
+/// completion groups on their generic plans), whose kept plans walk indexes however the table
+/// has grown.
 pub async fn lock_many(conn: &mut Db, ids: &[i64]) -> Result<Vec<TaskRow>> {
     let span = leasehold::db_span!("SELECT", "tasks");
     async move {
@@ -36,6 +40,7 @@ pub async fn lock_many(conn: &mut Db, ids: &[i64]) -> Result<Vec<TaskRow>> {
             "SELECT {COLUMNS} FROM tasks WHERE id = ANY($1) ORDER BY id FOR UPDATE"
         ))
         .bind::<Array<BigInt>, _>(ids)
+        .cached()
         .load(conn)
         .await
     }
@@ -75,6 +80,8 @@ pub async fn record_heartbeat(
 /// the seconds from its claim to its completion, in no particular order. A completion is only
 /// ever of a running task (its caller checked the locked row), so the history's `from_status`
 /// needs no look at the rows before the update.
+///
+/// Kept prepared, as [`lock_many`] is and for the same reason.
 pub async fn mark_succeeded_many(
     conn: &mut Db,
     done: &[(i64, &serde_json::Value)],
@@ -86,10 +93,15 @@ pub async fn mark_succeeded_many(
         let outputs: Vec<&serde_json::Value> = done.iter().map(|(_, output)| *output).collect();
         let rows: Vec<Completed> = diesel::sql_query(succeeded_sql(
             "unnest($1::bigint[], $2::jsonb[]) AS c(done_id, done_output)",
-            "id = c.done_id AND status = 'running'",
+            // Found by id only: a plan kept from a tiny table that reached them through the
+            // running tasks' index (which `status = 'running'` here would allow) read every
+            // running task once the table had grown (`query_plans`). The caller holds the rows
+            // locked, and found them running.
+            "id = c.done_id AND id = ANY($1::bigint[])",
         ))
         .bind::<Array<BigInt>, _>(&ids)
         .bind::<Array<Jsonb>, _>(&outputs)
+        .cached()
         .load(conn)
         .await?;
         Ok(rows.into_iter().map(|row| (row.task, row.took)).collect())

@@ -5,7 +5,6 @@
 //! ([`CompletionGroups`]) that share one transaction and one batch release, and a batch request
 //! is one such group. Each completion is still judged exactly as it would be alone.
 
-use diesel_async::AsyncConnection;
 use leasehold::ErrorCode;
 use leasehold::LeaseError;
 use leasehold::api::Proof;
@@ -179,8 +178,12 @@ pub async fn complete_group(
         "task.ids",
         super::span_ids(completions.iter().map(|c| c.item.id)),
     );
-    conn.transaction::<_, ApiError, _>(async |conn| judge(conn, engine, completions, &[]).await)
-        .await
+    // Its statements over sets of tasks kept prepared, on their generic plans: planned at each
+    // call they took a quarter of what running them took.
+    repo::in_index_order_generic(conn, async |conn| {
+        judge(conn, engine, completions, &[]).await
+    })
+    .await
 }
 
 /// [`complete_group`]'s work inside a transaction that is already open: a claim group that

@@ -73,10 +73,7 @@ impl Limits {
     /// Locks the limited queues a claim of `queue` (or of any queue) may take from; their room
     /// is read by [`Locked::count`], in a statement after this one.
     pub async fn lock(conn: &mut Db, queue: Option<&str>) -> Result<Locked, ApiError> {
-        let named = queue.map(|q| [q]);
-        Ok(Locked(
-            repo::lock_limits(conn, named.as_ref().map(|q| &q[..])).await?,
-        ))
+        Ok(Locked(repo::lock_limits(conn, queue).await?))
     }
 }
 

@@ -111,6 +111,8 @@ struct StatementRow {
     exec_ms: f64,
     #[diesel(sql_type = Double)]
     plan_ms: f64,
+    #[diesel(sql_type = Double)]
+    plans: f64,
 }
 
 /// One statement's share of a run: execution time and calls per task.
@@ -125,6 +127,10 @@ pub struct StatementCost {
     pub exec_us_per_task: f64,
     /// Planning, apart from execution: a statement not kept prepared is planned at every call.
     pub plan_us_per_task: f64,
+    /// How often a call was planned: 1 for a statement planned at every call (not kept
+    /// prepared, or kept with a custom plan each time), near 0 once a kept statement runs its
+    /// generic plan.
+    pub plans_per_call: f64,
 }
 
 /// What the report says when the cluster cannot tell where its time goes.
@@ -166,7 +172,8 @@ async fn top_statements(url: &str, tasks: u64) -> Vec<StatementCost> {
     let mut conn = connect(url).await;
     let rows: Vec<StatementRow> = diesel::sql_query(
         "SELECT left(regexp_replace(query, '\\s+', ' ', 'g'), 120) AS query, toplevel,
-                calls::float8 AS calls, total_exec_time AS exec_ms, total_plan_time AS plan_ms
+                calls::float8 AS calls, total_exec_time AS exec_ms, total_plan_time AS plan_ms,
+                plans::float8 AS plans
          FROM pg_stat_statements
          WHERE query NOT LIKE '%pg_stat_statements%' AND query NOT LIKE '%pg_current_wal_lsn%'
          ORDER BY total_exec_time + total_plan_time DESC LIMIT $1",
@@ -190,6 +197,7 @@ async fn top_statements(url: &str, tasks: u64) -> Vec<StatementCost> {
             calls_per_task: row.calls / tasks,
             exec_us_per_task: row.exec_ms * 1000.0 / tasks,
             plan_us_per_task: row.plan_ms * 1000.0 / tasks,
+            plans_per_call: row.plans / row.calls.max(1.0),
         })
         .collect()
 }

@@ -169,20 +169,21 @@ impl Report {
             );
             let _ = writeln!(
                 out,
-                "| run | statement | µs per task | planning µs per task | calls per task |"
+                "| run | statement | µs per task | planning µs per task | calls per task | plans per call |"
             );
-            let _ = writeln!(out, "|---|---|---:|---:|---:|");
+            let _ = writeln!(out, "|---|---|---:|---:|---:|---:|");
             for c in profiled {
                 for s in &c.statements {
                     let _ = writeln!(
                         out,
-                        "| {} | {}`{}` | {:.1} | {:.1} | {:.3} |",
+                        "| {} | {}`{}` | {:.1} | {:.1} | {:.3} | {:.2} |",
                         c.run,
                         if s.nested { "(nested) " } else { "" },
                         s.query.replace('|', "\\|").replace('`', "'"),
                         s.exec_us_per_task,
                         s.plan_us_per_task,
-                        s.calls_per_task
+                        s.calls_per_task,
+                        s.plans_per_call
                     );
                 }
             }
