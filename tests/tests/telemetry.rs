@@ -279,13 +279,25 @@ async fn metrics_equal_the_workload_and_an_unreachable_collector_slows_nothing()
     })
     .await;
     let started = Instant::now();
-    for n in 0..50 {
+    // Forty created one by one, ten as a batch's items (and a repeat of one of its keys, which
+    // stores nothing and is not counted): both ways count what they stored.
+    for n in 0..40 {
         create_new(
             &client,
             &new_task(json!({"sleep_duration_seconds": 0, "n": n})),
         )
         .await;
     }
+    let keyed = |n: i64| leasehold::tasks::CreateTask {
+        idempotency_key: Some(format!("batch-{n}")),
+        ..new_task(json!({"sleep_duration_seconds": 0, "n": n}))
+    };
+    let statuses = async |batch: Vec<leasehold::tasks::CreateTask>| -> Vec<u16> {
+        let results = client.create_many(&batch).await.unwrap();
+        results.iter().map(|r| r.status).collect()
+    };
+    assert_eq!(statuses((40..50).map(keyed).collect()).await, [201; 10]);
+    assert_eq!(statuses(vec![keyed(40)]).await, [200]);
     eventually(Duration::from_secs(60), "50 completions", || async {
         succeeded(&client).await == 50
     })
@@ -316,7 +328,14 @@ async fn metrics_equal_the_workload_and_an_unreachable_collector_slows_nothing()
             &task_metrics,
             r#"http_requests_total{method="POST",route="/api/tasks",status="201"}"#
         ),
-        50.0
+        40.0
+    );
+    assert_eq!(
+        metric_sum(
+            &task_metrics,
+            r#"http_requests_total{method="POST",route="/api/tasks/batch",status="200"}"#
+        ),
+        2.0
     );
     // The worker process's liveness lease covers every task it claims: one acquisition, and
     // no lease taken or released per task.

@@ -51,13 +51,21 @@ pub async fn create(
         let span = tracing::Span::current();
         span.record("task.id", task.id);
         span.record("task.queue", task.queue.as_str());
+    }
+    count(engine, &created);
+    Ok(created)
+}
+
+/// Counts a task a create stored (not one a repeated key found), whichever way it came: alone,
+/// or as a batch's item.
+pub(super) fn count(engine: &Context, created: &Created) {
+    if let Created::New(task) = created {
         engine
             .metrics
             .created
             .with_label_values(&[task.queue.as_str()])
             .inc();
     }
-    Ok(created)
 }
 
 /// Creates stored by one statement (and one commit): single creates that arrive together, or

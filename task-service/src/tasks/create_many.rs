@@ -90,19 +90,15 @@ fn check(engine: &Context, tasks: Vec<serde_json::Value>) -> Vec<Result<NewTask,
 }
 
 fn result(engine: &Context, outcome: Result<Created, ApiError>) -> CreateResult {
+    if let Ok(created) = &outcome {
+        super::create::count(engine, created);
+    }
     match outcome {
-        Ok(Created::New(task)) => {
-            engine
-                .metrics
-                .created
-                .with_label_values(&[task.queue.as_str()])
-                .inc();
-            CreateResult {
-                status: 201,
-                task: Some(task),
-                error: None,
-            }
-        }
+        Ok(Created::New(task)) => CreateResult {
+            status: 201,
+            task: Some(task),
+            error: None,
+        },
         Ok(Created::Existing(task)) => CreateResult {
             status: 200,
             task: Some(task),
