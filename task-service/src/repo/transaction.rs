@@ -99,14 +99,22 @@ where
     }
 }
 
-/// [`in_index_order`]'s opening: the transaction, then its switches.
-const BEGIN_IN_INDEX_ORDER: &str =
-    "BEGIN; SET LOCAL enable_sort = off; SET LOCAL enable_seqscan = off; SET LOCAL jit = off";
+/// The text both openings share, written once so that they keep the same switches (a macro:
+/// `concat!` takes literals, not constants).
+macro_rules! begin_in_index_order {
+    () => {
+        "BEGIN; SET LOCAL enable_sort = off; SET LOCAL enable_seqscan = off; SET LOCAL jit = off"
+    };
+}
 
-/// [`in_index_order_generic`]'s opening.
-const BEGIN_IN_INDEX_ORDER_GENERIC: &str = "BEGIN; SET LOCAL enable_sort = off; \
-     SET LOCAL enable_seqscan = off; SET LOCAL jit = off; \
-     SET LOCAL plan_cache_mode = force_generic_plan";
+/// [`in_index_order`]'s opening: the transaction, then its switches.
+const BEGIN_IN_INDEX_ORDER: &str = begin_in_index_order!();
+
+/// [`in_index_order_generic`]'s opening: the same switches, and generic plans.
+const BEGIN_IN_INDEX_ORDER_GENERIC: &str = concat!(
+    begin_in_index_order!(),
+    "; SET LOCAL plan_cache_mode = force_generic_plan"
+);
 
 /// Makes this transaction's prepared statements use their generic plan (`true`), or choose
 /// as PostgreSQL does by default (`false`).
