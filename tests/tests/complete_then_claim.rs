@@ -49,6 +49,20 @@ impl Stack {
         answer.body["fence"].as_i64().unwrap()
     }
 
+    /// `n` tasks in `queue`, worker process `w1` known (its lease beaten once, named as `worker`)
+    /// and its first claim, of the first task: `(ids, worker, first)`. A first claim under the
+    /// worker's lease also tells task-service that `queue` has no limits.
+    async fn first_claim(&self, queue: &str, n: usize) -> (Vec<i64>, Value, Value) {
+        let ids = self.create(queue, n).await;
+        let fence = self.beat("w1").await;
+        let worker = json!({"id": "w1", "fence": fence});
+        let first = self
+            .claim(json!({"processor": "w1", "queue": queue, "worker": worker}))
+            .await;
+        assert_eq!(first["id"], ids[0]);
+        (ids, worker, first)
+    }
+
     async fn claim(&self, body: Value) -> Value {
         let answer = self.tasks.post("/api/tasks/next", &body).await;
         assert_eq!(answer.status, 202, "{:?}", answer.body);
@@ -87,13 +101,7 @@ fn ids_of(tasks: &Value) -> Vec<i64> {
 #[tokio::test]
 async fn a_completion_asking_for_next_tasks_gets_them_in_its_own_transaction() {
     let s = stack().await;
-    let ids = s.create("q", 3).await;
-    let fence = s.beat("w1").await;
-    let worker = json!({"id": "w1", "fence": fence});
-    let first = s
-        .claim(json!({"processor": "w1", "queue": "q", "worker": worker}))
-        .await;
-    assert_eq!(first["id"], ids[0]);
+    let (ids, worker, first) = s.first_claim("q", 3).await;
 
     let answer = s
         .tasks
@@ -248,14 +256,7 @@ async fn refused_completions_do_not_stop_the_claim_and_bad_requests_write_nothin
 #[tokio::test]
 async fn a_completion_is_judged_on_its_task_as_it_was_before_the_claim_it_carries() {
     let s = stack().await;
-    let ids = s.create("q", 2).await;
-    let fence = s.beat("w1").await;
-    let worker = json!({"id": "w1", "fence": fence});
-    // The first claim also tells task-service that `q` has no limits.
-    let first = s
-        .claim(json!({"processor": "w1", "queue": "q", "worker": worker}))
-        .await;
-    assert_eq!(first["id"], ids[0]);
+    let (ids, worker, first) = s.first_claim("q", 2).await;
     let answer = s
         .tasks
         .put(
