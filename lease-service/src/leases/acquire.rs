@@ -28,7 +28,7 @@ use crate::metrics::Metrics;
 use crate::repo::{self, AcquireProof, Acquired};
 
 /// A single acquire without a secret, checked, waiting for its group.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(super) struct Acquisition {
     resource: String,
     holder: String,

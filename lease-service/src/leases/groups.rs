@@ -11,6 +11,7 @@ use std::future::Future;
 
 use leasehold::api::{AcquireLease, Lease, MAX_BATCH_RESOURCES, ReleaseLease, RenewLease};
 use leasehold::server::coalesce::{self, Coalescer, distinct_prefix};
+use leasehold::server::db::Contended;
 
 use super::acquire::{self, Acquisition, acquire_group};
 use super::context::GroupContext;
@@ -95,7 +96,8 @@ fn one_per_resource<I: OnResource>(waiting: &[I]) -> usize {
 }
 
 /// A coalescer of `operation`'s requests whose groups run `serve`; a failure of the group as a
-/// whole (no connection, a database error) is every member's answer.
+/// whole (no connection, a database error) is every member's answer, but a group that lost to
+/// contention (a deadlock with another group's statement) runs again first.
 fn grouped<I, T, F, Fut>(
     context: &GroupContext,
     operation: &'static str,
@@ -103,9 +105,9 @@ fn grouped<I, T, F, Fut>(
     serve: F,
 ) -> Coalescer<(), I, Result<T, ApiError>>
 where
-    I: OnResource + Send + Sync + 'static,
+    I: OnResource + Clone + Send + Sync + 'static,
     T: Send + 'static,
-    F: Fn(GroupContext, Vec<I>) -> Fut + Send + Sync + 'static,
+    F: Fn(GroupContext, Vec<I>) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Result<Vec<Result<T, ApiError>>, ApiError>> + Send + 'static,
 {
     let context = context.clone();
@@ -118,7 +120,16 @@ where
                 .group_sizes
                 .with_label_values(&[operation])
                 .observe(items.len() as f64);
-            serve(context.clone(), items)
+            let (context, serve) = (context.clone(), serve.clone());
+            async move {
+                let mut retry = Contended::default();
+                loop {
+                    let outcome = serve(context.clone(), items.clone()).await;
+                    if !retry.again(&outcome).await {
+                        return outcome;
+                    }
+                }
+            }
         },
     )
 }

@@ -141,10 +141,17 @@ pub async fn release_many(
     requests: &[ReleaseLease],
 ) -> Result<Vec<ReleaseResult>, ApiError> {
     check_batch_size("leases", "releases", requests.len(), MAX_BATCH_RESOURCES)?;
-    conn.transaction::<_, ApiError, _>(async |conn| {
-        release_checked(conn, secrets, metrics, requests).await
-    })
-    .await
+    let mut retry = leasehold::server::db::Contended::default();
+    loop {
+        let outcome = conn
+            .transaction::<_, ApiError, _>(async |conn| {
+                release_checked(conn, secrets, metrics, requests).await
+            })
+            .await;
+        if !retry.again(&outcome).await {
+            return outcome;
+        }
+    }
 }
 
 async fn release_checked(

@@ -74,6 +74,65 @@ pub async fn connection(pool: &DbPool) -> Result<DbConn, ApiError> {
     }
 }
 
+/// How a transaction that lost to contention is run again: a few tries, soon, spread apart so
+/// that the transactions that deadlocked do not meet again. PostgreSQL aborts one side of a
+/// lock cycle after `deadlock_timeout` (1 s by default), so a retry is cheap beside that wait.
+pub const CONTENTION_RETRY: crate::retry::RetryPolicy = crate::retry::RetryPolicy {
+    max_attempts: 8,
+    backoff: crate::retry::Backoff::new(Duration::from_millis(2), Duration::from_millis(100)),
+};
+
+/// The tries of one transaction that may lose to contention (a deadlock or serialization
+/// failure, [`ApiError::Contention`]: rolled back, nothing kept), at most [`CONTENTION_RETRY`]'s.
+/// Only a transaction that loses every time answers with the contention (503), never with a
+/// 500. The loop is the caller's:
+///
+/// ```ignore
+/// let mut retry = Contended::default();
+/// let outcome = loop {
+///     let outcome = transaction(conn).await;
+///     if !retry.again(&outcome).await {
+///         break outcome;
+///     }
+/// };
+/// ```
+///
+/// A transaction must be safe to run again after such an abort: every statement before its
+/// last wait for a lock writes nothing outside it (the task-service groups lock all their rows,
+/// in one order, before any call to lease-service that changes a lease).
+#[derive(Debug, Default)]
+pub struct Contended {
+    tries: u32,
+}
+
+impl Contended {
+    /// Whether `outcome` lost to contention with tries left: then the pause before the next try
+    /// has passed when this returns `true`. (The future holds nothing of `outcome`, so that a
+    /// group's answers need not be shared between threads to be awaited over.)
+    pub fn again<T>(
+        &mut self,
+        outcome: &Result<T, ApiError>,
+    ) -> impl std::future::Future<Output = bool> + Send + use<T> {
+        let pause = match outcome {
+            Err(ApiError::Contention(detail)) if self.tries + 1 < CONTENTION_RETRY.max_attempts => {
+                self.tries += 1;
+                tracing::info!(%detail, tries = self.tries, "transaction lost to contention; trying again");
+                Some(CONTENTION_RETRY.delay(self.tries))
+            }
+            _ => None,
+        };
+        async move {
+            match pause {
+                Some(pause) => {
+                    tokio::time::sleep(pause).await;
+                    true
+                }
+                None => false,
+            }
+        }
+    }
+}
+
 /// The node a connection is on, as `/readyz` reports it: after a failover, which one is
 /// primary now.
 #[derive(
@@ -292,4 +351,23 @@ macro_rules! db_span {
             db.operation.batch.size = ::tracing::field::Empty,
         )
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn only_contention_is_tried_again_and_only_so_often() {
+        let mut retry = Contended::default();
+        let lost: Result<(), ApiError> = Err(ApiError::Contention("deadlock detected".into()));
+        let mut tries = 1;
+        while retry.again(&lost).await {
+            tries += 1;
+        }
+        assert_eq!(tries, CONTENTION_RETRY.max_attempts);
+        for outcome in [Ok(()), Err(ApiError::Internal("boom".into()))] {
+            assert!(!Contended::default().again(&outcome).await);
+        }
+    }
 }

@@ -55,6 +55,12 @@ pub enum ApiError {
     /// The database (or another dependency) cannot be reached; retrying later may work.
     #[error("{0}")]
     Unavailable(String),
+    /// The database aborted the transaction to break a lock cycle (`deadlock detected`) or a
+    /// serialization conflict. Nothing it wrote stays, and the same transaction run again will
+    /// most likely pass: [`super::db::Contended`] runs it again, and only a transaction
+    /// that keeps losing answers with this (503, `unavailable`), never with a 500.
+    #[error("{0}")]
+    Contention(String),
     /// The service cannot do its work until an operator fixes its configuration (503); `code`
     /// names what is wrong, so that it is not taken for a passing outage.
     #[error("{message}")]
@@ -73,7 +79,7 @@ impl ApiError {
     /// a minute for what waits for an operator (a configuration another service refuses).
     pub fn retry_after(&self) -> Option<u64> {
         match self {
-            Self::Unavailable(_) => Some(1),
+            Self::Unavailable(_) | Self::Contention(_) => Some(1),
             Self::Misconfigured { .. } => Some(30),
             _ => None,
         }
@@ -102,7 +108,7 @@ impl ApiError {
             Self::PayloadTooLarge { .. } => ErrorCode::PayloadTooLarge,
             Self::UnsupportedMediaType => ErrorCode::UnsupportedMediaType,
             Self::BodyTimeout { .. } => ErrorCode::RequestTimeout,
-            Self::Unavailable(_) => ErrorCode::Unavailable,
+            Self::Unavailable(_) | Self::Contention(_) => ErrorCode::Unavailable,
             Self::Internal(_) => ErrorCode::Internal,
             Self::Upstream { body, .. } => body.code.clone(),
         }
@@ -147,7 +153,7 @@ impl From<diesel::result::Error> for ApiError {
                 Self::Unavailable(format!("database unreachable: {}", info.message()))
             }
             Error::DatabaseError(DatabaseErrorKind::SerializationFailure, info) => {
-                Self::Unavailable(format!("database contention: {}", info.message()))
+                Self::Contention(format!("database contention: {}", info.message()))
             }
             other => {
                 let message = other.to_string();
@@ -155,6 +161,10 @@ impl From<diesel::result::Error> for ApiError {
                 // The rest are what a failover looks like from a session: the server went away
                 // mid-request, never answered ([`super::database`] closed the connection), or
                 // is now a standby. A write's outcome is then unknown, so it is never a success.
+                // diesel names no kind for SQLSTATE 40P01; its text is PostgreSQL's own.
+                if message.contains("deadlock detected") {
+                    return Self::Contention(format!("database contention: {message}"));
+                }
                 if [
                     "connection closed",
                     "shutting down",
@@ -190,7 +200,9 @@ impl ResponseError for ApiError {
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
-            Self::Unavailable(_) | Self::Misconfigured { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Unavailable(_) | Self::Contention(_) | Self::Misconfigured { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             // Only a refusal is passed on; anything else from upstream is a bad gateway.
             Self::Upstream { status, .. } => StatusCode::from_u16(*status)
@@ -204,6 +216,9 @@ impl ResponseError for ApiError {
         match self {
             Self::Internal(detail) => tracing::error!(%detail, "internal error"),
             Self::Unavailable(detail) => tracing::warn!(%detail, "dependency unavailable"),
+            Self::Contention(detail) => {
+                tracing::warn!(%detail, "lost to contention, retries spent")
+            }
             Self::Misconfigured { message, .. } => tracing::error!(%message, "misconfigured"),
             _ => {}
         }
@@ -251,5 +266,23 @@ mod tests {
             Box::new("division by zero".to_owned()),
         );
         assert!(matches!(ApiError::from(other), ApiError::Internal(_)));
+    }
+
+    #[test]
+    fn a_deadlock_or_serialization_failure_is_contention_never_internal() {
+        let deadlock = Error::DatabaseError(
+            DatabaseErrorKind::Unknown,
+            Box::new("deadlock detected".to_owned()),
+        );
+        let serialization = Error::DatabaseError(
+            DatabaseErrorKind::SerializationFailure,
+            Box::new("could not serialize access due to concurrent update".to_owned()),
+        );
+        for err in [deadlock, serialization] {
+            let mapped = ApiError::from(err);
+            assert!(matches!(mapped, ApiError::Contention(_)), "{mapped:?}");
+            assert_eq!(mapped.status_code(), StatusCode::SERVICE_UNAVAILABLE);
+            assert_eq!(mapped.retry_after(), Some(1));
+        }
     }
 }

@@ -8,6 +8,7 @@
 use leasehold::ErrorCode;
 use leasehold::LeaseError;
 use leasehold::api::Proof;
+use leasehold::server::db::Contended;
 use leasehold::server::{ApiError, check_batch_size, first_duplicate, validate_name};
 use leasehold::tasks::{
     CompleteItem, CompleteTask, CompleteTasks, ItemResult, MAX_COMPLETE_BATCH, Task, TaskStatus,
@@ -180,17 +181,54 @@ pub async fn complete_group(
     );
     // Its statements over sets of tasks kept prepared, on their generic plans: planned at each
     // call they took a quarter of what running them took.
-    repo::in_index_order_generic(conn, async |conn| {
-        judge(conn, engine, completions, &[]).await
-    })
-    .await
+    let mut retry = Contended::default();
+    loop {
+        let outcome = repo::in_index_order_generic(conn, async |conn| {
+            let locked = lock_rows(conn, completions).await?;
+            judge(conn, engine, completions, &[], locked).await
+        })
+        .await;
+        if !retry.again(&outcome).await {
+            return outcome;
+        }
+    }
 }
+
+/// The rows of the tasks `completions` name, locked in the order of their ids: the first thing
+/// a transaction that judges completions does, and the only place it waits for a task's lock.
+///
+/// Every transaction that locks tasks without skipping them takes all its task rows this way,
+/// at once, before any other lock it will wait for (a claim group's limited queues come after,
+/// by name), so no two of them wait for each other. Judged in two steps (the rows a worker's
+/// lease covers, then the rest), one request's locks followed no single order, and a stale
+/// claimant's completion crossing the holder's deadlocked it.
+pub(super) async fn lock_rows(
+    conn: &mut Db,
+    completions: &[Completion],
+) -> Result<Locked, ApiError> {
+    if completions.is_empty() {
+        return Ok(Locked::default());
+    }
+    let ids: Vec<i64> = completions.iter().map(|c| c.item.id).collect();
+    Ok(Locked(
+        repo::lock_many(conn, &ids)
+            .await?
+            .into_iter()
+            .map(|row| (row.id, row))
+            .collect(),
+    ))
+}
+
+/// The rows [`lock_rows`] locked, by id, as they were when locked.
+#[derive(Debug, Default)]
+pub struct Locked(std::collections::HashMap<i64, TaskRow>);
 
 /// [`complete_group`]'s work inside a transaction that is already open: a claim group that
 /// carries completions (`PUT /api/tasks/complete` with `next`) judges them this way before it
 /// claims, in its own transaction.
 ///
-/// `held` are shared leases lease-service has said are held, asked after this transaction
+/// `locked` are the completions' rows, locked already ([`lock_rows`]); `held` are shared leases
+/// lease-service has said are held, asked after this transaction
 /// began (its `now()` is the moment the completions are recorded at, and a lease must be held
 /// after it) but before any of these rows was read: a completion naming one of them ends its
 /// task in one statement if the row still shows that claimant under that lease, which is all
@@ -203,11 +241,12 @@ pub(super) async fn judge(
     engine: &Context,
     completions: &[Completion],
     held: &[(String, i64)],
+    locked: Locked,
 ) -> Result<Vec<Result<Transition, ApiError>>, ApiError> {
     let mut outcomes: Vec<Option<Result<Transition, ApiError>>> =
         completions.iter().map(|_| None).collect();
     judge_covered(conn, engine, completions, held, &mut outcomes).await?;
-    let releasing = judge_locked(conn, completions, &mut outcomes).await?;
+    let releasing = judge_locked(conn, completions, locked, &mut outcomes).await?;
     if !releasing.is_empty() {
         end_proven(conn, engine, completions, &releasing, &mut outcomes).await?;
     }
@@ -266,29 +305,16 @@ async fn judge_covered(
     Ok(())
 }
 
-/// The slow path's first half: the rows of the completions not yet judged are locked and their
-/// owners checked. Refusals and cancellations are judged here; the tasks whose end is still to
-/// be proven by lease-service come back, with their completions' places.
+/// The slow path's first half: the owners of the completions not yet judged are checked on
+/// their locked rows (which the fast path left as they were). Refusals and cancellations are
+/// judged here; the tasks whose end is still to be proven by lease-service come back, with
+/// their completions' places.
 async fn judge_locked(
     conn: &mut Db,
     completions: &[Completion],
+    Locked(mut locked): Locked,
     outcomes: &mut [Option<Result<Transition, ApiError>>],
 ) -> Result<Vec<(usize, TaskRow)>, ApiError> {
-    let ids: Vec<i64> = completions
-        .iter()
-        .zip(outcomes.iter())
-        .filter(|(_, outcome)| outcome.is_none())
-        .map(|(c, _)| c.item.id)
-        .collect();
-    let mut locked: std::collections::HashMap<i64, TaskRow> = if ids.is_empty() {
-        std::collections::HashMap::new()
-    } else {
-        repo::lock_many(conn, &ids)
-            .await?
-            .into_iter()
-            .map(|row| (row.id, row))
-            .collect()
-    };
     let mut releasing: Vec<(usize, TaskRow)> = Vec::new();
     for (index, completion) in completions.iter().enumerate() {
         if outcomes[index].is_some() {

@@ -26,12 +26,17 @@ pub async fn create_many(
 ) -> Result<Vec<CreateResult>, ApiError> {
     check_batch_size("tasks", "tasks", request.tasks.len(), MAX_CREATE_BATCH)?;
     let checked = check(engine, request.tasks);
-    let answers = conn
-        .transaction::<_, ApiError, _>(async |conn| {
-            let valid: Vec<&NewTask> = checked.iter().filter_map(|c| c.as_ref().ok()).collect();
-            create_group(conn, &valid).await
-        })
-        .await?;
+    let valid: Vec<&NewTask> = checked.iter().filter_map(|c| c.as_ref().ok()).collect();
+    // Two batches inserting the same idempotency keys in crossed orders wait for each other.
+    let mut retry = leasehold::server::db::Contended::default();
+    let answers = loop {
+        let outcome = conn
+            .transaction::<_, ApiError, _>(async |conn| create_group(conn, &valid).await)
+            .await;
+        if !retry.again(&outcome).await {
+            break outcome?;
+        }
+    };
     let mut answers = answers.into_iter();
     Ok(checked
         .into_iter()

@@ -7,6 +7,7 @@
 
 use leasehold::server::ApiError;
 use leasehold::server::coalesce::{self, Coalescer};
+use leasehold::server::db::Contended;
 
 use super::Transition;
 use super::claim::{Claimed, Want, claim_group, claims_per_group};
@@ -69,7 +70,14 @@ pub fn create_groups(pool: &DbPool, in_flight: usize) -> CreateGroups {
             let pool = pool.clone();
             async move {
                 let mut conn = db::connection(&pool).await?;
-                create_group(&mut conn, &tasks.iter().collect::<Vec<_>>()).await
+                let tasks: Vec<&NewTask> = tasks.iter().collect();
+                let mut retry = Contended::default();
+                loop {
+                    let outcome = create_group(&mut conn, &tasks).await;
+                    if !retry.again(&outcome).await {
+                        return outcome;
+                    }
+                }
             }
         },
     )

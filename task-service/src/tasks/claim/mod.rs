@@ -12,6 +12,7 @@ use std::sync::{Mutex, PoisonError};
 
 use leasehold::api::Lease;
 use leasehold::server::ApiError;
+use leasehold::server::db::Contended;
 use leasehold::tasks::{CompleteItem, MAX_CLAIM, MAX_COMPLETE_BATCH};
 
 use super::Transition;
@@ -115,25 +116,37 @@ pub async fn claim_group(
         .collect();
     // Leases granted inside the transaction, to release should it fail.
     let granted = Mutex::new(Vec::new());
-    let outcome = repo::in_index_order(conn, async |conn| {
-        in_transaction(conn, engine, queue, wants, &completions, &granted).await
-    })
-    .await;
+    // Tried again should it lose to contention: all its locks are taken before it calls
+    // lease-service for anything but a read, and its grants are released below.
+    let mut retry = Contended::default();
+    let outcome = loop {
+        let outcome = repo::in_index_order(conn, async |conn| {
+            in_transaction(conn, engine, queue, wants, &completions, &granted).await
+        })
+        .await;
+        if outcome.is_err() {
+            release_granted(engine, &granted).await;
+        }
+        if !retry.again(&outcome).await {
+            break outcome;
+        }
+    };
     match outcome {
         Ok(outcome) => {
             outcome.account(engine, wants).await;
             Ok(outcome.answers(wants))
         }
-        Err(err) => {
-            let granted =
-                std::mem::take(&mut *granted.lock().unwrap_or_else(PoisonError::into_inner));
-            for (id, holder, lease) in granted {
-                engine
-                    .release_after_commit(id, &holder, lease.proof())
-                    .await;
-            }
-            Err(err)
-        }
+        Err(err) => Err(err),
+    }
+}
+
+/// Releases the leases a failed claim group's transaction was granted: no task records them.
+async fn release_granted(engine: &Context, granted: &Mutex<Vec<(i64, String, Lease)>>) {
+    let granted = std::mem::take(&mut *granted.lock().unwrap_or_else(PoisonError::into_inner));
+    for (id, holder, lease) in granted {
+        engine
+            .release_after_commit(id, &holder, lease.proof())
+            .await;
     }
 }
 
@@ -162,22 +175,30 @@ async fn in_transaction(
     completions: &[Completion],
     granted: &Mutex<Vec<(i64, String, Lease)>>,
 ) -> Result<Outcome, ApiError> {
-    // A queue this replica last found without limits is locked beside the lease check;
-    // any other once the completions are judged (see `Unlimited`).
-    let lock_early = queue.is_some_and(|queue| engine.unlimited.known(queue));
     // The workers' leases the requests name (for their claims and their completions alike)
-    // are checked beside the transaction's first statement, so that lease-service's answer
+    // are checked while the transaction's first statements run, so that lease-service's answer
     // costs no round trip of its own; but only once the transaction has begun: a completion is
     // recorded at the transaction's `now()`, and a lease proven held before that moment could
     // have been superseded before it too (the invariant checker's "not superseded" caught
     // that, under load).
-    let (standing, locked) = if lock_early {
-        let (standing, locked) =
-            tokio::join!(Standing::read(engine, wants), Limits::lock(conn, queue));
-        (standing, Some(locked?))
-    } else {
-        (Standing::read(engine, wants).await, None)
-    };
+    //
+    // Those statements take the locks this transaction waits for, in the one order every
+    // transaction takes them: the carried completions' tasks by id ([`complete::lock_rows`]),
+    // then the limited queues by name. The due and lapsed tasks are taken later with
+    // `SKIP LOCKED`, which never waits. A queue this replica last found without limits is
+    // locked here, beside the lease check; any other once the completions are judged (see
+    // `Unlimited`): its room counts the slots they free.
+    let lock_early = queue.is_some_and(|queue| engine.unlimited.known(queue));
+    let (standing, locked) = tokio::join!(Standing::read(engine, wants), async {
+        let rows = complete::lock_rows(conn, completions).await?;
+        let limits = if lock_early {
+            Some(Limits::lock(conn, queue).await?)
+        } else {
+            None
+        };
+        Ok::<_, ApiError>((rows, limits))
+    });
+    let (rows, locked) = locked?;
     // A claim that names a lease not held gets nothing (and takes no room).
     let verdicts: Vec<Result<(), ApiError>> = wants
         .iter()
@@ -197,7 +218,7 @@ async fn in_transaction(
     let completed = if completions.is_empty() {
         Vec::new()
     } else {
-        complete::judge(conn, engine, completions, &standing.held).await?
+        complete::judge(conn, engine, completions, &standing.held, rows).await?
     };
     let locked = match locked {
         Some(locked) => locked,
