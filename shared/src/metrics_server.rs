@@ -68,8 +68,11 @@ impl MetricsServer {
     }
 }
 
+/// A service's `GET /healthz` answer (`server::http::Probe`, in a feature this one does not
+/// need): alive, and which process answers, so that whoever started it can tell its own child
+/// from another process on the same port.
 async fn healthz() -> HttpResponse {
-    HttpResponse::Ok().json(serde_json::json!({ "status": "ok" }))
+    HttpResponse::Ok().json(serde_json::json!({ "status": "ok", "pid": std::process::id() }))
 }
 
 async fn render(registry: web::Data<Registry>) -> HttpResponse {

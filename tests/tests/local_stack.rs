@@ -4,7 +4,6 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -46,7 +45,7 @@ impl Stack {
             port_of(env, "LEASE_SERVICE_PORT"),
             rand::random::<u32>()
         ));
-        let file = File::create(&output).unwrap();
+        let file = tests::open_log(&output);
         let mut command = Command::new(binary("leasehold-local"));
         command
             .env("LEASEHOLD_NO_BUILD", "true")
@@ -294,6 +293,57 @@ async fn uses_database_url_when_given() {
         "the task landed in the given database"
     );
     assert_eq!(stack.interrupt_and_wait().await, 0, "{}", stack.tail());
+}
+
+/// A port another process holds, answering 200 to anything as a stranger's service would: the
+/// launcher refuses at once, before it starts anything on it, and says how to free the port or
+/// choose another. It used to spawn its own lease-service (which failed to bind), take the
+/// stranger's 200 for its readiness, start task-service against the stranger and print the
+/// banner.
+#[tokio::test]
+async fn a_port_another_process_holds_is_refused_before_anything_starts() {
+    let db = fresh_database().await;
+    let mut env = ports(Path::new("/nonexistent/never-created"));
+    env.push(("DATABASE_URL", db));
+    let lease_port = port_of(&env, "LEASE_SERVICE_PORT");
+    let stranger = std::net::TcpListener::bind(("127.0.0.1", lease_port)).unwrap();
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for mut socket in stranger.incoming().flatten() {
+            let _ = socket.read(&mut [0_u8; 1024]);
+            let body = r#"{"status":"ready"}"#;
+            let _ = write!(
+                socket,
+                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    let mut stack = Stack::start(&env);
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = stack.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "still running with its port taken:\n{}",
+            stack.tail()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let output = stack.output();
+    assert_eq!(status.code(), Some(1), "{output}");
+    assert!(
+        output.contains(&format!("sport = :{lease_port}"))
+            && output.contains("--lease-service-port PORT"),
+        "names how to free the port or choose another:\n{output}"
+    );
+    assert!(!output.contains(READY_BANNER), "{output}");
+    assert!(
+        !output.contains("starting lease-service") && !output.contains("starting task-service"),
+        "nothing was started on a taken port:\n{output}"
+    );
 }
 
 /// Once ready, leasehold-local says where the dashboard is and how to run the CLI it built;

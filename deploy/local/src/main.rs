@@ -55,7 +55,7 @@ struct Cli {
     #[arg(long, env = "LEASEHOLD_PG_PORT", default_value_t = DEFAULT_PG_PORT)]
     pg_port: u16,
 
-    /// Port of the lease-service on 127.0.0.1 (replica i uses PORT+i).
+    /// Port of the lease-service on 127.0.0.1.
     #[arg(long, env = "LEASE_SERVICE_PORT", default_value_t = DEFAULT_LEASE_SERVICE_PORT)]
     lease_service_port: u16,
 

@@ -146,6 +146,10 @@ where
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct Probe {
     pub status: String,
+    /// The id of the process that answers. Whoever started it can tell its own child's answer
+    /// from another process's on the same port (the local stack's launcher checks it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
     /// `/readyz` only: the database node this replica reaches, which takes its writes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub database: Option<super::db::DatabaseNode>,
@@ -163,6 +167,7 @@ pub struct Probe {
 pub async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(Probe {
         status: "ok".to_owned(),
+        pid: Some(std::process::id()),
         database: None,
     })
 }
@@ -171,6 +176,7 @@ pub async fn healthz() -> HttpResponse {
 pub fn ready(node: super::db::DatabaseNode) -> HttpResponse {
     HttpResponse::Ok().json(Probe {
         status: "ready".to_owned(),
+        pid: Some(std::process::id()),
         database: Some(node),
     })
 }

@@ -52,6 +52,9 @@ impl Stack {
             }
             None => None,
         };
+        if let Some((address, _)) = address {
+            refuse_taken(&label, address, service.listen.map(|l| l.flag))?;
+        }
         tracing::info!("starting {label}");
         // SIGTERM reaches the child even if the runner itself is killed.
         let child = spawn_tied_to_process(command, Signal::SIGTERM)
@@ -63,7 +66,8 @@ impl Stack {
             stop_stage: service.stop_stage,
         });
         if let Some((address, path)) = address {
-            self.wait_healthy(index, address, path).await?;
+            let flag = service.listen.map(|listen| listen.flag);
+            self.wait_healthy(index, address, path, flag).await?;
             self.endpoints.push(Endpoint {
                 label,
                 url: format!("http://{address}"),
@@ -77,6 +81,7 @@ impl Stack {
         index: usize,
         address: SocketAddr,
         path: &str,
+        flag: Option<&str>,
     ) -> anyhow::Result<()> {
         let deadline = Instant::now() + HEALTH_TIMEOUT;
         let mut last_error;
@@ -88,13 +93,24 @@ impl Stack {
                     running.label
                 );
             }
-            match tokio::time::timeout(Duration::from_secs(2), http_get_status(address, path)).await
-            {
-                Ok(Ok(200)) => {
-                    tracing::info!("{} is ready on http://{address}", running.label);
-                    return Ok(());
-                }
-                Ok(Ok(code)) => last_error = format!("HTTP status {code}"),
+            match tokio::time::timeout(Duration::from_secs(2), http_get(address, path)).await {
+                // Ready only when the answer names this child: a stranger answering on the port
+                // (our child then failed to bind, and is about to exit) is no readiness of ours.
+                Ok(Ok((200, body))) => match answering_pid(&body) {
+                    Some(pid) if pid == running.child.id() => {
+                        tracing::info!("{} is ready on http://{address}", running.label);
+                        return Ok(());
+                    }
+                    other => bail!(
+                        "another process answers GET http://{address}{path} (pid {}), not the {} \
+                         this launcher started (pid {}): {}",
+                        other.map_or_else(|| "not given".to_owned(), |pid| pid.to_string()),
+                        running.label,
+                        running.child.id(),
+                        free_or_choose(address, flag)
+                    ),
+                },
+                Ok(Ok((code, _))) => last_error = format!("HTTP status {code}"),
                 Ok(Err(error)) => last_error = error.to_string(),
                 Err(_) => last_error = "no answer within 2 s".to_owned(),
             }
@@ -216,14 +232,65 @@ pub(super) fn kill_all(children: &mut Vec<RunningChild>, reason: &str) {
     children.clear();
 }
 
+/// Fails when a port any replica of `services` is to listen on is taken (see [`refuse_taken`]).
+pub(super) fn refuse_taken_ports(services: &[ServiceSpec]) -> anyhow::Result<()> {
+    for service in services {
+        let Some(listen) = service.listen else {
+            continue;
+        };
+        for replica in 0..service.replicas {
+            if let Some(address) = listen.address(replica) {
+                refuse_taken(service.binary, address, Some(listen.flag))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Fails at once, before anything is started on it, when `address` is taken: a process of
+/// ours would fail to bind, and the answers on the port would be another's.
+fn refuse_taken(label: &str, address: SocketAddr, flag: Option<&str>) -> anyhow::Result<()> {
+    match std::net::TcpListener::bind(address) {
+        Ok(_) => Ok(()),
+        Err(error) if error.kind() == io::ErrorKind::AddrInUse => bail!(
+            "{label} cannot listen on {address}: another process holds the port. {}",
+            free_or_choose(address, flag)
+        ),
+        Err(error) => Err(error).with_context(|| format!("{label}: checking {address}")),
+    }
+}
+
+/// What to do about a port another process holds: the command that shows it (to stop it), or
+/// the flag that picks another port.
+fn free_or_choose(address: SocketAddr, flag: Option<&str>) -> String {
+    let port = address.port();
+    let see = format!("see who holds it with `ss -ltnp 'sport = :{port}'` and stop it");
+    match flag {
+        Some(flag) => format!("{see}, or choose another port with `{flag} PORT`"),
+        None => see,
+    }
+}
+
+/// The `pid` a health answer names, if it is the JSON body a Leasehold process gives.
+fn answering_pid(body: &str) -> Option<u32> {
+    let value: serde_json::Value = serde_json::from_str(body).ok()?;
+    u32::try_from(value.get("pid")?.as_u64()?).ok()
+}
+
 /// Sends `GET path` over HTTP/1.1 and returns the response's status code.
 pub async fn http_get_status(address: SocketAddr, path: &str) -> io::Result<u16> {
+    http_get(address, path).await.map(|(status, _)| status)
+}
+
+/// Sends `GET path` over HTTP/1.1 (`Connection: close`) and returns the response's status
+/// code and its body (at most 64 KiB of it; a health answer is a few bytes, unchunked).
+pub async fn http_get(address: SocketAddr, path: &str) -> io::Result<(u16, String)> {
     let mut stream = tokio::net::TcpStream::connect(address).await?;
     let request = format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).await?;
-    let mut response = Vec::with_capacity(256);
-    let mut chunk = [0_u8; 256];
-    while !response.windows(2).any(|pair| pair == b"\r\n") && response.len() < 4096 {
+    let mut response = Vec::with_capacity(512);
+    let mut chunk = [0_u8; 1024];
+    while response.len() < 64 * 1024 {
         let read = stream.read(&mut chunk).await?;
         if read == 0 {
             break;
@@ -233,8 +300,12 @@ pub async fn http_get_status(address: SocketAddr, path: &str) -> io::Result<u16>
     let text = String::from_utf8_lossy(&response);
     let status_line = text.lines().next().unwrap_or_default();
     let mut parts = status_line.split_whitespace();
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default();
     match (parts.next(), parts.next().map(str::parse::<u16>)) {
-        (Some(version), Some(Ok(code))) if version.starts_with("HTTP/") => Ok(code),
+        (Some(version), Some(Ok(code))) if version.starts_with("HTTP/") => Ok((code, body)),
         _ => Err(io::Error::new(
             io::ErrorKind::InvalidData,
             format!("not an HTTP response: {status_line:?}"),
@@ -243,6 +314,7 @@ pub async fn http_get_status(address: SocketAddr, path: &str) -> io::Result<u16>
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -265,5 +337,88 @@ mod tests {
         assert_eq!(http_get_status(address, "/healthz").await?, 503);
         server.await.map_err(io::Error::other)??;
         Ok(())
+    }
+
+    /// A server on a port of its own that answers every request 200 with `body`.
+    async fn answering(body: String) -> io::Result<SocketAddr> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let address = listener.local_addr()?;
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let mut buffer = [0_u8; 1024];
+                let _ = socket.read(&mut buffer).await;
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = socket.write_all(answer.as_bytes()).await;
+            }
+        });
+        Ok(address)
+    }
+
+    /// A stack whose one child is a process that listens nowhere (as a service that failed
+    /// to bind, before it exits).
+    fn with_silent_child() -> Stack {
+        let mut stack = Stack::default();
+        let child = Command::new("sleep").arg("30").spawn().unwrap();
+        stack.children.push(RunningChild {
+            label: "lease-service".to_owned(),
+            child,
+            stop_stage: 0,
+        });
+        stack
+    }
+
+    /// Readiness is the child's own answer: a stranger's 200 on the port (our child then
+    /// failed to bind) is refused at once, naming the flag that picks another port, where the
+    /// launcher used to call the stranger ready and start the rest of the stack against it.
+    #[tokio::test]
+    async fn a_200_from_another_process_is_not_readiness() -> io::Result<()> {
+        let stranger = answering(r#"{"status":"ready","pid":1}"#.to_owned()).await?;
+        let mut stack = with_silent_child();
+        let refusal = stack
+            .wait_healthy(0, stranger, "/readyz", Some("--lease-service-port"))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(refusal.contains("another process answers"), "{refusal}");
+        assert!(refusal.contains("--lease-service-port PORT"), "{refusal}");
+        let anonymous = answering(r#"{"status":"ok"}"#.to_owned()).await?;
+        assert!(
+            stack
+                .wait_healthy(0, anonymous, "/healthz", None)
+                .await
+                .is_err()
+        );
+
+        let pid = stack.children[0].child.id();
+        let own = answering(format!(r#"{{"status":"ready","pid":{pid}}}"#)).await?;
+        stack.wait_healthy(0, own, "/readyz", None).await.unwrap();
+        kill_all(&mut stack.children, "test over");
+        Ok(())
+    }
+
+    #[test]
+    fn only_an_answer_naming_a_pid_names_one() {
+        assert_eq!(answering_pid(r#"{"status":"ok","pid":42}"#), Some(42));
+        assert_eq!(answering_pid(r#"{"status":"ok"}"#), None);
+        assert_eq!(answering_pid("ok"), None);
+    }
+
+    #[test]
+    fn a_taken_port_is_refused_naming_the_flag_to_choose_another() {
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = taken.local_addr().unwrap();
+        let refusal = refuse_taken("lease-service", address, Some("--lease-service-port"))
+            .unwrap_err()
+            .to_string();
+        assert!(refusal.contains("--lease-service-port PORT"), "{refusal}");
+        assert!(
+            refusal.contains(&format!("sport = :{}", address.port())),
+            "{refusal}"
+        );
+        drop(taken);
+        refuse_taken("lease-service", address, None).unwrap();
     }
 }

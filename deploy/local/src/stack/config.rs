@@ -166,6 +166,9 @@ pub struct Listen {
     pub base_port: u16,
     /// Readiness-check path.
     pub health_path: &'static str,
+    /// The `leasehold-local` flag that sets `base_port`, for a refusal to name when the port is
+    /// taken.
+    pub flag: &'static str,
 }
 
 impl Listen {
@@ -193,6 +196,7 @@ pub fn services(config: &StackConfig, databases: &Databases) -> Vec<ServiceSpec>
                 base_port: config.lease_service_port,
                 // Ready means its database answers, not only that it listens.
                 health_path: "/readyz",
+                flag: "--lease-service-port",
             }),
             stop_stage: 2,
         },
@@ -211,6 +215,7 @@ pub fn services(config: &StackConfig, databases: &Databases) -> Vec<ServiceSpec>
                 base_port: config.task_service_port,
                 // Ready means its database and lease-service answer.
                 health_path: "/readyz",
+                flag: "--task-service-port",
             }),
             stop_stage: 1,
         },
@@ -232,6 +237,7 @@ pub fn services(config: &StackConfig, databases: &Databases) -> Vec<ServiceSpec>
                 env_var: "METRICS_ADDR",
                 base_port: config.worker_metrics_port,
                 health_path: "/healthz",
+                flag: "--worker-metrics-port",
             }),
             stop_stage: 0,
         },
@@ -249,6 +255,7 @@ pub fn services(config: &StackConfig, databases: &Databases) -> Vec<ServiceSpec>
                 env_var: "METRICS_ADDR",
                 base_port: config.generator_metrics_port,
                 health_path: "/healthz",
+                flag: "--generator-metrics-port",
             }),
             stop_stage: 0,
         },

@@ -177,6 +177,8 @@ struct Stack {
 
 impl Stack {
     async fn start(&mut self, config: &StackConfig) -> anyhow::Result<()> {
+        // Every port first, before a build or a database: a taken one fails the run at once.
+        children::refuse_taken_ports(&services(config, &config.databases()))?;
         let databases = if config.ha {
             self.start_formation().await?
         } else {
