@@ -69,8 +69,7 @@ impl Browser {
         ensure_installed();
         let port = crate::free_port();
         let log_path = crate::log_dir().join(format!("chromedriver-{port}.log"));
-        let log = std::fs::File::create(&log_path)
-            .unwrap_or_else(|err| panic!("chromedriver log: {err}"));
+        let log = crate::open_log(&log_path);
         let mut command = Command::new(CHROMEDRIVER);
         command
             .arg(format!("--port={port}"))

@@ -71,7 +71,7 @@ pub use postgres::{cluster, fresh_database};
 pub use process::{ChildGuard, binary, descendants, kill_process_tree, target_dir};
 pub use service::{
     Answer, Service, discard_log, free_port, free_port_block, keep_logs, lease_client, log_dir,
-    task_client,
+    open_log, task_client,
 };
 pub use sql::{execute, query, revert_tasks_schema, snapshot, try_execute};
 pub use stack::Stack;

@@ -51,6 +51,24 @@ pub fn log_dir() -> PathBuf {
     dir
 }
 
+/// Opens `log` for appending, creating it and its folder. The folder is made here, where the file
+/// is opened, and made again should it vanish first: [`discard_log`] removes it once it is
+/// empty, and another test of this process that passes between the folder's creation and this
+/// open empties it (the suite failed at random that way, "No such file or directory").
+pub fn open_log(log: &Path) -> File {
+    let mut tries = 0;
+    loop {
+        if let Some(dir) = log.parent() {
+            std::fs::create_dir_all(dir).unwrap_or_else(|err| panic!("{}: {err}", dir.display()));
+        }
+        match File::options().create(true).append(true).open(log) {
+            Ok(file) => return file,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound && tries < 100 => tries += 1,
+            Err(err) => panic!("{}: {err}", log.display()),
+        }
+    }
+}
+
 /// Whether logs outlive their services even when nothing failed.
 static KEEP_LOGS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
@@ -229,11 +247,7 @@ impl Service {
     }
 
     fn spawn(&mut self) {
-        let log = File::options()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .unwrap();
+        let log = open_log(&self.log);
         let mut command = Command::new(binary(&self.name));
         command
             .args(&self.args)

@@ -418,7 +418,7 @@ async fn a_former_primary_is_refused_once_its_successor_has_been_seen() {
         .args(["-c", "max_connections=400"])
         .current_dir(&standby_dir)
         .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&standby_log).unwrap());
+        .stderr(tests::open_log(&standby_log));
     let standby = tests::ChildGuard::spawn(start, nix::sys::signal::Signal::SIGKILL).unwrap();
     let new_url = format!("postgres://postgres@127.0.0.1:{port}/app");
     tests::eventually(Duration::from_secs(30), "the standby to accept", || async {
