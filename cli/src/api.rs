@@ -4,8 +4,7 @@
 
 use std::time::Duration;
 
-use anyhow::Context;
-use leasehold::{CallError, ErrorCode, LeaseClient, LeaseError, RetryPolicy, TaskClient};
+use leasehold::{CallError, LeaseClient, LeaseError, RetryPolicy, ServiceError, TaskClient};
 
 use crate::Cli;
 
@@ -20,19 +19,16 @@ pub(crate) struct Api {
 }
 
 impl Api {
-    pub(crate) fn new(cli: &Cli) -> anyhow::Result<Api> {
-        let token = cli.token.as_deref().map(leasehold::api::Secret::new);
+    pub(crate) fn new(cli: &Cli) -> Api {
         // An operator's command is tried once: the operator sees the failure and decides.
-        let leases = LeaseClient::with_timeout(cli.lease_url.trim_end_matches('/'), TIMEOUT)
+        let leases = LeaseClient::new(cli.lease_url.as_str())
+            .with_timeout(TIMEOUT)
             .with_bearer_token(cli.token.as_deref())
             .with_retry(RetryPolicy::none());
-        let tasks = TaskClient::new(
-            vec![cli.task_url.trim_end_matches('/').to_owned()],
-            TIMEOUT,
-            token.as_ref(),
-        )
-        .context("building the HTTP client")?;
-        Ok(Api { leases, tasks })
+        let tasks = TaskClient::new([cli.task_url.as_str()])
+            .with_timeout(TIMEOUT)
+            .with_bearer_token(cli.token.as_deref());
+        Api { leases, tasks }
     }
 
     /// Turns a failed lease-service call into the CLI's report of it.
@@ -55,61 +51,6 @@ impl Api {
         let url = format!("{}{path}", self.tasks.current_url());
         let method = method.to_owned();
         move |err| failed(&method, &url, err)
-    }
-}
-
-/// A failure that may be a service's answer with a status, a message and a code.
-pub(crate) trait Refusal: std::error::Error + Send + Sync + 'static {
-    fn refusal(&self) -> Option<(u16, &ErrorCode, &str)>;
-    /// The exit the failure calls for.
-    fn exit(&self) -> Exit;
-}
-
-impl Refusal for CallError {
-    fn refusal(&self) -> Option<(u16, &ErrorCode, &str)> {
-        match self {
-            CallError::Refused {
-                status,
-                code,
-                error,
-            } => Some((*status, code, error)),
-            CallError::Transient(_) => None,
-        }
-    }
-
-    fn exit(&self) -> Exit {
-        match self {
-            CallError::Refused { status, .. } => Exit::of_status(*status),
-            CallError::Transient(_) => Exit::Unavailable,
-        }
-    }
-}
-
-impl Refusal for LeaseError {
-    fn refusal(&self) -> Option<(u16, &ErrorCode, &str)> {
-        match self {
-            LeaseError::Rejected {
-                status,
-                code,
-                error,
-            } => Some((*status, code, error)),
-            _ => None,
-        }
-    }
-
-    fn exit(&self) -> Exit {
-        match self {
-            LeaseError::Rejected { status, .. } => Exit::of_status(*status),
-            LeaseError::Lost {
-                code: ErrorCode::LeaseNotFound,
-                ..
-            } => Exit::NotFound,
-            LeaseError::Held { .. }
-            | LeaseError::Lost { .. }
-            | LeaseError::AcquireTimeout { .. } => Exit::Conflict,
-            LeaseError::Unavailable(_) => Exit::Unavailable,
-            LeaseError::InvalidConfig(_) => Exit::Failure,
-        }
     }
 }
 
@@ -187,8 +128,12 @@ pub(crate) fn usage(message: String) -> anyhow::Error {
 /// What the CLI prints for a failed request: a refusal quotes the service's status, message
 /// and code on one line (what operators and scripts grep for); anything else names the request
 /// and gives the reason beneath it.
-pub(crate) fn failed<E: Refusal>(method: &str, url: &str, err: E) -> anyhow::Error {
-    let exit = err.exit();
+pub(crate) fn failed<E: ServiceError>(method: &str, url: &str, err: E) -> anyhow::Error {
+    let exit = if err.is_transient() {
+        Exit::Unavailable
+    } else {
+        err.status().map_or(Exit::Failure, Exit::of_status)
+    };
     match err.refusal() {
         Some((status, code, error)) => {
             let status = reqwest::StatusCode::from_u16(status)
@@ -208,6 +153,7 @@ pub(crate) fn failed<E: Refusal>(method: &str, url: &str, err: E) -> anyhow::Err
 #[cfg(test)]
 mod tests {
     use super::*;
+    use leasehold::ErrorCode;
 
     #[test]
     fn each_failure_exits_with_its_kind() {

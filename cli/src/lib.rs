@@ -111,7 +111,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         clap_complete::generate(shell, &mut command, "leasehold", &mut script);
         return Out::new(Format::Table).line(String::from_utf8_lossy(&script).trim_end());
     }
-    let api = Api::new(&cli)?;
+    let api = Api::new(&cli);
     let out = Out::new(if cli.json { Format::Json } else { cli.output });
     match cli.command {
         Command::Leases(command) => leases::leases(&api, &out, command).await,

@@ -5,7 +5,7 @@ use leasehold::queues::{QueueSettings, RateLimit};
 use leasehold::task_client::QueueListing;
 
 use crate::api::Api;
-use crate::out::{Out, WatchArgs, pages, queue_table};
+use crate::out::{Out, Shown, WatchArgs, pages, queue_table};
 
 #[derive(Debug, Subcommand)]
 pub enum QueueCommand {
@@ -98,7 +98,7 @@ pub(crate) async fn queues(api: &Api, out: &Out, command: QueueCommand) -> anyho
                             queues.queues.len()
                         )
                     });
-                    Ok((text, hint.filter(|_| !out.machine())))
+                    Ok(Shown::noted(text, hint.filter(|_| !out.machine())))
                 })
                 .await;
         }

@@ -6,7 +6,7 @@ use leasehold::schedules::{CatchUp, CreateSchedule, Schedule, ScheduleSpec};
 use serde_json::Value;
 
 use crate::api::Api;
-use crate::out::{Out, WatchArgs, or_dash, table, time};
+use crate::out::{Out, Shown, WatchArgs, or_dash, table, time};
 
 #[derive(Debug, Subcommand)]
 pub enum ScheduleCommand {
@@ -27,8 +27,9 @@ pub enum ScheduleCommand {
         /// A cron expression: 5 fields (minute first) or 6 (seconds first), e.g. "*/5 * * * *".
         #[arg(long)]
         cron: String,
-        /// The data of every task it makes, as a JSON object.
-        #[arg(long, default_value = "{}")]
+        /// The data of every task it makes, as a JSON object (by default what `tasks create`
+        /// sends: the bundled worker's one-second sleep, so that the local stack runs it).
+        #[arg(long, default_value = crate::tasks::DEFAULT_TASK_DATA)]
         data: String,
         /// The queue its tasks go to (default: "default").
         #[arg(long)]
@@ -89,7 +90,7 @@ pub(crate) async fn schedules(
                         .map_err(api.tasks_failed("GET", "/api/schedules"))?;
                     let text =
                         out.render(&listed, |listed| Ok(schedule_table(&listed.schedules)))?;
-                    Ok((text, None))
+                    Ok(Shown::new(text))
                 })
                 .await;
         }

@@ -4,7 +4,7 @@ use clap::Subcommand;
 use leasehold::workers::{WorkerLiveness, WorkerState};
 
 use crate::api::Api;
-use crate::out::{Out, Tone, View, WatchArgs, or_dash, table, time};
+use crate::out::{Out, Shown, Tone, View, WatchArgs, or_dash, table, time};
 
 #[derive(Debug, Subcommand)]
 pub enum WorkerCommand {
@@ -28,7 +28,7 @@ pub(crate) async fn workers(api: &Api, out: &Out, command: WorkerCommand) -> any
                 let text = out.render(&listed, |listed| {
                     Ok(worker_table(&listed.workers, out.view()))
                 })?;
-                Ok((text, None))
+                Ok(Shown::new(text))
             })
             .await
         }
@@ -42,6 +42,7 @@ fn worker_table(workers: &[WorkerState], view: View) -> String {
             let info = w.info.as_ref();
             let (state, tone) = match w.liveness {
                 WorkerLiveness::Alive => ("alive", Tone::Good),
+                WorkerLiveness::Late => ("late", Tone::Waiting),
                 WorkerLiveness::Stopped => ("stopped", Tone::Over),
                 WorkerLiveness::Lost => ("lost", Tone::Bad),
             };

@@ -24,7 +24,7 @@ pub async fn migrate(database_url: &str) -> anyhow::Result<()> {
 /// So every statement runs on its generic plan, made once per session. Such a plan, made while
 /// `leases` was nearly empty (a new deployment), would rightly scan the table, and would keep
 /// scanning it once it had grown. With sequential scans priced out, the plans made then reach
-/// rows through the index on `resource`, one probe per request (`tests/tests/query_plans.rs`
+/// rows through the index on `resource`, one probe per request (`tests/tests/suite/query_plans.rs`
 /// grows the table under kept plans and bounds the rows they read); a table no index serves
 /// (history pruning by age) is still scanned.
 pub const SESSION: &str = "SET enable_seqscan = off; SET plan_cache_mode = force_generic_plan";

@@ -9,7 +9,7 @@ use leasehold::api::{
     LeasePage, OneLease, ReleaseLease, ReleaseLeases, ReleasedLeases, RenewLease,
 };
 use leasehold::server::Json;
-use leasehold::server::auth::Role;
+use leasehold::server::auth::{Auth, Role};
 use leasehold::server::http::{Order, Page, Probe, extractors, metrics_response, ready};
 use leasehold::server::wakeups::Wakeups;
 use serde::Deserialize;
@@ -46,12 +46,16 @@ impl std::fmt::Debug for AppState {
 
 type State = web::Data<AppState>;
 
-/// What mounts every route (see [`routes`]), documented with the TTLs `ttl` allows. The caller
-/// adds the [`AppState`] and the [`leasehold::server::auth::Auth`] as app data.
-pub fn configure(ttl: TtlPolicy) -> impl Fn(&mut web::ServiceConfig) + Clone + Send + 'static {
+/// What mounts every route (see [`routes`]), documented with the TTLs `ttl` allows and as
+/// `auth` locks them. The caller adds the [`AppState`] and `auth` as app data.
+pub fn configure(
+    ttl: TtlPolicy,
+    auth: &Auth,
+) -> impl Fn(&mut web::ServiceConfig) + Clone + Send + 'static {
+    let routes = std::sync::Arc::new(documented(ttl).with_auth(auth));
     move |cfg| {
         extractors(cfg, MAX_BODY_BYTES);
-        documented(ttl).mount(cfg);
+        routes.mount(cfg);
     }
 }
 

@@ -118,6 +118,7 @@ pub async fn run(
         },
         stop.clone(),
     );
+    let routes = http::configure(ttl, &config.auth_tokens);
     let server = Server {
         name: "lease-service",
         args: config.server,
@@ -125,6 +126,6 @@ pub async fn run(
         http_metrics: metrics.http.clone(),
     };
     server
-        .run_until_stopped(listener, stop, state, http::configure(ttl), maintenance)
+        .run_until_stopped(listener, stop, state, routes, maintenance)
         .await
 }

@@ -54,11 +54,17 @@ impl LeaseDeadline {
         self.lock().0
     }
 
-    /// The instant after which the lease is treated as lost unless confirmed again.
+    /// The instant after which the lease is treated as lost unless confirmed again. The margin
+    /// is at most half the confirmed TTL: a confirmation may carry a shorter TTL than the first
+    /// (a worker's task covered by its process's lease is confirmed for what is left of that
+    /// lease), and a margin sized for the first TTL would put the deadline before the
+    /// confirmation itself. A worker beating twice a second lost every task that way.
     pub fn at(&self) -> Instant {
         let (sent, ttl) = *self.lock();
         let valid_until = sent + ttl;
-        valid_until.checked_sub(self.margin).unwrap_or(valid_until)
+        valid_until
+            .checked_sub(self.margin.min(ttl / 2))
+            .unwrap_or(valid_until)
     }
 
     /// Whether the deadline has passed.
@@ -76,6 +82,18 @@ impl LeaseDeadline {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_confirmation_shorter_than_the_margin_keeps_half_its_ttl() {
+        let start = Instant::now();
+        let ttl = Duration::from_secs(30);
+        let deadline = LeaseDeadline::new(start, ttl, LeaseDeadline::default_margin(ttl));
+        assert_eq!(deadline.at(), start + Duration::from_secs(28));
+        // What is left of a process's lease, shorter than the 2 s margin of the claim's TTL.
+        let beat = start + Duration::from_millis(500);
+        deadline.confirm(beat, Some(Duration::from_millis(1400)));
+        assert_eq!(deadline.at(), beat + Duration::from_millis(700));
+    }
 
     #[tokio::test]
     async fn the_deadline_counts_from_the_send_instant_and_moves_only_forward() {

@@ -32,11 +32,7 @@
 //! use leasehold::{CallError, TaskClient};
 //!
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
-//! let client = TaskClient::new(
-//!     vec!["http://127.0.0.1:8082".to_owned()],
-//!     Duration::from_secs(5),
-//!     None,
-//! )?;
+//! let client = TaskClient::new(["http://127.0.0.1:8082"]).with_timeout(Duration::from_secs(5));
 //! let request = CreateTask {
 //!     task_data: serde_json::json!({ "sleep_duration_seconds": 1 }),
 //!     idempotency_key: Some("example-1".to_owned()),
@@ -73,6 +69,7 @@ pub mod schedules;
 pub mod schema;
 #[cfg(feature = "server")]
 pub mod server;
+mod service_error;
 pub mod shutdown;
 pub mod singleton;
 pub mod strict;
@@ -88,5 +85,7 @@ pub use flags::{float_within, service_url};
 pub use lease_client::{LeaseClient, LeaseError};
 pub use lease_guard::{GuardConfig, LeaseGuard, LeaseHandle, LeaseLost, with_lease};
 pub use retry::{Backoff, RetryPolicy};
+pub use service_error::ServiceError;
 pub use singleton::{Singleton, SingletonEvent};
 pub use task_client::{CallError, TaskClient};
+pub use transport::describe as describe_http_error;

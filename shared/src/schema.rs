@@ -23,8 +23,35 @@ pub const MAX_QUEUE_CHARS: usize = 128;
 /// Longest idempotency or concurrency key, in characters.
 pub const MAX_KEY_CHARS: usize = 255;
 
+/// Longest host or version a worker process may give of itself (`WorkerInfo`), in characters.
+/// What a process says is kept as its liveness lease's metadata, which lease-service bounds
+/// in bytes (`MAX_LEASE_METADATA_BYTES`): at this bound, a beat with every field at its longest
+/// (each character four bytes of UTF-8) still fits, with the id and queue at theirs.
+pub const MAX_WORKER_LABEL_CHARS: usize = 160;
+
 /// Longest schedule name, in characters.
 pub const MAX_SCHEDULE_NAME_CHARS: usize = 200;
+
+/// What is wrong with `value` as a name of at most `max_chars` characters, in words that follow
+/// the name's field (`"queue must not be empty"`); `None` when nothing is. The one rule for
+/// names, which the services check requests by and the worker checks its settings by, so that
+/// a setting the worker accepts is never refused on the wire: 1 to `max_chars` characters
+/// (Unicode scalar values, as JSON Schema's `maxLength` counts them), none a control character
+/// (PostgreSQL text cannot hold NUL, and line breaks in names only confuse logs).
+pub fn name_problem(value: &str, max_chars: usize) -> Option<String> {
+    let chars = value.chars().count();
+    if value.is_empty() {
+        Some("must not be empty".to_owned())
+    } else if chars > max_chars {
+        Some(format!(
+            "must be at most {max_chars} characters, got {chars}"
+        ))
+    } else if value.chars().any(char::is_control) {
+        Some("must not contain control characters".to_owned())
+    } else {
+        None
+    }
+}
 
 /// A name holds no control character (Unicode's `Cc`, what `char::is_control` finds).
 pub const NAME_PATTERN: &str = r"^[^\u0000-\u001F\u007F-\u009F]*$";
@@ -73,6 +100,11 @@ name_schema!(
     Key,
     MAX_KEY_CHARS,
     "A key: an idempotency key, a concurrency key."
+);
+name_schema!(
+    WorkerLabel,
+    MAX_WORKER_LABEL_CHARS,
+    "A worker process's host or version."
 );
 name_schema!(ScheduleName, MAX_SCHEDULE_NAME_CHARS, "A schedule's name.");
 

@@ -48,18 +48,10 @@ pub const MAX_TTL_SECONDS: i64 = 300;
 #[serde(rename_all = "camelCase")]
 pub struct WorkerInfo {
     /// The machine (or container) it runs on.
-    #[schema(
-        min_length = 1,
-        max_length = 200,
-        pattern = r"^[^\u0000-\u001F\u007F-\u009F]*$"
-    )]
+    #[schema(value_type = crate::schema::WorkerLabel)]
     pub host: String,
     /// Its release.
-    #[schema(
-        min_length = 1,
-        max_length = 200,
-        pattern = r"^[^\u0000-\u001F\u007F-\u009F]*$"
-    )]
+    #[schema(value_type = crate::schema::WorkerLabel)]
     pub version: String,
     /// The one queue it claims from; none for every queue.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -137,6 +129,11 @@ pub struct WorkerGone {
 pub enum WorkerLiveness {
     /// Its lease is live: it beat within its TTL.
     Alive,
+    /// Its lease is still live, but more than half its TTL has passed since its last beat (by
+    /// lease-service's clock): it missed beats, and is lost when the lease lapses unless one
+    /// comes. A process that died without saying so (killed, or its machine gone) shows so
+    /// here, well before its lease lapses.
+    Late,
     /// It stopped and said so (its lease was released).
     Stopped,
     /// It stopped beating: its lease lapsed (the process died, hangs or is cut off).

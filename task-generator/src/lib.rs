@@ -105,12 +105,14 @@ pub async fn run(config: GeneratorConfig, shutdown: CancellationToken) -> anyhow
     tracing::info!(%holder, resource = %config.lease_resource, "task-generator started");
 
     let producer = Producer {
-        tasks: TaskClient::new(
-            vec![config.task_service_url.trim_end_matches('/').to_owned()],
-            Duration::from_secs(5),
-            config.auth_token.as_ref(),
-        )
-        .context("building the HTTP client")?,
+        tasks: TaskClient::new([config.task_service_url.as_str()])
+            .with_timeout(Duration::from_secs(5))
+            .with_bearer_token(
+                config
+                    .auth_token
+                    .as_ref()
+                    .map(leasehold::api::Secret::expose),
+            ),
         holder: holder.clone(),
         config: config.clone(),
         metrics: metrics.clone(),

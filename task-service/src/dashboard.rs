@@ -19,7 +19,6 @@ use leasehold::{LeaseClient, LeaseError};
 use serde::Deserialize;
 
 use crate::state::{State, json_holding};
-use crate::tasks;
 
 /// The page: HTML, CSS and JavaScript in one file, no build step.
 const PAGE: &str = include_str!("dashboard.html");
@@ -112,7 +111,7 @@ pub(crate) struct OverviewQuery {}
     path = "/api/dashboard/overview",
     tag = "dashboard",
     responses(
-        (status = 200, description = "The overview", body = tasks::read::Overview),
+        (status = 200, description = "The overview", body = crate::charts::Overview),
         (status = 400, description = "`invalid_query`: it takes no parameter", body = ErrorBody),
     )
 )]
@@ -122,7 +121,7 @@ pub(crate) async fn overview(
 ) -> Result<HttpResponse, ApiError> {
     let turn = state.reads.turn().await?;
     let mut conn = db::connection(&state.pool).await?;
-    let overview = tasks::overview(&mut conn, &state.engine).await?;
+    let overview = crate::charts::overview(&mut conn, &state.engine).await?;
     drop(conn);
     json_holding(overview, turn).await
 }
@@ -141,7 +140,7 @@ pub(crate) struct ThroughputQuery {
 fn chart_windows() -> utoipa::openapi::schema::Object {
     utoipa::openapi::schema::ObjectBuilder::new()
         .schema_type(utoipa::openapi::schema::Type::Integer)
-        .enum_values(Some(tasks::read::CHART_WINDOWS))
+        .enum_values(Some(crate::charts::CHART_WINDOWS))
         .build()
 }
 
@@ -154,7 +153,7 @@ fn chart_windows() -> utoipa::openapi::schema::Object {
     tag = "dashboard",
     params(ThroughputQuery),
     responses(
-        (status = 200, description = "The series", body = tasks::read::Throughput),
+        (status = 200, description = "The series", body = crate::charts::Throughput),
         (status = 400, description = "`invalid_query`, `invalid_field`: another window", body = ErrorBody),
     )
 )]
@@ -164,11 +163,11 @@ pub(crate) async fn throughput(
 ) -> Result<HttpResponse, ApiError> {
     let window = query
         .window_seconds
-        .unwrap_or(tasks::read::CHART_WINDOWS[0]);
-    tasks::read::check_window(window)?;
+        .unwrap_or(crate::charts::CHART_WINDOWS[0]);
+    crate::charts::check_window(window)?;
     let turn = state.reads.turn().await?;
     let mut conn = db::connection(&state.pool).await?;
-    let throughput = tasks::read::throughput(&mut conn, window).await?;
+    let throughput = crate::charts::throughput(&mut conn, window).await?;
     drop(conn);
     json_holding(throughput, turn).await
 }

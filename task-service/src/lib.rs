@@ -30,6 +30,7 @@
 //!   schedule ticker, the wake-up listener);
 //! - [`metrics`].
 
+pub mod charts;
 pub mod config;
 pub mod context;
 pub mod dashboard;
@@ -88,7 +89,8 @@ pub async fn run(
         .as_ref()
         .map(leasehold::api::Secret::expose);
     let engine = context::Context {
-        leases: LeaseClient::with_timeout(&lease_url, call_timeout)
+        leases: LeaseClient::new(lease_url.as_str())
+            .with_timeout(call_timeout)
             .with_retry(RetryPolicy::none())
             .with_bearer_token(token),
         lease_ttl: Duration::from_secs(config.lease_ttl_seconds),
@@ -131,6 +133,7 @@ pub async fn run(
         },
         stop.clone(),
     );
+    let routes = http::configure(&config.auth_tokens);
     let server = Server {
         name: "task-service",
         args: config.server,
@@ -138,6 +141,6 @@ pub async fn run(
         http_metrics: metrics.http.clone(),
     };
     server
-        .run_until_stopped(listener, stop, state, http::configure, maintenance)
+        .run_until_stopped(listener, stop, state, routes, maintenance)
         .await
 }

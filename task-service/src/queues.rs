@@ -111,6 +111,19 @@ pub async fn set_limits(
 /// `GET /api/queues`: a page of the queues that have tasks or settings, by name, and whether
 /// another page follows. Only the page's queues are counted.
 pub async fn list(conn: &mut Db, page: &NamePage) -> Result<(Vec<QueueState>, bool), ApiError> {
+    let (names, more) = names_page(conn, page).await?;
+    let rows = repo::queue_rows_of(conn, &names).await?;
+    let mut states = states_of(conn, &names, rows).await?;
+    let queues = names
+        .iter()
+        .map(|name| states.remove(name).unwrap_or_else(|| untouched(name)))
+        .collect();
+    Ok((queues, more))
+}
+
+/// A page of the names of the queues that have tasks, and whether another page follows: what
+/// the queues' listing and the counts page by.
+pub async fn names_page(conn: &mut Db, page: &NamePage) -> Result<(Vec<String>, bool), ApiError> {
     let mut names = repo::queue_names(
         conn,
         page.cursor.as_deref(),
@@ -120,13 +133,7 @@ pub async fn list(conn: &mut Db, page: &NamePage) -> Result<(Vec<QueueState>, bo
     .await?;
     let more = i64::try_from(names.len()).unwrap_or(i64::MAX) > page.limit;
     names.truncate(usize::try_from(page.limit).unwrap_or(usize::MAX));
-    let rows = repo::queue_rows_of(conn, &names).await?;
-    let mut states = states_of(conn, &names, rows).await?;
-    let queues = names
-        .iter()
-        .map(|name| states.remove(name).unwrap_or_else(|| untouched(name)))
-        .collect();
-    Ok((queues, more))
+    Ok((names, more))
 }
 
 /// `GET /api/queues/{queue}`: a queue nobody has used reads as running and empty. Reads this

@@ -11,6 +11,7 @@ use leasehold::ErrorCode;
 use leasehold::LeaseError;
 use leasehold::api::{Lease, LeaseStatus, MIN_OWN_SECRET_CHARS, Proof, Secret};
 use leasehold::lease_client::{LeaseListing, LeaseSet};
+use leasehold::schema::MAX_WORKER_LABEL_CHARS;
 use leasehold::server::{ApiError, validate_name, validate_name_within};
 use leasehold::tasks::MAX_QUEUE_CHARS;
 use leasehold::workers::{
@@ -23,9 +24,6 @@ use crate::dashboard::passed_on;
 
 /// Most worker processes listed (live first).
 pub const MAX_LISTED: u32 = 1000;
-
-/// The longest host or version string a process may give.
-const MAX_LABEL_CHARS: usize = 200;
 
 /// `PUT /api/workers/{id}`: renews the process's lease with what it says now; takes the lease
 /// anew when the process has none yet, or lost it (it lapsed: the process was paused or cut
@@ -197,8 +195,10 @@ pub async fn list(engine: &Context) -> Result<Workers, ApiError> {
     );
     let mut workers: Vec<WorkerState> = leases.into_iter().filter_map(state).collect();
     workers.sort_by(|a, b| {
-        (a.liveness != WorkerLiveness::Alive)
-            .cmp(&(b.liveness != WorkerLiveness::Alive))
+        let live =
+            |w: &WorkerState| matches!(w.liveness, WorkerLiveness::Alive | WorkerLiveness::Late);
+        (!live(a))
+            .cmp(&!live(b))
             .then(b.last_beat_at.cmp(&a.last_beat_at))
     });
     Ok(Workers { workers })
@@ -217,6 +217,11 @@ struct Registered {
 fn state(lease: Lease) -> Option<WorkerState> {
     let Registered { id, info } = serde_json::from_value(lease.metadata?).ok()?;
     let liveness = match lease.status {
+        // A process beats at least three times per TTL (`worker::presence`): half a TTL
+        // without a beat is more than one beat missed.
+        LeaseStatus::Active if lease.expires_in_ms * 2 < i64::from(lease.ttl_seconds) * 1000 => {
+            WorkerLiveness::Late
+        }
         LeaseStatus::Active => WorkerLiveness::Alive,
         LeaseStatus::Released | LeaseStatus::Revoked => WorkerLiveness::Stopped,
         LeaseStatus::Expired => WorkerLiveness::Lost,
@@ -240,8 +245,8 @@ fn answer(lease: Lease, secret: Option<Secret>) -> WorkerLease {
 }
 
 fn check_info(info: &WorkerInfo) -> Result<(), ApiError> {
-    validate_name_within("info.host", &info.host, MAX_LABEL_CHARS)?;
-    validate_name_within("info.version", &info.version, MAX_LABEL_CHARS)?;
+    validate_name_within("info.host", &info.host, MAX_WORKER_LABEL_CHARS)?;
+    validate_name_within("info.version", &info.version, MAX_WORKER_LABEL_CHARS)?;
     if let Some(queue) = &info.queue {
         validate_name_within("info.queue", queue, MAX_QUEUE_CHARS)?;
     }
@@ -253,4 +258,37 @@ fn check_info(info: &WorkerInfo) -> Result<(), ApiError> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use leasehold::api::{MAX_LEASE_METADATA_BYTES, MAX_NAME_CHARS};
+
+    use super::*;
+
+    /// What a beat may say and what lease-service keeps compose: a beat with every field at its
+    /// documented longest, each character four bytes of UTF-8 and each number at its largest,
+    /// makes metadata lease-service accepts.
+    #[test]
+    fn the_longest_beat_makes_metadata_lease_service_keeps() {
+        let longest = |chars: usize| "𝄞".repeat(chars);
+        let info = WorkerInfo {
+            host: longest(MAX_WORKER_LABEL_CHARS),
+            version: longest(MAX_WORKER_LABEL_CHARS),
+            queue: Some(longest(MAX_QUEUE_CHARS)),
+            concurrency: u32::MAX,
+            busy: u32::MAX,
+            done: u64::MAX,
+        };
+        check_info(&info).unwrap();
+        let id = longest(MAX_NAME_CHARS - RESOURCE_PREFIX.len());
+        check_id(&id).unwrap();
+        let metadata = serde_json::to_value(&Registered { id, info }).unwrap();
+        let bytes = serde_json::to_string(&metadata).unwrap().len();
+        assert!(
+            bytes <= MAX_LEASE_METADATA_BYTES,
+            "{bytes} bytes of metadata; lease-service keeps {MAX_LEASE_METADATA_BYTES}"
+        );
+    }
 }

@@ -159,6 +159,16 @@ impl Browser {
             .await;
     }
 
+    /// Resizes the window (WebDriver's window rect), as a phone's or a narrow pane's would be.
+    pub async fn resize(&self, width: u32, height: u32) {
+        self.command(
+            reqwest::Method::POST,
+            "/window/rect",
+            Some(json!({"width": width, "height": height})),
+        )
+        .await;
+    }
+
     /// Clicks the element `css` selects, as a user would (WebDriver's element click).
     pub async fn click(&self, css: &str) {
         let found = self
@@ -233,6 +243,24 @@ impl Browser {
             .as_array()
             .map(|list| list.iter().map(|e| e.to_string()).collect())
             .unwrap_or_default()
+    }
+
+    /// Saves a PNG of the whole page, top to bottom, to `path`: the window grows to the page's
+    /// height for the shot (WebDriver's screenshot is of the window alone), then returns to its
+    /// size. For the book's screenshots, whose captions name everything a view shows.
+    pub async fn screenshot_page(&self, path: &Path) {
+        let height = self
+            .execute(
+                "window.scrollTo(0, 0); return Math.ceil(document.documentElement.scrollHeight);",
+                json!([]),
+            )
+            .await
+            .as_u64()
+            .unwrap_or(1000);
+        let height = u32::try_from(height.clamp(1000, 6000)).unwrap_or(1000);
+        self.resize(1280, height + 120).await;
+        self.screenshot(path).await;
+        self.resize(1280, 1000).await;
     }
 
     /// Saves a PNG of the window to `path`.

@@ -103,3 +103,20 @@ pub async fn pg_auto_failover_available() -> bool {
         Err(other) => panic!("{other}"),
     }
 }
+
+/// Revokes worker process `id`'s liveness lease (`worker:<id>`) at lease-service `leases`, as an
+/// operator would: the lease that covers the process's tasks.
+pub async fn revoke_worker_lease(leases: &crate::Service, id: &str) {
+    let lease = leases
+        .get(&format!("/api/leases/active?resource=worker:{id}"))
+        .await
+        .body["leases"][0]
+        .clone();
+    let revoked = leases
+        .post(
+            &format!("/api/leases/{}/revoke", lease["id"]),
+            &serde_json::json!({}),
+        )
+        .await;
+    assert_eq!(revoked.status, 200, "{:?}", revoked.body);
+}

@@ -43,6 +43,7 @@
 //! - [`browser`]: a headless browser for the dashboard's tests.
 //! - [`otlp`]: an OTLP receiver, to see the spans the services export.
 //! - [`tools`]: the offline validators the deploy checks run, installed from PyPI on first use.
+//! - [`work`]: what the tests of work in any language share (exec, push, the examples).
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
 pub mod bench;
@@ -53,6 +54,7 @@ pub mod otlp;
 pub mod proxy;
 pub mod soak;
 pub mod tools;
+pub mod work;
 
 mod helpers;
 mod history;
@@ -64,7 +66,7 @@ mod stack;
 
 pub use helpers::{
     all_tasks_final, create_new, eventually, metric_sum, new_task, pg_auto_failover_available,
-    refusal, verdicts,
+    refusal, revoke_worker_lease, verdicts,
 };
 pub use history::{EVENTS_PER_TASK, synthesize_history};
 pub use postgres::{cluster, fresh_database};
@@ -73,5 +75,7 @@ pub use service::{
     Answer, Service, discard_log, free_port, free_port_block, keep_logs, lease_client, log_dir,
     open_log, task_client,
 };
-pub use sql::{execute, query, revert_tasks_schema, snapshot, try_execute};
+pub use sql::{
+    execute, query, revert_tasks_schema, snapshot, try_execute, until_waiting_for_locks,
+};
 pub use stack::Stack;

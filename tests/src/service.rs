@@ -94,19 +94,16 @@ pub fn discard_log(log: &Path) {
 /// A typed client of the task-service (or proxy) at `base_url`, with a 10-second timeout and
 /// `token`, if any, as its bearer token.
 pub fn task_client(base_url: &str, token: Option<&str>) -> leasehold::TaskClient {
-    let token = token.map(leasehold::api::Secret::new);
-    leasehold::TaskClient::new(
-        vec![base_url.trim_end_matches('/').to_owned()],
-        Duration::from_secs(10),
-        token.as_ref(),
-    )
-    .unwrap()
+    leasehold::TaskClient::new([base_url])
+        .with_timeout(Duration::from_secs(10))
+        .with_bearer_token(token)
 }
 
 /// A typed client of the lease-service (or proxy) at `base_url` that tries each call once, with
 /// a 10-second timeout and `token`, if any, as its bearer token.
 pub fn lease_client(base_url: &str, token: Option<&str>) -> leasehold::LeaseClient {
-    leasehold::LeaseClient::with_timeout(base_url, Duration::from_secs(10))
+    leasehold::LeaseClient::new(base_url)
+        .with_timeout(Duration::from_secs(10))
         .with_retry(leasehold::RetryPolicy::none())
         .with_bearer_token(token)
 }
@@ -345,7 +342,11 @@ impl Service {
             if Instant::now() > deadline {
                 let _ = child.kill();
                 let _ = child.wait();
-                panic!("{} ignored SIGTERM for {timeout:?}", self.name);
+                panic!(
+                    "{} ignored SIGTERM for {timeout:?}\n{}",
+                    self.name,
+                    self.log_tail()
+                );
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

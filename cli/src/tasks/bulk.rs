@@ -9,19 +9,71 @@ use super::counts::count_tasks;
 use crate::api::Api;
 use crate::out::Out;
 
-/// The filter of `retry-all` and `cancel-all`.
+/// The filter of a bulk verb: every filter the bulk routes take (`BulkTasks`).
 #[derive(Debug, Clone, clap::Args)]
 pub struct BulkArgs {
     /// Only tasks of this queue.
     #[arg(long)]
     queue: Option<String>,
-    /// Only tasks in this status (retry-all: dead or cancelled; cancel-all: pending or
-    /// running).
+    /// Only tasks in this status (retry: dead or cancelled; cancel: pending or running;
+    /// delete: succeeded, dead or cancelled).
     #[arg(long)]
     status: Option<TaskStatusArg>,
+    /// Only tasks last claimed by this processor (a worker's name).
+    #[arg(long)]
+    processor: Option<String>,
+    /// Only tasks with this concurrency key.
+    #[arg(long)]
+    key: Option<String>,
+    /// Only these tasks (comma-separated ids, at most 1,000).
+    #[arg(long, value_delimiter = ',', num_args = 1..)]
+    ids: Option<Vec<i64>>,
+    /// Only tasks created at or after this instant (RFC 3339).
+    #[arg(long)]
+    created_after: Option<chrono::DateTime<chrono::Utc>>,
     /// Only tasks created before this instant (RFC 3339).
     #[arg(long)]
     created_before: Option<chrono::DateTime<chrono::Utc>>,
+    /// At most this many tasks in all.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    limit: Option<u64>,
+}
+
+impl BulkArgs {
+    /// Whether a filter narrows the match below what the counts by queue and status tell:
+    /// the confirmation then says "at most".
+    fn narrower_than_counts(&self) -> bool {
+        self.processor.is_some()
+            || self.key.is_some()
+            || self.ids.is_some()
+            || self.created_after.is_some()
+            || self.created_before.is_some()
+            || self.limit.is_some()
+    }
+
+    /// The filters beside queue and status, in words, for the confirmation.
+    fn words(&self) -> String {
+        let mut words = String::new();
+        if let Some(queue) = &self.queue {
+            words.push_str(&format!(" of queue {queue}"));
+        }
+        if let Some(processor) = &self.processor {
+            words.push_str(&format!(" last claimed by {processor}"));
+        }
+        if let Some(key) = &self.key {
+            words.push_str(&format!(" with key {key}"));
+        }
+        if let Some(ids) = &self.ids {
+            words.push_str(&format!(" among {} ids", ids.len()));
+        }
+        if let Some(after) = &self.created_after {
+            words.push_str(&format!(" created at or after {}", after.to_rfc3339()));
+        }
+        if let Some(before) = &self.created_before {
+            words.push_str(&format!(" created before {}", before.to_rfc3339()));
+        }
+        words
+    }
 }
 
 /// A status named on the command line.
@@ -73,18 +125,22 @@ pub(super) async fn bulk(
     let statuses = filter.status.map_or(default_statuses.to_owned(), |status| {
         TaskStatus::from(status).as_str().to_owned()
     });
-    let matching = count_tasks(api, Some(&statuses), filter.queue.as_deref()).await?;
+    let counted = count_tasks(api, Some(&statuses), filter.queue.as_deref()).await?;
+    let counted = u64::try_from(counted).unwrap_or(0);
+    let bounds = [
+        Some(counted),
+        filter.ids.as_ref().map(|ids| ids.len() as u64),
+        filter.limit,
+    ];
+    let matching = bounds.into_iter().flatten().min().unwrap_or(counted);
     let what = format!(
         "{}{matching} {statuses} tasks{}",
-        if filter.created_before.is_some() {
+        if filter.narrower_than_counts() {
             "at most "
         } else {
             ""
         },
-        filter
-            .queue
-            .as_deref()
-            .map_or_else(String::new, |queue| format!(" of queue {queue}")),
+        filter.words(),
     );
     if matching == 0 {
         out.note(&format!("no {statuses} tasks match; nothing to {verb}"));
@@ -94,7 +150,7 @@ pub(super) async fn bulk(
     let touched = if matching == 0 {
         0
     } else {
-        bulk_until_done(api, operation, filter, u64::try_from(matching).unwrap_or(0)).await?
+        bulk_until_done(api, operation, filter, matching).await?
     };
     out.value(&json!({ bulk_key(operation): touched }), |_| {
         Ok(format!("{touched} tasks {done_words}"))
@@ -149,8 +205,12 @@ async fn bulk_until_done(
     let mut filter = BulkTasks {
         status: args.status.map(TaskStatus::from),
         queue: args.queue,
+        processor: args.processor,
+        key: args.key,
+        ids: args.ids,
+        created_after: args.created_after,
         created_before: args.created_before,
-        ..BulkTasks::default()
+        limit: None,
     };
     let mut total = 0;
     while total < at_most {

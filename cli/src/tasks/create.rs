@@ -7,7 +7,7 @@ use leasehold::tasks::{CreateTask, MAX_CREATE_BATCH, Task};
 use serde_json::Value;
 
 use super::DEFAULT_TASK_DATA;
-use super::counts::counts;
+use super::counts::queue_counts;
 use crate::api::Api;
 use crate::out::{Out, task_table};
 
@@ -131,14 +131,8 @@ async fn wait_for_queue(
 ) -> anyhow::Result<()> {
     let deadline = Instant::now() + timeout;
     loop {
-        let counts = counts(api).await?;
-        let in_queue = counts.queues.get(queue);
-        let of = |status: &str| {
-            in_queue
-                .and_then(|by_status| by_status.get(status))
-                .copied()
-                .unwrap_or(0)
-        };
+        let in_queue = queue_counts(api, queue).await?;
+        let of = |status: &str| in_queue.get(status).copied().unwrap_or(0);
         let line = format!(
             "{queue}: pending {}, running {}, succeeded {}, dead {}, cancelled {}",
             of("pending"),
@@ -150,7 +144,7 @@ async fn wait_for_queue(
         if of("pending") == 0 && of("running") == 0 {
             out.progress(&line, true);
             if out.machine() {
-                // `null` for a queue with no tasks at all, as the counts' JSON has it.
+                // The queue's counts by status, zeros for a queue with no task.
                 out.value(&in_queue, |_| Ok(String::new()))?;
             }
             return Ok(());

@@ -4,7 +4,7 @@ use leasehold::task_client::TaskListing;
 
 use super::counts::count_tasks;
 use crate::api::Api;
-use crate::out::{Out, PageArgs, more_hint, pages, task_table};
+use crate::out::{Out, PageArgs, Shown, more_hint, pages, task_table};
 
 #[derive(Debug, clap::Args)]
 pub struct ListArgs {
@@ -62,7 +62,7 @@ async fn read(
     out: &Out,
     listing: &TaskListing,
     page: &PageArgs,
-) -> anyhow::Result<(String, Option<String>)> {
+) -> anyhow::Result<Shown> {
     let client = &api.tasks;
     let listed = pages(listing.cursor.clone(), page.all, |cursor| {
         let listing = TaskListing {
@@ -101,5 +101,5 @@ async fn read(
             listed.next_cursor.as_deref(),
         );
     }
-    Ok((text, hint))
+    Ok(Shown::noted(text, hint))
 }

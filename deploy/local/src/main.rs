@@ -137,4 +137,33 @@ mod tests {
     fn cli_is_consistent() {
         Cli::command().debug_assert();
     }
+
+    /// A port that numbers its kind's copies ("worker i uses PORT+i") belongs to a kind whose
+    /// count a flag sets: the help once promised replicas of lease-service that no flag made.
+    #[test]
+    fn every_numbered_port_is_of_a_kind_with_a_count() {
+        let command = Cli::command();
+        let ids: Vec<&str> = command
+            .get_arguments()
+            .map(|arg| arg.get_id().as_str())
+            .collect();
+        let mut numbered = 0;
+        for arg in command.get_arguments() {
+            let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+            if !help.contains("PORT+i") {
+                continue;
+            }
+            numbered += 1;
+            let id = arg.get_id().as_str();
+            let kind = id.strip_suffix("_metrics_port").unwrap_or(id);
+            assert!(
+                ids.contains(&format!("{kind}s").as_str()),
+                "--{id} numbers copies of {kind}, but no flag sets how many: {help}"
+            );
+        }
+        assert_eq!(
+            numbered, 2,
+            "the workers' and the generators' metrics ports"
+        );
+    }
 }

@@ -124,7 +124,7 @@ fn asked_by(
 /// `requests` in resource order, byte by byte: the order a group acquire takes
 /// rows in (`COLLATE "C"`), whatever the database's collation. Renewal and release groups are
 /// fed in it, and their plan (a nested loop from the `unnest`, one index probe per request:
-/// `tests/tests/query_plans.rs` checks that no plan reads more) locks rows in that order, so no
+/// `tests/tests/suite/query_plans.rs` checks that no plan reads more) locks rows in that order, so no
 /// two groups wait on each other's rows in opposite orders.
 fn in_resource_order<T>(requests: &[T], resource: impl Fn(&T) -> &str) -> Vec<&T> {
     let mut sorted: Vec<&T> = requests.iter().collect();

@@ -53,19 +53,18 @@ impl LeaseClient {
     /// A client for the lease-service at `base_url` (e.g. `http://127.0.0.1:8081`), with a
     /// 5-second request timeout and the default retry policy.
     pub fn new(base_url: impl Into<String>) -> Self {
-        Self::with_timeout(base_url, Duration::from_secs(5))
+        Self::from_parts(reqwest::Client::new(), base_url).with_timeout(Duration::from_secs(5))
     }
 
-    pub fn with_timeout(base_url: impl Into<String>, timeout: Duration) -> Self {
-        let http = crate::keep_alive::client_builder()
+    /// What bounds each request (an acquire that waits gets its wait on top).
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.http = crate::keep_alive::client_builder()
             .timeout(timeout)
             .connect_timeout(timeout.min(Duration::from_secs(2)))
             .build()
             .unwrap_or_else(|_| reqwest::Client::new());
-        Self {
-            timeout: Some(timeout),
-            ..Self::from_parts(http, base_url)
-        }
+        self.timeout = Some(timeout);
+        self
     }
 
     /// Uses an existing reqwest client (so callers can share its pool and middleware).

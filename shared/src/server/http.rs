@@ -51,6 +51,7 @@ pub fn serve(
             .configure(configure.clone())
             .default_service(web::to(not_found))
     })
+    .on_connect(super::peer::on_connect)
     .disable_signals()
     .shutdown_timeout(grace_seconds)
     .keep_alive(crate::keep_alive::SERVER_IDLE)

@@ -16,6 +16,7 @@ pub mod http;
 pub mod json;
 pub mod memory;
 pub mod paging;
+pub mod peer;
 pub mod routes;
 pub mod startup;
 pub mod wakeups;
@@ -79,18 +80,7 @@ pub fn validate_name_within(
     value: &str,
     max_chars: usize,
 ) -> Result<(), ApiError> {
-    let chars = value.chars().count();
-    let problem = if value.is_empty() {
-        Some("must not be empty".to_owned())
-    } else if chars > max_chars {
-        Some(format!(
-            "must be at most {max_chars} characters, got {chars}"
-        ))
-    } else if value.chars().any(char::is_control) {
-        Some("must not contain control characters".to_owned())
-    } else {
-        None
-    };
+    let problem = crate::schema::name_problem(value, max_chars);
     match problem {
         Some(problem) => Err(ApiError::invalid(
             ErrorCode::InvalidField,

@@ -210,6 +210,28 @@ impl NamePage {
             serde_json::Map::new(),
         )
     }
+
+    /// Answers a page whose rows are keyed by name (a map, as the counts per queue are) beside
+    /// `body`'s fields; `last` is the page's last name when another page follows, the next
+    /// page's cursor.
+    pub fn respond_keyed<T: Serialize>(
+        &self,
+        request: &HttpRequest,
+        (key, rows): (&str, &T),
+        last: Option<&str>,
+        query: &[(&str, Option<&str>)],
+        body: serde_json::Map<String, serde_json::Value>,
+    ) -> HttpResponse {
+        answer(
+            request,
+            (key, rows),
+            last.map(crate::percent::encode),
+            self.limit,
+            self.order,
+            query,
+            body,
+        )
+    }
 }
 
 /// `limit` defaults to [`DEFAULT_PAGE`] and is capped at [`MAX_PAGE`]; below 1 it is refused.
@@ -234,9 +256,9 @@ fn invalid_cursor() -> ApiError {
 }
 
 /// `{"<key>": rows, "nextCursor": next}`, with `next` also in `X-Next-Cursor` and `Link`.
-fn answer<T: Serialize>(
+fn answer<T: Serialize + ?Sized>(
     request: &HttpRequest,
-    (key, rows): (&str, &[T]),
+    (key, rows): (&str, &T),
     next: Option<String>,
     limit: i64,
     order: Order,

@@ -60,6 +60,8 @@ pub struct TaskClient {
     http: reqwest::Client,
     /// What bounds each request; a claim that waits gets its wait on top.
     timeout: Duration,
+    /// Sent as `Authorization: Bearer ...` (through `http`'s default headers).
+    bearer: Option<crate::api::Secret>,
     urls: Vec<String>,
     current: AtomicUsize,
 }
@@ -79,24 +81,36 @@ impl Answer {
 }
 
 impl TaskClient {
-    /// `urls` without trailing slashes; `timeout` bounds each request; `token`, if any, is sent
-    /// as a bearer token with every request.
-    pub fn new(
-        urls: Vec<String>,
-        timeout: Duration,
-        token: Option<&crate::api::Secret>,
-    ) -> Result<Self, reqwest::Error> {
-        let http = crate::keep_alive::client_builder()
-            .default_headers(crate::api::Secret::bearer_headers(token))
-            .timeout(timeout)
-            .connect_timeout(timeout.min(Duration::from_secs(2)))
-            .build()?;
-        Ok(Self {
-            http,
+    /// A client of the task-service replicas at `urls` (a call that fails transiently moves the
+    /// client on to the next), with a 5-second timeout per request and no token: the shape of
+    /// [`crate::LeaseClient::new`], set further by the same `with_` methods.
+    pub fn new<S: Into<String>>(urls: impl IntoIterator<Item = S>) -> Self {
+        let timeout = Duration::from_secs(5);
+        Self {
+            http: http_client(timeout, None),
             timeout,
-            urls,
+            bearer: None,
+            urls: urls
+                .into_iter()
+                .map(|url| url.into().trim_end_matches('/').to_owned())
+                .collect(),
             current: AtomicUsize::new(0),
-        })
+        }
+    }
+
+    /// What bounds each request (a claim that waits gets its wait on top).
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self.http = http_client(timeout, self.bearer.as_ref());
+        self
+    }
+
+    /// Sends `token` as a bearer token with every request (a token with the role each route
+    /// needs, when task-service's `AUTH_TOKENS` is set). `None` or an empty token sends none.
+    pub fn with_bearer_token(mut self, token: Option<&str>) -> Self {
+        self.bearer = token.filter(|t| !t.is_empty()).map(crate::api::Secret::new);
+        self.http = http_client(self.timeout, self.bearer.as_ref());
+        self
     }
 
     /// The URL the next call goes to.
@@ -167,6 +181,17 @@ impl TaskClient {
         }
         result
     }
+}
+
+/// The HTTP client of a [`TaskClient`]: its timeout, and its token in every request's headers.
+/// Building one fails only where TLS cannot start; the plain client then still serves HTTP.
+fn http_client(timeout: Duration, bearer: Option<&crate::api::Secret>) -> reqwest::Client {
+    crate::keep_alive::client_builder()
+        .default_headers(crate::api::Secret::bearer_headers(bearer))
+        .timeout(timeout)
+        .connect_timeout(timeout.min(Duration::from_secs(2)))
+        .build()
+        .unwrap_or_else(|_| reqwest::Client::new())
 }
 
 #[cfg(test)]

@@ -4,6 +4,8 @@
 //! The generator creates through here with its `generator_fence`; the command line uses all of
 //! it.
 
+use std::collections::BTreeMap;
+
 use super::{CallError, TaskClient};
 use crate::generator::{GeneratorSettings, GeneratorStatus, StartGenerator};
 use crate::percent;
@@ -175,11 +177,41 @@ impl TaskClient {
         .read("a listing")
     }
 
-    /// `GET /api/tasks/counts`.
+    /// `GET /api/tasks/counts`: the first page of queues, and the total over every queue.
     pub async fn counts(&self) -> Result<TaskCounts, CallError> {
-        self.send(reqwest::Method::GET, "/api/tasks/counts", &[], None::<&()>)
+        self.counts_page(None).await
+    }
+
+    /// `GET /api/tasks/counts?cursor=`: the page of queues after `cursor` (a previous page's
+    /// `next_cursor`), and the total over every queue.
+    pub async fn counts_page(&self, cursor: Option<&str>) -> Result<TaskCounts, CallError> {
+        let query: Vec<(&str, String)> = cursor
+            .map(|cursor| ("cursor", cursor.to_owned()))
+            .into_iter()
+            .collect();
+        self.send(
+            reqwest::Method::GET,
+            "/api/tasks/counts",
+            &query,
+            None::<&()>,
+        )
+        .await?
+        .read("the counts")
+    }
+
+    /// `GET /api/tasks/counts?queue=`: one queue's counts (zeros for a queue with no task).
+    pub async fn queue_counts(&self, queue: &str) -> Result<BTreeMap<String, i64>, CallError> {
+        let query = [("queue", queue.to_owned())];
+        let counts: TaskCounts = self
+            .send(
+                reqwest::Method::GET,
+                "/api/tasks/counts",
+                &query,
+                None::<&()>,
+            )
             .await?
-            .read("the counts")
+            .read("the counts")?;
+        Ok(counts.total)
     }
 
     /// `POST /api/tasks/{id}/cancel`: a pending task ends now, a running one at its next

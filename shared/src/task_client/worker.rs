@@ -383,15 +383,8 @@ mod tests {
     #[tokio::test]
     async fn transient_failures_rotate_urls() {
         // Nothing listens on port 1 or 2 of localhost.
-        let client = TaskClient::new(
-            vec![
-                "http://127.0.0.1:1".to_owned(),
-                "http://127.0.0.1:2".to_owned(),
-            ],
-            Duration::from_millis(500),
-            None,
-        )
-        .unwrap();
+        let client = TaskClient::new(["http://127.0.0.1:1", "http://127.0.0.1:2"])
+            .with_timeout(Duration::from_millis(500));
         assert_eq!(client.current_url(), "http://127.0.0.1:1");
         let err = client.heartbeat(1, "w", Some(1)).await.unwrap_err();
         assert!(matches!(err, CallError::Transient(_)), "{err}");

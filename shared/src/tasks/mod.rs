@@ -16,6 +16,15 @@ pub use work::{
 };
 
 pub use crate::schema::{MAX_KEY_CHARS, MAX_QUEUE_CHARS};
+
+/// Largest `taskData` (and `taskOutput`) task-service stores, serialised: task-service refuses
+/// more, and the worker's exec mode cuts a command's output to fit.
+pub const MAX_DATA_BYTES: usize = 64 * 1024;
+
+/// Longest failure message task-service keeps (a fail's `error`), in characters; it drops the
+/// rest. The worker cuts its messages to fit, so that what it marks as cut, or keeps of a
+/// command's stderr, is what is stored.
+pub const MAX_ERROR_CHARS: usize = 1024;
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
@@ -180,12 +189,16 @@ pub struct OneTask {
     pub task: Task,
 }
 
-/// `GET /api/tasks/counts`: per queue, and in all, the number of tasks in each status (every
-/// status named, zeros included).
+/// `GET /api/tasks/counts`: per queue (a page of them), and over every queue, the number of
+/// tasks in each status (every status named, zeros included).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
 pub struct TaskCounts {
     pub queues: BTreeMap<String, BTreeMap<String, i64>>,
     pub total: BTreeMap<String, i64>,
+    /// The cursor of the next page of queues; none on the last.
+    #[serde(default)]
+    pub next_cursor: Option<String>,
 }
 
 impl TaskCounts {
@@ -201,6 +214,7 @@ impl TaskCounts {
         let mut counts = TaskCounts {
             queues: BTreeMap::new(),
             total: zeros(),
+            next_cursor: None,
         };
         for (queue, status, count) in rows {
             let per_queue = counts.queues.entry(queue.to_owned()).or_insert_with(zeros);

@@ -1,5 +1,11 @@
 //! A worker's requests: claim, heartbeat, complete (one, or many with the next claim), fail
 //! and snooze, and their answers.
+//!
+//! The sample's worker sends claim, heartbeat and single-complete bodies, and the sample's
+//! server ignored fields it did not know: those three stay lenient. Every other body refuses an
+//! unknown field (400 `invalid_field`, the message naming it), since a misspelt field there is a
+//! check the client meant and never got: `"fencing"` for `"fence"` completes whatever claim
+//! is current, `"nxt"` completes without claiming.
 
 use serde::{Deserialize, Serialize};
 
@@ -57,6 +63,7 @@ pub struct CompleteTask {
 /// transaction and one lease-service call). Each is judged as `PUT /{id}/complete` would judge
 /// it alone.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct CompleteTasks {
     #[schema(value_type = crate::schema::Name)]
     pub processor: String,
@@ -89,6 +96,7 @@ pub struct ClaimNext {
 
 /// One completion of a [`CompleteTasks`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct CompleteItem {
     #[serde(deserialize_with = "crate::integers::integer")]
     pub id: i64,
@@ -141,6 +149,7 @@ pub struct ItemResult {
 
 /// `PUT /api/tasks/{id}/fail`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct FailTask {
     #[schema(value_type = crate::schema::Name)]
     pub processor: String,
@@ -163,6 +172,7 @@ pub const MAX_SNOOZE_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
 /// `PUT /api/tasks/{id}/snooze`: the task's worker puts it back to pending, due in `seconds`
 /// (0 to [`MAX_SNOOZE_SECONDS`]), without charging the attempt, and its lease is released.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct SnoozeTask {
     #[schema(value_type = crate::schema::Name)]
     pub processor: String,

@@ -55,8 +55,9 @@ pub(super) async fn generator_start(
     state: State,
     body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
-    // No body, and a JSON `null`, change nothing.
-    let change: StartGenerator = if body.iter().all(u8::is_ascii_whitespace) {
+    // No body (the sample's start), and a JSON `null`, change nothing. A body of whitespace
+    // alone is not JSON, and is refused as such.
+    let change: StartGenerator = if body.is_empty() {
         StartGenerator::default()
     } else {
         leasehold::strict::from_slice::<Option<StartGenerator>>(&body)

@@ -14,7 +14,7 @@ use std::time::Duration;
 use actix_web::{HttpResponse, web};
 use leasehold::api::ErrorBody;
 use leasehold::server::ApiError;
-use leasehold::server::auth::Role;
+use leasehold::server::auth::{Auth, Role};
 use leasehold::server::db;
 use leasehold::server::http::{Probe, extractors, metrics_response, ready};
 
@@ -28,17 +28,22 @@ pub const MAX_BODY_BYTES: usize = 256 * 1024;
 /// Largest body of `POST /api/tasks/batch`: 1,000 tasks of about 16 KiB each.
 pub const MAX_BATCH_BODY_BYTES: usize = 16 * 1024 * 1024;
 
-/// Mounts every route (see [`routes`]). The caller adds the [`crate::state::AppState`] and the
-/// [`leasehold::server::auth::Auth`] as app data.
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    extractors(cfg, MAX_BODY_BYTES);
-    routes()
-        .body_limit("/api/tasks/batch", MAX_BATCH_BODY_BYTES)
-        // One body for the three bulk operations; each takes its own statuses.
-        .narrow("retry_many", "status", &["dead", "cancelled"])
-        .narrow("cancel_many", "status", &["pending", "running"])
-        .narrow("delete_many", "status", &["succeeded", "dead", "cancelled"])
-        .mount(cfg);
+/// What mounts every route (see [`routes`]), documented as `auth` locks them. The caller adds
+/// the [`crate::state::AppState`] and `auth` as app data.
+pub fn configure(auth: &Auth) -> impl Fn(&mut web::ServiceConfig) + Clone + Send + 'static {
+    let routes = std::sync::Arc::new(
+        routes()
+            .body_limit("/api/tasks/batch", MAX_BATCH_BODY_BYTES)
+            // One body for the three bulk operations; each takes its own statuses.
+            .narrow("retry_many", "status", &["dead", "cancelled"])
+            .narrow("cancel_many", "status", &["pending", "running"])
+            .narrow("delete_many", "status", &["succeeded", "dead", "cancelled"])
+            .with_auth(auth),
+    );
+    move |cfg| {
+        extractors(cfg, MAX_BODY_BYTES);
+        routes.mount(cfg);
+    }
 }
 
 // Every route, once: what serves it and what documents it (`GET /api/openapi.json`). Each

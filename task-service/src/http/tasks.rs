@@ -4,6 +4,7 @@
 use actix_web::{HttpResponse, web};
 use leasehold::api::ErrorBody;
 use leasehold::server::db;
+use leasehold::server::peer::Peer;
 use leasehold::server::{ApiError, Json};
 use leasehold::tasks::{
     BulkResult, BulkTasks, ClaimAnswer, ClaimTasks, CompleteTask, CompleteTasks, CompletedTasks,
@@ -93,8 +94,13 @@ pub(super) async fn create_many(
         (status = 409, description = "`lease_lost`, `lease_expired`, `lease_revoked`: the worker lease the claim names is no longer held", body = ErrorBody),
     )
 )]
-pub(super) async fn next(state: State, body: Json<ClaimTasks>) -> Result<HttpResponse, ApiError> {
-    let mut claimed = tasks::claim(&state.claims, &state.engine, &body).await?;
+pub(super) async fn next(
+    state: State,
+    body: Json<ClaimTasks>,
+    client: Peer,
+) -> Result<HttpResponse, ApiError> {
+    let groups = (&state.claims, &state.pool);
+    let mut claimed = tasks::claim(groups, &state.engine, &body, &client).await?;
     Ok(match (claimed.is_empty(), body.limit.is_some()) {
         (true, _) => HttpResponse::Ok().json(NoTask {
             message: "No tasks available".to_owned(),
@@ -123,9 +129,12 @@ pub(super) async fn next(state: State, body: Json<ClaimTasks>) -> Result<HttpRes
 pub(super) async fn complete_many(
     state: State,
     body: Json<CompleteTasks>,
+    client: Peer,
 ) -> Result<HttpResponse, ApiError> {
     if let Some(next) = &body.next {
-        let answer = tasks::complete_then_claim(&state.claims, &state.engine, &body, next).await?;
+        let groups = (&state.claims, &state.pool);
+        let answer =
+            tasks::complete_then_claim(groups, &state.engine, &body, next, &client).await?;
         return Ok(HttpResponse::Ok().json(answer));
     }
     let mut conn = db::connection(&state.pool).await?;

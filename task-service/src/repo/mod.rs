@@ -44,7 +44,8 @@ pub use queues::{
 };
 pub use read::{
     OldestDue, Processor, QueueCount, QueueMoves, TaskEvent, TaskFilter, ThroughputBucket, counts,
-    counts_of, events, find, list, oldest_due, oldest_due_of, processors, throughput,
+    counts_of, events, find, list, oldest_due, oldest_due_of, processors, status_totals,
+    throughput,
 };
 pub use retention::{prune_history, sweep};
 pub use rollup::{

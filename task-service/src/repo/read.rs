@@ -157,6 +157,21 @@ pub async fn counts(conn: &mut Db) -> Result<Vec<QueueCount>> {
     .await
 }
 
+/// The number of tasks in each status, over every queue: the total beside a page of
+/// [`counts_of`].
+pub async fn status_totals(conn: &mut Db) -> Result<Vec<QueueCount>> {
+    let span = leasehold::db_span!("SELECT", "tasks");
+    async move {
+        diesel::sql_query(
+            "SELECT ''::text AS queue, status, count(*) AS count FROM tasks GROUP BY status",
+        )
+        .load(conn)
+        .await
+    }
+    .instrument(span)
+    .await
+}
+
 /// [`counts`] of the named queues only: one index range each of `tasks_queue_status_idx` (the
 /// tasks not running) and `tasks_running_idx` (the running ones).
 pub async fn counts_of(conn: &mut Db, queues: &[String]) -> Result<Vec<QueueCount>> {

@@ -7,10 +7,13 @@
 //! wait for work to come.
 
 use leasehold::server::ApiError;
+use leasehold::server::db::DbPool;
+use leasehold::server::peer::Peer;
 use leasehold::tasks::{ClaimNext, CompleteTasks, CompletedTasks, ItemError};
 use tracing::field::Empty;
 
 use super::complete::{checked, item_results};
+use super::hand_back::hand_back;
 use super::next::{answered, submit, want_of};
 use super::{ClaimGroups, span_ids as ids};
 use crate::context::Context;
@@ -23,10 +26,11 @@ use crate::context::Context;
     task.claimed = Empty,
 ))]
 pub async fn complete_then_claim(
-    claims: &ClaimGroups,
+    (claims, pool): (&ClaimGroups, &DbPool),
     engine: &Context,
     request: &CompleteTasks,
     next: &ClaimNext,
+    client: &Peer,
 ) -> Result<CompletedTasks, ApiError> {
     let completions = checked(request)?;
     let span = tracing::Span::current();
@@ -41,6 +45,12 @@ pub async fn complete_then_claim(
     let claimed = submit(claims, next.queue.clone(), want).await?;
     let results = item_results(engine, &completions, claimed.completed).await;
     let (claimed, claim_refused) = match claimed.tasks {
+        // The client gave up on the answer (a timeout on a slow commit): its completions
+        // stand, as they would have had the answer been lost on its way; the tasks go back.
+        Ok(rows) if client.is_gone() && !rows.is_empty() => {
+            hand_back(pool, engine, rows).await;
+            (Vec::new(), None)
+        }
         Ok(rows) => {
             span.record("task.claimed", ids(rows.iter().map(|row| row.id)));
             (answered(engine, rows, None), None)

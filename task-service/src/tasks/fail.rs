@@ -8,9 +8,9 @@ use tracing::field::Empty;
 
 use super::Transition;
 use super::owner::{finish, owned, prove_end};
-use super::validate::MAX_ERROR_BYTES;
 use crate::context::Context;
 use crate::repo::{self, Db};
+use leasehold::tasks::MAX_ERROR_CHARS;
 
 #[tracing::instrument(name = "fail task", skip_all, fields(
     task.id = id,
@@ -31,7 +31,7 @@ pub async fn fail(
         .error
         .chars()
         .filter(|c| *c != '\0')
-        .take(MAX_ERROR_BYTES / 4)
+        .take(MAX_ERROR_CHARS)
         .collect();
     let processor = request.processor.as_str();
     let outcome = conn

@@ -23,6 +23,7 @@
 //!   transaction with the claim;
 //! * `cover`: the lease that covers a claim (the task's own, or its worker process's), and its
 //!   check;
+//! * `hand_back`: tasks claimed for a client that left before its answer, back to pending;
 //! * `groups`: how claims and completions are gathered into groups (built once, the same way);
 //! * `heartbeat`, `fail`, `snooze`, `cancel`, `retry`: one transition each, and `owner`, the
 //!   ownership check they share;
@@ -45,6 +46,7 @@ mod create;
 pub mod create_many;
 mod fail;
 mod groups;
+mod hand_back;
 mod heartbeat;
 mod limits;
 mod next;
@@ -75,7 +77,7 @@ pub use groups::{
 };
 pub use heartbeat::heartbeat;
 pub use next::{WAKEUP_CHANNEL, claim, want};
-pub use read::{counts, events, get, overview};
+pub use read::{counts, events, get};
 pub use ready::ready;
 pub use retry::retry;
 pub use snooze::snooze;

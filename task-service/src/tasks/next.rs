@@ -7,6 +7,8 @@
 use std::time::Duration;
 
 use leasehold::ErrorCode;
+use leasehold::server::db::DbPool;
+use leasehold::server::peer::Peer;
 use leasehold::server::{ApiError, validate_name, validate_name_within};
 use leasehold::tasks::{ClaimTasks, MAX_CLAIM, MAX_CLAIM_WAIT_MS, MAX_QUEUE_CHARS, Task};
 use leasehold::workers::ClaimantLease;
@@ -14,6 +16,7 @@ use tokio::time::Instant;
 use tracing::field::Empty;
 
 use super::claim::{Claimed, Want};
+use super::hand_back::hand_back;
 use super::{ClaimGroups, to_api};
 use crate::context::Context;
 use crate::repo::TaskRow;
@@ -85,9 +88,10 @@ pub fn want_of(
 /// Claims due tasks for one request, in a group with the claims that arrive with it. With
 /// nothing due and a wait asked for, it waits for news of a task of its queue (or looks again
 /// every [`Wakeups::recheck`](leasehold::server::wakeups::Wakeups::recheck), should news be
-/// lost) and claims again, until it gets tasks, the wait ends
-/// or the service stops. Each answer carries the task lease's TTL (the engine's), so that the
-/// worker counts its deadline from what task-service asked lease-service for.
+/// lost) and claims again, until it gets tasks, the wait ends, the service stops, or its client
+/// leaves: a client gone by the time its tasks are taken gets them handed back at once
+/// ([`hand_back`]). Each answer carries the task lease's TTL (the engine's), so that the worker
+/// counts its deadline from what task-service asked lease-service for.
 #[tracing::instrument(name = "claim tasks", skip_all, fields(
     task.processor = %request.processor,
     task.queue = request.queue.as_deref().unwrap_or(""),
@@ -96,9 +100,10 @@ pub fn want_of(
     task.fence = Empty,
 ))]
 pub async fn claim(
-    claims: &ClaimGroups,
+    (claims, pool): (&ClaimGroups, &DbPool),
     engine: &Context,
     request: &ClaimTasks,
+    client: &Peer,
 ) -> Result<Vec<Task>, ApiError> {
     let (want, wait) = want(request)?;
     let arrived = Instant::now();
@@ -112,9 +117,21 @@ pub async fn claim(
         let Some(ticket) = ticket.filter(|_| claimed.0.is_empty() && now < deadline) else {
             break claimed;
         };
-        if !engine.wakeups.wait(ticket, deadline).await {
+        // A client that leaves while its claim waits takes nothing: the wait ends with it.
+        let woken = tokio::select! {
+            woken = engine.wakeups.wait(ticket, deadline) => woken,
+            () = client.gone() => false,
+        };
+        if !woken || client.is_gone() {
             break claimed;
         }
+    };
+    // It left while the round that took these ran: nobody will run them.
+    let claimed = if client.is_gone() && !claimed.is_empty() {
+        hand_back(pool, engine, claimed).await;
+        Vec::new()
+    } else {
+        claimed
     };
     let span = tracing::Span::current();
     if let [row] = claimed.as_slice() {

@@ -10,10 +10,8 @@ use leasehold::tasks::{CreateTask, MAX_QUEUE_CHARS};
 use crate::context::Context;
 use crate::repo::NewTask;
 
-/// Largest `task_data` (and `task_output`), serialised.
-pub const MAX_DATA_BYTES: usize = 64 * 1024;
+pub use leasehold::tasks::MAX_DATA_BYTES;
 pub(crate) use leasehold::tasks::MAX_KEY_CHARS;
-pub(super) const MAX_ERROR_BYTES: usize = 4096;
 const PRIORITY_RANGE: std::ops::RangeInclusive<i32> = -1000..=1000;
 
 /// What a create asks to store, checked, with its defaults filled in. A schedule's definition

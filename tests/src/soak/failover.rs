@@ -210,7 +210,8 @@ async fn ledger_client(
     lease_url: String,
     stop: CancellationToken,
 ) -> Ledger {
-    let leases = LeaseClient::with_timeout(lease_url, Duration::from_secs(3))
+    let leases = LeaseClient::new(lease_url)
+        .with_timeout(Duration::from_secs(3))
         .with_bearer_token(Some(tokens::GENERATOR));
     let producer = client_with(&task_url, tokens::PRODUCER);
     let worker = client_with(&task_url, tokens::WORKER);

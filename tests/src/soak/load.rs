@@ -169,7 +169,7 @@ pub(super) async fn operator_until_ok(base: &str, call: &OperatorCall, timeout: 
 /// runs whose limited queue, three slots under a rate limit, held a backlog of its own making:
 /// every worker fault holds its slots until the task's lease runs out.)
 pub(super) async fn drain(task_url: &str, stall: Duration, cap: Duration) -> Option<Duration> {
-    let tasks = TaskClient::new(vec![task_url.to_owned()], Duration::from_secs(2), None).unwrap();
+    let tasks = TaskClient::new([task_url]).with_timeout(Duration::from_secs(2));
     let start = Instant::now();
     let mut last_progress = Instant::now();
     let mut ended = 0;

@@ -12,7 +12,7 @@
 //! every interleaving.
 //!
 //! Run it long with `cargo run -p tests --bin soak -- --help` (after
-//! `cargo build --workspace --bins`); `tests/tests/soak.rs` runs the short CI mode.
+//! `cargo build --workspace --bins`); `tests/tests/suite/soak.rs` runs the short CI mode.
 //!
 //! Layout: `options` says what to run; `stack` starts the processes and picks a fault's
 //! targets; `faults` draws the schedule and injects each fault; `load` is the soak's own
@@ -66,12 +66,9 @@ mod tokens {
 
 /// A task-service client of `task_url` that sends `token` with every request.
 fn client_with(task_url: &str, token: &str) -> leasehold::TaskClient {
-    leasehold::TaskClient::new(
-        vec![task_url.to_owned()],
-        Duration::from_secs(2),
-        Some(&leasehold::api::Secret::new(token)),
-    )
-    .unwrap()
+    leasehold::TaskClient::new([task_url])
+        .with_timeout(Duration::from_secs(2))
+        .with_bearer_token(Some(token))
 }
 
 /// Runs a soak and returns its summary; it does not assert anything itself.
@@ -203,6 +200,13 @@ pub async fn run(options: SoakOptions) -> Summary {
     }
     let report = checker::check(&stack.lease_db, Some(&stack.task_db), true).await;
     let lost = missing_tasks(&stack.task_db, &produced).await;
+    let by_exec = crate::query(
+        &stack.task_db,
+        "SELECT count(*) AS n FROM tasks WHERE status = 'succeeded' AND task_output->>'by' = 'sh'",
+    )
+    .await[0]["n"]
+        .as_u64()
+        .unwrap_or(0) as usize;
     let lost_at: Vec<(String, Instant)> = produced
         .iter()
         .filter(|created| lost.contains(&created.id))
@@ -237,6 +241,7 @@ pub async fn run(options: SoakOptions) -> Summary {
         faults,
         fault_errors,
         produced: produced.len(),
+        by_exec,
         lost,
         drained_in,
         left,

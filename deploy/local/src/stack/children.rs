@@ -174,7 +174,9 @@ impl Stack {
             hurry = stop_together(&mut now, signals).await;
         }
         if let Some(pg) = self.postgres.take() {
-            tracing::info!("stopping PostgreSQL");
+            tracing::info!(
+                "stopping PostgreSQL (with a checkpoint, so that its next start recovers nothing)"
+            );
             match tokio::task::spawn_blocking(move || pg.stop()).await {
                 Ok(Ok(())) => {}
                 Ok(Err(error)) => tracing::error!("{error}"),

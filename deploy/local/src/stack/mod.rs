@@ -53,7 +53,7 @@ pub const DEFAULT_WORKERS: u16 = 2;
 pub const DEFAULT_WORKER_CONCURRENCY: u16 = 8;
 /// What a started generator makes until told otherwise: task-service's defaults (its
 /// `generator_settings` migration), restated here for the banner and for sizing the workers
-/// above; `tests/tests/local_stack.rs` checks them against a fresh task-service.
+/// above; `tests/tests/suite/local_stack.rs` checks them against a fresh task-service.
 pub const GENERATOR_DEFAULT_RATE_PER_SECOND: f64 = 1.0;
 /// The shortest and longest sleep of a generated task, by default.
 pub const GENERATOR_DEFAULT_SLEEP_SECONDS: (f64, f64) = (1.0, 10.0);
@@ -122,7 +122,14 @@ pub async fn run(config: StackConfig) -> ExitCode {
             ExitCode::FAILURE
         }
     };
+    let stopping = std::time::Instant::now();
     stack.shutdown(&mut signals).await;
+    // The last line a person sees: without it, a log ending at "stopping PostgreSQL" reads as a
+    // hang.
+    tracing::info!(
+        took_ms = u64::try_from(stopping.elapsed().as_millis()).unwrap_or(u64::MAX),
+        "stopped; nothing of the stack is left running"
+    );
     exit
 }
 

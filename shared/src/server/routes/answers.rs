@@ -139,25 +139,36 @@ pub(super) fn add_paging_headers(operation: &mut Operation) {
     );
 }
 
-pub(super) fn add_answers(operation: &mut Operation, role: Option<Role>) {
+/// Adds the answers every route shares to `operation`, served to `role` (a write) or to anyone
+/// (a read); `locked`: the service checks bearer tokens.
+pub(super) fn add_answers(operation: &mut Operation, role: Option<Role>, locked: bool) {
     add_paging_headers(operation);
     let mut answers: Vec<(&str, String)> = Vec::new();
-    if let Some(role) = role {
-        operation.security = Some(vec![SecurityRequirement::new(BEARER, [role.name()])]);
-        answers.push((
-            "401",
-            "`unauthorized`: no bearer token, a malformed one, or one the service does not know \
-             (with `WWW-Authenticate: Bearer`); only when the service runs with `AUTH_TOKENS`"
-                .to_owned(),
-        ));
-        answers.push((
+    match role {
+        Some(role) if locked => {
+            operation.security = Some(vec![SecurityRequirement::new(BEARER, [role.name()])]);
+            answers.push((
+                "401",
+                "`unauthorized`: no bearer token, a malformed one, or one the service does not \
+                 know (with `WWW-Authenticate: Bearer`)"
+                    .to_owned(),
+            ));
+            answers.push((
+                "403",
+                format!(
+                    "`forbidden`: a token without the `{}` role; `origin_not_allowed`: a \
+                     browser's write from an origin `CORS_ALLOWED_ORIGINS` does not name",
+                    role.name()
+                ),
+            ));
+        }
+        Some(_) => answers.push((
             "403",
-            format!(
-                "`forbidden`: a token without the `{}` role; `origin_not_allowed`: a browser's \
-                 write from an origin `CORS_ALLOWED_ORIGINS` does not name",
-                role.name()
-            ),
-        ));
+            "`origin_not_allowed`: a browser's write from an origin `CORS_ALLOWED_ORIGINS` does \
+             not name"
+                .to_owned(),
+        )),
+        None => {}
     }
     let has_body = operation.request_body.is_some();
     let has_parameters = operation

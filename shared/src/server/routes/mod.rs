@@ -61,6 +61,9 @@ pub struct Routes {
     endpoints: Vec<(String, Method, Endpoint)>,
     /// Paths whose bodies may be larger than the service's limit, and their own limit.
     body_limits: BTreeMap<String, usize>,
+    /// Whether the service runs with `AUTH_TOKENS`: only then does its document ask for a
+    /// token, and answer 401 and 403 `forbidden`.
+    locked: bool,
 }
 
 impl Routes {
@@ -102,13 +105,20 @@ impl Routes {
                 .unwrap_or_else(|| panic!("{}: no operation of that id", endpoint.id));
             located.push((path, method, endpoint));
         }
-        let mut routes = Routes {
+        Routes {
             document,
             endpoints: located,
             body_limits: BTreeMap::new(),
-        };
-        routes.add_shared_answers();
-        routes
+            locked: true,
+        }
+    }
+
+    /// Documents the routes as the service runs them: with `auth` open (no `AUTH_TOKENS`), no
+    /// route asks for a bearer token, nor answers 401 or 403 `forbidden`; a client generated
+    /// from the document, or a fuzzer reading it, sees the service it talks to.
+    pub fn with_auth(mut self, auth: &super::auth::Auth) -> Self {
+        self.locked = !auth.is_open();
+        self
     }
 
     /// Bounds `field` of component `schema` to `min..=max`: a bound the service takes from its
@@ -147,7 +157,7 @@ impl Routes {
     /// 405 `method_not_allowed` to any method its operations do not name.
     pub fn mount(&self, cfg: &mut web::ServiceConfig) {
         let json: std::sync::Arc<str> = self
-            .document
+            .document()
             .to_json()
             .unwrap_or_else(|err| panic!("the OpenAPI document as JSON: {err}"))
             .into();
@@ -280,21 +290,23 @@ impl Routes {
             .join("/")
     }
 
-    /// The OpenAPI document of these routes.
-    pub fn document(&self) -> &OpenApi {
-        &self.document
+    /// The OpenAPI document of these routes, with what every route shares.
+    pub fn document(&self) -> OpenApi {
+        let mut document = self.document.clone();
+        self.add_shared_answers(&mut document);
+        document
     }
 
     /// What every route shares, written into its operation: the bearer token and the role a
     /// locked route needs, with its 401 and 403; the refusals of a body the route cannot read;
     /// and the 503 of a dependency down and the 500 of a bug, which any route may give.
-    fn add_shared_answers(&mut self) {
+    fn add_shared_answers(&self, document: &mut OpenApi) {
         let roles: BTreeMap<String, Option<Role>> = self
             .endpoints
             .iter()
             .map(|(_, _, endpoint)| (endpoint.id.to_owned(), endpoint.role))
             .collect();
-        let mut components = self.document.components.take().unwrap_or_default();
+        let mut components = document.components.take().unwrap_or_default();
         // The schemas of what every service serves besides its own routes.
         let mut shared = Vec::new();
         <super::http::__path_healthz as utoipa::__dev::SchemaReferences>::schemas(&mut shared);
@@ -306,16 +318,18 @@ impl Routes {
         for (name, schema) in shared {
             components.schemas.entry(name).or_insert(schema);
         }
-        components.security_schemes.insert(
-            BEARER.to_owned(),
-            RefOr::T(SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer))),
-        );
-        self.document.components = Some(components);
-        for item in self.document.paths.paths.values_mut() {
+        if self.locked {
+            components.security_schemes.insert(
+                BEARER.to_owned(),
+                RefOr::T(SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer))),
+            );
+        }
+        document.components = Some(components);
+        for item in document.paths.paths.values_mut() {
             for operation in operations_mut(item) {
                 let id = operation.operation_id.clone().unwrap_or_default();
                 let role = roles.get(&id).copied().flatten();
-                add_answers(operation, role);
+                add_answers(operation, role, self.locked);
             }
         }
     }

@@ -26,12 +26,8 @@ impl NodeState {
 impl Formation {
     /// The monitor's view of the data nodes, in node order.
     pub async fn states(&self) -> Result<Vec<NodeState>, PgError> {
-        let url = format!(
-            "postgres://autoctl_node@127.0.0.1:{}/pg_auto_failover",
-            self.monitor.port
-        );
         let rows = simple_query(
-            &url,
+            &self.monitor_url(),
             "SELECT nodename, nodeport, reportedstate, goalstate, reportedtli \
              FROM pgautofailover.node ORDER BY nodeid",
         )
@@ -46,6 +42,15 @@ impl Formation {
                 timeline: row[4].parse().unwrap_or(0),
             })
             .collect())
+    }
+
+    /// The monitor's database, as the keepers reach it: for a test that reads more of the
+    /// monitor's view than [`Formation::states`] gives (its report and health-check times).
+    pub fn monitor_url(&self) -> String {
+        format!(
+            "postgres://autoctl_node@127.0.0.1:{}/pg_auto_failover",
+            self.monitor.port
+        )
     }
 
     /// Index of the node the monitor has settled as primary, if one has.

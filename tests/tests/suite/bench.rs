@@ -31,7 +31,7 @@ async fn the_quick_benchmark_produces_every_figure() {
     let peers = report.skipped.is_empty();
     assert_eq!(
         sections.len(),
-        12 + usize::from(peers),
+        13 + usize::from(peers),
         "{sections:?} {:?}",
         report.skipped
     );
@@ -55,12 +55,17 @@ async fn the_quick_benchmark_produces_every_figure() {
     // writing WAL in some write transaction, and PostgreSQL working for it.
     assert_eq!(
         report.costs.len(),
-        2 + 2 * usize::from(peers),
+        2 + 3 + 2 * usize::from(peers),
         "{:?}",
         report.costs
     );
     for cost in &report.costs {
-        assert_eq!(cost.tasks, options.e2e_tasks, "{cost:?}");
+        let ran = if cost.run.contains("per task") {
+            options.work_tasks
+        } else {
+            options.e2e_tasks
+        };
+        assert_eq!(cost.tasks, ran, "{cost:?}");
         assert!(cost.wal_bytes_per_task > 0.0, "{cost:?}");
         assert!(cost.write_transactions_per_task > 0.0, "{cost:?}");
         assert!(cost.cpu_ms_per_1000[0].1 > 0.0, "{cost:?}");
@@ -93,12 +98,54 @@ async fn the_quick_benchmark_produces_every_figure() {
         let runs = report
             .figures
             .iter()
-            .filter(|f| f.section.starts_with("peers") && f.name.contains('→'))
+            .filter(|f| {
+                f.section.starts_with("peers")
+                    && f.name.contains('→')
+                    && !f.name.contains("idle pickup")
+            })
             .collect::<Vec<_>>();
         assert_eq!(runs.len(), 2, "{runs:?}");
         for figure in runs {
             assert_eq!(figure.ops, options.e2e_tasks, "{figure:?}");
         }
+        // graphile-worker's idle pickup, every sample taken, beside ours.
+        let pickup = report
+            .figures
+            .iter()
+            .find(|f| f.name.starts_with("graphile-worker idle pickup"))
+            .unwrap_or_else(|| panic!("no idle pickup of graphile-worker: {:?}", report.figures));
+        assert_eq!(pickup.ops as usize, options.pickup_samples, "{pickup:?}");
+        assert!(pickup.p99_ms > 0.0, "{pickup:?}");
+    }
+    // Work in any language: the in-process handler, a command and a push, each draining its
+    // whole backlog, with the workers' CPU per task and the ratios to the in-process handler.
+    let ways: Vec<_> = report
+        .figures
+        .iter()
+        .filter(|f| f.section.starts_with("work in any language"))
+        .collect();
+    assert_eq!(ways.len(), 3, "{ways:?}");
+    for figure in ways {
+        assert_eq!(
+            figure.ops, options.work_tasks,
+            "every task done: {figure:?}"
+        );
+        assert_eq!(figure.errors, 0, "{figure:?}");
+    }
+    for ratio in [
+        "push / in-process handler",
+        "exec / in-process handler",
+        "exec /bin/true: the workers' own CPU",
+        "exec /bin/true: the commands' own CPU",
+    ] {
+        assert!(
+            report
+                .ratios
+                .iter()
+                .any(|r| r.name.starts_with(ratio) && r.value > 0.0),
+            "{ratio}: {:?}",
+            report.ratios
+        );
     }
     // A queue limit and a key limit far above the load: each measured beside the unlimited
     // claim, with its ratio.
@@ -127,7 +174,9 @@ async fn the_quick_benchmark_produces_every_figure() {
     let e2e = report
         .figures
         .iter()
-        .filter(|f| f.name.contains("claim → complete"))
+        .filter(|f| {
+            f.name.contains("claim → complete") && !f.section.starts_with("work in any language")
+        })
         .collect::<Vec<_>>();
     assert_eq!(e2e.len(), 2);
     for figure in e2e {
@@ -155,8 +204,9 @@ async fn the_quick_benchmark_produces_every_figure() {
         + options.backlog_sizes.len() * 3
         + 2
         + (options.growth_sizes.len() - 1) * 2
-        + 2 * usize::from(peers)
-        + 3;
+        + 5 * usize::from(peers)
+        + 3
+        + 6;
     assert_eq!(report.ratios.len(), expected_ratios, "{:?}", report.ratios);
     // Claims beside the heavy reads, all served, and the reads all answered; the charts of a
     // day of history read through task-service, and the raw read they replaced.

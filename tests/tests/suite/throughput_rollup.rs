@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use serde_json::{Value, json};
+use task_service::charts::queue_series;
 use task_service::repo::QueueMoves;
-use task_service::tasks::read::queue_series;
 use tests::{Service, eventually, execute, fresh_database, metric_sum, query, synthesize_history};
 
 /// The original raw read of the charts, with buckets of whole minutes (bucket 0 holds the

@@ -7,6 +7,7 @@
 use std::collections::BTreeSet;
 
 use actix_web::web::ServiceConfig;
+use leasehold::server::auth::Auth;
 use serde_json::Value;
 use tests::{Service, Stack, tools};
 
@@ -17,17 +18,24 @@ type Configure = fn(&mut ServiceConfig);
 fn services(stack: &Stack) -> [(&'static str, &Service, Configure); 2] {
     [
         ("lease-service", &stack.leases, lease_routes),
-        ("task-service", &stack.tasks, task_service::http::configure),
+        ("task-service", &stack.tasks, task_routes),
     ]
+}
+
+fn task_routes(cfg: &mut ServiceConfig) {
+    task_service::http::configure(&Auth::open())(cfg);
 }
 
 /// lease-service's routes (the TTL bounds only change its document).
 fn lease_routes(cfg: &mut ServiceConfig) {
-    lease_service::http::configure(lease_service::leases::TtlPolicy {
-        default_seconds: 30,
-        min_seconds: 1,
-        max_seconds: 3600,
-    })(cfg);
+    lease_service::http::configure(
+        lease_service::leases::TtlPolicy {
+            default_seconds: 30,
+            min_seconds: 1,
+            max_seconds: 3600,
+        },
+        &Auth::open(),
+    )(cfg);
 }
 
 async fn document(service: &Service) -> Value {
@@ -128,6 +136,84 @@ async fn each_service_serves_a_valid_openapi_3_1_document() {
             .unwrap()
             .contains("href=\"/api/docs\"")
     );
+}
+
+/// The operations of `document` that ask for a bearer token, and those that answer 401.
+fn locked_operations(document: &Value) -> (Vec<String>, Vec<String>) {
+    let (mut secured, mut refusing) = (Vec::new(), Vec::new());
+    for (path, operations) in document["paths"].as_object().unwrap() {
+        for (method, operation) in operations.as_object().unwrap() {
+            let name = format!("{method} {path}");
+            if !operation["security"].is_null() {
+                secured.push(name.clone());
+            }
+            if !operation["responses"]["401"].is_null() {
+                refusing.push(name);
+            }
+        }
+    }
+    (secured, refusing)
+}
+
+#[tokio::test]
+async fn a_document_asks_for_a_token_only_when_its_service_checks_tokens() {
+    let open = Stack::start(&[]).await;
+    for (name, service, _) in services(&open) {
+        let document = document(service).await;
+        let (secured, refusing) = locked_operations(&document);
+        assert_eq!(
+            secured,
+            Vec::<String>::new(),
+            "{name}, open: asks for a token"
+        );
+        assert_eq!(refusing, Vec::<String>::new(), "{name}, open: answers 401");
+        assert!(
+            document["components"]["securitySchemes"].is_null(),
+            "{name}, open: {}",
+            document["components"]["securitySchemes"]
+        );
+        // A browser's write from a foreign origin is refused whether or not tokens are.
+        let create = match name {
+            "task-service" => &document["paths"]["/api/tasks"]["post"],
+            _ => &document["paths"]["/api/leases"]["post"],
+        };
+        let forbidden = create["responses"]["403"]["description"].as_str().unwrap();
+        assert!(forbidden.contains("origin_not_allowed"), "{forbidden}");
+        assert!(!forbidden.contains("`forbidden`"), "{forbidden}");
+    }
+    drop(open);
+
+    let locked = Stack::with()
+        .every_role(
+            "a-token-with-every-role-0123456789",
+            "task-service-token-0123456789",
+        )
+        .start()
+        .await;
+    for (name, service, _) in services(&locked) {
+        let document = document(service).await;
+        let (secured, refusing) = locked_operations(&document);
+        assert!(
+            !secured.is_empty(),
+            "{name}, locked: no route asks for a token"
+        );
+        assert_eq!(
+            secured, refusing,
+            "{name}: each locked route, and only those, answers 401"
+        );
+        assert!(
+            secured.iter().any(|op| op.starts_with("post ")),
+            "{name}: {secured:?}"
+        );
+        assert!(
+            secured.iter().all(|op| !op.starts_with("get ")),
+            "{name}: reads are open: {secured:?}"
+        );
+        assert_eq!(
+            document["components"]["securitySchemes"]["bearer"]["scheme"],
+            "bearer"
+        );
+    }
 }
 
 #[tokio::test]
@@ -265,4 +351,126 @@ fn without_regexes(pattern: &str) -> String {
         }
     }
     path
+}
+
+/// The codes every route may answer, whatever its document says: the front door's and the
+/// HTTP layer's (`ErrorCode`'s first group), and a path segment that does not parse.
+const ANY_ROUTE: &[&str] = &[
+    "unauthorized",
+    "forbidden",
+    "origin_not_allowed",
+    "not_found",
+    "method_not_allowed",
+    "request_timeout",
+    "length_required",
+    "payload_too_large",
+    "uri_too_long",
+    "unsupported_media_type",
+    "headers_too_large",
+    "bad_request",
+    "unavailable",
+    "internal",
+    "invalid_path",
+];
+
+/// The codes an operation's document names for `status`: the backquoted words of its
+/// description.
+fn documented_codes(operation: &Value, status: u16) -> BTreeSet<String> {
+    let description = operation["responses"][status.to_string()]["description"]
+        .as_str()
+        .unwrap_or("");
+    description
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Each route's error codes are written as text in its document's descriptions: this holds the
+/// text to the code. Every backquoted word of a refusal's description names a code that exists,
+/// and every refusal the services give to a battery of bad requests, route by route (no body, an
+/// empty object, broken JSON, an unknown parameter, ids and names that match nothing), is a code
+/// its route's description names for that status, or one any route may answer.
+#[tokio::test]
+async fn each_routes_documented_error_codes_are_the_ones_it_answers() {
+    let stack = Stack::start(&[]).await;
+    let known: BTreeSet<&str> = leasehold::ErrorCode::KNOWN
+        .iter()
+        .map(leasehold::ErrorCode::as_str)
+        .collect();
+    let mut wrong = Vec::new();
+    for (name, service, _) in services(&stack) {
+        let doc = document(service).await;
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for (method, operation) in item.as_object().unwrap() {
+                for (status, response) in operation["responses"].as_object().unwrap() {
+                    if !status.starts_with('4') && !status.starts_with('5') {
+                        continue;
+                    }
+                    let status: u16 = status.parse().unwrap();
+                    for code in documented_codes(operation, status) {
+                        // Descriptions also quote field names (`holder`, `expiresAt`).
+                        let looks_like_code = code.contains('_')
+                            && code.chars().all(|c| c.is_ascii_lowercase() || c == '_');
+                        if looks_like_code && !known.contains(code.as_str()) {
+                            wrong.push(format!(
+                                "{name} {method} {path} {status}: `{code}` is no code ({:?})",
+                                response["description"]
+                            ));
+                        }
+                    }
+                }
+                let concrete = path
+                    .split('/')
+                    .map(|segment| {
+                        if segment.starts_with('{') {
+                            "0"
+                        } else {
+                            segment
+                        }
+                    })
+                    .collect::<Vec<_>>()
+                    .join("/");
+                let method_upper = method.to_uppercase();
+                let mut answers = Vec::new();
+                for (query, content_type, body) in [
+                    ("", None, ""),
+                    ("", Some("application/json"), "{}"),
+                    ("", Some("application/json"), "{"),
+                    ("", Some("application/json"), "[]"),
+                    ("?zzz=1", None, ""),
+                ] {
+                    let answer = service
+                        .raw(
+                            &method_upper,
+                            &format!("{concrete}{query}"),
+                            content_type,
+                            body.to_owned(),
+                        )
+                        .await;
+                    answers.push((format!("{query} {body}"), answer));
+                }
+                for (sent, answer) in answers {
+                    if answer.status < 400 {
+                        continue;
+                    }
+                    let code = answer.body["code"].as_str().unwrap_or("").to_owned();
+                    if ANY_ROUTE.contains(&code.as_str())
+                        || documented_codes(operation, answer.status).contains(&code)
+                    {
+                        continue;
+                    }
+                    wrong.push(format!(
+                        "{name} {method_upper} {path} ({sent}): answered {} `{code}`, which its \
+                         document does not name for {}: {:?}",
+                        answer.status,
+                        answer.status,
+                        operation["responses"][answer.status.to_string()]["description"]
+                    ));
+                }
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }

@@ -766,7 +766,7 @@ async fn repeats_of_creates_made_before_the_requested_schedule_was_kept_are_judg
          INSERT INTO tasks ({columns}, scheduled_at, fence, attempts, last_error)
          VALUES ('{{}}', 'default', 0, 10, 'retried', now() + interval '1 minute', 1, 1, 'boom');",
         include_str!(
-            "../../task-service/migrations/2026-11-23-000106_task_requested_schedule/down.sql"
+            "../../../task-service/migrations/2026-11-23-000106_task_requested_schedule/down.sql"
         )
     ))
     .await

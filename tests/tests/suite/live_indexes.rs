@@ -76,7 +76,7 @@ async fn a_database_upgraded_to_live_indexes_answers_every_read_as_before() {
     conn.batch_execute(&format!(
         "{}
          DELETE FROM __diesel_schema_migrations WHERE version = '20261127000117';",
-        include_str!("../../task-service/migrations/2026-11-27-000117_live_indexes/down.sql")
+        include_str!("../../../task-service/migrations/2026-11-27-000117_live_indexes/down.sql")
     ))
     .await
     .unwrap();

@@ -395,24 +395,7 @@ impl Stack {
         };
         let release = async {
             if let Some(mut conn) = holder {
-                let db = self.task_db.clone();
-                eventually(
-                    Duration::from_secs(30),
-                    "both requests wait for the test's rows",
-                    || {
-                        let db = db.clone();
-                        async move {
-                            let waiting = query(
-                                &db,
-                                "SELECT count(*) AS n FROM pg_stat_activity
-                             WHERE datname = current_database() AND wait_event_type = 'Lock'",
-                            )
-                            .await;
-                            waiting[0]["n"].as_i64() == Some(2)
-                        }
-                    },
-                )
-                .await;
+                tests::until_waiting_for_locks(&self.task_db, 2).await;
                 diesel::sql_query("COMMIT")
                     .execute(&mut conn)
                     .await

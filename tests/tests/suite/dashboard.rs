@@ -321,7 +321,6 @@ async fn the_dashboard_shows_and_operates_a_live_stack() {
             t.contains("default")
         })
         .await;
-    browser.screenshot(&screenshots().join("tasks.png")).await;
     browser
         .goto(&tasks.url(&format!("/dashboard/tasks/{id}?window=3600")))
         .await;
@@ -329,6 +328,16 @@ async fn the_dashboard_shows_and_operates_a_live_stack() {
         .wait_for_text("#detail-status", Duration::from_secs(10), |s| {
             s == "succeeded"
         })
+        .await;
+    // The whole view, as the book's caption names it: a task's detail, the counts, the charts,
+    // the queues and the paged task list.
+    browser
+        .wait_for_text("#legend-queues", Duration::from_secs(10), |t| {
+            t.contains("default")
+        })
+        .await;
+    browser
+        .screenshot_page(&screenshots().join("tasks.png"))
         .await;
     let window = browser
         .execute(
@@ -361,7 +370,9 @@ async fn the_dashboard_shows_and_operates_a_live_stack() {
             |t| t == "1 / 1",
         )
         .await;
-    browser.screenshot(&screenshots().join("workers.png")).await;
+    browser
+        .screenshot_page(&screenshots().join("workers.png"))
+        .await;
 
     // Generator: without a token the start is refused and nothing changes; with the operator's
     // token it starts (after confirmation), then stops.
@@ -878,6 +889,19 @@ async fn the_dashboard_shows_and_operates_a_live_stack() {
         Some("0"),
         "the production count is shared"
     );
+    // 420 px wide, a phone's width: the navigation wraps rather than run past the window's
+    // edge (it ran 200 px past it).
+    browser.resize(420, 900).await;
+    let overflow = browser
+        .execute(
+            "const width = document.documentElement.clientWidth;
+             return [...document.querySelectorAll('header > *')]
+               .filter(e => e.getBoundingClientRect().right > width + 0.5)
+               .map(e => `${e.id || e.tagName}: right edge ${e.getBoundingClientRect().right} of ${width}`);",
+            json!([]),
+        )
+        .await;
+    assert_eq!(overflow, json!([]), "the header overflows at 420 px");
     let errors = browser.page_errors().await;
     assert!(errors.is_empty(), "the page met errors: {errors:?}");
     browser.quit().await;

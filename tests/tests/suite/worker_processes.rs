@@ -119,8 +119,33 @@ async fn live_processes_are_listed_and_dead_ones_shown_gone() {
     )
     .await;
 
-    // kill -9: no goodbye; the process is lost once its lease lapses, still showing its host.
+    // kill -9: no goodbye. First late, with its lease still live, once half its TTL passed
+    // without a beat (a stack restarted after a kill showed its dead processes alive until
+    // their leases ran out); then lost once its lease lapses, still showing its host.
     doomed.kill();
+    eventually(
+        Duration::from_secs(20),
+        "the killed worker late",
+        || async {
+            let w = worker(&tasks, "w-doomed").await.unwrap();
+            w["liveness"] == "late" || w["liveness"] == "lost"
+        },
+    )
+    .await;
+    let late = worker(&tasks, "w-doomed").await.unwrap();
+    assert_eq!(late["liveness"], "late", "seen late before lost: {late}");
+    let listed = workers(&tasks).await;
+    assert_eq!(
+        (&listed[0]["id"], &listed[1]["id"]),
+        (&json!("w-busy"), &json!("w-doomed")),
+        "live ones first, late ones among them: {listed:?}"
+    );
+    let text = String::from_utf8_lossy(&cli(&["workers", "list"]).stdout).into_owned();
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("w-doomed") && l.contains("late")),
+        "{text}"
+    );
     eventually(
         Duration::from_secs(20),
         "the killed worker lost",
@@ -420,17 +445,7 @@ async fn a_worker_whose_lease_was_revoked_claims_without_it_and_runs_each_task_o
         },
     )
     .await;
-    let lease = s
-        .leases
-        .get("/api/leases/active?resource=worker:w1")
-        .await
-        .body["leases"][0]
-        .clone();
-    let revoked = s
-        .leases
-        .post(&format!("/api/leases/{}/revoke", lease["id"]), &json!({}))
-        .await;
-    assert_eq!(revoked.status, 200, "{:?}", revoked.body);
+    tests::revoke_worker_lease(&s.leases, "w1").await;
     let mut ids = Vec::new();
     for n in 0..3 {
         let created = s
@@ -461,4 +476,46 @@ async fn a_worker_whose_lease_was_revoked_claims_without_it_and_runs_each_task_o
         "{:?}",
         own.body
     );
+}
+
+/// A beat whose every field is at its documented longest is accepted, whatever its characters
+/// weigh in bytes; one character more of a field is refused naming that field, never with a
+/// refusal of metadata the caller did not send.
+#[tokio::test]
+async fn a_beat_at_every_documented_bound_is_accepted_and_one_past_a_bound_names_its_field() {
+    use leasehold::schema::{MAX_NAME_CHARS, MAX_QUEUE_CHARS, MAX_WORKER_LABEL_CHARS};
+    let stack = tests::Stack::start(&[]).await;
+    let longest = |chars: usize| "𝄞".repeat(chars);
+    let id = longest(MAX_NAME_CHARS - leasehold::workers::RESOURCE_PREFIX.len());
+    let beat = |host: String| {
+        json!({
+            "instance": "i",
+            "info": {"host": host, "version": longest(MAX_WORKER_LABEL_CHARS),
+                     "queue": longest(MAX_QUEUE_CHARS), "concurrency": u32::MAX,
+                     "busy": u32::MAX, "done": u64::MAX},
+            "ttl_seconds": 60,
+        })
+    };
+    let path = format!("/api/workers/{}", id.replace('𝄞', "%F0%9D%84%9E"));
+    let answer = stack
+        .tasks
+        .put(&path, &beat(longest(MAX_WORKER_LABEL_CHARS)))
+        .await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    let listed = worker(&stack.tasks, &id)
+        .await
+        .expect("the process is listed");
+    assert_eq!(listed["info"]["done"], u64::MAX);
+
+    let answer = stack
+        .tasks
+        .put(&path, &beat(longest(MAX_WORKER_LABEL_CHARS + 1)))
+        .await;
+    assert_eq!(
+        (answer.status, answer.code()),
+        (400, "invalid_field"),
+        "{:?}",
+        answer.body
+    );
+    assert_eq!(answer.body["field"], "info.host", "{:?}", answer.body);
 }

@@ -107,6 +107,16 @@ impl Stack {
         ids
     }
 
+    /// The `leasehold` CLI against this stack, as an operator.
+    fn cli(&self, args: &[&str]) -> std::process::Output {
+        std::process::Command::new(binary("leasehold"))
+            .args(args)
+            .env("TASK_SERVICE_URL", self.tasks.base_url())
+            .env("LEASEHOLD_TOKEN", OPERATOR)
+            .output()
+            .unwrap()
+    }
+
     async fn task(&self, id: i64) -> Value {
         self.tasks.get(&format!("/api/tasks/{id}")).await.body["task"].clone()
     }
@@ -355,14 +365,7 @@ async fn the_cli_retries_and_cancels_everything_that_matches() {
     let s = stack().await;
     s.dead("mail", 3).await;
     s.create("reports", 2).await;
-    let cli = |args: &[&str]| {
-        let mut command = std::process::Command::new(binary("leasehold"));
-        command
-            .args(args)
-            .env("TASK_SERVICE_URL", s.tasks.base_url())
-            .env("LEASEHOLD_TOKEN", OPERATOR);
-        command.output().unwrap()
-    };
+    let cli = |args: &[&str]| s.cli(args);
     // A filter's verb says how many it would touch and asks first; with no terminal to ask
     // on it refuses (exit 2) and touches nothing, until told --yes.
     let before = snapshot(&s.task_db, "tasks").await;
@@ -396,4 +399,80 @@ async fn the_cli_retries_and_cancels_everything_that_matches() {
     // An id and a filter together are a wrong command line.
     let both = cli(&["tasks", "retry", "1", "--queue", "mail"]);
     assert_eq!(both.status.code(), Some(2), "{both:?}");
+}
+
+/// The CLI's bulk verbs take every filter the bulk routes take: processor, key, ids,
+/// created-after and a limit in all, beside queue, status and created-before; the confirmation
+/// names them and says "at most" when the counts cannot tell the exact number.
+#[tokio::test]
+async fn the_cli_takes_every_filter_the_bulk_routes_take() {
+    let s = stack().await;
+    let cli = |args: &[&str]| s.cli(args);
+    let answer = |output: &std::process::Output| -> Value {
+        assert!(output.status.success(), "{output:?}");
+        serde_json::from_slice(&output.stdout).unwrap()
+    };
+    let s = &s;
+    let keyed = |key: &'static str| async move {
+        let body = json!({"task_data": {}, "queue": "filtered", "concurrency_key": key});
+        let created = s.send(PRODUCER, "POST", "/api/tasks", &body).await;
+        assert_eq!(created.status, 201, "{:?}", created.body);
+        created.body["id"].as_i64().unwrap()
+    };
+    let a = [keyed("a").await, keyed("a").await];
+    let b = [keyed("b").await, keyed("b").await, keyed("b").await];
+    let status = |id: i64| async move { s.task(id).await["status"].clone() };
+
+    // By key: the confirmation names the filter and, since the counts are by queue and status
+    // only, says "at most".
+    let unasked = cli(&["tasks", "cancel", "--queue", "filtered", "--key", "a"]);
+    assert_eq!(unasked.status.code(), Some(2), "{unasked:?}");
+    let said = String::from_utf8_lossy(&unasked.stderr);
+    assert!(
+        said.contains("cancel at most 5 pending,running tasks of queue filtered with key a?"),
+        "{said}"
+    );
+    let cancelled = cli(&["tasks", "cancel", "--key", "a", "--yes", "--json"]);
+    assert_eq!(answer(&cancelled)["cancelled"], 2);
+    for id in a {
+        assert_eq!(status(id).await, "cancelled");
+    }
+    for id in b {
+        assert_eq!(status(id).await, "pending");
+    }
+    // By ids, and a limit in all.
+    let ids = format!("{},{}", b[0], b[1]);
+    let limited = cli(&[
+        "tasks", "cancel", "--ids", &ids, "--limit", "1", "-y", "--json",
+    ]);
+    assert_eq!(answer(&limited)["cancelled"], 1);
+    let ended = [status(b[0]).await, status(b[1]).await, status(b[2]).await];
+    assert_eq!(
+        ended.iter().filter(|s| **s == "cancelled").count(),
+        1,
+        "{ended:?}"
+    );
+    assert_eq!(ended[2], "pending", "not among the ids: {ended:?}");
+    // Created after a moment later than every task: nothing matches.
+    let later = (chrono::Utc::now() + chrono::Duration::hours(1)).to_rfc3339();
+    let none = cli(&["tasks", "delete", "--created-after", &later, "-y", "--json"]);
+    assert_eq!(answer(&none)["deleted"], 0);
+    // By processor: a claimed task, cancelled by its worker's name alone.
+    let claim = s
+        .send(
+            WORKER,
+            "POST",
+            "/api/tasks/next",
+            &json!({"processor": "box-7", "queue": "filtered"}),
+        )
+        .await;
+    assert_eq!(claim.status, 202, "{:?}", claim.body);
+    let claimed = claim.body["id"].as_i64().unwrap();
+    let by_processor = cli(&["tasks", "cancel", "--processor", "box-7", "-y", "--json"]);
+    assert_eq!(answer(&by_processor)["cancelled"], 1);
+    let task = s.task(claimed).await;
+    assert_eq!(task["cancelRequested"], true, "{task}");
+    // A wrong filter is refused by the command line, before any request.
+    let bad = cli(&["tasks", "retry", "--limit", "0"]);
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
 }

@@ -109,21 +109,6 @@ impl Stack {
             .to_owned()
     }
 
-    /// Revokes worker process `id`'s liveness lease, as an operator would.
-    async fn revoke_worker_lease(&self, id: &str) {
-        let lease = self
-            .leases
-            .get(&format!("/api/leases/active?resource=worker:{id}"))
-            .await
-            .body["leases"][0]
-            .clone();
-        let revoked = self
-            .leases
-            .post(&format!("/api/leases/{}/revoke", lease["id"]), &json!({}))
-            .await;
-        assert_eq!(revoked.status, 200, "{:?}", revoked.body);
-    }
-
     /// The leases lease-service holds on tasks' own resources.
     async fn task_leases(&self) -> usize {
         query(
@@ -214,7 +199,7 @@ async fn revoking_a_worker_lease_fences_every_task_it_covers() {
     let fence = s.beat("w1", "run-1", 60, None).await;
     s.create(3).await;
     let claimed = s.claim("w1", 3, Some(("w1", fence))).await;
-    s.revoke_worker_lease("w1").await;
+    tests::revoke_worker_lease(&s.leases, "w1").await;
     for (task, what) in claimed.iter().zip(["heartbeat", "complete", "fail"]) {
         let refused = s.act(task, "w1", what).await;
         assert_eq!(
@@ -433,7 +418,7 @@ async fn a_claim_under_a_worker_lease_not_held_is_refused_and_takes_nothing() {
     let never = s.tasks.post("/api/tasks/next", &claim("ghost", 5)).await;
     assert_eq!(refused(never), (409, "lease_lost".to_owned()));
     let fence = s.beat("w1", "run-1", 60, None).await;
-    s.revoke_worker_lease("w1").await;
+    tests::revoke_worker_lease(&s.leases, "w1").await;
     let revoked = s.tasks.post("/api/tasks/next", &claim("w1", fence)).await;
     assert_eq!(refused(revoked), (409, "lease_revoked".to_owned()));
     let renewed = s.beat("w1", "run-1", 60, Some(fence)).await;
@@ -528,7 +513,7 @@ async fn completions_carrying_a_claim_are_judged_as_lone_ones_are() {
     assert_eq!(s.status(&claimed[1]).await, "cancelled");
 
     // Revoked: the last task is refused, and stays running (and so is the claim carried).
-    s.revoke_worker_lease("w1").await;
+    tests::revoke_worker_lease(&s.leases, "w1").await;
     let results = s.carry(&[&claimed[3]], "w1", ("w1", fence)).await;
     assert_eq!(
         tests::verdicts(&results),

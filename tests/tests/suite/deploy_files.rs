@@ -83,7 +83,9 @@ fn check_container(context: &str, command: &[String], env: &[String]) {
         BINARIES.contains(&binary_name.as_str()),
         "{context}: unknown binary {binary_name}"
     );
-    if let Some(sub) = command.get(1) {
+    if command.get(1).is_some_and(|arg| arg.starts_with('-')) {
+        check_flags(context, binary_name, &command[1..]);
+    } else if let Some(sub) = command.get(1) {
         assert!(
             matches!(
                 (binary_name.as_str(), sub.as_str()),
@@ -98,6 +100,33 @@ fn check_container(context: &str, command: &[String], env: &[String]) {
         assert!(
             standard || accepted.contains(name),
             "{context}: {binary_name} does not read {name}"
+        );
+    }
+}
+
+/// A command given as flags (`worker --exec -- sh /usr/local/share/...`): each flag before `--`
+/// is one `--help` names, and a file of the image after it is one the Dockerfile puts there.
+fn check_flags(context: &str, binary_name: &str, args: &[String]) {
+    let help = run(Command::new(binary(binary_name)).arg("--help"));
+    let (flags, rest) = match args.iter().position(|arg| arg == "--") {
+        Some(end) => (&args[..end], &args[end + 1..]),
+        None => (args, &[][..]),
+    };
+    for flag in flags {
+        let name = flag.split('=').next().unwrap();
+        assert!(
+            help.contains(&format!("{name} ")) || help.contains(&format!("{name}\n")),
+            "{context}: {binary_name} has no flag {name}"
+        );
+    }
+    let dockerfile = std::fs::read_to_string(workspace().join("deploy/Dockerfile")).unwrap();
+    for file in rest
+        .iter()
+        .filter(|arg| arg.starts_with("/usr/local/share/"))
+    {
+        assert!(
+            dockerfile.contains(file.as_str()),
+            "{context}: {file} is not put in the image by deploy/Dockerfile"
         );
     }
 }
@@ -179,7 +208,10 @@ fn the_compose_file_parses_and_gives_each_binary_only_what_it_accepts() {
             );
         }
     }
-    assert_eq!(ours, 6, "two migrations and four kinds of process");
+    assert_eq!(
+        ours, 7,
+        "two migrations and four kinds of process, the worker twice (its own work and exec)"
+    );
 }
 
 fn kubectl() -> PathBuf {

@@ -364,3 +364,71 @@ async fn the_queues_page_by_name_in_either_order() {
         (&json!(false), &Value::Null, &json!(0))
     );
 }
+
+/// `GET /api/tasks/counts` is paged by queue name (30,000 queues made one answer of 2-3 MB):
+/// the pages together hold every queue with its counts, each page's `total` is over every
+/// queue, one queue can be asked by name (zeros when it has no task), and bad paging is a 400.
+#[tokio::test]
+async fn the_counts_page_by_queue_beside_a_total_over_every_queue() {
+    let s = stack(&[]).await;
+    execute(
+        &s.task_db,
+        "INSERT INTO tasks (task_data, queue, max_attempts)
+         SELECT '{}'::jsonb, 'q-' || lpad((g % 250)::text, 3, '0'), 3 FROM generate_series(0, 299) g
+         UNION ALL
+         SELECT '{}'::jsonb, name, 3 FROM unnest(ARRAY['mail b', 'é', 'a%20b', '100%', 'x/y?z']) name",
+    )
+    .await;
+    let client = s.tasks.task_client();
+    let mut seen = std::collections::BTreeMap::new();
+    let mut cursor: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let page = client.counts_page(cursor.as_deref()).await.unwrap();
+        pages += 1;
+        assert!(page.queues.len() <= 100, "{}", page.queues.len());
+        assert_eq!(page.total["pending"], 305, "the total is over every queue");
+        for (queue, counts) in page.queues {
+            assert!(
+                seen.insert(queue.clone(), counts["pending"]).is_none(),
+                "{queue} twice"
+            );
+        }
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(pages, 3);
+    assert_eq!(seen.len(), 255);
+    assert_eq!(seen["q-010"], 2);
+    assert_eq!(seen["q-200"], 1);
+    for name in ["mail b", "é", "a%20b", "100%", "x/y?z"] {
+        assert_eq!(seen[name], 1, "{name}");
+    }
+    // One queue by name; a queue with no task reads as zeros.
+    assert_eq!(client.queue_counts("q-010").await.unwrap()["pending"], 2);
+    assert_eq!(client.queue_counts("100%").await.unwrap()["pending"], 1);
+    let empty = client.queue_counts("nobody-uses-this").await.unwrap();
+    assert!(
+        empty.values().all(|n| *n == 0) && empty.len() == 5,
+        "{empty:?}"
+    );
+    // Bad paging and unknown parameters are refused, by name.
+    for (query, code) in [
+        ("limit=0", "invalid_limit"),
+        ("cursor=%ZZ", "invalid_cursor"),
+        ("colour=red", "invalid_query"),
+    ] {
+        let answer = s.tasks.get(&format!("/api/tasks/counts?{query}")).await;
+        assert_eq!(
+            (answer.status, answer.body["code"].as_str()),
+            (400, Some(code)),
+            "{query}: {:?}",
+            answer.body
+        );
+    }
+    let limited = s.tasks.get("/api/tasks/counts?limit=2").await;
+    assert_eq!(limited.body["queues"].as_object().unwrap().len(), 2);
+    assert!(limited.body["nextCursor"].is_string(), "{:?}", limited.body);
+}

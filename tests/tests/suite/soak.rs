@@ -1,5 +1,5 @@
-//! The soak in its CI mode: two minutes of seeded random faults over the whole stack, then the
-//! invariant checker. `SOAK_SEED` replays a schedule; `SOAK_SECONDS` changes the length. The long
+//! The soak in its CI mode: two minutes of seeded random faults over the whole stack (one of its
+//! workers in exec mode, a shell command per task), then the invariant checker. `SOAK_SEED` replays a schedule; `SOAK_SECONDS` changes the length. The long
 //! mode is the `soak` binary: `cargo run -p tests --bin soak -- --help`.
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
@@ -41,6 +41,10 @@ async fn two_minutes_of_faults_keep_every_invariant() {
     assert!(
         summary.report.generated_tasks > 100 && summary.produced > 100,
         "too little load:\n{summary}"
+    );
+    assert!(
+        summary.by_exec > 10,
+        "the exec worker did too little:\n{summary}"
     );
     assert!(
         summary.report.checked[&Invariant::QueueConcurrency] > 30

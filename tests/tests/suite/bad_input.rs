@@ -725,6 +725,14 @@ async fn task_service_refuses_bad_requests_with_the_right_error_and_writes_nothi
                 "unsupported_media_type",
             )
         },
+        case(
+            "a generator start whose body is whitespace, not JSON",
+            "POST",
+            "/api/generator/start",
+            "\n",
+            400,
+            "malformed_json",
+        ),
         Case {
             content_type: Some("application/x-www-form-urlencoded"),
             ..case(
@@ -911,4 +919,97 @@ async fn errors_actix_web_makes_itself_are_json_too() {
 
     assert_eq!(snapshot(&task_db, "generator_settings").await, before);
     assert_eq!(tasks.get("/healthz").await.status, 200);
+}
+
+/// A misspelt field is refused on every worker route the sample's clients never call, so the
+/// check it meant is not silently skipped: a completion's `"fencing"` would complete whatever
+/// claim is current, `"nxt"` would complete without claiming, a claim's `"wrker"` would take a
+/// lease per task. The sample's own bodies (claim, heartbeat, complete) stay lenient.
+#[tokio::test]
+async fn unknown_fields_are_refused_where_the_sample_never_sends_a_body() {
+    let stack = tests::Stack::start(&[]).await;
+    let created = stack
+        .tasks
+        .post("/api/tasks", &json!({"task_data": {"n": 1}}))
+        .await;
+    let id = created.body["id"].as_i64().unwrap();
+    let claimed = stack
+        .tasks
+        .post("/api/tasks/next", &json!({"processor": "w"}))
+        .await;
+    assert_eq!(claimed.status, 202, "{:?}", claimed.body);
+    let fence = claimed.body["fence"].as_i64().unwrap();
+    let before = snapshot(&stack.task_db, "tasks").await;
+    let misspelt = [
+        (
+            "PUT",
+            "/api/tasks/complete".to_owned(),
+            json!({"processor": "w", "tasks": [{"id": id, "fencing": fence}]}),
+            "fencing",
+        ),
+        (
+            "PUT",
+            "/api/tasks/complete".to_owned(),
+            json!({"processor": "w", "tasks": [{"id": id, "fence": fence}], "nxt": {}}),
+            "nxt",
+        ),
+        (
+            "PUT",
+            "/api/tasks/complete".to_owned(),
+            json!({"processor": "w", "tasks": [{"id": id, "fence": fence}],
+                   "next": {"wrker": {"id": "w1", "fence": 1}}}),
+            "wrker",
+        ),
+        (
+            "PUT",
+            format!("/api/tasks/{id}/fail"),
+            json!({"processor": "w", "error": "e", "fencing": fence}),
+            "fencing",
+        ),
+        (
+            "PUT",
+            format!("/api/tasks/{id}/snooze"),
+            json!({"processor": "w", "seconds": 1, "fence": fence, "sconds": 60}),
+            "sconds",
+        ),
+    ];
+    for (method, path, body, field) in misspelt {
+        let answer = stack
+            .tasks
+            .raw(method, &path, Some("application/json"), body.to_string())
+            .await;
+        assert_eq!(
+            (answer.status, answer.code()),
+            (400, "invalid_field"),
+            "{method} {path} {body}: {:?}",
+            answer.body
+        );
+        let error = answer.body["error"].as_str().unwrap();
+        assert!(
+            error.contains(&format!("`{field}`")),
+            "names {field}: {error}"
+        );
+        assert_eq!(
+            snapshot(&stack.task_db, "tasks").await,
+            before,
+            "{method} {path} {body} wrote"
+        );
+    }
+    // The sample's worker sends only known fields, but its server ignored others: so do these.
+    let lenient = stack
+        .tasks
+        .put(
+            &format!("/api/tasks/{id}/heartbeat"),
+            &json!({"processor": "w", "fence": fence, "note": "extra"}),
+        )
+        .await;
+    assert_eq!(lenient.status, 202, "{:?}", lenient.body);
+    let done = stack
+        .tasks
+        .put(
+            &format!("/api/tasks/{id}/complete"),
+            &json!({"processor": "w", "fence": fence, "task_output": {}, "note": "extra"}),
+        )
+        .await;
+    assert_eq!(done.status, 202, "{:?}", done.body);
 }

@@ -559,8 +559,8 @@ async fn tasks_are_created_watched_to_the_end_listed_shown_tailed_retried_and_ca
     );
     tail.kill().await.unwrap();
 
-    // `tasks show --watch` prints the task again when it changes: a task due in a year,
-    // cancelled while watched.
+    // `tasks show --watch` prints the task again when it changes, and ends once it is final: a
+    // task due in a year, cancelled while watched.
     let waiting = create_new(&client, &never).await.id;
     let mut watch = tokio::process::Command::new(binary("leasehold"))
         .args([
@@ -599,7 +599,12 @@ async fn tasks_are_created_watched_to_the_end_listed_shown_tailed_retried_and_ca
         read_until("\"cancelled\"").await,
         "printed again once cancelled"
     );
-    watch.kill().await.unwrap();
+    // A final status changes no more: the watch ends by itself, as a success.
+    let ended = tokio::time::timeout(Duration::from_secs(30), watch.wait()).await;
+    assert!(
+        matches!(&ended, Ok(Ok(status)) if status.success()),
+        "the watch went on past the task's end: {ended:?}"
+    );
 }
 
 #[tokio::test]
@@ -827,6 +832,27 @@ async fn schedules_are_created_listed_paused_resumed_and_deleted() {
         stderr(&again).contains("schedule_exists"),
         "{}",
         stderr(&again)
+    );
+    // Without --data, a schedule's tasks carry what `tasks create` sends, which the local
+    // stack's workers run; `{}` made every tick a dead task.
+    let plain = leasehold(
+        &l,
+        &t,
+        None,
+        &[
+            "schedules",
+            "create",
+            "plain",
+            "--cron",
+            "0 3 * * *",
+            "--json",
+        ],
+    )
+    .await;
+    ok(&plain, "create without --data");
+    assert_eq!(
+        documents(&plain)[0]["taskData"],
+        json!({"sleep_duration_seconds": 1})
     );
     let mut replace = create.to_vec();
     replace[4] = "30 4 * * *";

@@ -384,50 +384,60 @@ async fn tasks_claimed_ahead_are_kept_until_started_and_go_back_unstarted_at_a_s
     );
 }
 
-/// A stop that comes while a claim waits in task-service does not bounce what that claim then
-/// brings: the task runs within the grace period, once, and is not handed back.
+/// A stop does not wait out a claim waiting in task-service (up to `CLAIM_WAIT_MS`, here the
+/// 30 s maximum, which held every Ctrl-C for seconds): the worker abandons it and exits, the
+/// wait ends taking nothing, and a task created then waits, uncharged, for the next worker.
 #[tokio::test]
-async fn a_task_claimed_while_stopping_is_run_not_handed_back() {
+async fn a_stop_abandons_a_waiting_claim_and_the_task_goes_to_the_next_worker() {
     let s = stack("10").await;
     let mut worker = s
         .worker(
             "stopping",
             "10",
-            &[("WORKER_CONCURRENCY", "1"), ("CLAIM_WAIT_MS", "20000")],
+            &[("WORKER_CONCURRENCY", "1"), ("CLAIM_WAIT_MS", "30000")],
         )
         .await;
+    let waiting = || async { metric_sum(&s.tasks.metrics().await, "task_claims_waiting") };
     eventually(
         Duration::from_secs(10),
         "the worker's claim to wait",
-        || async { metric_sum(&s.tasks.metrics().await, "task_claims_waiting") >= 1.0 },
+        || async { waiting().await >= 1.0 },
     )
     .await;
-    worker.signal(nix::sys::signal::Signal::SIGTERM);
-    eventually(
-        Duration::from_secs(10),
-        "the worker to see the stop",
-        || async {
-            worker
-                .log_text()
-                .contains("waiting for the claim in flight")
-        },
-    )
-    .await;
-    let id = s.create(json!({"sleep_duration_seconds": 0.2})).await;
-    let status = worker.wait_exit(Duration::from_secs(30)).await;
-    assert_eq!(
-        status.and_then(|s| s.code()),
-        Some(0),
+    // Well inside the claim's 30 s wait: a worker that waited it out fails here.
+    let status = worker.terminate(Duration::from_secs(20)).await;
+    assert_eq!(status, Some(0), "{}", worker.log_tail());
+    assert!(
+        worker.log_text().contains("abandoning the waiting claim"),
         "{}",
         worker.log_tail()
     );
+    eventually(
+        Duration::from_secs(10),
+        "task-service to end the wait",
+        || async { waiting().await < 1.0 },
+    )
+    .await;
+    let id = s.create(json!({"sleep_duration_seconds": 0.2})).await;
     let task = s.task(id).await;
     assert_eq!(
         (task["status"].as_str(), task["attempts"].as_i64()),
-        (Some("succeeded"), Some(1)),
+        (Some("pending"), Some(0)),
         "{task}"
     );
-    assert_eq!(task["processor"], "stopping");
+    let _next = s.worker("next", "10", &[]).await;
+    eventually(
+        Duration::from_secs(30),
+        "the next worker to run it",
+        || async { s.task(id).await["status"] == "succeeded" },
+    )
+    .await;
+    let task = s.task(id).await;
+    assert_eq!(
+        (task["attempts"].as_i64(), task["processor"].as_str()),
+        (Some(1), Some("next")),
+        "{task}"
+    );
 }
 
 #[tokio::test]
@@ -636,5 +646,59 @@ async fn the_worker_keeps_the_lease_task_service_gives() {
     assert_eq!(
         task["attempts"], 1,
         "the lease lapsed under the worker: {task}"
+    );
+}
+
+/// One rule for names: a queue name task-service accepts (here, a name of spaces) is one the
+/// worker accepts as its `WORKER_QUEUE`, and works from. The worker had a rule of its own, which
+/// refused at startup what task-service would have served.
+#[tokio::test]
+async fn a_queue_name_task_service_accepts_is_one_the_worker_accepts() {
+    let s = stack("10").await;
+    let queue = "   ";
+    let created = s
+        .tasks
+        .post(
+            "/api/tasks",
+            &json!({"task_data": {"sleep_duration_seconds": 0}, "queue": queue}),
+        )
+        .await;
+    assert_eq!(created.status, 201, "{:?}", created.body);
+    let id = created.body["id"].as_i64().unwrap();
+    let _worker = s.worker("spaces", "10", &[("WORKER_QUEUE", queue)]).await;
+    eventually(Duration::from_secs(30), "the task done", || async {
+        s.task(id).await["status"] == "succeeded"
+    })
+    .await;
+}
+
+/// A worker beating twice a second keeps a task past its first heartbeat. That heartbeat
+/// confirms the task for what is left of the process's lease (2 s, three beats rounded up),
+/// and the deadline's margin was sized for the claim's 30 s TTL (2 s), so the deadline fell
+/// before the confirmation and every task was given up half a second in.
+#[tokio::test]
+async fn a_worker_beating_twice_a_second_keeps_its_task_past_the_first_heartbeat() {
+    let s = Stack(tests::Stack::start(&[]).await);
+    let _worker = Service::worker(
+        &s.tasks.base_url(),
+        &[
+            ("HEARTBEAT_INTERVAL_SECONDS", "0.5"),
+            ("WORKER_ID", "quick"),
+        ],
+    )
+    .await;
+    let id = s.create(json!({"sleep_duration_seconds": 2})).await;
+    eventually(Duration::from_secs(30), "the task finished", || async {
+        matches!(
+            s.task(id).await["status"].as_str(),
+            Some("succeeded" | "dead")
+        ) || s.task(id).await["lastError"].is_string()
+    })
+    .await;
+    let task = s.task(id).await;
+    assert_eq!(
+        (task["status"].as_str(), task["attempts"].as_i64()),
+        (Some("succeeded"), Some(1)),
+        "{task}"
     );
 }

@@ -102,6 +102,14 @@ impl Stack {
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
+                // Its last line says it is done: a log ending at "stopping PostgreSQL" read
+                // as a hang to a newcomer.
+                assert!(
+                    self.tail()
+                        .contains("stopped; nothing of the stack is left running"),
+                    "no final line:\n{}",
+                    self.tail()
+                );
                 return status.code().unwrap_or(-1);
             }
             assert!(

@@ -271,7 +271,8 @@ async fn a_dropped_guard_releases_its_lease_and_errors_are_typed() {
 async fn renewal_errors_are_not_a_loss_while_there_is_time_left() {
     let db = fresh_database().await;
     let svc = Service::lease_service(&db, &[]).await;
-    let client = LeaseClient::with_timeout(svc.base_url(), Duration::from_millis(300))
+    let client = LeaseClient::new(svc.base_url())
+        .with_timeout(Duration::from_millis(300))
         .with_retry(leasehold::RetryPolicy::none());
     let guard = LeaseGuard::acquire(
         &client,
