@@ -221,10 +221,10 @@ wait_healthy() {
     if echo "$states" | grep -E 'Exited \([1-9]|Restarting|Dead' >/dev/null; then
       fail "a container failed: $states"
     fi
-    # 14 containers: the two migrations exited 0, the other 12 up and none still starting.
+    # 15 containers: the two migrations exited 0, the other 13 up and none still starting.
     if ! echo "$states" | grep -E 'starting|unhealthy|Created' >/dev/null &&
-      [ "$(echo "$states" | grep -c ' Up ')" -ge 12 ] &&
-      [ "$(echo "$states" | grep -c .)" -ge 14 ]; then
+      [ "$(echo "$states" | grep -c ' Up ')" -ge 13 ] &&
+      [ "$(echo "$states" | grep -c .)" -ge 15 ]; then
       echo "$states" | sort | sed 's/^/   /'
       return 0
     fi
@@ -233,20 +233,31 @@ wait_healthy() {
   done
 }
 wait_healthy 180
-lap "all 14 containers healthy"
+lap "all 15 containers healthy"
 
 # --- through the load balancer: the commands of docs/src/deploy.md ------------------------------
 LB=localhost:8082
 json() { python3 -c "import json, sys; v = json.load(sys.stdin); print($1)"; }
-id=$(curl -fsS -X POST $LB/api/tasks -H 'content-type: application/json' \
-  -d '{"task_data": {"sleep_duration_seconds": 2}}' | json 'v["id"]')
-for _ in $(seq 60); do
-  status=$(curl -fsS $LB/api/tasks/$id | json 'v["task"]["status"]')
-  [ "$status" = succeeded ] && break
-  sleep 1
-done
+# Creates a task of body $1 through the load balancer and waits up to 60 s for it to succeed;
+# sets $id and $status.
+run_task() {
+  id=$(curl -fsS -X POST $LB/api/tasks -H 'content-type: application/json' -d "$1" | json 'v["id"]')
+  for _ in $(seq 60); do
+    status=$(curl -fsS $LB/api/tasks/$id | json 'v["task"]["status"]')
+    [ "$status" = succeeded ] && break
+    sleep 1
+  done
+}
+run_task '{"task_data": {"sleep_duration_seconds": 2}}'
 [ "$status" = succeeded ] || fail "task $id is $status, not succeeded"
 echo "   task $id created and succeeded through the load balancer"
+
+# Work in a second language: worker-exec runs examples/exec/sleep.sh for the `shell` queue.
+run_task '{"queue": "shell", "task_data": {"sleep_duration_seconds": 1}}'
+output=$(curl -fsS $LB/api/tasks/$id | json 'json.dumps(v["task"]["taskOutput"], sort_keys=True)')
+[ "$status" = succeeded ] || fail "shell task $id is $status, not succeeded"
+[ "$output" = '{"by": "sh", "slept_seconds": 1}' ] || fail "shell task $id's output is $output"
+echo "   task $id of the shell queue run by sh in worker-exec: $output"
 
 lease=$(curl -fsS -X POST localhost:8081/api/leases -H 'content-type: application/json' \
   -d '{"resource": "smoke-printer", "holder": "smoke", "ttl_seconds": 30}')
@@ -280,6 +291,14 @@ for _ in $(seq 60); do
 done
 [ -z "$missing" ] || fail "the collector has no spans from: $missing (it has: $services)"
 echo "   the collector has spans from: $services"
+# Spans leave in batches (every few seconds): wait for the shell task's run to arrive.
+for _ in $(seq 60); do
+  operations=$(curl -fsS localhost:16686/api/services/worker/operations | json '" ".join(v["data"])')
+  [[ " $operations " == *" run task "* ]] && break
+  sleep 1
+done
+[[ " $operations " == *" run task "* ]] || fail "no worker span of a task's run: $operations"
+echo "   the worker's spans include each task's run (\"run task\")"
 lap "checks through the load balancer"
 
 # --- docker-compose stop, with tasks in flight: nothing lost, nothing run twice --------------------

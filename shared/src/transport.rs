@@ -107,7 +107,7 @@ fn sort_failure(service: &str, status: StatusCode, bytes: &[u8]) -> Sent {
 
 /// A failed HTTP exchange in a few words that say which kind it was (timed out, could not
 /// connect, or reqwest's own words): what the clients of both services log and report.
-fn describe(err: &reqwest::Error) -> String {
+pub fn describe(err: &reqwest::Error) -> String {
     if err.is_timeout() {
         format!("timed out: {err}")
     } else if err.is_connect() {

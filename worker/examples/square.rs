@@ -1,9 +1,11 @@
-//! A worker with work of its own: squares `task_data.n`. Start the stack (`cargo run -p
-//! leasehold-local`), then
+//! A worker with work of its own: squares `task_data.n`, claiming from a queue of its own,
+//! `square`, so that it takes only the work it knows. Start the stack without its bundled sleep
+//! workers (they claim from every queue, and know only sleep tasks), then
 //!
 //! ```text
+//! cargo run -p leasehold-local -- --workers 0
 //! cargo run -p leasehold-worker --example square -- http://127.0.0.1:8082
-//! leasehold tasks create --data '{"n": 12}'
+//! leasehold tasks create --queue square --data '{"n": 12}'
 //! ```
 //!
 //! and the task ends `succeeded` with `{"square": 144}`. Ctrl-C stops claiming, lets the task in
@@ -33,5 +35,6 @@ async fn main() -> anyhow::Result<()> {
     });
     let mut config = WorkerConfig::new([url]);
     config.worker_id = Some(format!("square-{}", std::process::id()));
+    config.queue = Some("square".to_owned());
     leasehold_worker::run(config, handler, leasehold::shutdown::signal()).await
 }

@@ -7,7 +7,11 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use clap::{Args, Parser};
+
+use crate::handler::{DynTaskHandler, SleepHandler};
 
 /// The defaults, shared by the flags and by [`WorkerConfig::new`].
 pub mod defaults {
@@ -54,6 +58,159 @@ pub const MAX_CONCURRENCY: usize = 10_000;
 pub struct Cli {
     #[command(flatten)]
     pub config: WorkerConfig,
+    #[command(flatten)]
+    pub exec: ExecArgs,
+    #[command(flatten)]
+    pub push: PushArgs,
+}
+
+impl Cli {
+    /// The work these flags ask for: a command for each task, a push to an endpoint, or the
+    /// built-in sleep. Checked here, so that a command that cannot start or a URL that does
+    /// not parse stops the worker at startup.
+    pub fn handler(&self) -> Result<Arc<dyn DynTaskHandler>, ConfigError> {
+        if let Some(exec) = self.exec.handler()? {
+            return Ok(Arc::new(exec));
+        }
+        if let Some(push) = self.push.handler()? {
+            return Ok(Arc::new(push));
+        }
+        Ok(Arc::new(SleepHandler::default()))
+    }
+}
+
+/// The work: the built-in sleep, or a command for each task (`--exec -- CMD [ARGS...]`).
+#[derive(Debug, Clone, Default, Args)]
+pub struct ExecArgs {
+    /// Run the command given after `--` for each task (see `leasehold_worker::exec` for the
+    /// contract: the task on stdin, its outcome by exit code, stdout the output).
+    #[arg(long = "exec", requires = "command")]
+    pub exec: bool,
+    /// The command as one line, split as a shell would split it (no shell is run); the
+    /// environment form of `--exec -- CMD`.
+    #[arg(long = "exec-line", env = "WORKER_EXEC", conflicts_with = "exec")]
+    pub line: Option<String>,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, id = "command")]
+    pub command: Vec<String>,
+    /// Seconds a task is snoozed when its command exits 75 without naming a delay.
+    #[arg(long, env = "WORKER_EXEC_SNOOZE_SECONDS", default_value_t = 60.0)]
+    pub exec_snooze_seconds: f64,
+    /// Seconds between SIGTERM and SIGKILL to a command's process group when it is stopped.
+    #[arg(long, env = "WORKER_EXEC_KILL_GRACE_SECONDS", default_value_t = 5.0)]
+    pub exec_kill_grace_seconds: f64,
+    /// Longest one attempt's command may run, in seconds (0: no limit); past it the attempt
+    /// fails retryably.
+    #[arg(long, env = "WORKER_EXEC_TIMEOUT_SECONDS", default_value_t = 0.0)]
+    pub exec_timeout_seconds: f64,
+    /// Exit codes whose outcome differs from the defaults (0 succeed, 75 snooze, 65 fail for
+    /// good, others retry), as `CODE=OUTCOME` pairs: `3=snooze,4=fail` (outcomes: succeed,
+    /// snooze, retry, fail).
+    #[arg(long, env = "WORKER_EXEC_EXIT_CODES", default_value = "")]
+    pub exec_exit_codes: String,
+    /// Credentials of the worker the command sees all the same, comma-separated (by default it
+    /// sees none of AUTH_TOKEN, LEASEHOLD_TOKEN, WORKER_PUSH_SECRET and the OTLP exporter's
+    /// headers).
+    #[arg(long, env = "WORKER_EXEC_PASS_ENV", value_delimiter = ',')]
+    pub exec_pass_env: Vec<String>,
+}
+
+impl ExecArgs {
+    /// The command handler these flags ask for, if any, checked: a command that cannot start
+    /// is refused here, at startup.
+    pub fn handler(&self) -> Result<Option<crate::exec::ExecHandler>, ConfigError> {
+        let words = match &self.line {
+            Some(line) if !self.exec => shlex::split(line).ok_or_else(|| {
+                ConfigError(format!(
+                    "{} ({line:?}) is not a command line",
+                    setting("line")
+                ))
+            })?,
+            _ if self.exec => self.command.clone(),
+            _ => return Ok(None),
+        };
+        let Some((program, args)) = words.split_first() else {
+            return Err(ConfigError("--exec needs a command after --".to_owned()));
+        };
+        // A day at most, each: past that a command is better a task of its own schedule.
+        let day = 0.0..=86_400.0;
+        let timeout = seconds_within(
+            "exec_timeout_seconds",
+            self.exec_timeout_seconds,
+            day.clone(),
+        )?;
+        if let Some(unknown) = self
+            .exec_pass_env
+            .iter()
+            .find(|name| !crate::exec::WITHHELD.contains(&name.as_str()))
+        {
+            return Err(ConfigError(format!(
+                "{} names {unknown:?}, which is passed on anyway: only {} are withheld",
+                setting("exec_pass_env"),
+                crate::exec::WITHHELD.join(", ")
+            )));
+        }
+        let handler = crate::exec::ExecHandler {
+            program: program.clone(),
+            args: args.to_vec(),
+            snooze: seconds_within("exec_snooze_seconds", self.exec_snooze_seconds, day.clone())?,
+            kill_grace: seconds_within(
+                "exec_kill_grace_seconds",
+                self.exec_kill_grace_seconds,
+                day,
+            )?,
+            timeout: (!timeout.is_zero()).then_some(timeout),
+            pass_on: self.exec_pass_env.clone(),
+            exit_codes: crate::exec::exit_codes(&self.exec_exit_codes)
+                .map_err(|why| ConfigError(format!("{}: {why}", setting("exec_exit_codes"))))?,
+        };
+        handler.check().map_err(ConfigError)?;
+        Ok(Some(handler))
+    }
+}
+
+/// The work as an HTTP request for each task (`--push URL`).
+#[derive(Debug, Clone, Default, Args)]
+pub struct PushArgs {
+    /// POST each task to this http:// URL (see `leasehold_worker::push` for the contract: the
+    /// task as the body, its outcome by status, the answer the output).
+    #[arg(long = "push", env = "WORKER_PUSH_URL", conflicts_with_all = ["exec", "line"])]
+    pub url: Option<String>,
+    /// Longest one push may take, in seconds (0: no limit); past it the attempt fails
+    /// retryably. The default is Cloud Tasks' for HTTP targets.
+    #[arg(long, env = "WORKER_PUSH_TIMEOUT_SECONDS", default_value_t = 600.0)]
+    pub push_timeout_seconds: f64,
+    /// Sign each push as Standard Webhooks do, with this secret (`whsec_` and the key in
+    /// base64). Unset: pushes are not signed.
+    #[arg(long, env = "WORKER_PUSH_SECRET", hide_env_values = true)]
+    pub push_secret: Option<leasehold::api::Secret>,
+}
+
+impl PushArgs {
+    /// The push handler these flags ask for, if any, its URL and secret checked.
+    pub fn handler(&self) -> Result<Option<crate::push::PushHandler>, ConfigError> {
+        let Some(url) = &self.url else {
+            return Ok(None);
+        };
+        let timeout = seconds_within(
+            "push_timeout_seconds",
+            self.push_timeout_seconds,
+            0.0..=86_400.0,
+        )?;
+        let secret = self
+            .push_secret
+            .as_ref()
+            .map(|secret| {
+                secret
+                    .expose()
+                    .parse::<crate::push::WebhookSecret>()
+                    .map_err(|why| ConfigError(format!("{} {why}", setting("push_secret"))))
+            })
+            .transpose()?;
+        crate::push::PushHandler::new(url, (!timeout.is_zero()).then_some(timeout), secret)
+            .map(Some)
+            .map_err(ConfigError)
+    }
 }
 
 /// Every setting of the worker. Each is a flag and an environment variable.
@@ -113,9 +270,8 @@ pub struct WorkerConfig {
     pub poll_max_ms: u64,
 
     /// Milliseconds a claim waits in task-service for a task to become due (long polling: the
-    /// worker starts a new task within milliseconds of its creation); 0 polls instead. Also
-    /// how long a shutdown may wait for the claim in flight (whose tasks still run). At most
-    /// 30000.
+    /// worker starts a new task within milliseconds of its creation); 0 polls instead. A
+    /// shutdown abandons a waiting claim rather than wait it out. At most 30000.
     #[arg(long, env = "CLAIM_WAIT_MS", default_value_t = defaults::CLAIM_WAIT_MS)]
     pub claim_wait_ms: u64,
 
@@ -344,25 +500,13 @@ fn setting(id: &str) -> String {
         .map_or_else(|| id.to_owned(), |env| env.to_string_lossy().into_owned())
 }
 
-/// The setting whose field is `id`, a name of at most `max_chars` characters.
+/// The setting whose field is `id`, a name of at most `max_chars` characters, by the rule
+/// task-service checks names by ([`leasehold::schema::name_problem`]).
 fn check_name(id: &str, value: &str, max_chars: usize) -> Result<(), ConfigError> {
-    if value.trim().is_empty() {
-        return Err(ConfigError(format!("{} must not be empty", setting(id))));
+    match leasehold::schema::name_problem(value, max_chars) {
+        Some(problem) => Err(ConfigError(format!("{} {problem}", setting(id)))),
+        None => Ok(()),
     }
-    let chars = value.chars().count();
-    if chars > max_chars {
-        return Err(ConfigError(format!(
-            "{} is {chars} characters long; at most {max_chars} are allowed",
-            setting(id)
-        )));
-    }
-    if value.chars().any(char::is_control) {
-        return Err(ConfigError(format!(
-            "{} must not contain control characters",
-            setting(id)
-        )));
-    }
-    Ok(())
 }
 
 /// `value` seconds of the setting whose field is `id`, a finite number within `range`.
@@ -509,8 +653,11 @@ mod tests {
         bad.worker_id = Some("x".repeat(MAX_NAME_CHARS + 1));
         assert!(error(&bad).contains("WORKER_ID"));
         let mut bad = config();
-        bad.queue = Some("  ".to_owned());
+        bad.queue = Some(String::new());
         assert!(error(&bad).contains("WORKER_QUEUE"));
+        // The services' rule: a name of spaces is a name (`leasehold::schema::name_problem`).
+        bad.queue = Some("  ".to_owned());
+        assert!(bad.validate().is_ok());
         bad.queue = Some("q".repeat(MAX_QUEUE_CHARS + 1));
         assert!(error(&bad).contains("WORKER_QUEUE"));
         bad.queue = Some("q".repeat(MAX_QUEUE_CHARS));

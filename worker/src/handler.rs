@@ -32,7 +32,8 @@
 //! The handler gets a [`CancellationToken`] that is cancelled when the task's lease is lost, when
 //! task-service cancels the task, or when the grace period of a shutdown runs out. Checking it
 //! lets a handler stop cleanly (and release what it holds); ignoring it is safe too: the worker
-//! drops the handler's future at that moment and never completes the task afterwards.
+//! drops the handler's future at that moment, or once its [`TaskHandler::stop_grace`] is over,
+//! and never completes the task afterwards.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -98,6 +99,14 @@ pub trait TaskHandler: Send + Sync + 'static {
         task: Task,
         cancel: CancellationToken,
     ) -> impl Future<Output = TaskResult> + Send;
+
+    /// How long the worker goes on polling `handle`'s future after cancelling it, before it
+    /// drops it; none by default. A handler whose work stops in steps (a command sent SIGTERM,
+    /// then SIGKILL after a grace) names that time here, so that a stop is as gentle as it
+    /// says. The task is never completed after the cancel, whatever the future returns.
+    fn stop_grace(&self) -> Duration {
+        Duration::ZERO
+    }
 }
 
 /// A boxed handler future.
@@ -106,11 +115,18 @@ pub type BoxTaskFuture<'a> = Pin<Box<dyn Future<Output = TaskResult> + Send + 'a
 /// The object-safe form of [`TaskHandler`], implemented for every `TaskHandler`.
 pub trait DynTaskHandler: Send + Sync + 'static {
     fn handle_boxed(&self, task: Task, cancel: CancellationToken) -> BoxTaskFuture<'_>;
+
+    /// [`TaskHandler::stop_grace`].
+    fn dyn_stop_grace(&self) -> Duration;
 }
 
 impl<H: TaskHandler> DynTaskHandler for H {
     fn handle_boxed(&self, task: Task, cancel: CancellationToken) -> BoxTaskFuture<'_> {
         Box::pin(self.handle(task, cancel))
+    }
+
+    fn dyn_stop_grace(&self) -> Duration {
+        self.stop_grace()
     }
 }
 
@@ -122,6 +138,10 @@ impl TaskHandler for Arc<dyn DynTaskHandler> {
     ) -> impl Future<Output = TaskResult> + Send {
         self.as_ref().handle_boxed(task, cancel)
     }
+
+    fn stop_grace(&self) -> Duration {
+        self.as_ref().dyn_stop_grace()
+    }
 }
 
 impl<H: TaskHandler> TaskHandler for Arc<H> {
@@ -131,6 +151,10 @@ impl<H: TaskHandler> TaskHandler for Arc<H> {
         cancel: CancellationToken,
     ) -> impl Future<Output = TaskResult> + Send {
         self.as_ref().handle(task, cancel)
+    }
+
+    fn stop_grace(&self) -> Duration {
+        self.as_ref().stop_grace()
     }
 }
 

@@ -29,8 +29,9 @@
 //! # }
 //! ```
 //!
-//! The `worker` binary runs the built-in [`SleepHandler`] (the sample's work) with the
-//! configuration of [`config::WorkerConfig`] (flags and environment variables).
+//! The `worker` binary runs the built-in [`SleepHandler`] (the sample's work), a command for
+//! each task ([`exec`]) or a push of each task to an HTTP endpoint ([`push`]), with the
+//! configuration of [`config::Cli`] (flags and environment variables).
 //!
 //! # Layout
 //!
@@ -41,7 +42,8 @@
 //! - `ctx`: what the three above share (settings, client, slots, load), below them all so that
 //!   none imports another's home;
 //! - [`completions`]: answers gathered into batch completions;
-//! - [`handler`]: the [`TaskHandler`] trait and the built-in handlers;
+//! - [`handler`]: the [`TaskHandler`] trait and the built-in handlers; [`exec`] and [`push`],
+//!   the handlers for work in any language, and `output`, what both make of their output;
 //! - [`config`], [`metrics`], and `chaos`, the fault switches the soak uses.
 //!
 //! task-service is reached only through [`leasehold::TaskClient`].
@@ -50,19 +52,24 @@ mod chaos;
 pub mod completions;
 pub mod config;
 mod ctx;
+pub mod exec;
 pub mod handler;
 mod heartbeat;
 pub mod metrics;
+mod output;
 mod presence;
+pub mod push;
 pub mod runner;
 mod stopping;
 mod task_run;
 
-pub use config::{Cli, ConfigError, Settings, WorkerConfig, default_worker_id};
+pub use config::{Cli, ConfigError, ExecArgs, PushArgs, Settings, WorkerConfig, default_worker_id};
+pub use exec::ExecHandler;
 pub use handler::{
     BoxTaskFuture, DynTaskHandler, FnHandler, SleepHandler, TaskFailure, TaskHandler, TaskResult,
     handler_fn,
 };
 pub use leasehold::task_client::{CallError, TaskClient};
 pub use metrics::{Metrics, MetricsServer};
+pub use push::{PushHandler, WebhookSecret};
 pub use runner::{run, run_with_settings};

@@ -84,12 +84,14 @@ pub async fn run_with_settings<H: TaskHandler>(
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let metrics = Metrics::new().context("registering metrics")?;
-    let client = TaskClient::new(
-        settings.task_service_urls.clone(),
-        settings.request_timeout,
-        settings.auth_token.as_ref(),
-    )
-    .context("building the HTTP client")?;
+    let client = TaskClient::new(settings.task_service_urls.clone())
+        .with_timeout(settings.request_timeout)
+        .with_bearer_token(
+            settings
+                .auth_token
+                .as_ref()
+                .map(leasehold::api::Secret::expose),
+        );
     let metrics_server = match settings.metrics_addr {
         Some(address) => Some(MetricsServer::start(address, metrics.registry())?),
         None => None,
@@ -376,7 +378,8 @@ async fn claim_loop<H: TaskHandler>(
         }
     }
     riders.close();
-    stop(&ctx, &claiming.hand_back, &mut claiming.running).await;
+    let stop_grace = claiming.handler.stop_grace();
+    stop(&ctx, &claiming.hand_back, &mut claiming.running, stop_grace).await;
 }
 
 /// What the claim loop does after a claim.
@@ -408,20 +411,21 @@ async fn claim<H: TaskHandler>(
         settings.claim_wait,
         covered_by.as_ref(),
     ));
-    let mut stopping = false;
-    // A claim already sent is finished even when shutdown comes meanwhile, and what it brings is
-    // run within the grace period like any task in flight: dropping the request could leave a
-    // task leased to nobody until its lease lapsed, and handing it back would make a stop bounce
-    // work that a moment earlier it would have done.
+    // A stop abandons a claim that is still waiting: its wait (up to `CLAIM_WAIT_MS`, 30 s at
+    // most) would otherwise hold every Ctrl-C. Dropping the request closes its connection;
+    // task-service sees its client gone, ends the wait taking nothing, and hands back at once,
+    // uncharged, anything it took as the client left (`tasks::hand_back`). Tasks whose answer
+    // was already on the wire stay covered by this process's lease, which the stop releases:
+    // they go back as after a crash.
     let result = loop {
         tokio::select! {
             biased;
-            () = shutdown.as_mut(), if !stopping => {
-                stopping = true;
+            () = shutdown.as_mut() => {
                 tracing::info!(
-                    wait_ms = u64::try_from(settings.claim_wait.as_millis()).unwrap_or(u64::MAX),
-                    "shutting down: waiting for the claim in flight, whose tasks will still run"
+                    "shutting down: abandoning the waiting claim; task-service hands back \
+                     anything it took"
                 );
+                return Claim::Stopping;
             }
             result = &mut request => break result,
             pending = riders.next() => riders.send_alone(pending),
@@ -434,11 +438,7 @@ async fn claim<H: TaskHandler>(
     match result {
         Ok(tasks) if !tasks.is_empty() => {
             claiming.start(tasks, sent);
-            return if stopping {
-                Claim::Stopping
-            } else {
-                Claim::Again
-            };
+            return Claim::Again;
         }
         Ok(_) => {
             ctx.metrics
@@ -448,13 +448,10 @@ async fn claim<H: TaskHandler>(
             tracing::debug!("no task due");
         }
         Err(err) => {
-            if claiming.refused(&err, limit) && !stopping {
+            if claiming.refused(&err, limit) {
                 return Claim::Again;
             }
         }
-    }
-    if stopping {
-        return Claim::Stopping;
     }
     // An empty answer after a long wait is news enough: claim again at once. One that came at
     // once (a task-service without wake-ups, or one stopping) or a failure backs off.

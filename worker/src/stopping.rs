@@ -2,6 +2,7 @@
 //! in-flight ones get the grace period, and what is left is cancelled and handed back.
 
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use tokio::task::{JoinError, JoinSet};
 use tokio::time::{Instant, sleep_until};
@@ -10,8 +11,13 @@ use crate::ctx::{Ctx, HAND_BACK_TIMEOUT};
 use crate::task_run::HandBack;
 
 /// After the claim loop: lets in-flight tasks finish within the grace period, then hands back
-/// the rest.
-pub(crate) async fn stop(ctx: &Ctx, hand_back: &HandBack, running: &mut JoinSet<()>) {
+/// the rest, each once its handler has had its `stop_grace` to stop.
+pub(crate) async fn stop(
+    ctx: &Ctx,
+    hand_back: &HandBack,
+    running: &mut JoinSet<()>,
+    stop_grace: Duration,
+) {
     let settings = &ctx.settings;
     // Tasks claimed ahead that have not started go back at once: nobody here will start them.
     hand_back.unstarted.cancel();
@@ -30,7 +36,7 @@ pub(crate) async fn stop(ctx: &Ctx, hand_back: &HandBack, running: &mut JoinSet<
         drain(
             ctx,
             running,
-            Instant::now() + HAND_BACK_TIMEOUT + settings.request_timeout * 2,
+            Instant::now() + stop_grace + HAND_BACK_TIMEOUT + settings.request_timeout * 2,
         )
         .await;
         if !running.is_empty() {

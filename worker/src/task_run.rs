@@ -25,9 +25,13 @@ use crate::ctx::{Ctx, HAND_BACK_TIMEOUT};
 use crate::handler::{TaskFailure, TaskHandler};
 use crate::heartbeat::{LeaseState, keep_alive, lease_ttl, retry_backoff};
 use leasehold::task_client::CallError;
+use tracing::Instrument as _;
 
-/// Longest error message sent with `fail`.
-pub const MAX_ERROR_CHARS: usize = 2_000;
+/// Longest error message sent with `fail`: what task-service keeps.
+pub use leasehold::tasks::MAX_ERROR_CHARS;
+
+/// Where a message is cut, so that with its "…" it is still all kept.
+const CUT_AT: usize = MAX_ERROR_CHARS - 1;
 
 /// How the work on a task ended.
 enum Outcome {
@@ -96,14 +100,34 @@ pub(crate) async fn process<H: TaskHandler>(
         slot = ctx.slots.clone().acquire_owned() => match slot {
             Ok(slot) => {
                 unstarted.take();
-                let work = AssertUnwindSafe(handler.handle(task, cancel.clone())).catch_unwind();
+                // The task's span: what the work does (an exec command's `TRACEPARENT`, a push's
+                // `traceparent`, a Rust handler's own spans) joins its trace.
+                let span = tracing::info_span!(
+                    "run task",
+                    otel.kind = "consumer",
+                    task.id = id,
+                    task.queue = %task.queue,
+                    task.attempt = task.attempts,
+                );
+                let work = AssertUnwindSafe(handler.handle(task, cancel.clone()))
+                    .catch_unwind()
+                    .instrument(span);
+                let mut work = std::pin::pin!(work);
                 let outcome = tokio::select! {
                     biased;
                     () = lease.lost.cancelled() => Outcome::Lost,
                     () = hand_back.all.cancelled() => Outcome::HandBack,
                     () = sleep_until_some(crash_at) => crash(id, fence),
-                    result = work => Outcome::Done(result),
+                    result = &mut work => Outcome::Done(result),
                 };
+                let grace = handler.stop_grace();
+                if !matches!(outcome, Outcome::Done(_)) && !grace.is_zero() {
+                    // Stopped: the handler is told, and given its own grace to stop before its
+                    // future is dropped. Its result is not used: the task is not this
+                    // worker's to complete any more.
+                    cancel.cancel();
+                    let _ = tokio::time::timeout(grace, &mut work).await;
+                }
                 // The work is over: the slot goes to the next task while this one's answer
                 // travels.
                 drop(slot);
@@ -196,10 +220,7 @@ impl Drop for Unstarted<'_> {
 /// claim is no longer this worker's, the request is refused and changes nothing.
 async fn give_up(ctx: &Ctx, id: i64, fence: Option<i64>, reason: &str) {
     let processor = ctx.settings.worker_id.as_str();
-    let message = truncate(
-        &format!("the worker gave the task up: {reason}"),
-        MAX_ERROR_CHARS,
-    );
+    let message = truncate(&format!("the worker gave the task up: {reason}"), CUT_AT);
     match ctx
         .client
         .fail(id, processor, fence, &message, true, false)
@@ -260,7 +281,7 @@ async fn complete(
 
 async fn fail(ctx: &Ctx, id: i64, fence: Option<i64>, lease: &LeaseState, failure: TaskFailure) {
     let processor = ctx.settings.worker_id.as_str();
-    let message = truncate(&failure.message, MAX_ERROR_CHARS);
+    let message = truncate(&failure.message, CUT_AT);
     let delivery = deliver(id, "fail", lease, None, || {
         ctx.client
             .fail(id, processor, fence, &message, failure.retryable, false)

@@ -1,6 +1,6 @@
 //! The real `worker` binary: its help, its refusal of bad configuration, its exit status
 //! after SIGTERM/SIGINT and its metrics endpoint. Its work against real services is tested in
-//! `tests/tests/workers.rs`.
+//! `tests/tests/suite/workers.rs`.
 
 #![allow(clippy::unwrap_used)]
 

@@ -1,5 +1,6 @@
 //! The running stack: PostgreSQL, the replicas behind their proxies, the generators and the
-//! workers, started with the front door locked; and which of them a fault may take.
+//! workers (the last of them in exec mode, a shell command per task), started with the front
+//! door locked; and which of them a fault may take.
 
 use std::sync::{Arc, Mutex as StdMutex};
 
@@ -10,6 +11,18 @@ use super::failover::Backing;
 use super::{Fault, SoakOptions, TTL_SECONDS, tokens};
 use crate::Service;
 use crate::proxy::Proxy;
+
+/// The sleep handler's work as a shell command, for the soak's exec worker: fails for good
+/// (exit 65) at once on `"fail": "permanent"`, sleeps, then fails retryably half the time on
+/// `"fail": 0.5`, as [`leasehold_worker::SleepHandler`] does.
+const EXEC_SLEEP: &str = r#"input=$(cat)
+case "$input" in *'"fail":"permanent"'*) echo "failing for good, as asked" >&2; exit 65 ;; esac
+seconds=$(printf "%s" "$input" | sed -n 's/.*"sleep_duration_seconds":\([0-9.eE+-]*\).*/\1/p')
+sleep "${seconds:-0}"
+case "$input" in *'"fail":0.5'*)
+  [ $(( $(od -An -N1 -tu1 /dev/urandom) % 2 )) -eq 0 ] && { echo "failing, as asked" >&2; exit 1; } ;;
+esac
+echo "{\"slept_seconds\": ${seconds:-0}, \"by\": \"sh\"}""#;
 
 type Shared = Arc<Mutex<Service>>;
 
@@ -109,6 +122,7 @@ impl Stack {
             ("WORKER_CONCURRENCY", "3"),
             ("SHUTDOWN_GRACE_SECONDS", "3"),
         ];
+        let exec_line = format!("sh -c '{}'", EXEC_SLEEP.replace('\'', r"'\''"));
         let mut workers = Vec::new();
         for n in 0..options.workers {
             // Every second worker claims ahead under load (its tasks wait for a slot, heartbeaten,
@@ -116,6 +130,10 @@ impl Stack {
             let mut env = worker_env.to_vec();
             if n % 2 == 1 {
                 env.push(("WORKER_PREFETCH", "3"));
+            }
+            // The last one does the work in another language: a shell command per task.
+            if n + 1 == options.workers && n > 0 {
+                env.push(("WORKER_EXEC", &exec_line));
             }
             workers.push(Service::worker(&task_proxy.base_url(), &env).await);
         }

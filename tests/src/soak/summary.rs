@@ -18,6 +18,8 @@ pub struct Summary {
     pub fault_errors: Vec<String>,
     /// Tasks the producer's requests created (the generator's are in the report).
     pub produced: usize,
+    /// Tasks the exec worker (a shell command per task) completed.
+    pub by_exec: usize,
     /// Tasks whose creation was acknowledged but that are not in the table: lost.
     pub lost: Vec<i64>,
     /// How long the stack took to finish every task once the faults stopped, if it did.
@@ -80,6 +82,11 @@ impl fmt::Display for Summary {
             self.report.generated_tasks,
             self.produced,
             statuses.join(", ")
+        )?;
+        writeln!(
+            f,
+            "the exec worker's shell command completed {} of them",
+            self.by_exec
         )?;
         if self.lost.is_empty() {
             writeln!(f, "every acknowledged create is in the table")?;

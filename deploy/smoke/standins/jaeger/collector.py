@@ -2,8 +2,8 @@
 
 Receives OTLP/HTTP traces on :4318 (protobuf, as the services send them, or JSON), counts the
 spans of each `service.name`, and answers Jaeger's query API's service list on :16686
-(GET /api/services) with the services that sent at least one span; GET /api/spans gives the
-counts. It decodes only the few protobuf fields it needs, so it needs nothing but Python.
+(GET /api/services) with the services that sent at least one span, and each service's span
+names (GET /api/services/NAME/operations); GET /api/spans gives the counts. It decodes only the few protobuf fields it needs, so it needs nothing but Python.
 """
 
 import gzip
@@ -15,6 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 spans = {}
+operations = {}
 lock = threading.Lock()
 
 
@@ -66,30 +67,35 @@ def service_of_resource(resource):
 
 
 def count_protobuf(body):
-    counted = {}
+    """The spans of each service, and the names they bear."""
+    counted, names = {}, {}
     # ExportTraceServiceRequest.resource_spans (1) -> ResourceSpans{resource (1), scope_spans (2)}
     for number, _, resource_spans in fields(body):
         if number != 1:
             continue
-        service, n = "unknown_service", 0
+        service, seen = "unknown_service", []
         for m, _, v in fields(resource_spans):
             if m == 1:
                 service = service_of_resource(v) or service
-            elif m == 2:  # ScopeSpans.spans (2)
-                n += sum(1 for k, _, _ in fields(v) if k == 2)
-        counted[service] = counted.get(service, 0) + n
-    return counted
+            elif m == 2:  # ScopeSpans.spans (2) -> Span{name (5)}
+                seen += [next((n.decode() for f, _, n in fields(span) if f == 5), "")
+                         for k, _, span in fields(v) if k == 2]
+        counted[service] = counted.get(service, 0) + len(seen)
+        names.setdefault(service, set()).update(seen)
+    return counted, names
 
 
 def count_json(body):
-    counted = {}
+    counted, names = {}, {}
     for resource_spans in json.loads(body).get("resourceSpans", []):
         attributes = resource_spans.get("resource", {}).get("attributes", [])
         service = next((a["value"].get("stringValue") for a in attributes
                         if a.get("key") == "service.name"), None) or "unknown_service"
-        n = sum(len(s.get("spans", [])) for s in resource_spans.get("scopeSpans", []))
-        counted[service] = counted.get(service, 0) + n
-    return counted
+        seen = [span.get("name", "") for s in resource_spans.get("scopeSpans", [])
+                for span in s.get("spans", [])]
+        counted[service] = counted.get(service, 0) + len(seen)
+        names.setdefault(service, set()).update(seen)
+    return counted, names
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -106,13 +112,15 @@ class Handler(BaseHTTPRequestHandler):
             body = gzip.decompress(body)
         is_json = "json" in (self.headers.get("Content-Type") or "")
         try:
-            counted = count_json(body) if is_json else count_protobuf(body)
+            counted, names = count_json(body) if is_json else count_protobuf(body)
         except (ValueError, IndexError, KeyError, UnicodeDecodeError) as err:
             self.reply(400, str(err).encode(), "text/plain")
             return
         with lock:
             for service, n in counted.items():
                 spans[service] = spans.get(service, 0) + n
+            for service, seen in names.items():
+                operations.setdefault(service, set()).update(seen)
         # An empty ExportTraceServiceResponse.
         self.reply(200, b"{}" if is_json else b"", "application/json" if is_json
                    else "application/x-protobuf")
@@ -121,7 +129,11 @@ class Handler(BaseHTTPRequestHandler):
         with lock:
             services = sorted(s for s, n in spans.items() if n > 0)
             counts = dict(spans)
-        if self.path.startswith("/api/services"):
+            named = {service: sorted(seen) for service, seen in operations.items()}
+        parts = self.path.split("?")[0].strip("/").split("/")
+        if len(parts) == 4 and parts[:2] == ["api", "services"] and parts[3] == "operations":
+            body = {"data": named.get(parts[2], []), "total": len(named.get(parts[2], []))}
+        elif self.path.startswith("/api/services"):
             body = {"data": services, "total": len(services)}
         elif self.path.startswith("/api/spans"):
             body = counts
