@@ -6,6 +6,11 @@
 //
 //   node graphile-worker.js migrate <url>
 //   node graphile-worker.js single|batched <url> <tasks> <concurrency>
+//   node graphile-worker.js pickup <url> <samples>
+//
+// `pickup` is its idle pickup, as the bench takes Leasehold's: one worker waiting (LISTEN),
+// a job added only once the one before it has started, each from its creation to its start by
+// the database's clock (the job row's `locked_at - created_at`, read while the job runs).
 "use strict";
 const { run, makeWorkerUtils, Logger } = require("graphile-worker");
 
@@ -20,6 +25,10 @@ async function main() {
   try {
     if (mode === "migrate") {
       await utils.migrate();
+      return;
+    }
+    if (mode === "pickup") {
+      console.log(JSON.stringify({ pickupMs: await pickup(connectionString, Number(count), utils) }));
       return;
     }
     const total = Number(count);
@@ -76,6 +85,38 @@ async function main() {
   } finally {
     await utils.release();
   }
+}
+
+async function pickup(connectionString, samples, utils) {
+  let started;
+  const runner = await run({
+    connectionString,
+    concurrency: 1,
+    noHandleSignals: true,
+    logger,
+    taskList: {
+      noop: async (_payload, helpers) => {
+        const { rows } = await helpers.withPgClient((client) =>
+          client.query(
+            "SELECT (EXTRACT(EPOCH FROM locked_at - created_at) * 1000)::float8 AS ms " +
+              "FROM graphile_worker._private_jobs WHERE id = $1",
+            [helpers.job.id],
+          ),
+        );
+        started(rows[0].ms);
+      },
+    },
+  });
+  const pickups = [];
+  for (let i = 0; i < samples; i += 1) {
+    // Idle between samples, as the worker would be: waiting on its LISTEN again.
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    const ran = new Promise((resolve) => (started = resolve));
+    await utils.addJob("noop", { sleep_duration_seconds: 0 });
+    pickups.push(await ran);
+  }
+  await runner.stop();
+  return pickups;
 }
 
 main().catch((err) => {

@@ -60,6 +60,11 @@ fn postgres_cpu_ms(postmaster: u32) -> f64 {
     own + reaped + living
 }
 
+/// The CPU milliseconds of the children `pid` has reaped: an exec worker's commands.
+pub(super) fn reaped_cpu_ms(pid: u32) -> f64 {
+    cpu_ms(pid).1
+}
+
 /// The bench's own CPU milliseconds (every thread), not counting the children it reaped.
 fn own_cpu_ms() -> f64 {
     cpu_ms(std::process::id()).0
@@ -218,6 +223,27 @@ pub struct Cost {
     pub statements: Vec<StatementCost>,
     /// The largest kinds of WAL record; empty without `pg_waldump`.
     pub wal_by_kind: Vec<WalKind>,
+}
+
+impl Cost {
+    /// The CPU milliseconds per 1,000 tasks of one kind of process ([`KINDS`]); 0 if unknown.
+    pub fn cpu_ms_per_1000_of(&self, kind: &str) -> f64 {
+        self.cpu_ms_per_1000
+            .iter()
+            .find(|(k, _)| k == kind)
+            .map_or(0.0, |(_, ms)| *ms)
+    }
+
+    /// How many tasks one second of PostgreSQL's CPU carries: what decides how far one primary
+    /// scales.
+    pub fn tasks_per_postgres_cpu_second(&self) -> f64 {
+        let postgres_ms = self.cpu_ms_per_1000_of("postgres");
+        if postgres_ms > 0.0 {
+            1_000_000.0 / postgres_ms
+        } else {
+            0.0
+        }
+    }
 }
 
 /// The kinds of process a cost is told by, as columns.

@@ -24,6 +24,10 @@
 //!   cores were meanwhile, from `/proc/stat`). Each run is metered
 //!   ([`cost`]): CPU per 1,000 tasks by process, WAL bytes, write transactions, commits and WAL
 //!   fsyncs per task.
+//! - **work in any language**: the same backlog drained by the same workers three ways: the
+//!   in-process handler, a command per task (`WORKER_EXEC=/bin/true`) and an HTTP request per
+//!   task to a no-op endpoint (`WORKER_PUSH_URL`); tasks/s, CPU per 1,000 tasks, and the ratios
+//!   to the in-process handler.
 //! - **wake-ups**: an idle worker's pickup and a waiting lease acquire's hand-over, one at a time.
 //! - **peers**: graphile-worker 0.18 on the same PostgreSQL, the same number of tasks, batching
 //!   off and on, metered the same way, and Leasehold's ratios to it.
@@ -44,7 +48,7 @@
 //!
 //! Layout: `options` says what to run; `measure` runs closed-loop clients and turns their
 //! latencies into figures; `report` holds the figures, ratios and the markdown. One module per
-//! section: `leases`, `contention`, `e2e`, `pickup`, `peers`, `sample` (with the half-load
+//! section: `leases`, `contention`, `e2e`, `work`, `pickup`, `peers`, `sample` (with the half-load
 //! latency), `growth`, `memory`, `charts` and `reads`; `cost` meters the end-to-end runs. This file starts the machine under test ([`Bench`]) and runs the sections.
 
 mod charts;
@@ -62,6 +66,7 @@ mod reads;
 mod report;
 mod sample;
 mod wal;
+mod work;
 
 use std::time::Duration;
 
@@ -80,6 +85,7 @@ use peers::peers;
 use pickup::pickup;
 use reads::reads;
 use sample::sample_comparison;
+use work::any_language;
 
 pub use cost::Cost;
 pub use options::BenchOptions;
@@ -158,7 +164,7 @@ impl Bench {
     /// The typed task-service client the bench's producers use: one try per call, as the
     /// lease client, and the bench's generous timeout.
     fn task_client(&self) -> TaskClient {
-        TaskClient::new(vec![self.tasks.base_url()], Duration::from_secs(60), None).unwrap()
+        TaskClient::new([self.tasks.base_url()]).with_timeout(Duration::from_secs(60))
     }
 }
 
@@ -181,6 +187,9 @@ pub async fn run(options: &BenchOptions) -> Report {
     if wanted("e2e") {
         end_to_end(&bench, options, &mut report).await;
         pickup(&bench, options, &mut report).await;
+    }
+    if wanted("work") {
+        any_language(&bench, options, &mut report).await;
     }
     if wanted("peers") {
         peers(&bench, options, &mut report).await;

@@ -11,6 +11,9 @@ pub struct BenchOptions {
     pub phase: Duration,
     /// Tasks in each end-to-end backlog.
     pub e2e_tasks: u64,
+    /// Tasks of each way of the work-in-any-language runs (in-process, exec, push), drained by
+    /// `workers` workers of `batch_concurrency` slots.
+    pub work_tasks: u64,
     /// Worker processes of the single-claim run, each with one slot: every claim and every
     /// completion is a request for one task.
     pub single_workers: usize,
@@ -40,8 +43,8 @@ pub struct BenchOptions {
     pub read_queues: u64,
     /// Events of history in the last day, for the dashboard charts' figures.
     pub chart_events: u64,
-    /// The sections to run (all when empty): `leases`, `contention`, `e2e`, `sample`, `growth`,
-    /// `memory`, `charts`, `reads`.
+    /// The sections to run (all when empty): `leases`, `contention`, `e2e`, `work`, `sample`,
+    /// `growth`, `memory`, `charts`, `reads`.
     pub sections: Vec<String>,
 }
 
@@ -52,6 +55,7 @@ impl BenchOptions {
             lease_concurrency: vec![1, 8, 32, 128],
             phase: Duration::from_secs(5),
             e2e_tasks: 20_000,
+            work_tasks: 5_000,
             single_workers: 32,
             workers: 8,
             batch_concurrency: 32,
@@ -77,6 +81,7 @@ impl BenchOptions {
             lease_concurrency: vec![1, 8],
             phase: Duration::from_millis(400),
             e2e_tasks: 200,
+            work_tasks: 100,
             single_workers: 2,
             workers: 2,
             batch_concurrency: 8,
@@ -88,7 +93,10 @@ impl BenchOptions {
             claim_clients: 4,
             memory_tasks: 40,
             memory_readers: 8,
-            heavy_readers: 12,
+            // More readers than READS_IN_FLIGHT, so that reads wait their turn, but few enough
+            // that the last in line is served within task-service's 10 s `READ_WAIT` while the
+            // rest of the suite loads both cores: with 12, CI's run saw a reader refused.
+            heavy_readers: 4,
             read_queues: 300,
             chart_events: 20_000,
             sections: Vec::new(),

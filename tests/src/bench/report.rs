@@ -128,12 +128,12 @@ impl Report {
             let kinds: Vec<String> = KINDS.iter().map(|k| format!("{k} CPU")).collect();
             let _ = writeln!(
                 out,
-                "| run | tasks | {} | total | WAL bytes | write xacts | commits | WAL fsyncs |",
+                "| run | tasks | {} | total | tasks per PostgreSQL CPU-second | WAL bytes | write xacts | commits | WAL fsyncs |",
                 kinds.join(" | ")
             );
             let _ = writeln!(
                 out,
-                "|---|---:|{}---:|---:|---:|---:|---:|",
+                "|---|---:|{}---:|---:|---:|---:|---:|---:|",
                 "---:|".repeat(KINDS.len())
             );
             for c in &self.costs {
@@ -145,11 +145,12 @@ impl Report {
                 let total: f64 = c.cpu_ms_per_1000.iter().map(|(_, ms)| ms).sum();
                 let _ = writeln!(
                     out,
-                    "| {} | {} | {} | {:.0} | {:.0} | {:.2} | {:.2} | {:.3} |",
+                    "| {} | {} | {} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} | {:.3} |",
                     c.run,
                     c.tasks,
                     cpu.join(" | "),
                     total,
+                    c.tasks_per_postgres_cpu_second(),
                     c.wal_bytes_per_task,
                     c.write_transactions_per_task,
                     c.commits_per_task,

@@ -60,9 +60,9 @@ struct Cli {
     /// default each claims ahead up to its slots under load.
     #[arg(long)]
     no_prefetch: bool,
-    /// Run only these sections, comma-separated: leases, contention, e2e, peers, sample, growth,
-    /// memory, charts, reads (default: all).
-    #[arg(long, value_delimiter = ',', value_parser = ["leases", "contention", "e2e", "peers", "sample", "growth", "memory", "charts", "reads"])]
+    /// Run only these sections, comma-separated: leases, contention, e2e, work, peers, sample,
+    /// growth, memory, charts, reads (default: all).
+    #[arg(long, value_delimiter = ',', value_parser = ["leases", "contention", "e2e", "work", "peers", "sample", "growth", "memory", "charts", "reads"])]
     only: Vec<String>,
     /// Write the report as JSON to this file.
     #[arg(long)]
