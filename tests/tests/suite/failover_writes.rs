@@ -167,13 +167,23 @@ async fn every_acknowledged_write_survives_a_failover_a_kill_and_a_freeze_of_the
         "too few writes to judge: {}",
         acknowledged.len()
     );
-    assert!(
-        lost.is_empty(),
-        "{} acknowledged writes are not on the primary (port {read_from}); by writer and \
-         answering node, beside the faults:\n{}",
-        lost.len(),
-        fault_timeline(&injected, &runs(&lost)).join("\n")
-    );
+    if !lost.is_empty() {
+        // The keepers' own account is what tells a split brain from a rewind: kept with the
+        // formation's logs, which go with its directory when the test ends.
+        let formation = formation.lock().await;
+        let kept = tests::log_dir().join("failover-writes");
+        std::fs::create_dir_all(&kept).unwrap();
+        formation.copy_logs_to(&kept);
+        tests::keep_logs();
+        panic!(
+            "{} acknowledged writes are not on the primary (port {read_from}); by writer and \
+             answering node, beside the faults:\n{}\n\nThe keepers' transitions (logs in {}):\n{}",
+            lost.len(),
+            fault_timeline(&injected, &runs(&lost)).join("\n"),
+            kept.display(),
+            formation.story().join("\n")
+        );
+    }
 }
 
 /// Lost writes cut into runs of one writer's consecutive acknowledgements from one node, each
