@@ -11,8 +11,10 @@
 //! - where PostgreSQL's time goes: the statements that took the most execution time, per task,
 //!   from `pg_stat_statements` (the bench's cluster loads it when installed). A trigger's
 //!   statements are listed apart (nested) and are also counted in the statement that fired them;
-//! - where the WAL goes: its largest kinds of record, from `pg_waldump` ([`super::wal`]).
+//! - where the WAL goes: its largest kinds of record and the tables and indexes that wrote it,
+//!   from `pg_waldump` ([`super::wal`]).
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use diesel::QueryableByName;
@@ -22,7 +24,7 @@ use leasehold::server::db::OneRow;
 use serde::Serialize;
 
 use super::connect;
-use super::wal::{WalKind, WalLog};
+use super::wal::{WalKind, WalLog, WalRelation};
 
 /// Clock ticks per second of `/proc/<pid>/stat`'s times: Linux exposes them in `USER_HZ`, which
 /// is 100 on every architecture it runs on, whatever the kernel's own tick rate.
@@ -223,6 +225,8 @@ pub struct Cost {
     pub statements: Vec<StatementCost>,
     /// The largest kinds of WAL record; empty without `pg_waldump`.
     pub wal_by_kind: Vec<WalKind>,
+    /// The tables and indexes that wrote the most WAL; empty without `pg_waldump`.
+    pub wal_by_relation: Vec<WalRelation>,
 }
 
 impl Cost {
@@ -357,6 +361,86 @@ impl Meter {
             wal_by_kind: self.wal_log.as_ref().map_or_else(Vec::new, |log| {
                 log.by_kind(&self.start.lsn, &end.lsn, tasks)
             }),
+            wal_by_relation: match &self.wal_log {
+                Some(log) => {
+                    let names = relation_names(&self.url).await;
+                    log.by_relation(&self.start.lsn, &end.lsn, tasks, &names)
+                }
+                None => Vec::new(),
+            },
         }
+    }
+}
+
+#[derive(QueryableByName)]
+struct Named {
+    #[diesel(sql_type = Text)]
+    name: String,
+    #[diesel(sql_type = Text)]
+    node: String,
+}
+
+/// The name (`database.relation`) of every table and index of the cluster `url` reaches, by the
+/// `tablespace/database/filenode` a WAL record's block names it by.
+async fn relation_names(url: &str) -> HashMap<String, String> {
+    let mut names = HashMap::new();
+    let databases: Vec<Named> = diesel::sql_query(
+        "SELECT datname AS name, oid::text AS node FROM pg_database WHERE datallowconn",
+    )
+    .load(&mut connect(url).await)
+    .await
+    .unwrap_or_default();
+    for database in databases {
+        let Ok(mut conn) =
+            <diesel_async::AsyncPgConnection as diesel_async::AsyncConnection>::establish(
+                &with_database(url, &database.name),
+            )
+            .await
+        else {
+            continue;
+        };
+        let relations: Vec<Named> = diesel::sql_query(
+            "SELECT current_database() || '.' || c.relname AS name,
+                    (CASE c.reltablespace WHEN 0 THEN d.dattablespace ELSE c.reltablespace END)::text
+                    || '/' || d.oid::text || '/' || pg_relation_filenode(c.oid)::text AS node
+             FROM pg_class c, pg_database d
+             WHERE d.datname = current_database() AND pg_relation_filenode(c.oid) IS NOT NULL",
+        )
+        .load::<Named>(&mut conn)
+        .await
+        .unwrap_or_default();
+        names.extend(relations.into_iter().map(|r| (r.node, r.name)));
+    }
+    names
+}
+
+/// `url` naming `database` instead of its own.
+fn with_database(url: &str, database: &str) -> String {
+    let (base, query) = url
+        .split_once('?')
+        .map_or((url, None), |(b, q)| (b, Some(q)));
+    let authority_end = base.find("://").map_or(0, |at| at + 3);
+    let server = match base[authority_end..].find('/') {
+        Some(slash) => &base[..authority_end + slash],
+        None => base,
+    };
+    match query {
+        Some(query) => format!("{server}/{database}?{query}"),
+        None => format!("{server}/{database}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_url_names_another_database_with_its_options_kept() {
+        assert_eq!(
+            super::with_database("postgres://u@h:5/tasks?sslmode=disable", "leases"),
+            "postgres://u@h:5/leases?sslmode=disable"
+        );
+        assert_eq!(
+            super::with_database("postgres://h:5", "x"),
+            "postgres://h:5/x"
+        );
     }
 }

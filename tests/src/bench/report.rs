@@ -214,6 +214,31 @@ impl Report {
                 }
             }
         }
+        let listed: Vec<&Cost> = self
+            .costs
+            .iter()
+            .filter(|c| !c.wal_by_relation.is_empty())
+            .collect();
+        if !listed.is_empty() {
+            let _ = writeln!(
+                out,
+                "\n### where the WAL goes: the tables and indexes that wrote it, per task (pg_waldump; a record counted at its first block, images included)\n"
+            );
+            let _ = writeln!(
+                out,
+                "| run | table or index | records per task | bytes per task |"
+            );
+            let _ = writeln!(out, "|---|---|---:|---:|");
+            for c in listed {
+                for r in &c.wal_by_relation {
+                    let _ = writeln!(
+                        out,
+                        "| {} | {} | {:.2} | {:.0} |",
+                        c.run, r.relation, r.records_per_task, r.bytes_per_task
+                    );
+                }
+            }
+        }
         for skipped in &self.skipped {
             let _ = writeln!(out, "\n{skipped}");
         }

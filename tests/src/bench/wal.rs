@@ -1,8 +1,11 @@
-//! Where a run's WAL goes, by kind of record: `pg_waldump --stats=record` over the run's range of
-//! the log. The total alone says a task writes three times graphile-worker's bytes; the kinds say
-//! whether those are heap rows, index entries, full-page images after a checkpoint, or commits,
-//! which is what a change of design has to be chosen by.
+//! Where a run's WAL goes, by kind of record (`pg_waldump --stats=record` over the run's range of
+//! the log) and by table or index (each record's first block, from `pg_waldump`'s full listing).
+//! The total alone says a task writes three times graphile-worker's bytes; the kinds say whether
+//! those are heap rows, index entries, full-page images after a checkpoint, or commits, and the
+//! relations say which table or index wrote them (the history's share, an index's), which is
+//! what a change of design has to be chosen by.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -19,6 +22,19 @@ pub struct WalKind {
     /// The records' own bytes and the full-page images they carried.
     pub bytes_per_task: f64,
     pub fpi_bytes_per_task: f64,
+}
+
+/// How many tables and indexes [`WalLog::by_relation`] keeps, the largest first.
+const RELATIONS_KEPT: usize = 10;
+
+/// One table's or index's share of a run's WAL, per task, images included.
+#[derive(Debug, Clone, Serialize)]
+pub struct WalRelation {
+    /// `database.relation`, or for records that name no block (commits) their resource
+    /// manager in parentheses.
+    pub relation: String,
+    pub records_per_task: f64,
+    pub bytes_per_task: f64,
 }
 
 /// Where the log of a cluster can be read: its `pg_wal` and the `pg_waldump` beside its server.
@@ -72,6 +88,89 @@ impl WalLog {
         kinds.truncate(KINDS_KEPT);
         kinds
     }
+}
+
+impl WalLog {
+    /// The tables and indexes that wrote the most WAL between two positions, per task; `names`
+    /// maps a block's `tablespace/database/filenode` to its name. Empty (and said on stderr)
+    /// when the log cannot be read.
+    pub(super) fn by_relation(
+        &self,
+        start: &str,
+        end: &str,
+        tasks: u64,
+        names: &HashMap<String, String>,
+    ) -> Vec<WalRelation> {
+        let output = std::process::Command::new(&self.waldump)
+            .arg("--path")
+            .arg(&self.dir)
+            .args(["--start", start, "--end", end])
+            .output();
+        let output = match output {
+            Ok(output) if output.status.success() => output,
+            Ok(output) => {
+                eprintln!(
+                    "pg_waldump could not list the run's WAL: {}",
+                    String::from_utf8_lossy(&output.stderr).trim()
+                );
+                return Vec::new();
+            }
+            Err(err) => {
+                eprintln!("pg_waldump could not run: {err}");
+                return Vec::new();
+            }
+        };
+        let mut relations = by_relation(
+            &String::from_utf8_lossy(&output.stdout),
+            names,
+            tasks.max(1) as f64,
+        );
+        relations.truncate(RELATIONS_KEPT);
+        relations
+    }
+}
+
+/// Sums `pg_waldump`'s listing by the relation of each record's first block, the largest
+/// first. A line reads `rmgr: Btree len (rec/tot): 64/ 64, tx: ..., desc: INSERT_LEAF off 5,
+/// blkref #0: rel 1663/16384/16423 blk 1`; the total length counts the record's images.
+fn by_relation(listing: &str, names: &HashMap<String, String>, tasks: f64) -> Vec<WalRelation> {
+    let mut sums: HashMap<String, (f64, f64)> = HashMap::new();
+    for line in listing.lines() {
+        let Some(rmgr) = line
+            .strip_prefix("rmgr:")
+            .and_then(|rest| rest.split_whitespace().next())
+        else {
+            continue;
+        };
+        let Some(total) = line
+            .split_once("len (rec/tot):")
+            .and_then(|(_, rest)| rest.split(',').next())
+            .and_then(|lengths| lengths.split('/').nth(1))
+            .and_then(|total| total.trim().parse::<f64>().ok())
+        else {
+            continue;
+        };
+        let relation = match line
+            .split_once("blkref #0: rel ")
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+        {
+            Some(node) => names.get(node).cloned().unwrap_or_else(|| node.to_owned()),
+            None => format!("({rmgr})"),
+        };
+        let sum = sums.entry(relation).or_default();
+        sum.0 += 1.0;
+        sum.1 += total;
+    }
+    let mut relations: Vec<WalRelation> = sums
+        .into_iter()
+        .map(|(relation, (records, bytes))| WalRelation {
+            relation,
+            records_per_task: records / tasks,
+            bytes_per_task: bytes / tasks,
+        })
+        .collect();
+    relations.sort_by(|a, b| b.bytes_per_task.total_cmp(&a.bytes_per_task));
+    relations
 }
 
 /// Reads `pg_waldump --stats=record`'s table: a name, then the count, the records' bytes, the
@@ -130,5 +229,29 @@ Total                                       5001                        392114 [
         assert_eq!(kinds[1].records_per_task, 2.0);
         assert_eq!(kinds[1].bytes_per_task, 200.0);
         assert_eq!(kinds[1].fpi_bytes_per_task, 8.192);
+    }
+
+    #[test]
+    fn the_listing_is_summed_by_the_relation_of_each_first_block() {
+        let listing = "\
+rmgr: Heap        len (rec/tot):     79/    79, tx:        750, lsn: 0/0155A0F8, prev 0/0155A0C0, desc: INSERT off 3 flags 0x00, blkref #0: rel 1663/16384/16390 blk 0
+rmgr: Btree       len (rec/tot):     64/  8256, tx:        750, lsn: 0/0155A148, prev 0/0155A0F8, desc: INSERT_LEAF off 2, blkref #0: rel 1663/16384/16395 blk 1 FPW
+rmgr: Heap        len (rec/tot):     81/    81, tx:        751, lsn: 0/0155C1A0, prev 0/0155A148, desc: INSERT off 4 flags 0x00, blkref #0: rel 1663/16384/16390 blk 0
+rmgr: Transaction len (rec/tot):     34/    34, tx:        750, lsn: 0/0155C1F8, prev 0/0155C1A0, desc: COMMIT 2026-12-07 23:50:00.000000 UTC
+";
+        let names = HashMap::from([("1663/16384/16390".to_owned(), "tasks.tasks".to_owned())]);
+        let relations = by_relation(listing, &names, 2.0);
+        let summed: Vec<(&str, f64, f64)> = relations
+            .iter()
+            .map(|r| (r.relation.as_str(), r.records_per_task, r.bytes_per_task))
+            .collect();
+        assert_eq!(
+            summed,
+            [
+                ("1663/16384/16395", 0.5, 4128.0),
+                ("tasks.tasks", 1.0, 80.0),
+                ("(Transaction)", 0.5, 17.0),
+            ]
+        );
     }
 }
