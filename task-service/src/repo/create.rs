@@ -22,6 +22,20 @@ pub struct NewTask {
     pub concurrency_key: Option<String>,
 }
 
+/// What an insert of tasks with an idempotency key adds: a taken key stores nothing.
+///
+/// Only such an insert carries it. Every row of an `INSERT ... ON CONFLICT` is inserted
+/// speculatively (a speculative-insertion lock taken and released, and a second WAL record to
+/// confirm the row), whether or not the row could conflict; a row without a key never can, as
+/// the key's unique index holds only rows that have one.
+fn on_taken_key(keyed: bool) -> &'static str {
+    if keyed {
+        "ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
+    } else {
+        ""
+    }
+}
+
 /// Inserts the task, or nothing if its idempotency key is taken (then `None`).
 pub async fn insert(conn: &mut Db, task: &NewTask) -> Result<Option<TaskRow>> {
     let span = leasehold::db_span!("INSERT", "tasks");
@@ -31,10 +45,11 @@ pub async fn insert(conn: &mut Db, task: &NewTask) -> Result<Option<TaskRow>> {
                  INSERT INTO tasks (task_data, scheduled_at, requested_scheduled_at, queue,
                                     priority, max_attempts, idempotency_key, concurrency_key)
                  VALUES ($1, COALESCE($2, now()), COALESCE($2, now()), $3, $4, $5, $6, $7)
-                 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+                 {on_taken_key}
                  RETURNING {COLUMNS}, {created}
              ), {history}
              SELECT * FROM moved",
+            on_taken_key = on_taken_key(task.idempotency_key.is_some()),
             created = event("NULL"),
             history = history("true"),
         ))
@@ -93,10 +108,11 @@ pub async fn insert_many(conn: &mut Db, tasks: &[&NewTask]) -> Result<Vec<Insert
                  SELECT id, task_data, COALESCE(scheduled_at, now()), COALESCE(scheduled_at, now()),
                         queue, priority, max_attempts, idempotency_key, concurrency_key
                  FROM input ORDER BY ord
-                 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+                 {on_taken_key}
                  RETURNING {COLUMNS}, {created}
              ), {history}
              SELECT input.ord, moved.* FROM moved JOIN input USING (id)",
+            on_taken_key = on_taken_key(tasks.iter().any(|t| t.idempotency_key.is_some())),
             created = event("NULL"),
             history = history("true"),
         ))
