@@ -168,6 +168,10 @@ fn before(which: &str) -> String {
 /// every task's claimant is the first). The statement that makes a transition writes it as one
 /// more CTE, so history costs a row per group, not a trigger call per task, and nothing else (a
 /// heartbeat) pays for it. `moved` returns [`COLUMNS`] and the columns of [`event`].
+///
+/// A group's tasks are written a row per band of [`HISTORY_BAND`] consecutive ids they fall in,
+/// so that a task's rows are found by their first id ([`events`]): one btree entry per row where
+/// a GIN index took one per task.
 fn history(only: &str) -> String {
     format!(
         "history AS (
@@ -187,17 +191,23 @@ fn history(only: &str) -> String {
                          THEN array_agg(pickup_ms ORDER BY id) END
              FROM (SELECT moved.*,
                           dense_rank() OVER (PARTITION BY event_at, queue, from_status, status,
-                                                          charged
+                                                          charged, id / {HISTORY_BAND}
                                              ORDER BY processor, lease_resource)::int
                               AS claimant,
                           row_number() OVER (PARTITION BY event_at, queue, from_status, status,
-                                                          charged, processor, lease_resource)
+                                                          charged, id / {HISTORY_BAND},
+                                                          processor, lease_resource)
                               = 1 AS leads
                    FROM moved WHERE {only}) moved
-             GROUP BY event_at, queue, from_status, status, charged
+             GROUP BY event_at, queue, from_status, status, charged, id / {HISTORY_BAND}
          )"
     )
 }
+
+/// How many consecutive task ids a history row may name at most: its tasks are of one band
+/// (`id / HISTORY_BAND`), which the table checks (`task_events_one_band`, in the migration that
+/// explains the choice).
+pub const HISTORY_BAND: i64 = 256;
 
 const COLUMNS: &str = "id, task_data, queue, priority, status, scheduled_at, processor, fence, \
     attempts, max_attempts, last_heartbeat_at, must_heartbeat_before, started_at, processed_at, \

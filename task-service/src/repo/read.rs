@@ -12,7 +12,7 @@ use leasehold::server::http::Page;
 use leasehold::tasks::TaskStatus;
 use tracing::Instrument;
 
-use super::{COLUMNS, Db, Result, TaskRow};
+use super::{COLUMNS, Db, HISTORY_BAND, Result, TaskRow};
 
 pub async fn find(conn: &mut Db, id: i64) -> Result<Option<TaskRow>> {
     let span = leasehold::db_span!("SELECT", "tasks");
@@ -469,16 +469,19 @@ pub struct TaskEvent {
 pub async fn events(conn: &mut Db, task_id: i64) -> Result<Vec<TaskEvent>> {
     let span = leasehold::db_span!("SELECT", "task_events");
     async move {
-        // The containment finds the task's rows by their index; the unnest picks its place.
-        diesel::sql_query(
+        // A row names tasks of one band only, in order: the task's rows are among those whose
+        // first id is between its band's start and its own id (the index over the first id
+        // finds them), the containment keeps those that name it, the unnest picks its place.
+        diesel::sql_query(format!(
             "SELECT e.at, e.from_status, e.to_status,
                     e.claimants[coalesce(u.claimant, 1)] AS processor, u.fence, u.attempts
              FROM task_events e
              CROSS JOIN LATERAL unnest(e.task_ids, e.fences, e.attempts, e.claimant_of)
                  AS u(task_id, fence, attempts, claimant)
-             WHERE e.task_ids @> ARRAY[$1::bigint] AND u.task_id = $1
-             ORDER BY e.id LIMIT 1000",
-        )
+             WHERE e.task_ids[1] BETWEEN $1 - $1 % {HISTORY_BAND} AND $1
+               AND e.task_ids @> ARRAY[$1::bigint] AND u.task_id = $1
+             ORDER BY e.id LIMIT 1000"
+        ))
         .bind::<BigInt, _>(task_id)
         .load(conn)
         .await

@@ -638,3 +638,58 @@ async fn a_page_of_queues_descends_the_index_once_a_queue_and_never_scans_the_ta
         );
     }
 }
+
+/// Issue 48: a task's history is found through the index over each row's first id, reading the
+/// rows of its band only, never by a scan of the history: 100,000 rows of history here, of
+/// 50,000 tasks.
+#[tokio::test]
+async fn a_tasks_history_reads_the_rows_of_its_band_through_the_first_id_index() {
+    let db = fresh_database().await;
+    task_service::migrate(&db).await.unwrap();
+    let mut conn = AsyncPgConnection::establish(&db).await.unwrap();
+    for sql in [
+        // A create and a claim row for each band of 256 tasks, as the services write them.
+        "INSERT INTO task_events (at, queue, from_status, to_status, task_ids, fences, attempts)
+         SELECT now(), 'q', s.f, s.t, array_agg(g ORDER BY g), array_agg(g ORDER BY g),
+                array_agg(1 ORDER BY g)
+         FROM generate_series(1, 50000) g,
+              (VALUES (NULL, 'pending'), ('pending', 'running')) s(f, t)
+         GROUP BY g / 256, s.f, s.t",
+        // And many single rows for one task of each band, the 200th.
+        "INSERT INTO task_events (at, queue, from_status, to_status, task_ids, fences, attempts)
+         SELECT now(), 'q', 'running', 'pending', ARRAY[(g % 195) * 256 + 200], ARRAY[1::bigint],
+                ARRAY[1]
+         FROM generate_series(1, 99000) g",
+        "VACUUM ANALYZE task_events",
+    ] {
+        diesel::sql_query(sql).execute(&mut conn).await.unwrap();
+    }
+    drop(conn);
+    let mut conn = AsyncPgConnection::establish(&db).await.unwrap();
+    let (events, scans, read) = conn
+        .transaction::<_, diesel::result::Error, _>(async |conn| {
+            let events = repo::events(conn, 30_000).await?;
+            let scans = scans_of(conn, "task_events").await;
+            let read: Reads = diesel::sql_query(
+                "SELECT COALESCE(idx_scan, 0) AS idx_scan FROM pg_stat_xact_user_tables
+                 WHERE relname = 'task_events'",
+            )
+            .get_one(conn)
+            .await?;
+            Ok((events, scans, read))
+        })
+        .await
+        .unwrap();
+    assert_eq!(events.len(), 2, "{events:?}");
+    assert_eq!(scans.seq_scan, 0, "a scan of the history");
+    // One descent of an index, which reads the rows of its band up to its own id: two, of
+    // 100,000 (the many rows of its band name a task after it, 30,152).
+    assert_eq!(read.idx_scan, 1);
+    assert!(scans.rows_read <= 4, "{} rows read", scans.rows_read);
+}
+
+#[derive(QueryableByName)]
+struct Reads {
+    #[diesel(sql_type = BigInt)]
+    idx_scan: i64,
+}

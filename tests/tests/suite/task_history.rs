@@ -489,3 +489,146 @@ async fn a_group_of_several_claimants_is_one_row_naming_each_tasks_claimant() {
     task_service::migrate(&task_db).await.unwrap();
     assert_eq!(query(&task_db, transitions).await, before);
 }
+
+/// Issue 48: a history row names tasks of one band of 256 ids, found by its first id, where a GIN
+/// index took an entry per task. A database whose rows span bands (as every release before wrote
+/// them: one row per group, whatever its ids) is cut by band on upgrade, and every task's
+/// history reads back exactly, in its order, through SQL and the API; rows written after are
+/// cut as they are written.
+#[tokio::test]
+async fn history_rows_spanning_id_bands_are_cut_on_upgrade_and_every_task_reads_as_before() {
+    let lease_db = fresh_database().await;
+    let task_db = fresh_database().await;
+    let leases = Service::lease_service(&lease_db, &[]).await;
+    let tasks = Service::task_service(&task_db, &leases.base_url(), &[]).await;
+    // 600 tasks over three bands.
+    let items: Vec<Value> = (0..600).map(|i| json!({"task_data": {"n": i}})).collect();
+    let created = tasks
+        .post("/api/tasks/batch", &json!({ "tasks": items }))
+        .await;
+    assert_eq!(created.status, 200, "{:?}", created.body);
+    // The schema before (a task-service would migrate it again as it starts).
+    drop(tasks);
+    tests::revert_tasks_schema(&task_db, "2026-12-07-000122_history_by_id_band").await;
+
+    // Rows as the releases before wrote them, one per group whatever its ids: one naming all
+    // 600 (a bulk move, one claimant), one naming every third with two claimants, their leases
+    // and pickups, and a later one naming the first 300.
+    tests::execute(
+        &task_db,
+        "INSERT INTO task_events (at, queue, from_status, to_status, charged, claimants,
+                                  task_ids, fences, attempts)
+         SELECT now(), 'default', 'pending', 'pending', false, ARRAY['mover'],
+                array_agg(id ORDER BY id), array_agg(id * 10 ORDER BY id),
+                array_agg(0 ORDER BY id)
+         FROM tasks",
+    )
+    .await;
+    tests::execute(
+        &task_db,
+        "INSERT INTO task_events (at, queue, from_status, to_status, charged, claimants,
+                                  claimant_leases, claimant_of, task_ids, fences, attempts,
+                                  lease_fences, pickup_ms)
+         SELECT now(), 'default', 'pending', 'running', true, ARRAY['w1', 'w2'],
+                ARRAY['worker:a', 'worker:b'], array_agg(1 + (id % 2)::int ORDER BY id),
+                array_agg(id ORDER BY id), array_agg(1::bigint ORDER BY id),
+                array_agg(1 ORDER BY id), array_agg(id + 7 ORDER BY id),
+                array_agg(id * 1.5 ORDER BY id)
+         FROM tasks WHERE id % 3 = 0",
+    )
+    .await;
+    tests::execute(
+        &task_db,
+        "INSERT INTO task_events (at, queue, from_status, to_status, charged, claimants,
+                                  task_ids, fences, attempts)
+         SELECT now(), 'default', 'running', 'pending', false, ARRAY['late'],
+                array_agg(id ORDER BY id), array_agg(2::bigint ORDER BY id),
+                array_agg(1 ORDER BY id)
+         FROM tasks WHERE id <= 300",
+    )
+    .await;
+    let spanning = query(
+        &task_db,
+        "SELECT count(*) AS n FROM task_events
+         WHERE task_ids[1] / 256 <> task_ids[cardinality(task_ids)] / 256",
+    )
+    .await;
+    assert_eq!(spanning[0]["n"], 3, "the old rows span bands");
+
+    let transitions = "SELECT task_id, from_status, to_status, processor, charged, fence,
+                              attempts, lease_fence, lease_resource, pickup_ms, at::text AS at
+                       FROM task_transitions ORDER BY task_id, id, ord";
+    let before = query(&task_db, transitions).await;
+    assert_eq!(before.len(), 600 + 600 + 200 + 300);
+    task_service::migrate(&task_db).await.unwrap();
+    assert_eq!(query(&task_db, transitions).await, before);
+    let spanning = query(
+        &task_db,
+        "SELECT count(*) AS n FROM task_events
+         WHERE task_ids[1] / 256 <> task_ids[cardinality(task_ids)] / 256",
+    )
+    .await;
+    assert_eq!(spanning[0]["n"], 0, "every row is of one band");
+    let gin = query(
+        &task_db,
+        "SELECT count(*) AS n FROM pg_indexes
+         WHERE tablename = 'task_events' AND indexdef ILIKE '%gin%'",
+    )
+    .await;
+    assert_eq!(gin[0]["n"], 0, "the GIN index is gone");
+
+    // Through the API, at each band's edges: the task's transitions in order.
+    let tasks = Service::task_service(&task_db, &leases.base_url(), &[]).await;
+    for id in [1_i64, 255, 256, 257, 300, 301, 511, 512, 599, 600] {
+        let expected: Vec<Value> = before
+            .iter()
+            .filter(|t| t["task_id"] == id)
+            .map(|t| json!([t["from_status"], t["to_status"], t["processor"], t["fence"]]))
+            .collect();
+        let events = tasks.get(&format!("/api/tasks/{id}/events")).await;
+        assert_eq!(events.status, 200, "{:?}", events.body);
+        let read: Vec<Value> = events.body["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| json!([e["fromStatus"], e["toStatus"], e["processor"], e["fence"]]))
+            .collect();
+        assert_eq!(read, expected, "task {id}");
+        assert!(read.len() >= 2, "task {id}: {read:?}");
+    }
+
+    // What is written from now on is cut as it is written: claims across a band's edge.
+    claim_hundreds(&tasks, "later", 3).await;
+    let rows = query(
+        &task_db,
+        "SELECT array_to_json(task_ids) AS ids FROM task_events
+         WHERE claimants = ARRAY['later'] ORDER BY id",
+    )
+    .await;
+    assert!(rows.len() >= 2, "{rows:?}");
+    for row in &rows {
+        let ids = sorted(&row["ids"]);
+        assert_eq!(ids[0] / 256, ids[ids.len() - 1] / 256, "{ids:?}");
+    }
+    let events = tasks.get("/api/tasks/256/events").await;
+    assert_eq!(
+        events.body["events"].as_array().unwrap().last().unwrap()["processor"],
+        "later",
+        "{:?}",
+        events.body
+    );
+}
+
+/// `times` claims of 100 tasks each by `processor`, each answered in full.
+async fn claim_hundreds(tasks: &Service, processor: &str, times: usize) {
+    for _ in 0..times {
+        let claimed = tasks
+            .post(
+                "/api/tasks/next",
+                &json!({"processor": processor, "limit": 100}),
+            )
+            .await;
+        assert_eq!(claimed.status, 202, "{:?}", claimed.body);
+        assert_eq!(claimed.body.as_array().unwrap().len(), 100);
+    }
+}
