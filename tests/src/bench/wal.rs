@@ -54,33 +54,41 @@ impl WalLog {
         })
     }
 
-    /// The largest kinds of record between two positions of the log, per task; empty (and said
-    /// on stderr) when the log cannot be read, as when a checkpoint recycled its first segment.
-    pub(super) fn by_kind(&self, start: &str, end: &str, tasks: u64) -> Vec<WalKind> {
+    /// `pg_waldump`'s output between two positions of the log, with `options` before them
+    /// (none: the listing of every record); none (and said on stderr) when the log cannot be
+    /// read, as when a checkpoint recycled its first segment.
+    fn dump(&self, options: &[&str], start: &str, end: &str) -> Option<String> {
         let output = std::process::Command::new(&self.waldump)
-            .arg("--stats=record")
+            .args(options)
             .arg("--path")
             .arg(&self.dir)
             .args(["--start", start, "--end", end])
             .output();
-        let output = match output {
-            Ok(output) if output.status.success() => output,
+        match output {
+            Ok(output) if output.status.success() => {
+                Some(String::from_utf8_lossy(&output.stdout).into_owned())
+            }
             Ok(output) => {
                 eprintln!(
                     "pg_waldump could not read the run's WAL: {}",
                     String::from_utf8_lossy(&output.stderr).trim()
                 );
-                return Vec::new();
+                None
             }
             Err(err) => {
                 eprintln!("pg_waldump could not run: {err}");
-                return Vec::new();
+                None
             }
+        }
+    }
+
+    /// The largest kinds of record between two positions of the log, per task; empty when the
+    /// log cannot be read.
+    pub(super) fn by_kind(&self, start: &str, end: &str, tasks: u64) -> Vec<WalKind> {
+        let Some(stats) = self.dump(&["--stats=record"], start, end) else {
+            return Vec::new();
         };
-        let mut kinds = parse(
-            &String::from_utf8_lossy(&output.stdout),
-            tasks.max(1) as f64,
-        );
+        let mut kinds = parse(&stats, tasks.max(1) as f64);
         kinds.sort_by(|a, b| {
             (b.bytes_per_task + b.fpi_bytes_per_task)
                 .total_cmp(&(a.bytes_per_task + a.fpi_bytes_per_task))
@@ -88,12 +96,10 @@ impl WalLog {
         kinds.truncate(KINDS_KEPT);
         kinds
     }
-}
 
-impl WalLog {
     /// The tables and indexes that wrote the most WAL between two positions, per task; `names`
-    /// maps a block's `tablespace/database/filenode` to its name. Empty (and said on stderr)
-    /// when the log cannot be read.
+    /// maps a block's `tablespace/database/filenode` to its name. Empty when the log cannot be
+    /// read.
     pub(super) fn by_relation(
         &self,
         start: &str,
@@ -101,30 +107,10 @@ impl WalLog {
         tasks: u64,
         names: &HashMap<String, String>,
     ) -> Vec<WalRelation> {
-        let output = std::process::Command::new(&self.waldump)
-            .arg("--path")
-            .arg(&self.dir)
-            .args(["--start", start, "--end", end])
-            .output();
-        let output = match output {
-            Ok(output) if output.status.success() => output,
-            Ok(output) => {
-                eprintln!(
-                    "pg_waldump could not list the run's WAL: {}",
-                    String::from_utf8_lossy(&output.stderr).trim()
-                );
-                return Vec::new();
-            }
-            Err(err) => {
-                eprintln!("pg_waldump could not run: {err}");
-                return Vec::new();
-            }
+        let Some(listing) = self.dump(&[], start, end) else {
+            return Vec::new();
         };
-        let mut relations = by_relation(
-            &String::from_utf8_lossy(&output.stdout),
-            names,
-            tasks.max(1) as f64,
-        );
+        let mut relations = by_relation(&listing, names, tasks.max(1) as f64);
         relations.truncate(RELATIONS_KEPT);
         relations
     }

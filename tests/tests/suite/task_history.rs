@@ -547,13 +547,7 @@ async fn history_rows_spanning_id_bands_are_cut_on_upgrade_and_every_task_reads_
          FROM tasks WHERE id <= 300",
     )
     .await;
-    let spanning = query(
-        &task_db,
-        "SELECT count(*) AS n FROM task_events
-         WHERE task_ids[1] / 256 <> task_ids[cardinality(task_ids)] / 256",
-    )
-    .await;
-    assert_eq!(spanning[0]["n"], 3, "the old rows span bands");
+    assert_eq!(spanning_bands(&task_db).await, 3, "the old rows span bands");
 
     let transitions = "SELECT task_id, from_status, to_status, processor, charged, fence,
                               attempts, lease_fence, lease_resource, pickup_ms, at::text AS at
@@ -562,13 +556,11 @@ async fn history_rows_spanning_id_bands_are_cut_on_upgrade_and_every_task_reads_
     assert_eq!(before.len(), 600 + 600 + 200 + 300);
     task_service::migrate(&task_db).await.unwrap();
     assert_eq!(query(&task_db, transitions).await, before);
-    let spanning = query(
-        &task_db,
-        "SELECT count(*) AS n FROM task_events
-         WHERE task_ids[1] / 256 <> task_ids[cardinality(task_ids)] / 256",
-    )
-    .await;
-    assert_eq!(spanning[0]["n"], 0, "every row is of one band");
+    assert_eq!(
+        spanning_bands(&task_db).await,
+        0,
+        "every row is of one band"
+    );
     let gin = query(
         &task_db,
         "SELECT count(*) AS n FROM pg_indexes
@@ -631,4 +623,16 @@ async fn claim_hundreds(tasks: &Service, processor: &str, times: usize) {
         assert_eq!(claimed.status, 202, "{:?}", claimed.body);
         assert_eq!(claimed.body.as_array().unwrap().len(), 100);
     }
+}
+
+/// How many history rows name tasks of more than one band of 256 ids.
+async fn spanning_bands(task_db: &str) -> i64 {
+    query(
+        task_db,
+        "SELECT count(*) AS n FROM task_events
+         WHERE task_ids[1] / 256 <> task_ids[cardinality(task_ids)] / 256",
+    )
+    .await[0]["n"]
+        .as_i64()
+        .unwrap()
 }
