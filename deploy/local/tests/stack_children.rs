@@ -57,11 +57,13 @@ impl Scratch {
         std::fs::read_to_string(self.path("leasehold-local.log")).unwrap_or_default()
     }
 
-    /// Starts leasehold-local with `args` and `env`; it dies with this test process.
+    /// Starts leasehold-local with `args` and `env`, on ports of its own; it dies with this test
+    /// process.
     fn start(&self, args: &[&str], env: &[(&str, &str)]) -> Runner {
         let log = File::create(self.path("leasehold-local.log")).unwrap();
         let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold-local"));
         command
+            .args(own_ports())
             .args(args)
             .env("CARGO", self.path("cargo"))
             .env("PIDS_FILE", self.path("pids"))
@@ -122,6 +124,36 @@ impl Drop for Scratch {
             }
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Ports for every listener a stack would have, free when asked: leasehold-local refuses a taken
+/// port before it runs anything, and on the default ports the tests of this file, running at
+/// once, took them from each other (CI failed with "lease-service cannot listen on
+/// 127.0.0.1:8081: another process holds the port"), as a developer's running stack would.
+fn own_ports() -> Vec<String> {
+    const SPAN: u16 = 40;
+    loop {
+        let base = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let Some(end) = base.checked_add(SPAN) else {
+            continue;
+        };
+        if (base..end).all(|port| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()) {
+            return [
+                ("--lease-service-port", base),
+                ("--task-service-port", base + 1),
+                // Worker i and generator replica i listen on their first port + i.
+                ("--worker-metrics-port", base + 2),
+                ("--generator-metrics-port", base + SPAN / 2),
+            ]
+            .into_iter()
+            .flat_map(|(flag, port)| [flag.to_owned(), port.to_string()])
+            .collect();
+        }
     }
 }
 
